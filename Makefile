@@ -1,0 +1,35 @@
+# Two entry points matter (README.md): `make run` and `make test`.
+# Both create the virtualenv on first use, so they work on a fresh machine.
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+
+.PHONY: run test check bench jepsen clean system-deps
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+	$(BIN)/pip install --quiet -e '.[dev]'
+	touch $(STAMP)
+
+# Debian packages the tests use (curl for the README examples). Installed only if missing.
+system-deps:
+	@command -v curl >/dev/null 2>&1 || { apt-get update -qq && apt-get install -y -qq curl; }
+
+run: $(STAMP)
+	$(BIN)/dmq serve
+
+test: $(STAMP) system-deps
+	$(BIN)/ruff check .
+	$(BIN)/python -m pytest
+
+check: $(STAMP)
+	$(BIN)/ruff check .
+	$(BIN)/mypy
+
+bench: $(STAMP)
+	$(BIN)/dmq bench
+
+clean:
+	rm -rf $(VENV) dmq-data .pytest_cache .hypothesis
