@@ -1,0 +1,171 @@
+"""Log compaction (cleanup_policy=compact): keep the last record per key.
+
+Compaction runs in three steps so that appends are never blocked by it:
+
+1. `plan_compaction(log)` (owner thread, cheap): pick the closed segments that lie
+   entirely below the high watermark and note each one's file identity.
+2. `build_compaction(plan, now_ms)` (any thread, slow): read those files through
+   descriptors of its own, map every key to its last offset, and write a cleaned
+   copy of each segment next to it (`<base>.log.cleaned`). Closed segments are
+   immutable, so this reads a stable snapshot while the owner keeps appending to
+   the active segment.
+3. `install_compaction(log, result)` (owner thread, cheap): if every planned segment
+   is still there unchanged, swap each cleaned file in (index files are removed first
+   and rebuilt after, so a crash at any point leaves either the old or the new `.log`
+   with no stale index); otherwise discard the result.
+
+What is kept: for each key, the record with the highest offset among the planned
+segments; tombstones (null value) only while younger than delete_retention_ms;
+records with a null key, and control batches, untouched. Offsets never change (gaps
+appear); a batch whose records all survive is copied byte for byte; a batch that
+loses records is re-encoded with the same base offset, codec and producer fields; a
+batch that loses all of them disappears, and so does a segment left empty.
+Compaction does not merge small segments (a later improvement).
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+
+from log import records as fmt
+from log.partition_log import PartitionLog
+from log.segment import CLEANED_SUFFIX, Segment, fsync_directory
+
+
+@dataclass(frozen=True, slots=True)
+class PlannedSegment:
+    base_offset: int
+    path: str
+    size_bytes: int
+    inode: int
+
+
+@dataclass(frozen=True, slots=True)
+class CompactionPlan:
+    directory: str
+    segments: tuple[PlannedSegment, ...]
+    delete_retention_ms: int
+
+
+@dataclass(slots=True)
+class CompactionResult:
+    plan: CompactionPlan
+    cleaned_paths: dict[int, str] = field(default_factory=dict)  # base offset -> .cleaned
+    records_before: int = 0
+    records_after: int = 0
+    bytes_before: int = 0
+    bytes_after: int = 0
+
+
+def plan_compaction(log: PartitionLog) -> CompactionPlan | None:
+    planned = tuple(
+        PlannedSegment(s.base_offset, str(s.log_path), s.size_bytes, os.fstat(s.fd).st_ino)
+        for s in log.segments[:-1]
+        if s.closed and s.next_offset <= log.high_watermark and not s.is_empty
+    )
+    if not planned:
+        return None
+    return CompactionPlan(str(log.directory), planned, log.config.delete_retention_ms)
+
+
+def _batches(path: str, size_bytes: int) -> list[tuple[fmt.BatchHeader, bytes]]:
+    with open(path, "rb") as f:
+        data = f.read(size_bytes)
+    return [(header, data[pos : pos + header.size_bytes]) for pos, header in fmt.iter_batches(data)]
+
+
+def build_compaction(plan: CompactionPlan, now_ms: int) -> CompactionResult:
+    result = CompactionResult(plan)
+    last_offset_of_key: dict[bytes, int] = {}
+    for seg in plan.segments:
+        for header, raw in _batches(seg.path, seg.size_bytes):
+            if header.is_control:
+                continue
+            for record in fmt.decode_batch(raw).records:
+                if record.key is not None:
+                    last_offset_of_key[record.key] = record.offset
+    tombstone_horizon_ms = now_ms - plan.delete_retention_ms
+    for seg in plan.segments:
+        out = bytearray()
+        for header, raw in _batches(seg.path, seg.size_bytes):
+            result.bytes_before += len(raw)
+            if header.is_control:
+                out += raw
+                continue
+            decoded = fmt.decode_batch(raw)
+            kept = [
+                r
+                for r in decoded.records
+                if r.key is None
+                or (
+                    last_offset_of_key[r.key] == r.offset
+                    and (r.value is not None or r.timestamp_ms > tombstone_horizon_ms)
+                )
+            ]
+            result.records_before += len(decoded.records)
+            result.records_after += len(kept)
+            if len(kept) == len(decoded.records):
+                out += raw
+            elif kept:
+                out += fmt.encode_batch(
+                    kept,
+                    base_offset=header.base_offset,
+                    codec=header.codec,
+                    timestamp_type=header.timestamp_type,
+                    producer_id=header.producer_id,
+                    producer_epoch=header.producer_epoch,
+                    base_sequence=header.base_sequence,
+                    is_transactional=header.is_transactional,
+                    offset_deltas=[r.offset - header.base_offset for r in kept],
+                )
+        cleaned = seg.path + CLEANED_SUFFIX
+        with open(cleaned, "wb") as f:
+            f.write(out)
+            f.flush()
+            os.fsync(f.fileno())
+        result.bytes_after += len(out)
+        result.cleaned_paths[seg.base_offset] = cleaned
+    return result
+
+
+def install_compaction(log: PartitionLog, result: CompactionResult) -> bool:
+    """Swap the cleaned segments in if nothing changed under the build. Returns whether
+    it did; a stale result's files are removed either way."""
+    current = {s.base_offset: s for s in log.segments[:-1]}
+    stale = any(
+        p.base_offset not in current
+        or current[p.base_offset].size_bytes != p.size_bytes
+        or os.fstat(current[p.base_offset].fd).st_ino != p.inode
+        for p in result.plan.segments
+    )
+    if stale:
+        for path in result.cleaned_paths.values():
+            os.unlink(path)
+        return False
+    for planned in result.plan.segments:
+        old = current[planned.base_offset]
+        old.index_path.unlink(missing_ok=True)
+        old.timeindex_path.unlink(missing_ok=True)
+        os.replace(result.cleaned_paths[planned.base_offset], old.log_path)
+        old.close_files()
+        replacement = Segment(log.directory, planned.base_offset, log.config.index_interval_bytes)
+        position = log.segments.index(old)
+        if os.fstat(replacement.fd).st_size == 0:
+            replacement.delete()
+            log.segments.pop(position)
+        else:
+            replacement.load_closed()
+            log.segments[position] = replacement
+    fsync_directory(log.directory)
+    return True
+
+
+def compact(log: PartitionLog, now_ms: int) -> CompactionResult | None:
+    """All three steps on the calling thread (tests, tools, small logs)."""
+    plan = plan_compaction(log)
+    if plan is None:
+        return None
+    result = build_compaction(plan, now_ms)
+    install_compaction(log, result)
+    return result

@@ -1,0 +1,644 @@
+"""The RecordBatch format (version 1): encode, decode and validate.
+
+A batch is the unit of append, replication, storage and fetch. Its byte layout is
+documented field by field in log/README.md ("RecordBatch format"); in short, a
+57-byte big-endian header followed by the records section, which is compressed as a
+whole when the codec is not `none`. The CRC-32C covers everything after the CRC
+field, so the first 17 bytes (base offset, length, magic, CRC) can be rewritten by
+the log without touching the CRC: that is how `append` assigns offsets in place.
+
+The broker never recompresses: a zstd batch built by a producer is stored and
+served byte for byte as it arrived (end-to-end compression). Only compaction
+rewrites records, and it keeps the batch's codec.
+"""
+
+from __future__ import annotations
+
+import enum
+import struct
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+
+import zstandard
+
+from log import limits
+from log.crc import crc32c
+from log.errors import CorruptRecordError, InvalidOffsetError, RecordTooLargeError
+
+MAGIC = 1  # format version; a reader refuses any other value
+
+# base_offset, batch_length, magic, crc, attributes, last_offset_delta,
+# first_timestamp_ms, max_timestamp_ms, producer_id, producer_epoch,
+# base_sequence, record_count
+_HEADER = struct.Struct(">qibIhiqqqhii")
+HEADER_BYTES = _HEADER.size  # 57
+LENGTH_PREFIX_BYTES = 12  # base_offset (8) + batch_length (4): not counted in batch_length
+CRC_START = 17  # first byte covered by the CRC (attributes)
+_CRC_FIELD = struct.Struct(">I")
+_BASE_OFFSET = struct.Struct(">q")
+
+NO_PRODUCER_ID = -1
+NO_PRODUCER_EPOCH = -1
+NO_SEQUENCE = -1
+
+_CODEC_MASK = 0x07
+_TIMESTAMP_TYPE_BIT = 0x08
+_TRANSACTIONAL_BIT = 0x10
+_CONTROL_BIT = 0x20
+_KNOWN_ATTRIBUTE_BITS = _CODEC_MASK | _TIMESTAMP_TYPE_BIT | _TRANSACTIONAL_BIT | _CONTROL_BIT
+
+
+class Codec(enum.IntEnum):
+    """Compression of the records section (ids as Kafka's; others are refused)."""
+
+    NONE = 0
+    ZSTD = 4
+
+
+class TimestampType(enum.IntEnum):
+    CREATE_TIME = 0  # set by the producer
+    LOG_APPEND_TIME = 1  # set by the broker at append; every record takes max_timestamp_ms
+
+
+@dataclass(frozen=True, slots=True)
+class Header:
+    """A record header: a UTF-8 key and a byte value; order and duplicates are kept."""
+
+    key: str
+    value: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class Record:
+    """One record. `key=None` and `value=None` (a tombstone) differ from b"".
+
+    When encoding, `offset` is ignored unless explicit offset deltas are asked for;
+    a decoded record carries its absolute offset and timestamp.
+    """
+
+    key: bytes | None
+    value: bytes | None
+    headers: tuple[Header, ...] = ()
+    timestamp_ms: int = 0
+    offset: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class BatchHeader:
+    base_offset: int
+    batch_length: int
+    magic: int
+    crc: int
+    attributes: int
+    last_offset_delta: int
+    first_timestamp_ms: int
+    max_timestamp_ms: int
+    producer_id: int
+    producer_epoch: int
+    base_sequence: int
+    record_count: int
+
+    @property
+    def size_bytes(self) -> int:
+        """Bytes the whole batch occupies on disk and on the wire."""
+        return self.batch_length + LENGTH_PREFIX_BYTES
+
+    @property
+    def last_offset(self) -> int:
+        return self.base_offset + self.last_offset_delta
+
+    @property
+    def next_offset(self) -> int:
+        return self.base_offset + self.last_offset_delta + 1
+
+    @property
+    def codec(self) -> Codec:
+        return Codec(self.attributes & _CODEC_MASK)
+
+    @property
+    def timestamp_type(self) -> TimestampType:
+        return TimestampType(1 if self.attributes & _TIMESTAMP_TYPE_BIT else 0)
+
+    @property
+    def is_transactional(self) -> bool:
+        return bool(self.attributes & _TRANSACTIONAL_BIT)
+
+    @property
+    def is_control(self) -> bool:
+        return bool(self.attributes & _CONTROL_BIT)
+
+
+@dataclass(frozen=True, slots=True)
+class RecordLimits:
+    """Per-record and per-batch bounds checked by `validate_batch` at the edge."""
+
+    record_bytes_max: int = limits.RECORD_BYTES_MAX
+    batch_bytes_max: int = limits.BATCH_BYTES_MAX
+    records_per_batch_max: int = limits.RECORDS_PER_BATCH_MAX
+    key_bytes_max: int = limits.KEY_BYTES_MAX
+    header_count_max: int = limits.HEADER_COUNT_MAX
+    header_key_bytes_max: int = limits.HEADER_KEY_BYTES_MAX
+    uncompressed_bytes_max: int = limits.BATCH_UNCOMPRESSED_BYTES_MAX
+
+
+DEFAULT_LIMITS = RecordLimits()
+
+
+@dataclass(frozen=True, slots=True)
+class DecodedBatch:
+    header: BatchHeader
+    records: list[Record] = field(default_factory=list)
+
+
+# --------------------------------------------------------------------------- varints
+
+
+def _put_varint(out: bytearray, n: int) -> None:
+    """Append n as a zigzag varint (Kafka's varint/varlong encoding, up to 64 bits)."""
+    z = (n << 1) ^ (n >> 63)
+    while z >= 0x80:
+        out.append((z & 0x7F) | 0x80)
+        z >>= 7
+    out.append(z)
+
+
+def _get_varint(buf: bytes | memoryview, pos: int) -> tuple[int, int]:
+    """Read a zigzag varint at pos; returns (value, next position). IndexError if cut."""
+    b = buf[pos]
+    pos += 1
+    if b < 0x80:
+        return (b >> 1) ^ -(b & 1), pos
+    z = b & 0x7F
+    shift = 7
+    while True:
+        b = buf[pos]
+        pos += 1
+        z |= (b & 0x7F) << shift
+        if b < 0x80:
+            return (z >> 1) ^ -(z & 1), pos
+        shift += 7
+        if shift > 63:
+            raise ValueError("varint longer than 10 bytes")
+
+
+def _put_bytes(out: bytearray, data: bytes | None) -> None:
+    if data is None:
+        _put_varint(out, -1)
+    else:
+        _put_varint(out, len(data))
+        out += data
+
+
+# --------------------------------------------------------------------------- encode
+
+
+def _encode_records(
+    records: Sequence[Record], first_timestamp_ms: int, offset_deltas: Sequence[int]
+) -> bytes:
+    out = bytearray()
+    body = bytearray()
+    for record, delta in zip(records, offset_deltas, strict=True):
+        body.clear()
+        body.append(0)  # record attributes: unused, always 0
+        _put_varint(body, record.timestamp_ms - first_timestamp_ms)
+        _put_varint(body, delta)
+        _put_bytes(body, record.key)
+        _put_bytes(body, record.value)
+        _put_varint(body, len(record.headers))
+        for header in record.headers:
+            _put_bytes(body, header.key.encode("utf-8"))
+            _put_bytes(body, header.value)
+        _put_varint(out, len(body))
+        out += body
+    return bytes(out)
+
+
+def encode_batch(
+    records: Sequence[Record],
+    *,
+    base_offset: int = 0,
+    codec: Codec = Codec.NONE,
+    timestamp_type: TimestampType = TimestampType.CREATE_TIME,
+    producer_id: int = NO_PRODUCER_ID,
+    producer_epoch: int = NO_PRODUCER_EPOCH,
+    base_sequence: int = NO_SEQUENCE,
+    is_transactional: bool = False,
+    is_control: bool = False,
+    offset_deltas: Sequence[int] | None = None,
+    zstd_level: int = 3,
+) -> bytes:
+    """Build one batch. Offsets are dense (0, 1, 2...) unless `offset_deltas` is given
+    (compaction keeps the original offsets, so its batches have gaps)."""
+    if not records:
+        raise InvalidOffsetError("a batch holds at least one record", field="records")
+    deltas = list(range(len(records))) if offset_deltas is None else list(offset_deltas)
+    if any(b <= a for a, b in zip(deltas, deltas[1:], strict=False)) or deltas[0] < 0:
+        raise InvalidOffsetError("offset deltas must increase from 0 or more", field="records")
+    first_timestamp_ms = records[0].timestamp_ms
+    max_timestamp_ms = max(r.timestamp_ms for r in records)
+    section = _encode_records(records, first_timestamp_ms, deltas)
+    if codec == Codec.ZSTD:
+        section = zstandard.ZstdCompressor(level=zstd_level).compress(section)
+    elif codec != Codec.NONE:
+        raise CorruptRecordError(f"unknown codec {codec}", field="attributes.codec")
+    attributes = int(codec) | (_TIMESTAMP_TYPE_BIT if timestamp_type else 0)
+    attributes |= (_TRANSACTIONAL_BIT if is_transactional else 0) | (
+        _CONTROL_BIT if is_control else 0
+    )
+    header = bytearray(
+        _HEADER.pack(
+            base_offset,
+            HEADER_BYTES - LENGTH_PREFIX_BYTES + len(section),
+            MAGIC,
+            0,
+            attributes,
+            deltas[-1],
+            first_timestamp_ms,
+            max_timestamp_ms,
+            producer_id,
+            producer_epoch,
+            base_sequence,
+            len(records),
+        )
+    )
+    crc = crc32c(bytes(header[CRC_START:]))
+    crc = crc32c(section, crc)
+    _CRC_FIELD.pack_into(header, 13, crc)
+    return bytes(header) + section
+
+
+# --------------------------------------------------------------------------- decode
+
+
+def read_header(buf: bytes | bytearray | memoryview, pos: int = 0) -> BatchHeader:
+    """Parse and structurally check the header at pos (no CRC check).
+
+    Raises CorruptRecordError if the framing is impossible: unknown magic, a length
+    too small to hold the header, negative counts, unknown attribute bits.
+    """
+    if len(buf) - pos < HEADER_BYTES:
+        raise CorruptRecordError(
+            f"batch header needs {HEADER_BYTES} bytes, {len(buf) - pos} available",
+            field="batch",
+        )
+    header = BatchHeader(*_HEADER.unpack_from(buf, pos))
+    check_header(header)
+    return header
+
+
+def check_header(header: BatchHeader) -> None:
+    """Structural checks that need no record bytes."""
+    if header.magic != MAGIC:
+        raise CorruptRecordError(f"unknown batch magic {header.magic}", field="batch.magic")
+    if header.batch_length < HEADER_BYTES - LENGTH_PREFIX_BYTES:
+        raise CorruptRecordError(
+            f"batch_length {header.batch_length} is shorter than the header",
+            field="batch.batch_length",
+        )
+    if header.attributes & ~_KNOWN_ATTRIBUTE_BITS or header.attributes & _CODEC_MASK not in (
+        Codec.NONE,
+        Codec.ZSTD,
+    ):
+        raise CorruptRecordError(
+            f"unknown batch attributes {header.attributes:#x}", field="batch.attributes"
+        )
+    if header.record_count < 1 or header.last_offset_delta < header.record_count - 1:
+        raise CorruptRecordError(
+            f"record_count {header.record_count} does not fit last_offset_delta "
+            f"{header.last_offset_delta}",
+            field="batch.record_count",
+        )
+    if header.base_offset < 0:
+        raise CorruptRecordError("negative base_offset", field="batch.base_offset")
+
+
+def compute_crc(batch: bytes | bytearray | memoryview) -> int:
+    return crc32c(memoryview(batch)[CRC_START:])
+
+
+def verify_crc(batch: bytes | bytearray | memoryview, header: BatchHeader) -> bool:
+    return compute_crc(batch) == header.crc
+
+
+def with_base_offset(batch: bytes | bytearray, base_offset: int) -> bytes:
+    """The same batch with another base offset; the CRC does not cover it."""
+    return _BASE_OFFSET.pack(base_offset) + bytes(memoryview(batch)[8:])
+
+
+def _records_section(
+    batch: bytes | bytearray | memoryview, header: BatchHeader, uncompressed_bytes_max: int
+) -> bytes | memoryview:
+    section = memoryview(batch)[HEADER_BYTES : header.size_bytes]
+    if header.codec == Codec.NONE:
+        return section
+    try:
+        # decompress() trusts a content size written in the frame header (allocating
+        # that much) and ignores max_output_size then, so a declared size is checked
+        # here; max_output_size bounds frames that do not declare one.
+        declared_bytes = zstandard.frame_content_size(section)
+        if declared_bytes > uncompressed_bytes_max:
+            raise zstandard.ZstdError(f"the frame declares {declared_bytes} bytes")
+        return zstandard.ZstdDecompressor().decompress(
+            section, max_output_size=uncompressed_bytes_max
+        )
+    except zstandard.ZstdError as exc:
+        raise CorruptRecordError(
+            f"zstd records section does not decompress within "
+            f"{uncompressed_bytes_max} bytes: {exc}",
+            field="batch.records",
+            limit=uncompressed_bytes_max,
+        ) from exc
+
+
+def _decode_records(
+    section: bytes | memoryview, header: BatchHeader, limits_: RecordLimits | None
+) -> list[Record]:
+    """Decode all records; with limits, also enforce the per-record limits."""
+    records: list[Record] = []
+    pos = 0
+    end = len(section)
+    base = header.base_offset
+    first_ts = header.first_timestamp_ms
+    log_append = header.timestamp_type == TimestampType.LOG_APPEND_TIME
+    previous_delta = -1
+    for _ in range(header.record_count):
+        length, pos = _get_varint(section, pos)
+        if length < 0 or pos + length > end:
+            raise ValueError("record length runs past the records section")
+        if limits_ is not None and length > limits_.record_bytes_max:
+            raise RecordTooLargeError(
+                f"record of {length} bytes exceeds record_bytes_max {limits_.record_bytes_max}",
+                field="record",
+                limit=limits_.record_bytes_max,
+            )
+        record_end = pos + length
+        pos += 1  # record attributes
+        ts_delta, pos = _get_varint(section, pos)
+        offset_delta, pos = _get_varint(section, pos)
+        if offset_delta <= previous_delta:
+            raise ValueError("offset deltas do not increase")
+        previous_delta = offset_delta
+        key_len, pos = _get_varint(section, pos)
+        if key_len >= 0:
+            key: bytes | None = bytes(section[pos : pos + key_len])
+            pos += key_len
+            if limits_ is not None and key_len > limits_.key_bytes_max:
+                raise RecordTooLargeError(
+                    f"key of {key_len} bytes exceeds key_bytes_max {limits_.key_bytes_max}",
+                    field="record.key",
+                    limit=limits_.key_bytes_max,
+                )
+        elif key_len == -1:
+            key = None
+        else:
+            raise ValueError("negative key length")
+        value_len, pos = _get_varint(section, pos)
+        if value_len >= 0:
+            value: bytes | None = bytes(section[pos : pos + value_len])
+            pos += value_len
+        elif value_len == -1:
+            value = None
+        else:
+            raise ValueError("negative value length")
+        header_count, pos = _get_varint(section, pos)
+        if header_count < 0:
+            raise ValueError("negative header count")
+        if limits_ is not None and header_count > limits_.header_count_max:
+            raise RecordTooLargeError(
+                f"{header_count} headers exceed header_count_max {limits_.header_count_max}",
+                field="record.headers",
+                limit=limits_.header_count_max,
+            )
+        headers: list[Header] = []
+        for _ in range(header_count):
+            hk_len, pos = _get_varint(section, pos)
+            if hk_len < 0 or pos + hk_len > record_end:
+                raise ValueError("bad header key length")
+            if limits_ is not None and hk_len > limits_.header_key_bytes_max:
+                raise RecordTooLargeError(
+                    f"header key of {hk_len} bytes exceeds header_key_bytes_max "
+                    f"{limits_.header_key_bytes_max}",
+                    field="record.headers.key",
+                    limit=limits_.header_key_bytes_max,
+                )
+            hkey = bytes(section[pos : pos + hk_len]).decode("utf-8")
+            pos += hk_len
+            hv_len, pos = _get_varint(section, pos)
+            if hv_len < 0:
+                raise ValueError("bad header value length")
+            headers.append(Header(hkey, bytes(section[pos : pos + hv_len])))
+            pos += hv_len
+        if pos != record_end:
+            raise ValueError("record fields do not add up to its length")
+        records.append(
+            Record(
+                key=key,
+                value=value,
+                headers=tuple(headers),
+                timestamp_ms=header.max_timestamp_ms if log_append else first_ts + ts_delta,
+                offset=base + offset_delta,
+            )
+        )
+    if pos != end:
+        raise ValueError("bytes left after the last record")
+    if previous_delta != header.last_offset_delta:
+        raise ValueError("last record's offset delta differs from last_offset_delta")
+    return records
+
+
+def _check_records(section: bytes, header: BatchHeader, lim: RecordLimits) -> None:
+    """Walk every record's framing and enforce the per-record limits without building
+    objects: the same checks as _decode_records, several times faster, for the
+    produce path where the broker only needs to know the batch is well formed.
+
+    Varints of one or two bytes (almost all of them) are decoded inline; that and
+    building no objects is what makes this fast. `_get_varint` handles the rest.
+    """
+    pos = 0
+    end = len(section)
+    previous_delta = -1
+    record_max = lim.record_bytes_max
+    key_max = lim.key_bytes_max
+    headers_max = lim.header_count_max
+    header_key_max = lim.header_key_bytes_max
+    for i in range(header.record_count):
+        # length (zigzag varint, inline for 1-2 bytes)
+        b = section[pos]
+        if b < 0x80:
+            z = b
+            pos += 1
+        elif section[pos + 1] < 0x80:
+            z = (b & 0x7F) | (section[pos + 1] << 7)
+            pos += 2
+        else:
+            z, pos = _get_varint(section, pos)
+            z = (z << 1) ^ (z >> 63)
+        length = (z >> 1) ^ -(z & 1)
+        record_end = pos + length
+        if length < 0 or record_end > end:
+            raise ValueError("record length runs past the records section")
+        if length > record_max:
+            raise RecordTooLargeError(
+                f"record {i} is {length} bytes; record_bytes_max is {record_max}",
+                field=f"records[{i}]",
+                limit=record_max,
+            )
+        pos += 1  # record attributes
+        _, pos = _get_varint(section, pos)  # timestamp delta
+        b = section[pos]
+        if b < 0x80:
+            offset_delta = (b >> 1) ^ -(b & 1)
+            pos += 1
+        else:
+            offset_delta, pos = _get_varint(section, pos)
+        if offset_delta <= previous_delta:
+            raise ValueError("offset deltas do not increase")
+        previous_delta = offset_delta
+        key_len, pos = _get_varint(section, pos)
+        if key_len > key_max:
+            raise RecordTooLargeError(
+                f"record {i} key is {key_len} bytes; key_bytes_max is {key_max}",
+                field=f"records[{i}].key",
+                limit=key_max,
+            )
+        if key_len < -1:
+            raise ValueError("negative key length")
+        if key_len > 0:
+            pos += key_len
+        value_len, pos = _get_varint(section, pos)
+        if value_len < -1:
+            raise ValueError("negative value length")
+        if value_len > 0:
+            pos += value_len
+        b = section[pos]
+        if b == 0:  # no headers: the common case
+            pos += 1
+            if pos != record_end:
+                raise ValueError("record fields do not add up to its length")
+            continue
+        header_count, pos = _get_varint(section, pos)
+        if header_count < 0:
+            raise ValueError("negative header count")
+        if header_count > headers_max:
+            raise RecordTooLargeError(
+                f"record {i} has {header_count} headers; header_count_max is {headers_max}",
+                field=f"records[{i}].headers",
+                limit=headers_max,
+            )
+        for _ in range(header_count):
+            hk_len, pos = _get_varint(section, pos)
+            if hk_len < 0 or pos + hk_len > record_end:
+                raise ValueError("bad header key length")
+            if hk_len > header_key_max:
+                raise RecordTooLargeError(
+                    f"record {i} header key is {hk_len} bytes; header_key_bytes_max is "
+                    f"{header_key_max}",
+                    field=f"records[{i}].headers.key",
+                    limit=header_key_max,
+                )
+            section[pos : pos + hk_len].decode("utf-8")
+            pos += hk_len
+            hv_len, pos = _get_varint(section, pos)
+            if hv_len < 0:
+                raise ValueError("bad header value length")
+            pos += hv_len
+        if pos != record_end:
+            raise ValueError("record fields do not add up to its length")
+    if pos != end:
+        raise ValueError("bytes left after the last record")
+    if previous_delta != header.last_offset_delta:
+        raise ValueError("last record's offset delta differs from last_offset_delta")
+
+
+def decode_batch(
+    batch: bytes | bytearray | memoryview,
+    *,
+    verify: bool = True,
+    record_limits: RecordLimits | None = None,
+) -> DecodedBatch:
+    """Decode one whole batch (exactly its bytes, or a buffer starting with it).
+
+    With `verify`, checks the CRC first; with `record_limits`, enforces them too.
+    Raises CorruptRecordError (naming what is wrong) on any inconsistency.
+    """
+    header = read_header(batch)
+    if len(batch) < header.size_bytes:
+        raise CorruptRecordError(
+            f"batch of {header.size_bytes} bytes is cut at {len(batch)}", field="batch"
+        )
+    view = memoryview(batch)[: header.size_bytes]
+    if verify and not verify_crc(view, header):
+        raise CorruptRecordError("batch CRC-32C does not match its contents", field="batch.crc")
+    uncompressed_max = (
+        record_limits.uncompressed_bytes_max
+        if record_limits is not None
+        else limits.BATCH_UNCOMPRESSED_BYTES_MAX
+    )
+    section = _records_section(view, header, uncompressed_max)
+    try:
+        records = _decode_records(section, header, record_limits)
+    except (ValueError, IndexError, UnicodeDecodeError) as exc:
+        raise CorruptRecordError(
+            f"malformed records section: {exc}", field="batch.records"
+        ) from exc
+    return DecodedBatch(header, records)
+
+
+def iter_batches(buf: bytes | bytearray | memoryview) -> Iterator[tuple[int, BatchHeader]]:
+    """Walk concatenated batches (a raw fetch response); yields (position, header).
+
+    Stops at the end of the buffer; a batch cut by the end raises CorruptRecordError.
+    """
+    pos = 0
+    end = len(buf)
+    while pos < end:
+        header = read_header(buf, pos)
+        if pos + header.size_bytes > end:
+            raise CorruptRecordError(
+                f"batch at position {pos} is cut by the end of the buffer", field="batch"
+            )
+        yield pos, header
+        pos += header.size_bytes
+
+
+def validate_batch(
+    batch: bytes | bytearray | memoryview, record_limits: RecordLimits = DEFAULT_LIMITS
+) -> BatchHeader:
+    """Full check of a batch that arrives from a producer, before it is proposed.
+
+    Exactly one batch, within the byte and count limits, CRC correct, dense offset
+    deltas from 0 (the log assigns offsets; a producer's batch has no gaps), every
+    record within its limits. Returns the header.
+    """
+    if len(batch) > record_limits.batch_bytes_max:
+        raise RecordTooLargeError(
+            f"batch of {len(batch)} bytes exceeds batch_bytes_max {record_limits.batch_bytes_max}",
+            field="batch",
+            limit=record_limits.batch_bytes_max,
+        )
+    header = read_header(batch)
+    if header.size_bytes != len(batch):
+        raise CorruptRecordError(
+            f"batch_length says {header.size_bytes} bytes, body has {len(batch)}",
+            field="batch.batch_length",
+        )
+    if header.record_count > record_limits.records_per_batch_max:
+        raise RecordTooLargeError(
+            f"{header.record_count} records exceed records_per_batch_max "
+            f"{record_limits.records_per_batch_max}",
+            field="batch.record_count",
+            limit=record_limits.records_per_batch_max,
+        )
+    if header.last_offset_delta != header.record_count - 1:
+        raise CorruptRecordError(
+            "a produced batch must have dense offset deltas 0..record_count-1",
+            field="batch.last_offset_delta",
+        )
+    if not verify_crc(batch, header):
+        raise CorruptRecordError("batch CRC-32C does not match its contents", field="batch.crc")
+    section = _records_section(batch, header, record_limits.uncompressed_bytes_max)
+    try:
+        _check_records(bytes(section), header, record_limits)
+    except (ValueError, IndexError, UnicodeDecodeError) as exc:
+        raise CorruptRecordError(f"malformed records section: {exc}", field="batch.records") from exc
+    return header
