@@ -1,0 +1,731 @@
+"""The `dmq` command: run a broker, manage topics, produce and consume from a shell.
+
+::
+
+    dmq serve [--data-dir DIR] [--http-addr HOST:PORT] ...   run a broker (`dmq serve --help`)
+    dmq topic create NAME [--partitions N] [--replication-factor N] [--config KEY=VALUE]...
+    dmq topic list | describe NAME | alter NAME [--config KEY=VALUE]... [--partitions N]
+    dmq topic delete NAME
+    dmq produce TOPIC [--file PATH] [--key-separator SEP] [--acks all|1|0] ...
+    dmq consume TOPIC [--partition N] [--from earliest|latest|OFFSET | --from-time T]
+                      [--follow] [--max-records N] [--output lines|json]
+    dmq bench log [--quick] [--dir DIR] [--total-mb MB] [--runs N] ...
+
+Commands that talk to a broker take `--url` (before or after the command; default: the
+environment variable DMQ_URL, else http://127.0.0.1:8080) and go through `dmq.client`.
+
+Exit status: 0 on success; 1 on an error, printed on stderr as `error: <code>: <message>`
+with the code of `dmq.errors`; 2 on a usage error; 130 when interrupted.
+
+This module is the one place that assembles every layer, so it imports the heavy ones
+(`dmq.server`, `bench`) only inside the commands that need them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import base64
+import dataclasses
+import importlib
+import json
+import os
+import sys
+import threading
+import time
+from collections.abc import AsyncIterator, Callable, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import IO, Any, BinaryIO, TextIO
+
+from dmq.client import (
+    AsyncAdmin,
+    AsyncConsumer,
+    AsyncProducer,
+    ConsumerRecord,
+    RecordMetadata,
+    TopicDescription,
+    TopicSummary,
+)
+from dmq.client._limits import LINGER_MS_DEFAULT
+from dmq.config import add_arguments as add_broker_arguments
+from dmq.config import load_config
+from dmq.errors import DmqError, InvalidRequest
+from log import limits as log_limits
+
+URL_DEFAULT = "http://127.0.0.1:8080"
+URL_ENV = "DMQ_URL"
+
+# produce: stdin or the file is read in chunks of this size by a reader thread, with at
+# most _READ_AHEAD_CHUNKS waiting, so the memory it holds is bounded; a line (one record)
+# may not exceed the largest batch.
+_READ_CHUNK_BYTES = 64 * 1024
+_READ_AHEAD_CHUNKS = 4
+_LINE_BYTES_MAX = log_limits.BATCH_BYTES_MAX
+_POLL_TIMEOUT_MS = 1_000
+_POLL_RECORDS_MAX = 500
+
+
+class UsageError(Exception):
+    """A command line that parses but makes no sense; exits with status 2."""
+
+
+# --------------------------------------------------------------------------- parsing
+
+
+def _config_item(text: str) -> tuple[str, Any]:
+    """`KEY=VALUE` for --config; an integer VALUE (e.g. -1) is sent as a JSON number."""
+    key, sep, value = text.partition("=")
+    if not sep or not key:
+        raise argparse.ArgumentTypeError(f"expected KEY=VALUE, got {text!r}")
+    try:
+        return key, int(value)
+    except ValueError:
+        return key, value
+
+
+def _offset_spec(text: str) -> int | str:
+    if text in ("earliest", "latest"):
+        return text
+    try:
+        offset = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"expected earliest, latest or an offset, got {text!r}"
+        ) from None
+    if offset < 0:
+        raise argparse.ArgumentTypeError("an offset is >= 0")
+    return offset
+
+
+def parse_time_ms(text: str) -> int:
+    """Milliseconds since the epoch, or ISO 8601 (UTC unless it carries an offset)."""
+    if text.lstrip("-").isdigit():
+        return int(text)
+    try:
+        moment = datetime.fromisoformat(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"expected milliseconds since the epoch or ISO 8601, got {text!r}"
+        ) from None
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=UTC)
+    return int(moment.timestamp() * 1000)
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 1, got {value}")
+    return value
+
+
+def _non_negative_int(text: str) -> int:
+    value = int(text) if text.isdigit() else -1
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 0, got {text!r}")
+    return value
+
+
+def _separator(text: str) -> bytes:
+    """A key separator; `\\t` and `\\n`-style escapes are understood (e.g. --key-separator '\\t')."""
+    raw = text.encode("utf-8").decode("unicode_escape").encode("utf-8")
+    if not raw:
+        raise argparse.ArgumentTypeError("the key separator may not be empty")
+    return raw
+
+
+def build_parser() -> argparse.ArgumentParser:
+    default_url = os.environ.get(URL_ENV) or URL_DEFAULT
+    parser = argparse.ArgumentParser(
+        prog="dmq", description="dmq: a distributed message queue (broker, client, tools)."
+    )
+    parser.add_argument(
+        "--url", default=default_url, help=f"broker URL [env {URL_ENV}; default {URL_DEFAULT}]"
+    )
+    # The same option after the command; SUPPRESS keeps the value given before it.
+    url = argparse.ArgumentParser(add_help=False)
+    url.add_argument("--url", default=argparse.SUPPRESS, help="broker URL (as before the command)")
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND")
+    _add_serve(commands)
+    _add_topic(commands, url)
+    _add_produce(commands, url)
+    _add_consume(commands, url)
+    _add_bench(commands)
+    return parser
+
+
+Subparsers = Any  # argparse's _SubParsersAction is private
+
+
+def _add_serve(commands: Subparsers) -> None:
+    serve = commands.add_parser(
+        "serve",
+        help="run a broker",
+        description="Run a broker. Every setting is a flag, an environment variable "
+        "DMQ_<NAME> or a key of the TOML --config file, in that precedence.",
+    )
+    add_broker_arguments(serve)
+    serve.set_defaults(handler=_cmd_serve)
+
+
+def _add_topic(commands: Subparsers, url: argparse.ArgumentParser) -> None:
+    topic = commands.add_parser("topic", help="create, list, describe, alter, delete topics")
+    actions = topic.add_subparsers(dest="topic_command", metavar="ACTION", required=True)
+    config_help = "a topic setting, e.g. retention_ms=86400000 (repeatable)"
+
+    create = actions.add_parser("create", parents=[url], help="create a topic")
+    create.add_argument("name")
+    create.add_argument("--partitions", type=_positive_int, help="default: the broker's")
+    create.add_argument("--replication-factor", type=_positive_int, help="default: the broker's")
+    create.add_argument(
+        "--config",
+        type=_config_item,
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help=config_help,
+    )
+    create.set_defaults(handler=_cmd_topic_create)
+
+    listing = actions.add_parser("list", parents=[url], help="list topics")
+    listing.add_argument("--json", action="store_true", help="print the answer as JSON")
+    listing.set_defaults(handler=_cmd_topic_list)
+
+    describe = actions.add_parser("describe", parents=[url], help="config and partitions")
+    describe.add_argument("name")
+    describe.add_argument("--json", action="store_true", help="print the answer as JSON")
+    describe.set_defaults(handler=_cmd_topic_describe)
+
+    alter = actions.add_parser("alter", parents=[url], help="change config or add partitions")
+    alter.add_argument("name")
+    alter.add_argument(
+        "--config",
+        type=_config_item,
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help=config_help,
+    )
+    alter.add_argument("--partitions", type=_positive_int, help="the new total partition count")
+    alter.set_defaults(handler=_cmd_topic_alter)
+
+    delete = actions.add_parser("delete", parents=[url], help="delete a topic and its data")
+    delete.add_argument("name")
+    delete.set_defaults(handler=_cmd_topic_delete)
+
+
+def _add_produce(commands: Subparsers, url: argparse.ArgumentParser) -> None:
+    produce = commands.add_parser(
+        "produce",
+        parents=[url],
+        help="send lines of stdin or a file as records",
+        description="Send each line (without its line ending) as one record. A topic that "
+        "does not exist is created by the broker if its auto_create_topics is on.",
+    )
+    produce.add_argument("topic")
+    produce.add_argument("--file", type=Path, help="read this file instead of stdin")
+    produce.add_argument(
+        "--key-separator",
+        type=_separator,
+        metavar="SEP",
+        help="split each line at the first SEP into key and value",
+    )
+    produce.add_argument("--acks", choices=("all", "1", "0"), default="all")
+    produce.add_argument(
+        "--partition", type=_non_negative_int, help="send every record to this partition"
+    )
+    produce.add_argument("--compression", choices=("none", "zstd"), default="none")
+    produce.add_argument(
+        "--linger-ms",
+        type=_non_negative_int,
+        default=LINGER_MS_DEFAULT,
+        help=f"how long a batch waits for more lines ({LINGER_MS_DEFAULT})",
+    )
+    produce.add_argument(
+        "--progress",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="progress bar on stderr (default: with --file on a terminal)",
+    )
+    produce.set_defaults(handler=_cmd_produce)
+
+
+def _add_consume(commands: Subparsers, url: argparse.ArgumentParser) -> None:
+    consume = commands.add_parser(
+        "consume",
+        parents=[url],
+        help="print records of a topic",
+        description="Print the records of a topic, one per line, up to the end it had when "
+        "the command started (or forever with --follow).",
+    )
+    consume.add_argument("topic")
+    consume.add_argument("--partition", type=_non_negative_int, help="default: all partitions")
+    start = consume.add_mutually_exclusive_group()
+    start.add_argument(
+        "--from",
+        dest="start",
+        type=_offset_spec,
+        default="earliest",
+        metavar="earliest|latest|OFFSET",
+        help="where to start in each partition (earliest)",
+    )
+    start.add_argument(
+        "--from-time",
+        dest="start_time_ms",
+        type=parse_time_ms,
+        metavar="TIME",
+        help="start at the first record at or after TIME: milliseconds since "
+        "the epoch, or ISO 8601 (UTC unless an offset is given)",
+    )
+    consume.add_argument("--follow", action="store_true", help="keep waiting for new records")
+    consume.add_argument("--max-records", type=_positive_int, help="stop after this many")
+    consume.add_argument(
+        "--output",
+        choices=("lines", "json"),
+        default="lines",
+        help="lines: the value (raw bytes); json: one object per record",
+    )
+    consume.add_argument(
+        "--key-separator", type=_separator, metavar="SEP", help="lines: print KEY SEP VALUE"
+    )
+    consume.set_defaults(handler=_cmd_consume)
+
+
+def _add_bench(commands: Subparsers) -> None:
+    bench = commands.add_parser("bench", help="benchmarks")
+    kinds = bench.add_subparsers(dest="bench_command", metavar="BENCHMARK", required=True)
+    # The options of bench/log_bench.py's add_arguments, repeated here so that `dmq` does
+    # not import the benchmark unless it runs (a test keeps the two lists equal).
+    log = kinds.add_parser("log", help="the storage engine (log/) against raw file I/O")
+    log.add_argument("--dir", type=Path, help="create the work directory inside DIR")
+    log.add_argument("--total-mb", type=float, help="MiB per case (256)")
+    log.add_argument("--fsync-mb", type=float, help="MiB per fsync case (32)")
+    log.add_argument(
+        "--fsync-appends-max", type=int, help="at most this many appends per fsync case (5000)"
+    )
+    log.add_argument("--runs", type=int, help="runs; medians are shown (3)")
+    log.add_argument("--quick", action="store_true", help="CI-sized run")
+    log.add_argument("--json", type=Path, help="also write the result here")
+    log.set_defaults(handler=_cmd_bench_log)
+
+
+# --------------------------------------------------------------------------- main
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run one `dmq` command; returns the exit status."""
+    parser = build_parser()
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as exit_:  # --help (0) or a usage error (2)
+        return exit_.code if isinstance(exit_.code, int) else 2
+    handler: Callable[[argparse.Namespace], int] | None = getattr(args, "handler", None)
+    if handler is None:
+        parser.print_help(sys.stderr)
+        return 2
+    try:
+        return handler(args)
+    except DmqError as error:
+        print(f"error: {error.code}: {error.message}", file=sys.stderr)
+        return 1
+    except UsageError as error:
+        print(f"dmq: error: {error}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print(file=sys.stderr)
+        return 130
+    except BrokenPipeError:
+        _silence_stdout()  # the reader left (e.g. `| head`): not an error
+        return 0
+
+
+def _silence_stdout() -> None:
+    # Python flushes stdout at exit; pointing it at /dev/null avoids a second EPIPE.
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError):
+        pass
+
+
+# --------------------------------------------------------------------------- serve, bench
+
+
+def _cmd_serve(args: argparse.Namespace) -> int:
+    config = load_config(vars(args), config_file=args.config)
+    try:  # the whole broker: only this command needs it
+        server = importlib.import_module("dmq.server")
+    except ImportError as exc:
+        raise DmqError(f"cannot load the broker (dmq.server): {exc}") from exc
+    return int(server.serve(config))
+
+
+def _cmd_bench_log(args: argparse.Namespace) -> int:
+    from bench import log_bench
+
+    try:
+        log_bench.run(args)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from exc
+    return 0
+
+
+# --------------------------------------------------------------------------- topic
+
+
+def _cmd_topic_create(args: argparse.Namespace) -> int:
+    async def create() -> TopicDescription:
+        async with AsyncAdmin(args.url) as admin:
+            return await admin.create_topic(
+                args.name, args.partitions, args.replication_factor, dict(args.config) or None
+            )
+
+    description = asyncio.run(create())
+    print(
+        f"created topic {description.name} ({description.partition_count} partitions, "
+        f"replication factor {description.replication_factor})"
+    )
+    return 0
+
+
+def _cmd_topic_list(args: argparse.Namespace) -> int:
+    async def listing() -> list[TopicSummary]:
+        async with AsyncAdmin(args.url) as admin:
+            return await admin.list_topics()
+
+    topics = asyncio.run(listing())
+    if args.json:
+        print(json.dumps({"topics": [_as_dict(t) for t in topics]}, indent=2))
+        return 0
+    rows = [("TOPIC", "PARTITIONS", "REPLICATION")]
+    rows += [(t.name, str(t.partitions), str(t.replication_factor)) for t in topics]
+    _print_table(rows)
+    return 0
+
+
+def _cmd_topic_describe(args: argparse.Namespace) -> int:
+    async def describe() -> TopicDescription:
+        async with AsyncAdmin(args.url) as admin:
+            return await admin.describe_topic(args.name)
+
+    description = asyncio.run(describe())
+    if args.json:
+        print(json.dumps(_as_dict(description), indent=2))
+    else:
+        _print_description(description)
+    return 0
+
+
+def _cmd_topic_alter(args: argparse.Namespace) -> int:
+    if not args.config and args.partitions is None:
+        raise UsageError("topic alter needs --config KEY=VALUE or --partitions N")
+
+    async def alter() -> TopicDescription:
+        async with AsyncAdmin(args.url) as admin:
+            description = None
+            if args.config:
+                description = await admin.alter_config(args.name, dict(args.config))
+            if args.partitions is not None:
+                description = await admin.add_partitions(args.name, args.partitions)
+            return description or await admin.describe_topic(args.name)
+
+    _print_description(asyncio.run(alter()))
+    return 0
+
+
+def _cmd_topic_delete(args: argparse.Namespace) -> int:
+    async def delete() -> None:
+        async with AsyncAdmin(args.url) as admin:
+            await admin.delete_topic(args.name)
+
+    asyncio.run(delete())
+    print(f"deleted topic {args.name}")
+    return 0
+
+
+def _as_dict(value: Any) -> dict[str, Any]:
+    """A value type (a dataclass) as JSON-ready data."""
+    return dataclasses.asdict(value)
+
+
+def _print_table(rows: Sequence[Sequence[str]], out: TextIO | None = None) -> None:
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    for row in rows:
+        line = "  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True))
+        print(line.rstrip(), file=out or sys.stdout)
+
+
+def _print_description(description: TopicDescription) -> None:
+    print(
+        f"topic {description.name}: {description.partition_count} partitions, "
+        f"replication factor {description.replication_factor}"
+    )
+    for key in sorted(description.config):
+        print(f"  {key} = {description.config[key]}")
+    rows = [("PARTITION", "LEADER", "REPLICAS", "LOG_START", "HIGH_WATERMARK", "LOG_END")]
+    rows += [
+        (
+            str(p.partition),
+            p.leader or "-",
+            ",".join(p.replicas),
+            str(p.log_start_offset),
+            str(p.high_watermark),
+            str(p.log_end_offset),
+        )
+        for p in description.partitions
+    ]
+    _print_table(rows)
+
+
+# --------------------------------------------------------------------------- produce
+
+
+def _cmd_produce(args: argparse.Namespace) -> int:
+    if args.file is not None:
+        try:
+            stream: BinaryIO = args.file.open("rb")
+        except OSError as exc:
+            raise UsageError(f"cannot read {args.file}: {exc.strerror}") from None
+        total = os.fstat(stream.fileno()).st_size
+    else:
+        stream, total = sys.stdin.buffer, 0
+    show = args.progress if args.progress is not None else bool(args.file and sys.stderr.isatty())
+    bar = ProgressBar(total, sys.stderr) if show and total > 0 else None
+    try:
+        stats = asyncio.run(produce_lines(args, stream, bar))
+    finally:
+        if stream is not sys.stdin.buffer:
+            stream.close()
+    print(f"produced {stats.acknowledged} records to {args.topic}", file=sys.stderr)
+    if stats.first_error is not None:
+        raise stats.first_error
+    return 0
+
+
+@dataclass(slots=True)
+class ProduceStats:
+    sent: int = 0
+    acknowledged: int = 0
+    first_error: DmqError | None = None
+
+    def on_done(self, future: asyncio.Future[RecordMetadata]) -> None:
+        error = None if future.cancelled() else future.exception()
+        if error is None:
+            self.acknowledged += 1
+        elif self.first_error is None:
+            self.first_error = error if isinstance(error, DmqError) else DmqError(f"{error!r}")
+
+
+async def produce_lines(
+    args: argparse.Namespace, stream: IO[bytes], bar: ProgressBar | None
+) -> ProduceStats:
+    """Send every line of `stream` as a record (`dmq produce`); stop at the first error."""
+    stats = ProduceStats()
+    separator: bytes | None = args.key_separator
+    consumed = 0
+    async with AsyncProducer(
+        args.url, acks=args.acks, compression=args.compression, linger_ms=args.linger_ms
+    ) as producer:
+        async for lines, consumed in read_lines(stream):
+            for line in lines:
+                stats.sent += 1
+                key, value = split_key(line, separator, stats.sent)
+                future = await producer.send(args.topic, value, key=key, partition=args.partition)
+                future.add_done_callback(stats.on_done)
+            if bar is not None:
+                bar.update(consumed, stats.sent)
+            if stats.first_error is not None:
+                break
+        await producer.flush()
+    if bar is not None:
+        bar.finish(consumed, stats.sent)
+    return stats
+
+
+def split_key(line: bytes, separator: bytes | None, line_number: int) -> tuple[bytes | None, bytes]:
+    """(key, value) of one input line: no key without a separator."""
+    if separator is None:
+        return None, line
+    key, sep, value = line.partition(separator)
+    if not sep:
+        raise InvalidRequest(
+            f"line {line_number} has no key separator {separator!r}", field=f"line {line_number}"
+        )
+    return key, value
+
+
+async def read_lines(stream: IO[bytes]) -> AsyncIterator[tuple[list[bytes], int]]:
+    """Lines of `stream` without their ending (\\n or \\r\\n), a chunk's worth at a time,
+    with the bytes consumed so far. A reader thread does the blocking reads, so records
+    keep flowing (linger, acknowledgements) while stdin waits for a human."""
+    pending = b""
+    consumed = 0
+    async for chunk in _read_chunks(stream):
+        consumed += len(chunk)
+        lines = (pending + chunk).split(b"\n")
+        pending = lines.pop()
+        if len(pending) > _LINE_BYTES_MAX:
+            raise InvalidRequest(
+                f"a line is longer than {_LINE_BYTES_MAX} bytes",
+                field="line",
+                limit=_LINE_BYTES_MAX,
+            )
+        yield [line.removesuffix(b"\r") for line in lines], consumed
+    if pending:
+        yield [pending.removesuffix(b"\r")], consumed
+
+
+async def _read_chunks(stream: IO[bytes]) -> AsyncIterator[bytes]:
+    loop = asyncio.get_running_loop()
+    queue: asyncio.Queue[bytes | BaseException] = asyncio.Queue(_READ_AHEAD_CHUNKS)
+    stop = threading.Event()
+    read: Callable[[int], bytes] = getattr(stream, "read1", stream.read)
+
+    def pump() -> None:
+        item: bytes | BaseException = b""
+        while not stop.is_set():
+            try:
+                item = read(_READ_CHUNK_BYTES)
+            except BaseException as exc:  # handed to the loop, raised there
+                item = exc
+            try:
+                asyncio.run_coroutine_threadsafe(queue.put(item), loop).result()
+            except RuntimeError:  # the loop is gone
+                return
+            if not isinstance(item, bytes) or not item:
+                return
+
+    threading.Thread(target=pump, name="dmq-produce-reader", daemon=True).start()
+    try:
+        while True:
+            item = await queue.get()
+            if isinstance(item, BaseException):
+                raise item
+            if not item:
+                return
+            yield item
+    finally:
+        stop.set()
+        while not queue.empty():  # unblock a pending put so the thread sees `stop`
+            queue.get_nowait()
+
+
+@dataclass(slots=True)
+class ProgressBar:
+    """A one-line text progress bar, redrawn at most every interval_s."""
+
+    total_bytes: int
+    out: TextIO
+    width: int = 30
+    interval_s: float = 0.2
+    clock: Callable[[], float] = time.monotonic
+    _last_draw_s: float = field(default=float("-inf"))
+
+    def render(self, done_bytes: int, records: int) -> str:
+        fraction = min(1.0, done_bytes / self.total_bytes) if self.total_bytes else 1.0
+        filled = int(fraction * self.width)
+        bar = "#" * filled + "." * (self.width - filled)
+        mib = 1024 * 1024
+        return (
+            f"[{bar}] {fraction * 100:5.1f}% {done_bytes / mib:.1f}/"
+            f"{self.total_bytes / mib:.1f} MiB {records:,} records"
+        )
+
+    def update(self, done_bytes: int, records: int) -> None:
+        now = self.clock()
+        if now - self._last_draw_s >= self.interval_s:
+            self._last_draw_s = now
+            self.out.write("\r" + self.render(done_bytes, records))
+            self.out.flush()
+
+    def finish(self, done_bytes: int, records: int) -> None:
+        self.out.write("\r" + self.render(done_bytes, records) + "\n")
+        self.out.flush()
+
+
+# --------------------------------------------------------------------------- consume
+
+
+def _cmd_consume(args: argparse.Namespace) -> int:
+    asyncio.run(consume_records(args, sys.stdout.buffer))
+    return 0
+
+
+async def consume_records(args: argparse.Namespace, out: IO[bytes]) -> int:
+    """Write the topic's records to `out` (`dmq consume`); returns how many."""
+    topic = args.topic
+    written = 0
+    async with AsyncAdmin(args.url) as admin, AsyncConsumer(args.url) as consumer:
+        if args.partition is not None:
+            partitions = [args.partition]
+        else:
+            partitions = [p.partition for p in (await admin.describe_topic(topic)).partitions]
+        consumer.assign([(topic, p) for p in partitions])
+        for p in partitions:
+            if args.start_time_ms is not None:
+                consumer.seek_to_timestamp(topic, p, args.start_time_ms)
+            else:
+                consumer.seek(topic, p, args.start)
+        # Without --follow, stop at the high watermarks the partitions had at the start.
+        ends = None
+        if not args.follow:
+            ends = {p: (await admin.offsets(topic, p)).high_watermark for p in partitions}
+        active = list(partitions)
+        while args.max_records is None or written < args.max_records:
+            if ends is not None:  # drop the partitions that reached their end
+                active = [p for p in active if await consumer.position((topic, p)) < ends[p]]
+                if not active:
+                    break
+                if len(active) < len(consumer.assignment()):
+                    consumer.assign([(topic, p) for p in active])
+            limit = _POLL_RECORDS_MAX
+            if args.max_records is not None:
+                limit = min(limit, args.max_records - written)
+            for record in await consumer.poll(timeout_ms=_POLL_TIMEOUT_MS, max_records=limit):
+                if ends is None or record.offset < ends[record.partition]:
+                    out.write(format_record(record, args.output, args.key_separator))
+                    written += 1
+            out.flush()
+    return written
+
+
+def format_record(record: ConsumerRecord, output: str, separator: bytes | None = None) -> bytes:
+    """One output line: the raw value (`lines`, with KEY SEP first if asked) or a JSON
+    object with string fields, all base64 (`"value_encoding": "base64"`) if any is not
+    UTF-8, as the HTTP API's JSON fetch."""
+    if output == "lines":
+        value = record.value or b""
+        if separator is not None:
+            value = (record.key or b"") + separator + value
+        return value + b"\n"
+    blobs = [record.key, record.value, *(v for _, v in record.headers)]
+    try:
+        for blob in blobs:
+            if blob is not None:
+                blob.decode("utf-8")
+        encoding = "string"
+    except UnicodeDecodeError:
+        encoding = "base64"
+
+    def text(blob: bytes | None) -> str | None:
+        if blob is None:
+            return None
+        return blob.decode("utf-8") if encoding == "string" else base64.b64encode(blob).decode()
+
+    obj: dict[str, Any] = {
+        "topic": record.topic,
+        "partition": record.partition,
+        "offset": record.offset,
+        "timestamp": record.timestamp_ms,
+        "key": text(record.key),
+        "value": text(record.value),
+        "headers": [{"key": k, "value": text(v)} for k, v in record.headers],
+    }
+    if encoding == "base64":
+        obj["value_encoding"] = "base64"
+    return json.dumps(obj, ensure_ascii=False).encode("utf-8") + b"\n"

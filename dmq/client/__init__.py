@@ -1,0 +1,69 @@
+"""dmq's Python client: produce, consume and administer topics over the HTTP API.
+
+Two APIs with the same names, arguments and behaviour:
+
+- asyncio, over aiohttp: `AsyncProducer`, `AsyncConsumer`, `AsyncAdmin`;
+- blocking: `Producer`, `Consumer`, `Admin`, which run the asyncio ones on a private event
+  loop in a background thread, so the protocol logic exists once.
+
+::
+
+    from dmq.client import Admin, Consumer, Producer
+
+    with Admin("http://127.0.0.1:8080") as admin:
+        admin.create_topic("orders", partitions=3)
+    with Producer("http://127.0.0.1:8080", compression="zstd") as producer:
+        producer.send("orders", b"42 apples", key=b"customer-7")
+    with Consumer("http://127.0.0.1:8080", topic="orders") as consumer:
+        for record in consumer.poll(timeout_ms=1000):
+            print(record.partition, record.offset, record.key, record.value)
+
+Every error is a `dmq.errors.DmqError`: the broker's `{"error": {"code"}}` becomes its
+class (`error_for_code`), connection failures become `BrokerUnavailable` and timeouts
+`RequestTimeout`. `RetriableError`s are retried with backoff (honouring Retry-After);
+`ClientError`s never are. Delivery is at-least-once: a produce retried after a lost
+answer may be appended twice, until idempotent producers exist.
+
+The producer batches records per partition and sends each batch as one binary
+RecordBatch (zstd-compressed end to end if asked); the consumer fetches stored batches
+as they are and checks their CRC. The modules `_producer.py`, `_consumer.py`,
+`_accumulator.py` and `_http.py` describe each step.
+"""
+
+from dmq.client._admin import AsyncAdmin
+from dmq.client._consumer import AsyncConsumer, OffsetReset, SeekTo
+from dmq.client._producer import Acks, AsyncProducer, Compression
+from dmq.client._sync import Admin, Consumer, Producer
+from dmq.client._types import (
+    BrokerInfo,
+    ClusterInfo,
+    ConsumerRecord,
+    PartitionInfo,
+    PartitionOffsets,
+    RecordMetadata,
+    TopicDescription,
+    TopicPartition,
+    TopicSummary,
+)
+
+__all__ = [
+    "Acks",
+    "Admin",
+    "AsyncAdmin",
+    "AsyncConsumer",
+    "AsyncProducer",
+    "BrokerInfo",
+    "ClusterInfo",
+    "Compression",
+    "Consumer",
+    "ConsumerRecord",
+    "OffsetReset",
+    "PartitionInfo",
+    "PartitionOffsets",
+    "Producer",
+    "RecordMetadata",
+    "SeekTo",
+    "TopicDescription",
+    "TopicPartition",
+    "TopicSummary",
+]

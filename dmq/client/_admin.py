@@ -1,0 +1,117 @@
+"""AsyncAdmin: topics, offsets and the cluster, one HTTP/JSON call each.
+
+Failed calls raise the `dmq.errors` class the broker named (TopicNotFound,
+TopicAlreadyExists, InvalidConfig, ...). Retriable errors are retried like every request
+(`_http.py`); note that a create or delete retried after a lost answer may then report
+TopicAlreadyExists or TopicNotFound for the change it made itself.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from dmq.client import _limits
+from dmq.client._http import Transport, topic_path
+from dmq.client._parse import (
+    parse_cluster,
+    parse_description,
+    parse_offsets,
+    parse_topic_list,
+)
+from dmq.client._types import ClusterInfo, PartitionOffsets, TopicDescription, TopicSummary
+
+
+class AsyncAdmin:
+    """Administers one broker (or cluster) at `url`. `async with AsyncAdmin(url) as admin:`."""
+
+    def __init__(
+        self,
+        url: str,
+        *,
+        retries: int = _limits.RETRIES_DEFAULT,
+        retry_backoff_ms: int = _limits.RETRY_BACKOFF_MS_DEFAULT,
+        request_timeout_ms: int = _limits.REQUEST_TIMEOUT_MS_DEFAULT,
+    ) -> None:
+        self._transport = Transport(
+            url,
+            request_timeout_ms=request_timeout_ms,
+            retries=retries,
+            retry_backoff_ms=retry_backoff_ms,
+        )
+
+    @property
+    def url(self) -> str:
+        return self._transport.url
+
+    async def __aenter__(self) -> AsyncAdmin:
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.close()
+
+    async def close(self) -> None:
+        await self._transport.close()
+
+    async def create_topic(
+        self,
+        name: str,
+        partitions: int | None = None,
+        replication_factor: int | None = None,
+        config: Mapping[str, Any] | None = None,
+    ) -> TopicDescription:
+        """Create a topic; unset arguments take the broker's defaults."""
+        body: dict[str, Any] = {"name": name}
+        if partitions is not None:
+            body["partitions"] = partitions
+        if replication_factor is not None:
+            body["replication_factor"] = replication_factor
+        if config:
+            body["config"] = dict(config)
+        response = await self._transport.request("POST", "/v1/topics", json_body=body)
+        return parse_description(response.json())
+
+    async def list_topics(self) -> list[TopicSummary]:
+        response = await self._transport.request("GET", "/v1/topics")
+        return parse_topic_list(response.json())
+
+    async def describe_topic(self, name: str) -> TopicDescription:
+        """Config and per-partition offsets of one topic."""
+        response = await self._transport.request("GET", topic_path(name))
+        return parse_description(response.json())
+
+    async def alter_config(self, name: str, config: Mapping[str, Any]) -> TopicDescription:
+        """Set the given config keys (others keep their values); unknown keys are refused."""
+        response = await self._transport.request(
+            "PATCH", topic_path(name) + "/config", json_body={"config": dict(config)}
+        )
+        return parse_description(response.json())
+
+    async def add_partitions(self, name: str, count: int) -> TopicDescription:
+        """Grow the topic to `count` partitions in total (more than it has now).
+
+        Keys then map to other partitions (murmur2 modulo the new count), as in Kafka.
+        """
+        response = await self._transport.request(
+            "POST", topic_path(name) + "/partitions", json_body={"count": count}
+        )
+        return parse_description(response.json())
+
+    async def delete_topic(self, name: str) -> None:
+        """Delete a topic and all its data."""
+        await self._transport.request("DELETE", topic_path(name))
+
+    async def offsets(
+        self, topic: str, partition: int, timestamp_ms: int | None = None
+    ) -> PartitionOffsets:
+        """log_start_offset and high_watermark of a partition; with `timestamp_ms`, also
+        the first offset whose record is at least that recent (None if none is)."""
+        params = {} if timestamp_ms is None else {"timestamp": str(int(timestamp_ms))}
+        response = await self._transport.request(
+            "GET", f"{topic_path(topic)}/partitions/{int(partition)}/offsets", params=params
+        )
+        return parse_offsets(response.json(), topic)
+
+    async def cluster(self) -> ClusterInfo:
+        response = await self._transport.request("GET", "/v1/cluster")
+        return parse_cluster(response.json())

@@ -1,0 +1,267 @@
+"""The client's one HTTP path: an aiohttp session, error mapping and retries.
+
+Every request of `AsyncProducer`, `AsyncConsumer` and `AsyncAdmin` (and so of their sync
+twins) goes through `Transport.request`, which:
+
+1. sends the request with a total timeout of request_timeout_ms (plus the long-poll wait);
+2. answers a 2xx response as is;
+3. turns any other response into the `dmq.errors` class its `{"error": {"code", ...}}`
+   body names (`error_for_code`), or, when the body is not in that shape (a proxy, an
+   unknown route), into the class its status implies;
+4. turns connection failures into `BrokerUnavailable` and timeouts into `RequestTimeout`,
+   so no aiohttp or asyncio exception reaches the user;
+5. retries a `RetriableError` up to `retries` times, waiting as the broker asked
+   (`details.retry_after_ms`, else `Retry-After`) or with exponential backoff, and never
+   retries a `ClientError` or a `StorageError`.
+
+A retried produce whose first attempt did reach the broker (a timeout, a lost answer) may
+be appended twice: delivery is at-least-once until idempotent producers exist.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import random
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import quote
+
+import aiohttp
+
+from dmq.client import _limits
+from dmq.errors import (
+    BrokerUnavailable,
+    DmqError,
+    InvalidRequest,
+    RequestTimeout,
+    RetriableError,
+    error_for_code,
+)
+
+USER_AGENT = "dmq-python-client/0.1"
+JSON = "application/json"
+BATCH = "application/vnd.dmq.batch"  # one RecordBatch, produced
+BATCHES = "application/vnd.dmq.batches"  # whole stored batches, fetched
+
+# The code a status implies when the body does not name one (README "Errors" table).
+_CODE_FOR_STATUS: dict[int, str] = {
+    400: "invalid_request",
+    404: "not_found",
+    406: "not_acceptable",
+    409: "topic_already_exists",
+    413: "record_too_large",
+    415: "unsupported_media_type",
+    416: "offset_out_of_range",
+    429: "backpressure",
+    500: "internal_error",
+    502: "broker_unavailable",
+    503: "broker_unavailable",
+    504: "request_timeout",
+}
+
+
+@dataclass(frozen=True, slots=True)
+class Response:
+    status: int
+    headers: Mapping[str, str]  # case-insensitive when it comes from aiohttp
+    body: bytes
+
+    def json(self) -> Any:
+        try:
+            return json.loads(self.body)
+        except ValueError as exc:
+            raise DmqError(
+                f"the broker answered {self.status} with a body that is not JSON"
+            ) from exc
+
+    def header_int(self, name: str) -> int | None:
+        raw = header(self.headers, name)
+        try:
+            return None if raw is None else int(raw)
+        except ValueError:
+            return None
+
+
+def header(headers: Mapping[str, str], name: str) -> str | None:
+    """A header by name, case-insensitively, whatever mapping holds the headers."""
+    value = headers.get(name)
+    if value is not None:
+        return value
+    lowered = name.lower()
+    return next((v for k, v in headers.items() if k.lower() == lowered), None)
+
+
+def error_from_response(status: int, headers: Mapping[str, str], body: bytes) -> DmqError:
+    """The `dmq.errors` instance an error response stands for.
+
+    A retriable error the broker attached a delay to keeps it in
+    `details["retry_after_ms"]`: the body's own value if it has one (milliseconds), else
+    the Retry-After header (seconds, RFC 9110).
+    """
+    code, message, details = _parse_error_body(body)
+    if code is None or type(error_for_code(code, "")).code != code:
+        # Not our shape, or a code this client does not know (a newer broker): the
+        # status decides the class; the broker's code stays visible in the message.
+        fallback = _CODE_FOR_STATUS.get(status)
+        if fallback is None:
+            fallback = "invalid_request" if 400 <= status < 500 else "internal_error"
+        if code is not None:
+            message = f"{code}: {message}"
+        code = fallback
+    if not message:
+        message = f"the broker answered HTTP {status}"
+    error = error_for_code(code, message, details)
+    if isinstance(error, RetriableError):
+        retry_after_ms = _retry_after_ms(headers, details)
+        if retry_after_ms is not None:
+            error.details["retry_after_ms"] = retry_after_ms
+            error.retry_after_ms = retry_after_ms
+    return error
+
+
+def _parse_error_body(body: bytes) -> tuple[str | None, str, dict[str, Any]]:
+    try:
+        parsed = json.loads(body)
+    except ValueError:
+        return None, body[:200].decode("utf-8", "replace").strip(), {}
+    error = parsed.get("error") if isinstance(parsed, dict) else None
+    if not isinstance(error, dict) or not isinstance(error.get("code"), str):
+        return None, "", {}
+    details = error.get("details")
+    return (
+        error["code"],
+        str(error.get("message") or ""),
+        dict(details) if isinstance(details, dict) else {},
+    )
+
+
+def _retry_after_ms(headers: Mapping[str, str], details: Mapping[str, Any]) -> int | None:
+    from_body = details.get("retry_after_ms")
+    if isinstance(from_body, int | float) and not isinstance(from_body, bool) and from_body >= 0:
+        return min(int(from_body), _limits.RETRY_AFTER_MS_MAX)
+    raw = header(headers, "Retry-After")
+    if raw is None:
+        return None
+    try:
+        seconds = float(raw)
+    except ValueError:
+        return None  # an HTTP date: not something a broker sends; fall back to backoff
+    return min(max(0, int(seconds * 1000)), _limits.RETRY_AFTER_MS_MAX)
+
+
+def backoff_ms(attempt: int, retry_backoff_ms: int, error: DmqError) -> int:
+    """How long to wait before retry number `attempt + 1` (attempt counts from 0)."""
+    asked = error.details.get("retry_after_ms")
+    if isinstance(asked, int):
+        return asked
+    base = min(retry_backoff_ms * 2**attempt, _limits.RETRY_BACKOFF_MS_MAX)
+    jitter = 1 + random.uniform(-_limits.RETRY_JITTER_FRACTION, _limits.RETRY_JITTER_FRACTION)
+    return int(base * jitter)
+
+
+def topic_path(topic: str) -> str:
+    return "/v1/topics/" + quote(topic, safe="")
+
+
+def check_url(url: str) -> str:
+    if not url.startswith(("http://", "https://")):
+        raise ValueError(f"url must start with http:// or https://, got {url!r}")
+    return url.rstrip("/")
+
+
+class Transport:
+    """One aiohttp session to one broker URL; created on first use in the running loop.
+
+    Not thread-safe: it belongs to the event loop of its first request.
+    """
+
+    def __init__(
+        self, url: str, *, request_timeout_ms: int, retries: int, retry_backoff_ms: int
+    ) -> None:
+        if request_timeout_ms < 1 or retries < 0 or retry_backoff_ms < 0:
+            raise ValueError("need request_timeout_ms >= 1, retries >= 0, retry_backoff_ms >= 0")
+        self.url = check_url(url)
+        self._request_timeout_ms = request_timeout_ms
+        self._retries = retries
+        self._retry_backoff_ms = retry_backoff_ms
+        self._session: aiohttp.ClientSession | None = None
+        self._closed = False
+
+    async def request(
+        self,
+        method: str,
+        path: str,
+        *,
+        params: Mapping[str, str] | None = None,
+        json_body: Any = None,
+        body: bytes | None = None,
+        content_type: str | None = None,
+        accept: str = JSON,
+        wait_ms: int = 0,
+    ) -> Response:
+        """Send with retries (module docstring); raise a `DmqError` unless 2xx."""
+        if json_body is not None:
+            body = json.dumps(json_body).encode()
+            content_type = JSON
+        attempt = 0
+        while True:
+            try:
+                return await self._once(method, path, params, body, content_type, accept, wait_ms)
+            except RetriableError as error:
+                if attempt >= self._retries:
+                    raise
+                delay_ms = backoff_ms(attempt, self._retry_backoff_ms, error)
+                attempt += 1
+                await asyncio.sleep(delay_ms / 1000)
+
+    async def _once(
+        self,
+        method: str,
+        path: str,
+        params: Mapping[str, str] | None,
+        body: bytes | None,
+        content_type: str | None,
+        accept: str,
+        wait_ms: int,
+    ) -> Response:
+        headers = {"Accept": accept, "User-Agent": USER_AGENT}
+        if content_type is not None:
+            headers["Content-Type"] = content_type
+        timeout_ms = self._request_timeout_ms + wait_ms
+        try:
+            async with self._get_session().request(
+                method,
+                self.url + path,
+                params=params,
+                data=body,
+                headers=headers,
+                timeout=aiohttp.ClientTimeout(total=timeout_ms / 1000),
+            ) as answer:
+                payload = await answer.read()
+                status, answer_headers = answer.status, answer.headers
+        except TimeoutError as exc:
+            raise RequestTimeout(f"{method} {path}: no answer within {timeout_ms} ms") from exc
+        except aiohttp.InvalidURL as exc:
+            raise InvalidRequest(f"invalid URL {self.url + path}: {exc}", field="url") from exc
+        except aiohttp.ClientError as exc:
+            raise BrokerUnavailable(
+                f"{method} {path}: cannot reach the broker at {self.url}: {exc or type(exc).__name__}"
+            ) from exc
+        if 200 <= status < 300:
+            return Response(status, answer_headers, payload)
+        raise error_from_response(status, answer_headers, payload)
+
+    def _get_session(self) -> aiohttp.ClientSession:
+        if self._closed:
+            raise RuntimeError("this client is closed")
+        if self._session is None:
+            self._session = aiohttp.ClientSession()
+        return self._session
+
+    async def close(self) -> None:
+        self._closed = True
+        if self._session is not None:
+            session, self._session = self._session, None
+            await session.close()

@@ -1,0 +1,495 @@
+"""AsyncProducer: batches records per partition and posts each batch as one RecordBatch.
+
+How a record travels (the sync `Producer` runs exactly this on its private loop):
+
+1. `send` builds a `Record` (timestamp: now, unless given) and learns the topic's
+   partition count from `GET /v1/topics/{topic}` (cached; refreshed in the background
+   every METADATA_MAX_AGE_MS).
+2. A topic that does not exist yet is not created by the client: the first record is
+   posted alone as JSON (`POST /v1/topics/{topic}/records`), which the broker answers by
+   creating the topic if its `auto_create_topics` is on, or with 404 `topic_not_found`
+   (the record's future fails with `TopicNotFound`). Concurrent sends to that topic wait
+   for this to finish, so records keep their order. Create topics up front with
+   `Admin.create_topic` to choose their partitions and config.
+3. The record reserves its size in the producer's buffer (bounded by buffer_bytes) and
+   joins the open batch of its partition (`_accumulator.py` says which).
+4. The sender task closes batches that are full, have lingered linger_ms, or are flushed,
+   and posts each with `Content-Type: application/vnd.dmq.batch`,
+   `?partition=N&acks=...`, encoded with `log.records.encode_batch` (zstd when asked: the
+   broker stores it compressed as it is). One request per partition is in flight at a
+   time, so a partition's records are appended in `send` order even across retries.
+5. The answer (one offset per record) resolves each record's future with its
+   `RecordMetadata`; an error fails every record of the batch with the same `DmqError`.
+   Retriable errors were retried first (see `_http.py`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import contextlib
+import random
+import time
+from collections.abc import Coroutine, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from dmq.client import _limits
+from dmq.client._accumulator import ProducerBatch, RecordAccumulator, record_size_bytes
+from dmq.client._http import BATCH, Transport, topic_path
+from dmq.client._parse import parse_description
+from dmq.client._types import RecordMetadata, TopicPartition
+from dmq.errors import (
+    Backpressure,
+    DmqError,
+    InvalidRequest,
+    PartitionNotFound,
+    RecordTooLarge,
+    TopicNotFound,
+)
+from log.errors import LogError
+from log.records import Codec, Header, Record, encode_batch
+
+Acks = Literal["all", "1", "0", 1, 0]
+Compression = Literal["none", "zstd"]
+Bytesish = bytes | bytearray | memoryview | str
+HeadersArg = Sequence[tuple[str, Bytesish]] | Mapping[str, Bytesish] | None
+
+
+def now_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+def to_bytes(data: Bytesish | None, what: str) -> bytes | None:
+    """bytes as they are; str as UTF-8; None stays None (no key / a tombstone)."""
+    if data is None or isinstance(data, bytes):
+        return data
+    if isinstance(data, str):
+        return data.encode("utf-8")
+    if isinstance(data, bytearray | memoryview):
+        return bytes(data)
+    raise TypeError(f"{what} must be bytes, str or None, not {type(data).__name__}")
+
+
+def to_headers(headers: HeadersArg) -> tuple[Header, ...]:
+    if headers is None:
+        return ()
+    items = headers.items() if isinstance(headers, Mapping) else headers
+    out = []
+    for key, value in items:
+        if not isinstance(key, str):
+            raise TypeError(f"header keys must be str, not {type(key).__name__}")
+        out.append(Header(key, to_bytes(value, f"header {key!r}") or b""))
+    return tuple(out)
+
+
+def normalise_acks(acks: Acks) -> str:
+    text = str(acks)
+    if text not in ("all", "1", "0"):
+        raise ValueError(f'acks must be "all", "1" or "0", got {acks!r}')
+    return text
+
+
+@dataclass(frozen=True, slots=True)
+class _TopicMetadata:
+    partition_count: int
+    fetched_s: float
+
+
+class AsyncProducer:
+    """Sends records to topics in batches (see the module docstring for the steps).
+
+    Use it as `async with AsyncProducer(url) as producer:` or call `close()`. It belongs
+    to the event loop it is first used in and is not thread-safe; the sync `Producer` is.
+
+    `send` raises only for programming errors (TypeError, ValueError, RuntimeError once
+    closed); everything the broker or the network says arrives through the future.
+    """
+
+    def __init__(
+        self,
+        url: str,
+        *,
+        acks: Acks = "all",
+        linger_ms: int = _limits.LINGER_MS_DEFAULT,
+        batch_bytes: int = _limits.BATCH_BYTES_DEFAULT,
+        compression: Compression = "none",
+        retries: int = _limits.RETRIES_DEFAULT,
+        retry_backoff_ms: int = _limits.RETRY_BACKOFF_MS_DEFAULT,
+        request_timeout_ms: int = _limits.REQUEST_TIMEOUT_MS_DEFAULT,
+        buffer_bytes: int = _limits.BUFFER_BYTES_DEFAULT,
+    ) -> None:
+        if not 1 <= batch_bytes <= _limits.BATCH_BYTES_MAX:
+            raise ValueError(f"batch_bytes must be in 1..{_limits.BATCH_BYTES_MAX}")
+        if buffer_bytes < batch_bytes:
+            raise ValueError("buffer_bytes must be >= batch_bytes")
+        if compression not in ("none", "zstd"):
+            raise ValueError(f'compression must be "none" or "zstd", got {compression!r}')
+        self._transport = Transport(
+            url,
+            request_timeout_ms=request_timeout_ms,
+            retries=retries,
+            retry_backoff_ms=retry_backoff_ms,
+        )
+        self._acks = normalise_acks(acks)
+        self._codec = Codec.ZSTD if compression == "zstd" else Codec.NONE
+        self._request_timeout_ms = request_timeout_ms
+        self._buffer_bytes_max = buffer_bytes
+        self._buffered_bytes = 0  # reserved by records not yet acknowledged
+        self._space_freed = asyncio.Event()
+        self._reserve_lock = asyncio.Lock()  # taken by every send; held while waiting for room
+        # A random start spreads the unkeyed records of many producers over partitions.
+        self._accumulator: RecordAccumulator[asyncio.Future[RecordMetadata]] = RecordAccumulator(
+            batch_bytes=batch_bytes, linger_ms=linger_ms, sticky_start=random.randrange(1 << 16)
+        )
+        self._metadata: dict[str, _TopicMetadata] = {}
+        self._topic_locks: dict[str, asyncio.Lock] = {}
+        self._refreshing: set[str] = set()
+        self._in_flight: set[TopicPartition] = set()
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._undelivered: set[asyncio.Future[RecordMetadata]] = set()
+        self._wake = asyncio.Event()
+        self._sender: asyncio.Task[None] | None = None
+        self._flushing = 0
+        self._closed = False
+
+    @property
+    def url(self) -> str:
+        return self._transport.url
+
+    async def __aenter__(self) -> AsyncProducer:
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.close()
+
+    # ------------------------------------------------------------------ send
+
+    async def send(
+        self,
+        topic: str,
+        value: Bytesish | None,
+        key: Bytesish | None = None,
+        headers: HeadersArg = None,
+        partition: int | None = None,
+        timestamp_ms: int | None = None,
+    ) -> asyncio.Future[RecordMetadata]:
+        """Queue one record; the future resolves once the broker acknowledged it.
+
+        `value=None` is a tombstone; str keys, values and header values are sent as UTF-8.
+        Waits (without blocking the loop) for the topic's metadata on first use and for
+        room in the buffer when it is full.
+        """
+        record = self._prepare(topic, value, key, headers, partition, timestamp_ms)
+        return await self._enqueue(topic, record, partition)
+
+    def _prepare(
+        self,
+        topic: str,
+        value: Bytesish | None,
+        key: Bytesish | None,
+        headers: HeadersArg,
+        partition: int | None,
+        timestamp_ms: int | None,
+    ) -> Record:
+        """Check the arguments and build the record; the part of `send` that cannot wait,
+        so the sync `Producer` runs it in the caller's thread and raises there."""
+        if self._closed:
+            raise RuntimeError("the producer is closed")
+        if not isinstance(topic, str) or not topic:
+            raise ValueError("topic must be a non-empty str")
+        if partition is not None and (not isinstance(partition, int) or partition < 0):
+            raise ValueError(f"partition must be an int >= 0, got {partition!r}")
+        return Record(
+            key=to_bytes(key, "key"),
+            value=to_bytes(value, "value"),
+            headers=to_headers(headers),
+            timestamp_ms=now_ms() if timestamp_ms is None else int(timestamp_ms),
+        )
+
+    async def _enqueue(
+        self, topic: str, record: Record, partition: int | None
+    ) -> asyncio.Future[RecordMetadata]:
+        """Steps 1-3 of the module docstring. Sends of one task (or one thread, through
+        the sync `Producer`) join their batches in call order, whatever they wait for."""
+        if self._closed:
+            raise RuntimeError("the producer is closed")
+        future: asyncio.Future[RecordMetadata] = asyncio.get_running_loop().create_future()
+        # Tracked from now, so that a flush also waits for records still waiting for
+        # metadata or buffer room.
+        self._undelivered.add(future)
+        future.add_done_callback(self._undelivered.discard)
+        try:
+            count = await self._partition_count(topic, record, partition, future)
+            if count is None:  # the record went alone, as JSON, to a new topic
+                return future
+            if partition is not None and partition >= count:
+                count = await self._refresh_metadata(topic)
+                if partition >= count:
+                    raise PartitionNotFound(
+                        f"partition {partition} is not in 0..{count - 1} of topic {topic!r}",
+                        field="partition",
+                        limit=count - 1,
+                    )
+            await self._reserve(record_size_bytes(record))
+        except DmqError as error:
+            future.set_exception(error)
+            return future
+        _, changed = self._accumulator.append(
+            topic,
+            record,
+            future,
+            partition_count=count,
+            partition=partition,
+            now_s=asyncio.get_running_loop().time(),
+        )
+        self._ensure_sender()
+        if changed:
+            self._wake.set()
+        return future
+
+    async def send_and_wait(
+        self,
+        topic: str,
+        value: Bytesish | None,
+        key: Bytesish | None = None,
+        headers: HeadersArg = None,
+        partition: int | None = None,
+        timestamp_ms: int | None = None,
+    ) -> RecordMetadata:
+        """`send`, then wait for the acknowledgement (lingers, so prefer `send` in loops)."""
+        future = await self.send(topic, value, key, headers, partition, timestamp_ms)
+        return await future
+
+    async def flush(self) -> None:
+        """Send every queued record now and wait until each is acknowledged or failed."""
+        self._flushing += 1
+        self._wake.set()
+        try:
+            pending = list(self._undelivered)
+            if pending:
+                await asyncio.wait(pending)
+        finally:
+            self._flushing -= 1
+
+    async def close(self) -> None:
+        """Flush, then release the connection pool. Idempotent."""
+        if self._closed:
+            return
+        self._closed = True
+        try:
+            await self.flush()
+        finally:
+            if self._sender is not None:
+                self._sender.cancel()
+                await asyncio.gather(self._sender, return_exceptions=True)
+            tasks = list(self._tasks)
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+            await self._transport.close()
+
+    # ------------------------------------------------------------------ metadata
+
+    async def _partition_count(
+        self,
+        topic: str,
+        record: Record,
+        partition: int | None,
+        future: asyncio.Future[RecordMetadata],
+    ) -> int | None:
+        """The topic's partition count; None if the topic was missing and `record` was
+        therefore sent alone as JSON (step 2), which settled `future`."""
+        lock = self._topic_locks.get(topic)
+        if lock is None:
+            lock = self._topic_locks[topic] = asyncio.Lock()
+        # Always through the lock, which is FIFO and does not yield when free: a send
+        # must not overtake earlier ones still waiting here for the topic's metadata.
+        async with lock:
+            meta = self._metadata.get(topic)
+            if meta is not None:
+                self._maybe_refresh_in_background(topic, meta)
+                return meta.partition_count
+            try:
+                return await self._refresh_metadata(topic)
+            except TopicNotFound:
+                pass
+            future.set_result(await self._send_json(topic, record, partition))
+            with contextlib.suppress(TopicNotFound):  # deleted again: the next send sees it
+                await self._refresh_metadata(topic)
+            return None
+
+    async def _refresh_metadata(self, topic: str) -> int:
+        response = await self._transport.request("GET", topic_path(topic))
+        description = parse_description(response.json())
+        count = description.partition_count
+        if count < 1:
+            raise DmqError(f"topic {topic!r} is described with no partitions")
+        self._metadata[topic] = _TopicMetadata(count, asyncio.get_running_loop().time())
+        return count
+
+    def _maybe_refresh_in_background(self, topic: str, meta: _TopicMetadata) -> None:
+        age_s = asyncio.get_running_loop().time() - meta.fetched_s
+        if age_s * 1000 < _limits.METADATA_MAX_AGE_MS or topic in self._refreshing:
+            return
+        self._refreshing.add(topic)
+
+        async def refresh() -> None:
+            try:
+                await self._refresh_metadata(topic)
+            except TopicNotFound:
+                self._metadata.pop(topic, None)
+            except DmqError:
+                pass  # keep the old count; the next send past the age tries again
+            finally:
+                self._refreshing.discard(topic)
+
+        self._spawn(refresh())
+
+    async def _send_json(self, topic: str, record: Record, partition: int | None) -> RecordMetadata:
+        """Post one record as JSON (base64): the broker auto-creates a missing topic."""
+
+        def b64(data: bytes | None) -> str | None:
+            return None if data is None else base64.b64encode(data).decode("ascii")
+
+        item: dict[str, Any] = {
+            "key": b64(record.key),
+            "value": b64(record.value),
+            "headers": [{"key": h.key, "value": b64(h.value)} for h in record.headers],
+            "timestamp": record.timestamp_ms,
+        }
+        if partition is not None:
+            item["partition"] = partition
+        response = await self._transport.request(
+            "POST",
+            topic_path(topic) + "/records",
+            params={"acks": self._acks},
+            json_body={"records": [item], "value_encoding": "base64"},
+        )
+        return _metadata_from_answer(topic, response.json(), 1, None)[0]
+
+    # ------------------------------------------------------------------ buffer
+
+    async def _reserve(self, size: int) -> None:
+        """Take `size` bytes of the buffer, waiting up to request_timeout_ms for room."""
+        if size > self._buffer_bytes_max:
+            raise RecordTooLarge(
+                f"a record of about {size} bytes does not fit in buffer_bytes "
+                f"{self._buffer_bytes_max}",
+                field="value",
+                limit=self._buffer_bytes_max,
+            )
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self._request_timeout_ms / 1000
+        # FIFO, and free of yields when nobody waits: sends take room in call order.
+        async with self._reserve_lock:
+            while not self._fits(size):
+                self._space_freed.clear()
+                self._wake.set()  # make sure the sender is draining
+                try:
+                    await asyncio.wait_for(
+                        self._space_freed.wait(), max(0.0, deadline - loop.time())
+                    )
+                except TimeoutError:
+                    raise Backpressure(
+                        f"the producer's buffer ({self._buffer_bytes_max} bytes) stayed full "
+                        f"for {self._request_timeout_ms} ms",
+                        limit=self._buffer_bytes_max,
+                    ) from None
+            self._buffered_bytes += size
+
+    def _fits(self, size: int) -> bool:
+        return self._buffered_bytes + size <= self._buffer_bytes_max
+
+    def _release(self, size: int) -> None:
+        self._buffered_bytes -= size
+        self._space_freed.set()
+
+    # ------------------------------------------------------------------ sender
+
+    def _spawn(self, coroutine: Coroutine[Any, Any, None]) -> None:
+        task: asyncio.Task[None] = asyncio.get_running_loop().create_task(coroutine)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    def _ensure_sender(self) -> None:
+        if self._sender is None:
+            self._sender = asyncio.get_running_loop().create_task(self._run_sender())
+            self._sender.add_done_callback(self._sender_stopped)
+
+    def _sender_stopped(self, task: asyncio.Task[None]) -> None:
+        # Only a bug stops the sender early: fail what waits rather than hang forever.
+        if task.cancelled() or task.exception() is None:
+            return
+        error = DmqError(f"the producer's sender stopped: {task.exception()!r}")
+        for future in list(self._undelivered):
+            if not future.done():
+                future.set_exception(error)
+
+    async def _run_sender(self) -> None:
+        loop = asyncio.get_running_loop()
+        while True:
+            self._wake.clear()
+            self._accumulator.close_expired(loop.time(), force=self._flushing > 0)
+            for batch in self._accumulator.take_sendable(self._in_flight):
+                self._in_flight.add(batch.topic_partition)
+                self._spawn(self._send_batch(batch))
+            deadline_s = self._accumulator.next_deadline_s()
+            timeout_s = None if deadline_s is None else max(0.0, deadline_s - loop.time())
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._wake.wait(), timeout_s)
+
+    async def _send_batch(self, batch: ProducerBatch[asyncio.Future[RecordMetadata]]) -> None:
+        tp = batch.topic_partition
+        try:
+            try:
+                body = encode_batch(batch.records, codec=self._codec)
+            except LogError as exc:
+                raise InvalidRequest(f"cannot encode the batch: {exc}", field="records") from exc
+            response = await self._transport.request(
+                "POST",
+                topic_path(tp.topic) + "/records",
+                params={"partition": str(tp.partition), "acks": self._acks},
+                body=body,
+                content_type=BATCH,
+            )
+            results = _metadata_from_answer(
+                tp.topic, response.json(), len(batch.records), tp.partition
+            )
+            for future, metadata in zip(batch.waiters, results, strict=True):
+                if not future.done():
+                    future.set_result(metadata)
+        except DmqError as error:
+            if isinstance(error, TopicNotFound | PartitionNotFound):
+                self._metadata.pop(tp.topic, None)  # deleted or shrunk: look again
+            for future in batch.waiters:
+                if not future.done():
+                    future.set_exception(error)
+        finally:
+            self._release(batch.size_bytes)
+            self._in_flight.discard(tp)
+            self._wake.set()
+
+
+def _metadata_from_answer(
+    topic: str, answer: Any, record_count: int, partition: int | None
+) -> list[RecordMetadata]:
+    """`{"offsets": [{"partition", "offset"}, ...]}`, one entry per record in order.
+
+    Also accepts a single entry for a whole batch (its base offset): the README's
+    "one entry per record" is what the broker does, this only tolerates the other.
+    """
+    offsets = answer.get("offsets") if isinstance(answer, dict) else None
+    if not isinstance(offsets, list) or len(offsets) not in (record_count, 1):
+        raise DmqError(f"unexpected produce answer for {record_count} records: {answer!r:.200}")
+    out = []
+    for i in range(record_count):
+        entry = offsets[i] if len(offsets) == record_count else offsets[0]
+        p = entry.get("partition", partition) if isinstance(entry, dict) else None
+        offset = entry.get("offset") if isinstance(entry, dict) else None
+        if not isinstance(p, int) or not (offset is None or isinstance(offset, int)):
+            raise DmqError(f"unexpected produce answer entry: {entry!r:.200}")
+        if offset is not None and len(offsets) != record_count:
+            offset += i
+        out.append(RecordMetadata(topic, p, offset))
+    return out

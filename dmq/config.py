@@ -1,0 +1,210 @@
+"""Broker configuration: one frozen dataclass, three sources with the same names.
+
+Every field can be set, highest precedence first, by a command-line flag
+(`--data-dir`), an environment variable (`DMQ_DATA_DIR`) or the TOML config file
+given with `--config` (`data_dir = "..."`). `dmq serve --help` lists them all with
+their defaults and units. Relations between limits are checked at start-up.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import os
+import tomllib
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from dmq import limits
+from dmq.errors import InvalidConfig
+from log import limits as log_limits
+from log.config import DAY_MS
+
+ENV_PREFIX = "DMQ_"
+
+
+def _doc(text: str) -> dict[str, str]:
+    return {"help": text}
+
+
+@dataclass(frozen=True, slots=True)
+class BrokerConfig:
+    node_id: str = field(default="n1", metadata=_doc("this broker's id in the cluster"))
+    data_dir: str = field(default="./dmq-data", metadata=_doc("where partitions are stored"))
+    http_addr: str = field(default="127.0.0.1:8080", metadata=_doc("HTTP listen host:port"))
+    log_level: str = field(default="info", metadata=_doc("debug, info, warning or error"))
+    auto_create_topics: bool = field(
+        default=True, metadata=_doc("create a topic on its first produce")
+    )
+    default_partitions: int = field(default=1, metadata=_doc("partitions of auto-created topics"))
+    default_replication_factor: int = field(default=1, metadata=_doc("replicas per partition"))
+    # Limits (dmq/limits.py explains each cost).
+    request_bytes_max: int = field(
+        default=limits.REQUEST_BYTES_MAX, metadata=_doc("largest HTTP request body, bytes")
+    )
+    produce_records_max: int = field(
+        default=limits.PRODUCE_RECORDS_MAX, metadata=_doc("records per JSON/text produce request")
+    )
+    produce_queue_depth_max: int = field(
+        default=limits.PRODUCE_QUEUE_DEPTH_MAX,
+        metadata=_doc("queued produce requests per partition before 429"),
+    )
+    group_commit_requests_max: int = field(
+        default=limits.GROUP_COMMIT_REQUESTS_MAX,
+        metadata=_doc("produce requests coalesced into one append"),
+    )
+    fetch_wait_ms_max: int = field(
+        default=limits.FETCH_WAIT_MS_MAX, metadata=_doc("longest long-poll wait_ms, ms")
+    )
+    fetch_bytes_max: int = field(
+        default=limits.FETCH_BYTES_MAX, metadata=_doc("largest fetch max_bytes, bytes")
+    )
+    fetch_records_max: int = field(
+        default=limits.FETCH_RECORDS_MAX, metadata=_doc("largest fetch max_records")
+    )
+    waiting_fetches_max: int = field(
+        default=limits.WAITING_FETCHES_MAX, metadata=_doc("long-polls parked at once before 429")
+    )
+    record_bytes_max: int = field(
+        default=log_limits.RECORD_BYTES_MAX, metadata=_doc("default max_record_bytes of topics")
+    )
+    batch_bytes_max: int = field(
+        default=log_limits.BATCH_BYTES_MAX, metadata=_doc("largest batch, bytes")
+    )
+    # Storage defaults for new topics.
+    segment_bytes: int = field(default=256 * limits.MiB, metadata=_doc("segment size, bytes"))
+    retention_ms: int = field(default=7 * DAY_MS, metadata=_doc("time retention, ms (-1: keep)"))
+    retention_bytes: int = field(
+        default=-1, metadata=_doc("size retention per partition (-1: none)")
+    )
+    flush_interval_records: int = field(
+        default=1, metadata=_doc("fsync after this many records (1: every append, -1: off)")
+    )
+    flush_interval_ms: int = field(
+        default=-1, metadata=_doc("fsync at least this often, ms (-1: off)")
+    )
+    retention_check_interval_ms: int = field(
+        default=60_000, metadata=_doc("how often retention and compaction run, ms")
+    )
+    shutdown_grace_ms: int = field(
+        default=10_000, metadata=_doc("time given to in-flight requests at shutdown, ms")
+    )
+
+    def __post_init__(self) -> None:
+        positive = [
+            f.name
+            for f in dataclasses.fields(self)
+            if f.type == "int"
+            and f.name
+            not in (
+                "retention_ms",
+                "retention_bytes",
+                "flush_interval_records",
+                "flush_interval_ms",
+            )
+            and getattr(self, f.name) < 1
+        ]
+        if positive:
+            raise InvalidConfig(f"{positive[0]} must be >= 1", field=positive[0])
+        if self.batch_bytes_max > log_limits.BATCH_BYTES_MAX:
+            raise InvalidConfig(
+                f"batch_bytes_max may not exceed {log_limits.BATCH_BYTES_MAX}",
+                field="batch_bytes_max",
+                limit=log_limits.BATCH_BYTES_MAX,
+            )
+        if self.record_bytes_max > self.batch_bytes_max:
+            raise InvalidConfig(
+                "record_bytes_max must be <= batch_bytes_max", field="record_bytes_max"
+            )
+        # A body must be able to carry the largest batch, base64-encoded in JSON.
+        if self.request_bytes_max < self.batch_bytes_max:
+            raise InvalidConfig(
+                "request_bytes_max must be >= batch_bytes_max", field="request_bytes_max"
+            )
+        if self.fetch_bytes_max < self.batch_bytes_max:
+            raise InvalidConfig(
+                "fetch_bytes_max must be >= batch_bytes_max (a fetch returns whole batches)",
+                field="fetch_bytes_max",
+            )
+        host, _, port = self.http_addr.rpartition(":")
+        if not host or not port.isdigit():
+            raise InvalidConfig("http_addr must be host:port", field="http_addr")
+
+    @property
+    def http_host(self) -> str:
+        return self.http_addr.rpartition(":")[0]
+
+    @property
+    def http_port(self) -> int:
+        return int(self.http_addr.rpartition(":")[2])
+
+    @property
+    def data_path(self) -> Path:
+        return Path(self.data_dir)
+
+
+def _parse(name: str, type_name: str, raw: Any) -> Any:
+    if type_name == "bool":
+        if isinstance(raw, bool):
+            return raw
+        text = str(raw).strip().lower()
+        if text in ("1", "true", "yes", "on"):
+            return True
+        if text in ("0", "false", "no", "off"):
+            return False
+        raise InvalidConfig(f"{name} must be true or false, got {raw!r}", field=name)
+    if type_name == "int":
+        if isinstance(raw, bool):
+            raise InvalidConfig(f"{name} must be an integer", field=name)
+        try:
+            return int(raw)
+        except (TypeError, ValueError):
+            raise InvalidConfig(f"{name} must be an integer, got {raw!r}", field=name) from None
+    return str(raw)
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """One `--flag` per BrokerConfig field, plus `--config FILE`."""
+    parser.add_argument("--config", help="TOML config file (same names as the flags)")
+    for f in dataclasses.fields(BrokerConfig):
+        flag = "--" + f.name.replace("_", "-")
+        env = ENV_PREFIX + f.name.upper()
+        parser.add_argument(
+            flag,
+            dest=f.name,
+            default=None,
+            help=f"{f.metadata.get('help', '')} [env {env}; default {f.default!r}]",
+        )
+
+
+def load_config(
+    flags: Mapping[str, Any],
+    environ: Mapping[str, str] | None = None,
+    config_file: str | None = None,
+) -> BrokerConfig:
+    """Merge flags > environment > file > defaults, parse types, validate."""
+    environ = os.environ if environ is None else environ
+    from_file: dict[str, Any] = {}
+    if config_file:
+        try:
+            from_file = tomllib.loads(Path(config_file).read_text())
+        except (OSError, tomllib.TOMLDecodeError) as exc:
+            raise InvalidConfig(
+                f"cannot read config file {config_file}: {exc}", field="config"
+            ) from exc
+    fields = {f.name: f for f in dataclasses.fields(BrokerConfig)}
+    unknown = sorted(set(from_file) - set(fields))
+    if unknown:
+        raise InvalidConfig(f"unknown setting {unknown[0]!r} in {config_file}", field=unknown[0])
+    values: dict[str, Any] = {}
+    for name, f in fields.items():
+        raw = flags.get(name)
+        if raw is None:
+            raw = environ.get(ENV_PREFIX + name.upper())
+        if raw is None:
+            raw = from_file.get(name)
+        if raw is not None:
+            values[name] = _parse(name, str(f.type), raw)
+    return BrokerConfig(**values)

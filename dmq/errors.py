@@ -1,0 +1,167 @@
+"""The one error tree of dmq. Every error a user can see is one of these.
+
+::
+
+    DmqError
+    ├── ClientError                  the request is wrong: retrying it unchanged fails again
+    │   ├── InvalidRequest           400  malformed input; `field` and `limit` say what
+    │   │   └── InvalidConfig        400  an unknown or out-of-range topic/broker setting
+    │   ├── NotFound                 404
+    │   │   ├── TopicNotFound
+    │   │   └── PartitionNotFound
+    │   ├── TopicAlreadyExists       409
+    │   ├── RecordTooLarge           413  a record, batch or body over its limit
+    │   ├── UnsupportedMediaType     415
+    │   ├── OffsetOutOfRange         416  body carries the valid range
+    │   └── NotAcceptable            406  e.g. a non-UTF-8 value asked for as a string
+    ├── RetriableError               the same request may succeed later (Retry-After)
+    │   ├── NotLeader                503  this broker does not lead the partition now
+    │   ├── BrokerUnavailable        503  shutting down, or no leader could be found
+    │   ├── Backpressure             429  a bounded queue is full
+    │   └── RequestTimeout           504  the operation did not complete in time
+    └── StorageError                 500  the broker's data or disk is broken (node stops)
+
+The storage engine (log/) cannot import this module; its errors (log/errors.py) are
+translated into these at the Broker's border (`dmq.broker`), so they never reach a
+user as themselves. Each class has a stable `code` used on the wire; the client
+maps codes back to classes with `error_for_code`.
+"""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+
+class DmqError(Exception):
+    code: ClassVar[str] = "internal_error"
+
+    def __init__(self, message: str, **details: Any) -> None:
+        super().__init__(message)
+        self.message = message
+        self.details: dict[str, Any] = {k: v for k, v in details.items() if v is not None}
+
+
+class ClientError(DmqError):
+    code = "client_error"
+
+
+class InvalidRequest(ClientError):
+    code = "invalid_request"
+
+    def __init__(
+        self, message: str, *, field: str | None = None, limit: int | None = None, **details: Any
+    ) -> None:
+        super().__init__(message, field=field, limit=limit, **details)
+        self.field = field
+        self.limit = limit
+
+
+class InvalidConfig(InvalidRequest):
+    code = "invalid_config"
+
+
+class NotFound(ClientError):
+    code = "not_found"
+
+
+class TopicNotFound(NotFound):
+    code = "topic_not_found"
+
+
+class PartitionNotFound(NotFound):
+    code = "partition_not_found"
+
+
+class TopicAlreadyExists(ClientError):
+    code = "topic_already_exists"
+
+
+class RecordTooLarge(InvalidRequest):
+    code = "record_too_large"
+
+
+class UnsupportedMediaType(InvalidRequest):
+    code = "unsupported_media_type"
+
+
+class NotAcceptable(InvalidRequest):
+    code = "not_acceptable"
+
+
+class OffsetOutOfRange(ClientError):
+    code = "offset_out_of_range"
+
+    def __init__(self, message: str, *, offset: int, log_start_offset: int, log_end_offset: int):
+        super().__init__(
+            message, offset=offset, log_start_offset=log_start_offset, log_end_offset=log_end_offset
+        )
+        self.offset = offset
+        self.log_start_offset = log_start_offset
+        self.log_end_offset = log_end_offset
+
+
+class RetriableError(DmqError):
+    code = "retriable"
+    retry_after_ms: int = 100
+
+
+class NotLeader(RetriableError):
+    code = "not_leader"
+
+
+class BrokerUnavailable(RetriableError):
+    code = "broker_unavailable"
+
+
+class Backpressure(RetriableError):
+    code = "backpressure"
+
+
+class RequestTimeout(RetriableError):
+    code = "request_timeout"
+
+
+class StorageError(DmqError):
+    code = "storage_error"
+
+
+_ALL: tuple[type[DmqError], ...] = (
+    DmqError,
+    ClientError,
+    InvalidRequest,
+    InvalidConfig,
+    NotFound,
+    TopicNotFound,
+    PartitionNotFound,
+    TopicAlreadyExists,
+    RecordTooLarge,
+    UnsupportedMediaType,
+    NotAcceptable,
+    OffsetOutOfRange,
+    RetriableError,
+    NotLeader,
+    BrokerUnavailable,
+    Backpressure,
+    RequestTimeout,
+    StorageError,
+)
+_BY_CODE: dict[str, type[DmqError]] = {cls.code: cls for cls in _ALL}
+
+
+def error_for_code(code: str, message: str, details: dict[str, Any] | None = None) -> DmqError:
+    """Rebuild the error a broker sent ({"error": {"code", "message", "details"}})."""
+    cls = _BY_CODE.get(code, DmqError)
+    details = dict(details or {})
+    if cls is OffsetOutOfRange:
+        return OffsetOutOfRange(
+            message,
+            offset=int(details.get("offset", -1)),
+            log_start_offset=int(details.get("log_start_offset", -1)),
+            log_end_offset=int(details.get("log_end_offset", -1)),
+        )
+    error = DmqError.__new__(cls)
+    DmqError.__init__(error, message, **details)
+    if isinstance(error, InvalidRequest):
+        error.field = details.get("field")
+        error.limit = details.get("limit")
+    return error

@@ -1,0 +1,46 @@
+"""Broker-level limits: every bound of the HTTP API and the Broker, in one place.
+
+Each is the default of a BrokerConfig field of the same name (lower case), so users
+can tune it with a flag, an environment variable or the config file; the storage
+limits of a single record and batch come from log/limits.py. Relations between the
+limits are checked when the broker starts (BrokerConfig.__post_init__).
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+from log import limits as log_limits
+
+KiB: Final = 1024
+MiB: Final = 1024 * KiB
+
+# Largest HTTP request body. Bounds the memory one request can pin; must hold the
+# largest batch (batch_bytes_max) plus JSON/base64 overhead (4/3).
+REQUEST_BYTES_MAX: Final = 16 * MiB
+
+# Records in one JSON/NDJSON/text produce request: bounds parse time per request.
+PRODUCE_RECORDS_MAX: Final = 10_000
+
+# Produce requests queued per partition waiting for the group commit: bounds memory
+# and latency under overload; beyond it the broker answers 429.
+PRODUCE_QUEUE_DEPTH_MAX: Final = 1_000
+
+# Group commit: one append holds at most this many bytes / requests.
+GROUP_COMMIT_BYTES_MAX: Final = log_limits.BATCH_BYTES_MAX
+GROUP_COMMIT_REQUESTS_MAX: Final = 256
+
+# Fetch: the longest a long-poll may wait, the largest response, the most records
+# a JSON response may carry, and how many fetches may wait at once (each holds a
+# connection and a timer).
+FETCH_WAIT_MS_MAX: Final = 30_000
+FETCH_BYTES_MAX: Final = 8 * MiB
+FETCH_BYTES_DEFAULT: Final = 1 * MiB
+FETCH_RECORDS_MAX: Final = 10_000
+FETCH_RECORDS_DEFAULT: Final = 500
+WAITING_FETCHES_MAX: Final = 1_000
+
+# Topics: Kafka's name rule (legal characters, at most 249) and partition bounds.
+TOPIC_NAME_CHARS_MAX: Final = 249
+PARTITIONS_PER_TOPIC_MAX: Final = 1_000
+TOPICS_MAX: Final = 10_000

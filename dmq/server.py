@@ -1,0 +1,75 @@
+"""`dmq serve`: run one broker until SIGTERM or SIGINT.
+
+Lifecycle, one log line per event: starting, listening, stopping, stopped. On a
+signal the listener closes, in-flight requests get `shutdown_grace_ms` to finish
+(long-polls are woken and answered), every partition finishes its queued appends,
+flushes and closes its files, and the data-directory lock is released.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import signal
+import sys
+
+from aiohttp import web
+
+from dmq import errors
+from dmq.broker import Broker
+from dmq.config import BrokerConfig
+from http_api.app import make_app
+
+_log = logging.getLogger("dmq.server")
+
+
+def configure_logging(level: str) -> None:
+    logging.basicConfig(
+        level=getattr(logging, level.upper(), logging.INFO),
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+        stream=sys.stderr,
+    )
+    logging.getLogger("aiohttp.access").setLevel(logging.WARNING)
+
+
+async def run_broker(config: BrokerConfig, stop: asyncio.Event) -> None:
+    broker = Broker(config)
+    _log.info("starting broker %s (data dir %s)", config.node_id, config.data_dir)
+    await broker.start()
+    runner = web.AppRunner(
+        make_app(broker), shutdown_timeout=config.shutdown_grace_ms / 1000, access_log=None
+    )
+    await runner.setup()
+    try:
+        site = web.TCPSite(runner, config.http_host, config.http_port, reuse_address=True)
+        await site.start()
+        _log.info("listening on http://%s", config.http_addr)
+        await stop.wait()
+        _log.info("stopping: draining in-flight requests")
+        broker.ready = False
+    finally:
+        # Close partitions first so parked long-polls wake and answer, then the server.
+        await broker.stop()
+        await runner.cleanup()
+    _log.info("stopped")
+
+
+def serve(config: BrokerConfig) -> int:
+    configure_logging(config.log_level)
+
+    async def main() -> None:
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, stop.set)
+        await run_broker(config, stop)
+
+    try:
+        asyncio.run(main())
+    except errors.DmqError as exc:
+        _log.error("cannot start: %s", exc)
+        return 1
+    except OSError as exc:
+        _log.error("cannot start: %s", exc)
+        return 1
+    return 0

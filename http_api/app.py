@@ -1,0 +1,397 @@
+"""The aiohttp application: routes and thin handlers over dmq.broker.Broker.
+
+Each handler parses and bounds its inputs, calls one Broker method and encodes the
+answer. The routes and bodies are documented in http_api/README.md and served as
+OpenAPI at /openapi.json.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any, Literal
+
+from aiohttp import web
+
+from dmq import errors, limits
+from dmq.broker import Acks, Broker, FetchResult, TopicDescription
+from http_api import codec
+from http_api.errors import REQUEST_BYTES_MAX, error_middleware
+from http_api.openapi import openapi_document
+from http_api.sendfile import FileRangesResponse
+
+BATCH_CONTENT_TYPE = "application/vnd.dmq.batch"
+BATCHES_CONTENT_TYPE = "application/vnd.dmq.batches"
+BROKER: web.AppKey[Broker] = web.AppKey("broker", Broker)
+
+
+def _json(payload: Any, status: int = 200) -> web.Response:
+    return web.Response(
+        status=status,
+        text=json.dumps(payload, separators=(",", ":")),
+        content_type="application/json",
+    )
+
+
+def _broker(request: web.Request) -> Broker:
+    return request.app[BROKER]
+
+
+def int_param(
+    request: web.Request, name: str, default: int | None, minimum: int, maximum: int
+) -> int | None:
+    raw = request.query.get(name)
+    if raw is None or raw == "":
+        return default
+    try:
+        value = int(raw)
+    except ValueError:
+        raise errors.InvalidRequest(f"{name} must be an integer, got {raw!r}", field=name) from None
+    if not minimum <= value <= maximum:
+        raise errors.InvalidRequest(
+            f"{name}={value} is outside [{minimum}, {maximum}]",
+            field=name,
+            limit=maximum if value > maximum else minimum,
+        )
+    return value
+
+
+def _partition_param(request: web.Request) -> int:
+    raw = request.match_info["partition"]
+    if not (raw.isascii() and raw.isdigit()):  # "²".isdigit() is True; int("²") fails
+        raise errors.InvalidRequest(
+            f"partition must be a non-negative integer, got {raw!r}", field="partition"
+        )
+    return int(raw)
+
+
+async def _json_body(request: web.Request) -> dict[str, Any]:
+    body = await request.read()
+    try:
+        doc = json.loads(body) if body else {}
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise errors.InvalidRequest(f"body is not valid JSON: {exc}", field="body") from None
+    if not isinstance(doc, dict):
+        raise errors.InvalidRequest("body must be a JSON object", field="body")
+    return doc
+
+
+def _description(d: TopicDescription) -> dict[str, Any]:
+    return {
+        "name": d.name,
+        "replication_factor": d.replication_factor,
+        "config": d.config,
+        "partitions": [
+            {
+                "partition": p.partition,
+                "leader": p.leader,
+                "replicas": list(p.replicas),
+                "log_start_offset": p.log_start_offset,
+                "high_watermark": p.high_watermark,
+                "log_end_offset": p.log_end_offset,
+            }
+            for p in d.partitions
+        ],
+    }
+
+
+def _optional_int(doc: dict[str, Any], name: str) -> int | None:
+    value = doc.get(name)
+    if value is not None and (isinstance(value, bool) or not isinstance(value, int)):
+        raise errors.InvalidRequest(f"{name} must be an integer", field=name)
+    return value
+
+
+# ---------------------------------------------------------------------- probes
+
+
+async def healthz(request: web.Request) -> web.Response:
+    return _json({"status": "ok"})
+
+
+async def readyz(request: web.Request) -> web.Response:
+    if not _broker(request).ready:
+        raise errors.BrokerUnavailable("not ready", retry_after_ms=1000)
+    return _json({"status": "ready"})
+
+
+async def openapi(request: web.Request) -> web.Response:
+    return _json(openapi_document(_broker(request).config))
+
+
+async def cluster(request: web.Request) -> web.Response:
+    return _json(_broker(request).cluster())
+
+
+# ---------------------------------------------------------------------- topics
+
+
+async def list_topics(request: web.Request) -> web.Response:
+    topics = _broker(request).list_topics()
+    return _json(
+        {
+            "topics": [
+                {
+                    "name": t.name,
+                    "partitions": t.partitions,
+                    "replication_factor": t.replication_factor,
+                }
+                for t in topics
+            ]
+        }
+    )
+
+
+async def create_topic(request: web.Request) -> web.Response:
+    doc = await _json_body(request)
+    unknown = set(doc) - {"name", "partitions", "replication_factor", "config"}
+    if unknown:
+        raise errors.InvalidRequest(
+            f"unknown field {sorted(unknown)[0]!r}", field=sorted(unknown)[0]
+        )
+    name = doc.get("name")
+    if not isinstance(name, str):
+        raise errors.InvalidRequest("name must be a string", field="name")
+    description = await _broker(request).create_topic(
+        name,
+        partitions=_optional_int(doc, "partitions"),
+        replication_factor=_optional_int(doc, "replication_factor"),
+        config=doc.get("config"),
+    )
+    return _json(_description(description), status=201)
+
+
+async def describe_topic(request: web.Request) -> web.Response:
+    return _json(_description(_broker(request).describe_topic(request.match_info["topic"])))
+
+
+async def alter_topic_config(request: web.Request) -> web.Response:
+    doc = await _json_body(request)
+    if set(doc) != {"config"}:
+        raise errors.InvalidRequest('body must be {"config": {...}}', field="config")
+    description = await _broker(request).alter_topic_config(
+        request.match_info["topic"], doc["config"]
+    )
+    return _json(_description(description))
+
+
+async def add_partitions(request: web.Request) -> web.Response:
+    doc = await _json_body(request)
+    count = _optional_int(doc, "count")
+    if count is None or set(doc) != {"count"}:
+        raise errors.InvalidRequest('body must be {"count": <new total>}', field="count")
+    description = await _broker(request).add_partitions(request.match_info["topic"], count)
+    return _json(_description(description))
+
+
+async def delete_topic(request: web.Request) -> web.Response:
+    name = request.match_info["topic"]
+    await _broker(request).delete_topic(name)
+    return _json({"deleted": name})
+
+
+# ---------------------------------------------------------------------- produce
+
+
+def _acks(request: web.Request) -> Acks:
+    acks = request.query.get("acks", "all")
+    if acks not in ("0", "1", "all", "-1"):
+        raise errors.InvalidRequest("acks must be 0, 1 or all", field="acks")
+    return "all" if acks == "-1" else acks  # type: ignore[return-value]
+
+
+async def produce(request: web.Request) -> web.Response:
+    broker = _broker(request)
+    topic = request.match_info["topic"]
+    acks = _acks(request)
+    partition = int_param(request, "partition", None, 0, 2**31 - 1)
+    content_type = request.content_type
+    body = await request.read()
+    records_max = broker.config.produce_records_max
+    encoding = codec.check_encoding(request.query.get("value_encoding"))  # checked for every body
+    if content_type == BATCH_CONTENT_TYPE:
+        offsets = await broker.produce_batch(topic, body, partition=partition, acks=acks)
+    else:
+        if content_type == "application/json":
+            records = codec.parse_json_body(body, records_max)
+        elif content_type == "application/x-ndjson":
+            records = codec.parse_ndjson_body(body, records_max, encoding)
+        elif content_type == "text/plain":
+            records = codec.parse_text_body(body, records_max)
+        else:
+            raise errors.UnsupportedMediaType(
+                f"Content-Type {content_type!r} is not one of application/json, "
+                f"application/x-ndjson, text/plain, {BATCH_CONTENT_TYPE}",
+                field="Content-Type",
+            )
+        if partition is not None:
+            records = [
+                r
+                if r.partition is not None
+                else type(r)(r.key, r.value, r.headers, partition, r.timestamp_ms)
+                for r in records
+            ]
+        offsets = await broker.produce(topic, records, acks=acks)
+    # Formatted by hand: json.dumps of 1000 small dicts costs more than the append.
+    entries = ",".join(
+        f'{{"partition":{p},"offset":{"null" if o is None else o}}}' for p, o in offsets
+    )
+    return web.Response(
+        status=202 if acks == "0" else 200,
+        text='{"offsets":[' + entries + "]}",
+        content_type="application/json",
+    )
+
+
+# ---------------------------------------------------------------------- fetch
+
+Format = Literal["json", "ndjson", "binary"]
+_ACCEPT_FORMATS = {
+    "application/json": "json",
+    "application/x-ndjson": "ndjson",
+    BATCHES_CONTENT_TYPE: "binary",
+}
+
+
+def _format(request: web.Request) -> Format:
+    explicit = request.query.get("format")
+    if explicit is not None:
+        if explicit not in ("json", "ndjson", "binary"):
+            raise errors.InvalidRequest("format must be json, ndjson or binary", field="format")
+        return explicit  # type: ignore[return-value]
+    for part in request.headers.get("Accept", "").split(","):
+        fmt = _ACCEPT_FORMATS.get(part.split(";")[0].strip())
+        if fmt is not None:
+            return fmt  # type: ignore[return-value]
+    return "json"
+
+
+async def _fetch_offset(request: web.Request, broker: Broker, topic: str, partition: int) -> int:
+    timestamp = int_param(request, "timestamp", None, 0, 2**63 - 1)
+    raw = request.query.get("offset") or "earliest"  # empty means absent, as in int_param
+    offset: int | Literal["earliest", "latest"]
+    if raw in ("earliest", "latest"):
+        offset = raw  # type: ignore[assignment]
+    else:
+        # Any int64: one below log_start_offset answers 416 with the valid range (README).
+        parsed = int_param(request, "offset", 0, -(2**63), 2**63 - 1)
+        assert parsed is not None
+        offset = parsed
+    return await broker.resolve_offset(topic, partition, offset=offset, timestamp_ms=timestamp)
+
+
+async def fetch(request: web.Request) -> web.StreamResponse:
+    broker = _broker(request)
+    c = broker.config
+    topic = request.match_info["topic"]
+    partition = _partition_param(request)
+    fmt = _format(request)
+    encoding = codec.check_encoding(request.query.get("value_encoding"))
+    max_records = int_param(
+        request,
+        "max_records",
+        min(limits.FETCH_RECORDS_DEFAULT, c.fetch_records_max),
+        1,
+        c.fetch_records_max,
+    )
+    max_bytes = int_param(
+        request,
+        "max_bytes",
+        min(limits.FETCH_BYTES_DEFAULT, c.fetch_bytes_max),
+        1,
+        c.fetch_bytes_max,
+    )
+    wait_ms = int_param(request, "wait_ms", 0, 0, c.fetch_wait_ms_max)
+    assert max_records is not None and max_bytes is not None and wait_ms is not None
+    offset = await _fetch_offset(request, broker, topic, partition)
+    result = await broker.fetch(
+        topic,
+        partition,
+        offset=offset,
+        max_bytes=max_bytes,
+        max_records=max_records,
+        wait_ms=wait_ms,
+        raw=fmt == "binary",
+    )
+    if fmt == "binary":
+        return await _send_raw(request, result)
+    records = [codec.record_to_json(r, encoding) for r in result.records]
+    if fmt == "ndjson":
+        text = "".join(json.dumps(r, separators=(",", ":")) + "\n" for r in records)
+        return web.Response(
+            text=text, content_type="application/x-ndjson", headers=_offset_headers(result)
+        )
+    return _json(
+        {
+            "topic": topic,
+            "partition": partition,
+            "next_offset": result.next_offset,
+            "high_watermark": result.high_watermark,
+            "log_start_offset": result.log_start_offset,
+            "records": records,
+        }
+    )
+
+
+def _offset_headers(result: FetchResult) -> dict[str, str]:
+    return {
+        "X-Dmq-Next-Offset": str(result.next_offset),
+        "X-Dmq-High-Watermark": str(result.high_watermark),
+        "X-Dmq-Log-Start-Offset": str(result.log_start_offset),
+    }
+
+
+async def _send_raw(request: web.Request, result: FetchResult) -> web.StreamResponse:
+    raw = result.raw
+    assert raw is not None
+    # aiohttp calls prepare() after the handler returns; the response closes the
+    # read's descriptors once the body is sent (or the connection is gone).
+    return FileRangesResponse(
+        raw.ranges,
+        content_type=BATCHES_CONTENT_TYPE,
+        headers=_offset_headers(result),
+        on_done=raw.close,
+    )
+
+
+async def list_offsets(request: web.Request) -> web.Response:
+    partition = _partition_param(request)
+    timestamp = int_param(request, "timestamp", None, 0, 2**63 - 1)
+    result = await _broker(request).list_offsets(request.match_info["topic"], partition, timestamp)
+    return _json(
+        {
+            "partition": result.partition,
+            "log_start_offset": result.log_start_offset,
+            "high_watermark": result.high_watermark,
+            "offset": result.offset,
+        }
+    )
+
+
+# ---------------------------------------------------------------------- app
+
+ROUTES: tuple[tuple[str, str, Any], ...] = (
+    ("GET", "/healthz", healthz),
+    ("GET", "/readyz", readyz),
+    ("GET", "/openapi.json", openapi),
+    ("GET", "/v1/cluster", cluster),
+    ("GET", "/v1/topics", list_topics),
+    ("POST", "/v1/topics", create_topic),
+    ("GET", "/v1/topics/{topic}", describe_topic),
+    ("DELETE", "/v1/topics/{topic}", delete_topic),
+    ("PATCH", "/v1/topics/{topic}/config", alter_topic_config),
+    ("POST", "/v1/topics/{topic}/partitions", add_partitions),
+    ("POST", "/v1/topics/{topic}/records", produce),
+    ("GET", "/v1/topics/{topic}/partitions/{partition}/records", fetch),
+    ("GET", "/v1/topics/{topic}/partitions/{partition}/offsets", list_offsets),
+)
+
+
+def make_app(broker: Broker) -> web.Application:
+    app = web.Application(
+        middlewares=[error_middleware], client_max_size=broker.config.request_bytes_max
+    )
+    app[BROKER] = broker
+    app[REQUEST_BYTES_MAX] = broker.config.request_bytes_max
+    for method, path, handler in ROUTES:
+        app.router.add_route(method, path, handler)
+    return app

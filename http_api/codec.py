@@ -1,0 +1,190 @@
+"""JSON / NDJSON / text bodies to ProduceRecords, and Records to JSON.
+
+Parsing checks the shape and types of every field and names the exact one that is
+wrong (`records[3].headers[0].value`); sizes are checked by the Broker.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import json
+from typing import Any
+
+from dmq import errors
+from dmq.broker import ProduceRecord
+from dmq.types import Header, Record
+
+ENCODINGS = ("string", "base64")
+
+
+def _bytes(value: Any, where: str, encoding: str) -> bytes | None:
+    if value is None:
+        return None
+    if not isinstance(value, str):
+        raise errors.InvalidRequest(f"{where} must be a string or null", field=where)
+    if encoding == "string":
+        return value.encode("utf-8", "surrogatepass")
+    try:
+        return base64.b64decode(value, validate=True)
+    except (binascii.Error, ValueError):
+        raise errors.InvalidRequest(f"{where} is not valid base64", field=where) from None
+
+
+def _headers(raw: Any, where: str, encoding: str) -> tuple[Header, ...]:
+    if raw is None:
+        return ()
+    if isinstance(raw, dict):
+        items = list(raw.items())
+    elif isinstance(raw, list):
+        items = []
+        for j, h in enumerate(raw):
+            if not isinstance(h, dict) or set(h) - {"key", "value"} or "key" not in h:
+                raise errors.InvalidRequest(
+                    f'{where}[{j}] must be an object {{"key": ..., "value": ...}}',
+                    field=f"{where}[{j}]",
+                )
+            items.append((h["key"], h.get("value")))
+    else:
+        raise errors.InvalidRequest(f"{where} must be a list or an object", field=where)
+    out = []
+    for j, (k, v) in enumerate(items):
+        if not isinstance(k, str):
+            raise errors.InvalidRequest(
+                f"{where}[{j}].key must be a string", field=f"{where}[{j}].key"
+            )
+        try:
+            k.encode("utf-8")  # header keys are stored as UTF-8; a lone surrogate is not
+        except UnicodeEncodeError:
+            raise errors.InvalidRequest(
+                f"{where}[{j}].key is not valid Unicode text", field=f"{where}[{j}].key"
+            ) from None
+        value = _bytes(v, f"{where}[{j}].value", encoding)
+        out.append(Header(k, b"" if value is None else value))
+    return tuple(out)
+
+
+_RECORD_FIELDS = {"key", "value", "headers", "partition", "timestamp"}
+
+
+def parse_record(raw: Any, i: int, encoding: str) -> ProduceRecord:
+    where = f"records[{i}]"
+    if not isinstance(raw, dict):
+        raise errors.InvalidRequest(f"{where} must be an object", field=where)
+    unknown = set(raw) - _RECORD_FIELDS
+    if unknown:
+        name = sorted(unknown)[0]
+        raise errors.InvalidRequest(
+            f"{where} has unknown field {name!r}; known: {', '.join(sorted(_RECORD_FIELDS))}",
+            field=f"{where}.{name}",
+        )
+    partition = raw.get("partition")
+    if partition is not None and (isinstance(partition, bool) or not isinstance(partition, int)):
+        raise errors.InvalidRequest(
+            f"{where}.partition must be an integer", field=f"{where}.partition"
+        )
+    timestamp = raw.get("timestamp")
+    if timestamp is not None and (
+        isinstance(timestamp, bool) or not isinstance(timestamp, int) or not 0 <= timestamp < 2**63
+    ):
+        raise errors.InvalidRequest(
+            f"{where}.timestamp must be milliseconds since the epoch (integer >= 0)",
+            field=f"{where}.timestamp",
+        )
+    return ProduceRecord(
+        key=_bytes(raw.get("key"), f"{where}.key", encoding),
+        value=_bytes(raw.get("value"), f"{where}.value", encoding),
+        headers=_headers(raw.get("headers"), f"{where}.headers", encoding),
+        partition=partition,
+        timestamp_ms=timestamp,
+    )
+
+
+def check_encoding(value: str | None, default: str = "string") -> str:
+    encoding = default if value is None else value
+    if encoding not in ENCODINGS:
+        raise errors.InvalidRequest(
+            f"value_encoding must be one of {', '.join(ENCODINGS)}", field="value_encoding"
+        )
+    return encoding
+
+
+def _check_count(n: int, records_max: int) -> None:
+    if n == 0:
+        raise errors.InvalidRequest("the request holds no records", field="records")
+    if n > records_max:
+        raise errors.RecordTooLarge(
+            f"{n} records in one request; produce_records_max is {records_max}",
+            field="records",
+            limit=records_max,
+        )
+
+
+def _loads(text: bytes, where: str) -> Any:
+    try:
+        return json.loads(text)
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise errors.InvalidRequest(f"{where} is not valid JSON: {exc}", field=where) from None
+
+
+def parse_json_body(body: bytes, records_max: int) -> list[ProduceRecord]:
+    doc = _loads(body, "body")
+    if not isinstance(doc, dict) or not isinstance(doc.get("records"), list):
+        raise errors.InvalidRequest('body must be {"records": [...]}', field="records")
+    unknown = set(doc) - {"records", "value_encoding"}
+    if unknown:
+        raise errors.InvalidRequest(
+            f"unknown body field {sorted(unknown)[0]!r}", field=sorted(unknown)[0]
+        )
+    encoding = check_encoding(doc.get("value_encoding"))
+    _check_count(len(doc["records"]), records_max)
+    return [parse_record(r, i, encoding) for i, r in enumerate(doc["records"])]
+
+
+def parse_ndjson_body(body: bytes, records_max: int, encoding: str) -> list[ProduceRecord]:
+    lines = [line for line in body.split(b"\n") if line.strip()]
+    _check_count(len(lines), records_max)
+    return [
+        parse_record(_loads(line, f"line {i + 1}"), i, encoding) for i, line in enumerate(lines)
+    ]
+
+
+def parse_text_body(body: bytes, records_max: int) -> list[ProduceRecord]:
+    try:
+        text = body.decode("utf-8")
+    except UnicodeDecodeError:
+        raise errors.InvalidRequest("text/plain body must be UTF-8", field="body") from None
+    lines = text.split("\n")
+    if lines and lines[-1] == "":
+        lines.pop()  # a trailing newline ends the last line; it is not an empty record
+    lines = [line[:-1] if line.endswith("\r") else line for line in lines]
+    _check_count(len(lines), records_max)
+    return [ProduceRecord(key=None, value=line.encode("utf-8")) for line in lines]
+
+
+def _text(data: bytes | None, offset: int, where: str, encoding: str) -> str | None:
+    if data is None:
+        return None
+    if encoding == "base64":
+        return base64.b64encode(data).decode("ascii")
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError:
+        raise errors.NotAcceptable(
+            f"the {where} of the record at offset {offset} is not UTF-8; ask with "
+            "value_encoding=base64",
+            field="value_encoding",
+        ) from None
+
+
+def record_to_json(record: Record, encoding: str) -> dict[str, Any]:
+    return {
+        "offset": record.offset,
+        "timestamp": record.timestamp_ms,
+        "key": _text(record.key, record.offset, "key", encoding),
+        "value": _text(record.value, record.offset, "value", encoding),
+        "headers": [
+            {"key": h.key, "value": _text(h.value, record.offset, "header value", encoding)}
+            for h in record.headers
+        ],
+    }
