@@ -1,0 +1,206 @@
+"""Dependencies point one way, as drawn in DESIGN.md ("Layers and who may import whom").
+
+Proves, by reading every .py file of each package with `ast` (nothing is imported or run), that:
+- log/ imports no network, asyncio or Raft library and no other dmq layer;
+- groups/ does no I/O and reads no clock or randomness: it imports none of the modules that
+  would let it, and no other layer;
+- raft/ knows nothing of HTTP;
+- http_api/ reaches storage, Raft and the group protocol only through dmq.broker;
+- the clients (spark_io/, jepsen/) reach the broker only through its HTTP API (dmq.client).
+
+Imports are `import x`, `from x import y` (relative ones resolved), and `importlib.import_module`
+or `__import__` called with a literal name; imports under `if TYPE_CHECKING:` count too, as the
+layering is about what a package knows, not only what it loads. A package that does not exist
+yet, or holds no .py file, passes. Exceptions go in ALLOWED, one line each with the reason, so
+that every crossing of a layer is visible in review.
+"""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+
+# (file relative to the repository root, dotted module it imports) -> allowed anyway.
+# Keep each entry on its own line with a comment saying why; test_allowed_entries_are_used
+# fails when an entry no longer matches an import, so the list cannot go stale.
+ALLOWED: frozenset[tuple[str, str]] = frozenset()
+
+LAYERS = frozenset({"dmq", "log", "raft", "http_api", "groups", "spark_io"})
+# Modules through which code reaches files, the network, processes or threads.
+IO_MODULES = frozenset({"asyncio", "socket", "aiohttp", "pysyncobj", "select", "selectors"}) | {
+    "os", "io", "pathlib", "shutil", "tempfile", "subprocess", "threading", "multiprocessing"
+}  # fmt: skip
+# Replicated apply must give the same state on every replica: time comes in as an argument
+# and ids come in the command, never from the clock or a random source.
+CLOCK_AND_RANDOM_MODULES = frozenset({"time", "random", "secrets", "uuid"})
+
+
+@dataclass(frozen=True, slots=True)
+class Rule:
+    package: str
+    forbidden: frozenset[str]  # top-level or dotted module names; submodules match too
+    reason: str
+
+
+RULES = (
+    Rule(
+        "log",
+        frozenset({"aiohttp", "pysyncobj", "asyncio", "socket"}) | (LAYERS - {"log"}),
+        "log/ is a synchronous storage engine that knows nothing of the network, "
+        "asyncio, Raft or any other layer",
+    ),
+    Rule(
+        "groups",
+        IO_MODULES | CLOCK_AND_RANDOM_MODULES | (LAYERS - {"groups"}),
+        "groups/ is a pure, deterministic state machine: no I/O, no clock, no randomness, "
+        "no other layer",
+    ),
+    Rule(
+        "raft",
+        frozenset({"aiohttp", "http_api"}),
+        "raft/ turns proposals into applied commands and does not know HTTP",
+    ),
+    Rule(
+        "http_api",
+        frozenset({"pysyncobj", "raft", "log", "groups", "spark_io"}),
+        "http_api/ handlers are thin and go through dmq.broker",
+    ),
+    Rule(
+        "spark_io",
+        frozenset({"pysyncobj", "log", "raft", "groups", "http_api"}),
+        "spark_io/ is a client: it talks HTTP through dmq.client",
+    ),
+    Rule(
+        "jepsen",
+        frozenset({"pysyncobj", "log", "raft", "groups", "http_api"}),
+        "jepsen/ is a client: it talks HTTP through dmq.client",
+    ),
+)
+
+
+@dataclass(frozen=True, slots=True)
+class Import:
+    path: str  # relative to the repository root, with forward slashes
+    line: int
+    module: str  # absolute dotted name
+
+
+def python_files(package: str) -> list[Path]:
+    directory = ROOT / package
+    if not directory.is_dir():
+        return []
+    return sorted(p for p in directory.rglob("*.py") if "__pycache__" not in p.parts)
+
+
+def imports_of(source: str, path: str) -> Iterator[Import]:
+    """Every module a file imports. `path` (e.g. "log/segment.py") resolves relative imports."""
+    tree = ast.parse(source, filename=path)
+    package_parts = path.removesuffix(".py").split("/")[:-1]
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                yield Import(path, node.lineno, alias.name)
+        elif isinstance(node, ast.ImportFrom):
+            if node.level == 0:
+                assert node.module is not None
+                yield Import(path, node.lineno, node.module)
+                continue
+            base = package_parts[: len(package_parts) - (node.level - 1)]
+            if node.module:
+                yield Import(path, node.lineno, ".".join([*base, node.module]))
+            else:
+                for alias in node.names:
+                    yield Import(path, node.lineno, ".".join([*base, alias.name]))
+        elif isinstance(node, ast.Call) and (name := literal_import_name(node)):
+            yield Import(path, node.lineno, name)
+
+
+def literal_import_name(call: ast.Call) -> str | None:
+    """The module named by `importlib.import_module("x")` or `__import__("x")`, if literal."""
+    func = call.func
+    dynamic = (isinstance(func, ast.Name) and func.id in ("__import__", "import_module")) or (
+        isinstance(func, ast.Attribute) and func.attr == "import_module"
+    )
+    if not dynamic or not call.args:
+        return None
+    first = call.args[0]
+    return first.value if isinstance(first, ast.Constant) and isinstance(first.value, str) else None
+
+
+def package_imports(package: str) -> list[Import]:
+    found: list[Import] = []
+    for file in python_files(package):
+        relative = file.relative_to(ROOT).as_posix()
+        try:
+            found.extend(imports_of(file.read_text(encoding="utf-8"), relative))
+        except SyntaxError as error:
+            pytest.fail(
+                f"{relative}:{error.lineno}: does not parse, so its imports "
+                f"cannot be checked: {error.msg}"
+            )
+    return found
+
+
+def matches(module: str, forbidden: frozenset[str]) -> str | None:
+    """The forbidden name `module` falls under (itself or a parent package), if any."""
+    parts = module.split(".")
+    for end in range(1, len(parts) + 1):
+        prefix = ".".join(parts[:end])
+        if prefix in forbidden:
+            return prefix
+    return None
+
+
+@pytest.mark.parametrize("rule", RULES, ids=[rule.package for rule in RULES])
+def test_package_imports_only_what_its_layer_may(rule: Rule) -> None:
+    violations = [
+        f"{imp.path}:{imp.line}: imports {imp.module} ({rule.package}/ must not import {hit})"
+        for imp in package_imports(rule.package)
+        if (hit := matches(imp.module, rule.forbidden)) and (imp.path, imp.module) not in ALLOWED
+    ]
+    assert not violations, rule.reason + ":\n" + "\n".join(violations)
+
+
+def test_allowed_entries_are_used() -> None:
+    seen = {(imp.path, imp.module) for rule in RULES for imp in package_imports(rule.package)}
+    stale = sorted(ALLOWED - seen)
+    assert not stale, f"ALLOWED entries that match no import any more, remove them: {stale}"
+
+
+def test_import_reader_sees_every_form() -> None:
+    # The rules pass trivially if the reader misses imports; pin down what it sees.
+    source = "\n".join(
+        [
+            "import os.path, socket as s",
+            "from aiohttp import web",
+            "from . import segment",
+            "from ..raft import replica",
+            "from .index import OffsetIndex",
+            "if TYPE_CHECKING:",
+            "    import dmq.broker",
+            "def f():",
+            "    importlib.import_module('pysyncobj')",
+            "    __import__('asyncio')",
+        ]
+    )
+    seen = sorted((imp.line, imp.module) for imp in imports_of(source, "log/sub/mod.py"))
+    assert seen == [
+        (1, "os.path"),
+        (1, "socket"),
+        (2, "aiohttp"),
+        (3, "log.sub.segment"),
+        (4, "log.raft"),
+        (5, "log.sub.index"),
+        (7, "dmq.broker"),
+        (9, "pysyncobj"),
+        (10, "asyncio"),
+    ]
+    assert matches("os.path", frozenset({"os"})) == "os"
+    assert matches("osx", frozenset({"os"})) is None
+    assert matches("dmq.broker", frozenset({"dmq.broker"})) == "dmq.broker"
