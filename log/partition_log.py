@@ -13,7 +13,6 @@ Offsets (half-open ranges throughout):
 
 from __future__ import annotations
 
-import dataclasses
 import os
 import struct
 import time
@@ -43,6 +42,18 @@ from log.segment import (
 
 _BASE_OFFSET = struct.Struct(">q")
 LOG_START_CHECKPOINT = "log-start-offset"
+TRUNCATE_FULLY_MARKER = "truncate-fully-to"
+
+
+def _write_durably(path: Path, text: str) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    with open(tmp, "w") as f:
+        f.write(text)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+
+
 _LOG_APPEND_FIELDS = struct.Struct(">h")  # attributes, rewritten for log-append time
 _TIMESTAMPS = struct.Struct(">qq")  # first_timestamp_ms, max_timestamp_ms at byte 23
 
@@ -143,6 +154,10 @@ class PartitionLog:
         self._last_flush_ms = clock_ms()
         self.recovered_bytes_truncated = 0
         self.closed = False
+        # Set after a failed write or fsync: the page cache can no longer be trusted
+        # to hold what was written (fsync errors are not sticky), so the log stops
+        # taking writes and the node must restart and recover from disk.
+        self._failed: str | None = None
 
     # ------------------------------------------------------------------ open / close
 
@@ -165,6 +180,16 @@ class PartitionLog:
         log = cls(Path(directory), config or LogConfig(), clock_ms)
         log.directory.mkdir(parents=True, exist_ok=True)
         log._remove_leftovers()
+        marker = log.directory / TRUNCATE_FULLY_MARKER
+        if marker.exists():  # a truncate_fully_and_start_at was interrupted: finish it
+            start = int(marker.read_text().strip())
+            for path in log.directory.iterdir():
+                if path.name.endswith((LOG_SUFFIX, INDEX_SUFFIX, TIMEINDEX_SUFFIX)):
+                    path.unlink()
+            initial_offset = start
+            log._set_log_start_offset(start)
+            marker.unlink()
+            fsync_directory(log.directory)
         bases = sorted(
             int(p.name[: -len(LOG_SUFFIX)])
             for p in log.directory.iterdir()
@@ -216,10 +241,15 @@ class PartitionLog:
                 f"one starts at {after.base_offset}",
             )
 
+    def _fail(self, reason: str) -> StorageError:
+        self._failed = reason
+        return StorageError(reason)
+
     def close(self) -> None:
         if self.closed:
             return
-        self.flush()
+        if self._failed is None:
+            self.flush()
         for segment in self.segments:
             segment.close_files()
         self.closed = True
@@ -305,6 +335,8 @@ class PartitionLog:
         Framing and CRC are checked here; per-record limits at the edge
         (records.validate_batch), before the batch is replicated.
         """
+        if self._failed is not None:
+            raise StorageError(f"the log refuses writes after an I/O failure: {self._failed}")
         header = self._check_incoming(batch)
         if assign_offsets:
             base_offset = self.log_end_offset
@@ -318,18 +350,22 @@ class PartitionLog:
                 )
         if base_offset + header.last_offset_delta > limits.OFFSET_MAX:
             raise InvalidOffsetError("offset space exhausted", field="batch.base_offset")
-        parts: list[bytes | memoryview]
         if log_append_time_ms is not None:
-            stamped = self._stamp_log_append_time(batch, log_append_time_ms)
-            header = fmt.read_header(stamped)
-            parts = [_BASE_OFFSET.pack(base_offset), memoryview(stamped)[8:]]
-        else:
-            parts = [_BASE_OFFSET.pack(base_offset), memoryview(batch)[8:]]
-        header = dataclasses.replace(header, base_offset=base_offset)
+            batch = self._stamp_log_append_time(batch, log_append_time_ms)
+            header = fmt.read_header(batch)
+        # One header object with the assigned offset (dataclasses.replace costs more
+        # than the write of a small batch).
+        header = fmt.BatchHeader(base_offset, *fmt.header_fields_after_base_offset(header))
         self._maybe_roll(header)
         segment = self.active
         invariant(base_offset >= segment.next_offset, "append would reuse an offset")
-        position = segment.append(b"".join(parts), header)
+        try:
+            # The base offset is written in place of the producer's; the CRC does not cover it.
+            position = segment.append_parts(
+                (_BASE_OFFSET.pack(base_offset), memoryview(batch)[8:]), header
+            )
+        except OSError as exc:
+            raise self._fail(f"write to {segment.log_path} failed: {exc}") from exc
         self._unflushed_records += header.record_count
         flushed = self._maybe_flush_after_append()
         return AppendResult(
@@ -380,6 +416,7 @@ class PartitionLog:
         if not (
             active.size_bytes + incoming.size_bytes > self.config.segment_bytes
             or active.index_entries >= self.config.index_entries_max
+            or incoming.last_offset - active.base_offset > limits.RELATIVE_OFFSET_MAX
             or too_old
         ):
             return False
@@ -423,7 +460,10 @@ class PartitionLog:
         return True
 
     def flush(self) -> None:
-        self.active.flush()
+        try:
+            self.active.flush()
+        except OSError as exc:
+            raise self._fail(f"fsync of {self.active.log_path} failed: {exc}") from exc
         self._unflushed_records = 0
         self._last_flush_ms = self._clock_ms()
 
@@ -456,7 +496,19 @@ class PartitionLog:
                 continue
             span_start = entry.position
             span_end = span_start
-            for scanned in segment.scan(entry.position):
+            scan_from = span_start
+            # Jump with the sparse index over batches that surely fit (see
+            # Segment.skip_target): only the last stretch is walked header by header.
+            if total:  # the first batch of a read is always taken whole, so never skip it
+                budget_end = span_start + max_bytes - total
+            else:
+                first = entry.header
+                budget_end = span_start + max(max_bytes, first.size_bytes)
+            jump_position, _ = segment.skip_target(budget_end, end_offset)
+            if jump_position > span_start and entry.header.last_offset < end_offset:
+                total += jump_position - span_start
+                span_end = scan_from = jump_position
+            for scanned in segment.scan(scan_from):
                 h = scanned.header
                 if h.last_offset >= end_offset or (total and total + h.size_bytes > max_bytes):
                     break
@@ -599,10 +651,16 @@ class PartitionLog:
         """Drop everything and continue at `offset` (a replica installing a snapshot)."""
         if offset < 0:
             raise InvalidOffsetError("offset must be >= 0", field="offset")
-        self._set_log_start_offset(offset)
+        # A marker makes the operation atomic: if a crash interrupts it, open() sees
+        # the marker and finishes it instead of mixing old segments with the new start.
+        marker = self.directory / TRUNCATE_FULLY_MARKER
+        _write_durably(marker, f"{offset}\n")
+        fsync_directory(self.directory)
         for segment in self.segments:
             segment.delete()
         self.segments = [Segment(self.directory, offset, self.config.index_interval_bytes)]
+        self._set_log_start_offset(offset)
+        marker.unlink()
         fsync_directory(self.directory)
         self._high_watermark = offset
         self._unflushed_records = 0

@@ -312,6 +312,23 @@ def check_header(header: BatchHeader) -> None:
         raise CorruptRecordError("negative base_offset", field="batch.base_offset")
 
 
+def header_fields_after_base_offset(header: BatchHeader) -> tuple[int, ...]:
+    """Every header field but base_offset, in order: BatchHeader(new_base, *these)."""
+    return (
+        header.batch_length,
+        header.magic,
+        header.crc,
+        header.attributes,
+        header.last_offset_delta,
+        header.first_timestamp_ms,
+        header.max_timestamp_ms,
+        header.producer_id,
+        header.producer_epoch,
+        header.base_sequence,
+        header.record_count,
+    )
+
+
 def compute_crc(batch: bytes | bytearray | memoryview) -> int:
     return crc32c(memoryview(batch)[CRC_START:])
 
@@ -361,14 +378,14 @@ def _decode_records(
     first_ts = header.first_timestamp_ms
     log_append = header.timestamp_type == TimestampType.LOG_APPEND_TIME
     previous_delta = -1
-    for _ in range(header.record_count):
+    for i in range(header.record_count):
         length, pos = _get_varint(section, pos)
         if length < 0 or pos + length > end:
             raise ValueError("record length runs past the records section")
         if limits_ is not None and length > limits_.record_bytes_max:
             raise RecordTooLargeError(
                 f"record of {length} bytes exceeds record_bytes_max {limits_.record_bytes_max}",
-                field="record",
+                field=f"records[{i}]",
                 limit=limits_.record_bytes_max,
             )
         record_end = pos + length
@@ -385,7 +402,7 @@ def _decode_records(
             if limits_ is not None and key_len > limits_.key_bytes_max:
                 raise RecordTooLargeError(
                     f"key of {key_len} bytes exceeds key_bytes_max {limits_.key_bytes_max}",
-                    field="record.key",
+                    field=f"records[{i}].key",
                     limit=limits_.key_bytes_max,
                 )
         elif key_len == -1:
@@ -406,7 +423,7 @@ def _decode_records(
         if limits_ is not None and header_count > limits_.header_count_max:
             raise RecordTooLargeError(
                 f"{header_count} headers exceed header_count_max {limits_.header_count_max}",
-                field="record.headers",
+                field=f"records[{i}].headers",
                 limit=limits_.header_count_max,
             )
         headers: list[Header] = []
@@ -418,7 +435,7 @@ def _decode_records(
                 raise RecordTooLargeError(
                     f"header key of {hk_len} bytes exceeds header_key_bytes_max "
                     f"{limits_.header_key_bytes_max}",
-                    field="record.headers.key",
+                    field=f"records[{i}].headers.key",
                     limit=limits_.header_key_bytes_max,
                 )
             hkey = bytes(section[pos : pos + hk_len]).decode("utf-8")
@@ -484,7 +501,10 @@ def _check_records(section: bytes, header: BatchHeader, lim: RecordLimits) -> No
                 limit=record_max,
             )
         pos += 1  # record attributes
-        _, pos = _get_varint(section, pos)  # timestamp delta
+        if section[pos] < 0x80:  # timestamp delta
+            pos += 1
+        else:
+            _, pos = _get_varint(section, pos)
         b = section[pos]
         if b < 0x80:
             offset_delta = (b >> 1) ^ -(b & 1)
@@ -494,7 +514,12 @@ def _check_records(section: bytes, header: BatchHeader, lim: RecordLimits) -> No
         if offset_delta <= previous_delta:
             raise ValueError("offset deltas do not increase")
         previous_delta = offset_delta
-        key_len, pos = _get_varint(section, pos)
+        b = section[pos]
+        if b < 0x80:
+            key_len = (b >> 1) ^ -(b & 1)
+            pos += 1
+        else:
+            key_len, pos = _get_varint(section, pos)
         if key_len > key_max:
             raise RecordTooLargeError(
                 f"record {i} key is {key_len} bytes; key_bytes_max is {key_max}",
@@ -505,7 +530,16 @@ def _check_records(section: bytes, header: BatchHeader, lim: RecordLimits) -> No
             raise ValueError("negative key length")
         if key_len > 0:
             pos += key_len
-        value_len, pos = _get_varint(section, pos)
+        b = section[pos]
+        if b < 0x80:
+            value_len = (b >> 1) ^ -(b & 1)
+            pos += 1
+        elif section[pos + 1] < 0x80:
+            z = (b & 0x7F) | (section[pos + 1] << 7)
+            value_len = (z >> 1) ^ -(z & 1)
+            pos += 2
+        else:
+            value_len, pos = _get_varint(section, pos)
         if value_len < -1:
             raise ValueError("negative value length")
         if value_len > 0:
@@ -640,5 +674,7 @@ def validate_batch(
     try:
         _check_records(bytes(section), header, record_limits)
     except (ValueError, IndexError, UnicodeDecodeError) as exc:
-        raise CorruptRecordError(f"malformed records section: {exc}", field="batch.records") from exc
+        raise CorruptRecordError(
+            f"malformed records section: {exc}", field="batch.records"
+        ) from exc
     return header

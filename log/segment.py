@@ -132,15 +132,21 @@ class Segment:
 
     # ------------------------------------------------------------------ write
 
-    def append(self, batch: bytes | memoryview, header: fmt.BatchHeader) -> int:
-        """Write one batch (already stamped with its base offset); returns its position."""
+    def append_parts(self, parts: tuple[bytes | memoryview, ...], header: fmt.BatchHeader) -> int:
+        """Write one batch given as parts (one writev, no copy); returns its position."""
         position = self.size_bytes
-        written = os.write(self.fd, batch)
-        if written != len(batch):
-            # A short write leaves a torn tail; recovery truncates it on the next open.
-            raise OSError(f"short write to {self.log_path}: {written} of {len(batch)} bytes")
+        expected = header.size_bytes
+        written = os.writev(self.fd, parts)
+        if written != expected:
+            # A short write leaves a torn tail: the caller marks the log failed, and
+            # recovery truncates the tail on the next open.
+            raise OSError(f"short write to {self.log_path}: {written} of {expected} bytes")
         self._track(position, header)
         return position
+
+    def append(self, batch: bytes | memoryview, header: fmt.BatchHeader) -> int:
+        """Write one batch (already stamped with its base offset); returns its position."""
+        return self.append_parts((batch,), header)
 
     def flush(self) -> None:
         if self.flushed_bytes != self.size_bytes:
@@ -234,6 +240,23 @@ class Segment:
         """Position of the last indexed batch whose base offset <= offset (0 if none)."""
         i = bisect_right(self._index_offsets, offset)
         return self._index_positions[i - 1] if i else 0
+
+    def skip_target(self, position_max: int, offset_max: int) -> tuple[int, int]:
+        """Where a bounded read may jump to without walking headers.
+
+        Takes the last index entry E with position <= position_max and offset <=
+        offset_max, and returns (position, offset) of the entry before it: the batch
+        there ends by E's position and its offsets are below E's, so it surely fits
+        the read, and a walk from it sets the read's next offset exactly. (0,
+        base_offset) when there is no such entry.
+        """
+        i = min(
+            bisect_right(self._index_positions, position_max),
+            bisect_right(self._index_offsets, offset_max),
+        )
+        if i < 2:
+            return 0, self.base_offset
+        return self._index_positions[i - 2], self._index_offsets[i - 2]
 
     def find_batch(self, offset: int) -> ScanEntry | None:
         """The first batch holding an offset >= `offset`, or None past the end."""
