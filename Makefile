@@ -29,7 +29,8 @@ check: $(STAMP)
 	$(BIN)/mypy
 
 bench: $(STAMP)
-	$(BIN)/dmq bench
+	$(BIN)/dmq bench log
+	$(BIN)/dmq bench broker
 
 clean:
 	rm -rf $(VENV) dmq-data .pytest_cache .hypothesis

@@ -10,6 +10,7 @@
     dmq consume TOPIC [--partition N] [--from earliest|latest|OFFSET | --from-time T]
                       [--follow] [--max-records N] [--output lines|json]
     dmq bench log [--quick] [--dir DIR] [--total-mb MB] [--runs N] ...
+    dmq bench broker [--quick] [--runs N] [--total-mb MB] [--rate N] ...
 
 Commands that talk to a broker take `--url` (before or after the command; default: the
 environment variable DMQ_URL, else http://127.0.0.1:8080) and go through `dmq.client`.
@@ -312,6 +313,15 @@ def _add_bench(commands: Subparsers) -> None:
     log.add_argument("--quick", action="store_true", help="CI-sized run")
     log.add_argument("--json", type=Path, help="also write the result here")
     log.set_defaults(handler=_cmd_bench_log)
+    # Likewise bench/broker_bench.py's add_arguments.
+    broker = kinds.add_parser("broker", help="a single-node broker over HTTP, against log/ appends")
+    broker.add_argument("--dir", help="data directory (default: a temp dir here, removed after)")
+    broker.add_argument("--runs", type=int, default=3, help="runs; medians are shown")
+    broker.add_argument("--total-mb", type=int, default=128, help="MB produced per run")
+    broker.add_argument("--rate", type=int, default=500, help="single-record requests/s")
+    broker.add_argument("--latency-seconds", type=float, default=5.0)
+    broker.add_argument("--quick", action="store_true", help="one small run (CI)")
+    broker.set_defaults(handler=_cmd_bench_broker)
 
 
 # --------------------------------------------------------------------------- main
@@ -372,6 +382,13 @@ def _cmd_bench_log(args: argparse.Namespace) -> int:
         log_bench.run(args)
     except ValueError as exc:
         raise UsageError(str(exc)) from exc
+    return 0
+
+
+def _cmd_bench_broker(args: argparse.Namespace) -> int:
+    from bench import broker_bench
+
+    broker_bench.run(args)
     return 0
 
 

@@ -62,6 +62,18 @@ _CODE_FOR_STATUS: dict[int, str] = {
 }
 
 
+class RawBody(aiohttp.payload.BytesPayload):
+    """A request body of bytes already in memory, of any size, without aiohttp's
+    "large body" ResourceWarning: a body is at most one batch (batch_bytes_max), and
+    the transport buffers it in one write either way."""
+
+    def __init__(self, value: bytes, content_type: str | None) -> None:
+        aiohttp.payload.Payload.__init__(
+            self, value, content_type=content_type or "application/octet-stream"
+        )
+        self._size = len(value)
+
+
 @dataclass(frozen=True, slots=True)
 class Response:
     status: int
@@ -235,7 +247,7 @@ class Transport:
                 method,
                 self.url + path,
                 params=params,
-                data=body,
+                data=None if body is None else RawBody(body, content_type),
                 headers=headers,
                 timeout=aiohttp.ClientTimeout(total=timeout_ms / 1000),
             ) as answer:

@@ -14,7 +14,9 @@ back exactly, and anything else is refused with a typed error, never a crash.
   is refused whether or not its frame declares its size.
 - Damage: a flipped CRC, every truncation, every single-bit flip outside base_offset (which
   the CRC does not cover, by design) and arbitrary bytes (also behind a correct header and
-  CRC, so the record decoder itself is fuzzed) raise CorruptRecordError and nothing else.
+  CRC, so the record decoder itself is fuzzed) raise CorruptRecordError and nothing else;
+  on all of them validate_batch (the produce path's own fast walk of the records) accepts
+  exactly what decode_batch with the same limits can decode.
 """
 
 from __future__ import annotations

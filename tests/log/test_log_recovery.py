@@ -46,14 +46,17 @@ from log import (
 from log.records import HEADER_BYTES
 
 HUGE = 2**31
-# Three batches of ~80 bytes per segment; every batch gets an offset-index entry.
+# Three batches of 70-90 bytes per segment; every batch gets an offset-index entry.
 CONFIG = LogConfig(segment_bytes=260, index_interval_bytes=1)
 
 
 def _batch_records(i: int) -> list[Record]:
     # Timestamps wander (batch 3 is older than batch 2) so the time index has work to do.
+    # Batch 0 has one record, the others two: later batches start at odd offsets, so a
+    # flip of base_offset's lowest bit makes a batch overlap the one before it.
     ts = 1_000 + 100 * i - (150 if i % 3 == 0 else 0)
-    return [Record(b"key-%d" % i, b"value-%d" % i, timestamp_ms=ts), Record(None, b"x", (), ts + 7)]
+    first = Record(b"key-%d" % i, b"value-%d" % i, timestamp_ms=ts)
+    return [first] if i == 0 else [first, Record(None, b"x", (), ts + 7)]
 
 
 def _with_offsets(records: list[Record], base: int) -> list[Record]:
@@ -63,7 +66,7 @@ def _with_offsets(records: list[Record], base: int) -> list[Record]:
 def _write_log(
     directory: Path, batches: int, config: LogConfig = CONFIG, codec: Codec = Codec.NONE
 ) -> tuple[list[Record], list[AppendResult]]:
-    """Append `batches` two-record batches; returns the records as stored and the results."""
+    """Append batches of _batch_records; returns the records as stored and the results."""
     log = PartitionLog.open(directory, config)
     stored: list[Record] = []
     results = []
@@ -82,6 +85,14 @@ def _all_records(log: PartitionLog) -> list[Record]:
 
 
 Damage = Callable[[Path], object]
+
+
+def _flip(path: Path, position: int, mask: int) -> None:
+    with open(path, "r+b") as f:
+        f.seek(position)
+        byte = f.read(1)[0]
+        f.seek(position)
+        f.write(bytes([byte ^ mask]))
 
 
 def _cut_at(size: int) -> Damage:
@@ -135,14 +146,6 @@ def test_cut_anywhere_inside_the_last_batch_recovers_every_earlier_batch(
         log = PartitionLog.open(work, CONFIG)
         assert log.recovered_bytes_truncated == cut - torn.position
         _check_recovered(log, expected, torn)
-
-
-def _flip(path: Path, position: int, mask: int) -> None:
-    with open(path, "r+b") as f:
-        f.seek(position)
-        byte = f.read(1)[0]
-        f.seek(position)
-        f.write(bytes([byte ^ mask]))
 
 
 @pytest.mark.parametrize("codec", list(Codec), ids=lambda c: c.name.lower())
@@ -262,6 +265,9 @@ def test_a_bad_crc_in_a_closed_segment_is_never_served(tmp_path: Path) -> None:
         log.read_records(log.log_start_offset, HUGE)
     assert raised.value.path == str(segment.log_path)
     assert raised.value.position == victim.position
+    with pytest.raises(CorruptSegmentError) as raised:  # a read that starts at the batch
+        log.read_records(victim.base_offset + 1, HUGE)
+    assert (raised.value.path, raised.value.position) == (str(segment.log_path), victim.position)
     yielded = []
     with pytest.raises(CorruptSegmentError):
         for batch in log.read_batches(0, HUGE):
@@ -323,13 +329,16 @@ def test_flushed_offset_covers_what_flush_wrote_and_it_survives_losing_the_rest(
     config = replace(CONFIG, segment_bytes=10_000, flush=FlushPolicy(interval_records=None))
     log = PartitionLog.open(tmp_path / "log", config)
     first = [log.append(encode_batch(_batch_records(i))) for i in range(3)]
+    durable = [
+        r for i, res in enumerate(first) for r in _with_offsets(_batch_records(i), res.base_offset)
+    ]
     assert not any(r.flushed for r in first)
     assert log.flushed_offset == 0
     log.flush()
-    assert log.flushed_offset == log.log_end_offset == 6
+    assert log.flushed_offset == log.log_end_offset == len(durable)
     later = [log.append(encode_batch(_batch_records(i))) for i in range(3, 5)]
     assert not any(r.flushed for r in later)
-    assert log.flushed_offset == 6  # the two later batches are not on stable storage yet
+    assert log.flushed_offset == len(durable)  # the later batches are not on stable storage
 
     # Losing any part of the unflushed tail (the page cache, in a power cut) keeps every
     # offset below flushed_offset.
@@ -339,13 +348,11 @@ def test_flushed_offset_covers_what_flush_wrote_and_it_survives_losing_the_rest(
     for cut in range(flushed_bytes, end + 1, 7):
         work = _reopen_damaged(tmp_path / "log", tmp_path / "work", name, _cut_at(cut))
         reopened = PartitionLog.open(work, config)
-        assert reopened.log_end_offset >= 6
-        assert _all_records(reopened)[:6] == [
-            r for i in range(3) for r in _with_offsets(_batch_records(i), 2 * i)
-        ]
+        assert reopened.log_end_offset >= len(durable)
+        assert _all_records(reopened)[: len(durable)] == durable
         reopened.close()
     log.close()
     # close() flushes: everything is durable and the reopened log says so.
     reopened = PartitionLog.open(tmp_path / "log", config)
-    assert reopened.flushed_offset == reopened.log_end_offset == 10
+    assert reopened.flushed_offset == reopened.log_end_offset == later[-1].last_offset + 1
     reopened.close()

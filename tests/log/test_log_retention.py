@@ -51,6 +51,7 @@ from log import (
     iter_batches,
     plan_compaction,
 )
+from log.records import with_base_offset
 from log.segment import CLEANED_SUFFIX
 
 HUGE = 2**31
@@ -164,6 +165,16 @@ def test_only_a_delete_policy_deletes(
     log.close()
 
 
+def test_a_read_in_flight_survives_retention_deleting_its_segment(tmp_path: Path) -> None:
+    log = _log_of_ten(tmp_path, retention_ms=None, retention_bytes=0)
+    stored = b"".join(with_base_offset(_batch(i, 1_000 * i), i) for i in range(10))
+    with log.read(0, HUGE) as in_flight:
+        assert log.maybe_delete_segments(now_ms=0) == 3
+        assert not (tmp_path / f"{0:020d}.log").exists()
+        assert in_flight.read_bytes() == stored  # through descriptors of its own
+    log.close()
+
+
 # --------------------------------------------------------------------------- compaction
 
 DELETE_RETENTION_MS = 1_000
@@ -213,32 +224,48 @@ def _expected_after_compaction(
     return kept + [r for r in records if r.offset >= planned_end]
 
 
-@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(
+    max_examples=80,
+    deadline=None,
+    # Every example makes a fresh directory of its own under tmp_path.
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
+)
 @given(
     batches=st.lists(
-        st.tuples(keyed_records, st.sampled_from(Codec), st.integers(-1, 5)),
+        st.tuples(
+            keyed_records,
+            st.sampled_from(Codec),
+            st.integers(-1, 5),
+            st.one_of(st.none(), st.integers(0, 3_000)),  # log-append time
+        ),
         min_size=3,
         max_size=20,
     ),
     data=st.data(),
 )
 def test_compaction_keeps_the_last_record_per_key_with_its_offset(
-    tmp_path_factory: pytest.TempPathFactory,
-    batches: list[tuple[list[Record], Codec, int]],
+    tmp_path: Path,
+    batches: list[tuple[list[Record], Codec, int, int | None]],
     data: st.DataObject,
 ) -> None:
-    directory = Path(tempfile.mkdtemp(dir=tmp_path_factory.getbasetemp()))
+    directory = Path(tempfile.mkdtemp(dir=tmp_path))
     log = PartitionLog.open(directory, COMPACT_CONFIG)
     records: list[Record] = []
-    for batch_records, codec, producer_id in batches:
+    for batch_records, codec, producer_id, append_time_ms in batches:
         batch = encode_batch(batch_records, codec=codec, producer_id=producer_id, base_sequence=9)
-        base = log.append(batch).base_offset
-        records += [replace(r, offset=base + i) for i, r in enumerate(batch_records)]
+        base = log.append(batch, log_append_time_ms=append_time_ms).base_offset
+        records += [
+            replace(r, offset=base + i, timestamp_ms=append_time_ms)
+            if append_time_ms is not None
+            else replace(r, offset=base + i)
+            for i, r in enumerate(batch_records)
+        ]
     before = _raw_batches(log)
     end = log.log_end_offset
-    log.set_high_watermark(data.draw(st.one_of(st.just(end), st.integers(0, end)), label="hw"))
+    hw = data.draw(st.one_of(st.just(end), st.integers(0, end)), label="high_watermark")
+    log.set_high_watermark(hw)
     now_ms = data.draw(st.integers(0, 4_500), label="now_ms")
-    planned = [s for s in log.segments[:-1] if s.next_offset <= log.high_watermark]
+    planned = [s for s in log.segments[:-1] if s.next_offset <= hw]
     planned_end = planned[-1].next_offset if planned else 0
     expected = _expected_after_compaction(records, planned_end, now_ms)
 
@@ -248,9 +275,8 @@ def test_compaction_keeps_the_last_record_per_key_with_its_offset(
     if result is not None:
         assert result.records_before == sum(1 for r in records if r.offset < planned_end)
         assert result.records_after == sum(1 for r in expected if r.offset < planned_end)
-    assert log.log_start_offset == 0
-    hw = log.high_watermark
-    log.set_high_watermark(log.log_end_offset)
+    assert (log.log_start_offset, log.high_watermark, log.log_end_offset) == (0, hw, end)
+    log.set_high_watermark(end)
     assert log.read_records(0, HUGE) == expected
     for base, raw in _raw_batches(log).items():
         original = decode_batch(before[base])
@@ -259,17 +285,15 @@ def test_compaction_keeps_the_last_record_per_key_with_its_offset(
             assert raw == before[base]  # untouched: the very same bytes
         else:
             assert 0 < len(kept.records) < len(original.records)
-            assert (kept.header.codec, kept.header.producer_id, kept.header.base_sequence) == (
-                original.header.codec,
-                original.header.producer_id,
-                original.header.base_sequence,
-            )
+            fields = ("codec", "timestamp_type", "producer_id", "base_sequence", "base_offset")
+            assert [getattr(kept.header, f) for f in fields] == [
+                getattr(original.header, f) for f in fields
+            ]
     log.close()
     reopened = PartitionLog.open(directory, COMPACT_CONFIG)
     assert reopened.log_start_offset == 0
     reopened.set_high_watermark(reopened.log_end_offset)
     assert reopened.read_records(0, HUGE) == expected
-    assert hw <= reopened.log_end_offset
     reopened.close()
     shutil.rmtree(directory)
 
@@ -329,12 +353,20 @@ def test_compaction_built_on_another_thread_installs_while_the_owner_appends(
     assert plan is not None
     planned_end = log.segments[len(plan.segments) - 1].next_offset
     results: list[CompactionResult] = []
-    builder = threading.Thread(target=lambda: results.append(build_compaction(plan, 10**6)))
+    owner_moved_on = threading.Event()
+
+    def build() -> None:
+        owner_moved_on.wait()  # build only once the log has grown past the plan
+        results.append(build_compaction(plan, 10**6))
+
+    builder = threading.Thread(target=build)
     builder.start()
     for i in range(30, 80):  # the owner keeps appending, rolling new segments meanwhile
         record = Record(b"k%d" % (i % 3), b"v%d" % i, timestamp_ms=i)
         base = log.append(encode_batch([record])).base_offset
         expected.append(replace(record, offset=base))
+        if i == 40:
+            owner_moved_on.set()
     builder.join()
 
     assert install_compaction(log, results[0]) is True
