@@ -20,6 +20,7 @@ import urllib.request
 from typing import Any
 
 import pytest
+
 from tests_support import BrokerProcess
 
 CURL = shutil.which("curl")
