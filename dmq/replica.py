@@ -29,7 +29,7 @@ from typing import Any, TypeVar
 from dmq.errors import Backpressure, BrokerUnavailable
 from log import compaction
 from log.config import LogConfig
-from log.errors import LogError
+from log.errors import LogError, StorageError
 from log.partition_log import AppendResult, PartitionLog, ReadResult
 from log.records import Record
 
@@ -190,6 +190,8 @@ class PartitionReplica:
                     )
                 except Exception as exc:  # a storage failure fails every request in the group
                     _log.exception("append failed on %s-%d", self.topic, self.partition)
+                    # The log refuses further writes after an I/O failure (PartitionLog
+                    # marks itself failed); later produces get the same storage error.
                     for p in group:
                         if not p.future.done():
                             p.future.set_exception(exc)
@@ -230,6 +232,8 @@ class PartitionReplica:
                 result = log.append(batch, log_append_time_ms=log_append_time_ms)
                 results.append(result)
                 self._unflushed_records += result.last_offset - result.base_offset + 1
+            except StorageError:
+                raise  # the disk failed: fail the whole group and the replica
             except LogError as exc:  # a bad batch fails alone; the others still commit
                 results.append(exc)
         settings = self.flush_settings

@@ -232,12 +232,17 @@ async def produce(request: web.Request) -> web.Response:
             ]
         offsets = await broker.produce(topic, records, acks=acks)
     # Formatted by hand: json.dumps of 1000 small dicts costs more than the append.
-    entries = ",".join(
-        f'{{"partition":{p},"offset":{"null" if o is None else o}}}' for p, o in offsets
-    )
+    entries = []
+    for run in offsets:
+        prefix = f'{{"partition":{run.partition},"offset":'
+        if run.base_offset is None:
+            entries.append(",".join([prefix + "null}"] * run.count))
+        else:
+            start = run.base_offset
+            entries.append(",".join([f"{prefix}{o}}}" for o in range(start, start + run.count)]))
     return web.Response(
         status=202 if acks == "0" else 200,
-        text='{"offsets":[' + entries + "]}",
+        text='{"offsets":[' + ",".join(entries) + "]}",
         content_type="application/json",
     )
 

@@ -408,6 +408,9 @@ class PartitionLog:
         """Start a new active segment if the incoming batch should not join this one."""
         active = self.active
         if active.is_empty:
+            if incoming.last_offset - active.base_offset > limits.RELATIVE_OFFSET_MAX:
+                self.roll(incoming.base_offset)  # replaces the empty segment
+                return True
             return False
         first_ts = active.first_batch_timestamp_ms
         too_old = first_ts is not None and incoming.max_timestamp_ms - first_ts > (
@@ -428,7 +431,10 @@ class PartitionLog:
         new_base = self.log_end_offset if base_offset is None else base_offset
         invariant(new_base >= self.log_end_offset, "a new segment may not overlap the last")
         old = self.active
-        old.close_for_appends()
+        try:
+            old.close_for_appends()
+        except OSError as exc:
+            raise self._fail(f"sealing {old.log_path} failed: {exc}") from exc
         self._unflushed_records = 0
         self._last_flush_ms = self._clock_ms()
         if old.is_empty:
@@ -460,6 +466,10 @@ class PartitionLog:
         return True
 
     def flush(self) -> None:
+        if self._failed is not None:
+            # A later fsync that succeeds says nothing about the writes the failed one
+            # lost: never report them as flushed.
+            raise StorageError(f"the log refuses to flush after an I/O failure: {self._failed}")
         try:
             self.active.flush()
         except OSError as exc:
@@ -561,14 +571,16 @@ class PartitionLog:
         spans, _ = self._spans(start_offset, max(max_bytes, 1), end)
         for span in spans:
             data = os.pread(span.segment.fd, span.length, span.position)
-            for position, header in fmt.iter_batches(data):
-                raw = memoryview(data)[position : position + header.size_bytes]
-                try:
+            position = 0
+            try:
+                for position, header in fmt.iter_batches(data):
+                    raw = memoryview(data)[position : position + header.size_bytes]
                     yield fmt.decode_batch(raw, verify=True)
-                except CorruptRecordError as exc:
-                    raise CorruptSegmentError(
-                        str(span.segment.log_path), span.position + position, str(exc)
-                    ) from exc
+            except CorruptRecordError as exc:
+                # Stored data that fails its checks is the disk's fault, not the caller's.
+                raise CorruptSegmentError(
+                    str(span.segment.log_path), span.position + position, str(exc)
+                ) from exc
 
     def read_records(
         self,
