@@ -239,6 +239,7 @@ class Broker:
             ),
             self._threads.executor_for(key),
             queue_depth_max=c.produce_queue_depth_max,
+            queue_bytes_max=c.produce_queue_bytes_max,
             group_requests_max=c.group_commit_requests_max,
             group_bytes_max=c.batch_bytes_max,
         )

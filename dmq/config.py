@@ -51,6 +51,10 @@ class BrokerConfig:
         default=limits.PRODUCE_QUEUE_DEPTH_MAX,
         metadata=_doc("queued produce requests per partition before 429"),
     )
+    produce_queue_bytes_max: int = field(
+        default=limits.PRODUCE_QUEUE_BYTES_MAX,
+        metadata=_doc("bytes of produce requests queued per partition before 429"),
+    )
     group_commit_requests_max: int = field(
         default=limits.GROUP_COMMIT_REQUESTS_MAX,
         metadata=_doc("produce requests coalesced into one append"),
@@ -122,6 +126,11 @@ class BrokerConfig:
         if self.request_bytes_max < self.batch_bytes_max:
             raise InvalidConfig(
                 "request_bytes_max must be >= batch_bytes_max", field="request_bytes_max"
+            )
+        if self.produce_queue_bytes_max < self.batch_bytes_max:
+            raise InvalidConfig(
+                "produce_queue_bytes_max must be >= batch_bytes_max (one batch must fit)",
+                field="produce_queue_bytes_max",
             )
         if self.fetch_bytes_max < self.batch_bytes_max:
             raise InvalidConfig(

@@ -26,6 +26,10 @@ PRODUCE_RECORDS_MAX: Final = 10_000
 # and latency under overload; beyond it the broker answers 429.
 PRODUCE_QUEUE_DEPTH_MAX: Final = 1_000
 
+# Bytes of produce requests queued per partition: with produce_queue_depth_max alone a
+# partition could pin 1,000 x batch_bytes_max of memory; this bounds it (429 beyond).
+PRODUCE_QUEUE_BYTES_MAX: Final = 64 * MiB
+
 # Group commit: one append holds at most this many bytes / requests.
 GROUP_COMMIT_BYTES_MAX: Final = log_limits.BATCH_BYTES_MAX
 GROUP_COMMIT_REQUESTS_MAX: Final = 256

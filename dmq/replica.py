@@ -78,6 +78,7 @@ class PartitionReplica:
         executor: concurrent.futures.ThreadPoolExecutor,
         *,
         queue_depth_max: int,
+        queue_bytes_max: int,
         group_requests_max: int,
         group_bytes_max: int,
     ) -> None:
@@ -88,6 +89,8 @@ class PartitionReplica:
         self.flush_settings = flush
         self._executor = executor
         self._queue_depth_max = queue_depth_max
+        self._queue_bytes_max = queue_bytes_max
+        self._pending_bytes = 0
         self._group_requests_max = group_requests_max
         self._group_bytes_max = group_bytes_max
         self._pending: list[_PendingAppend] = []
@@ -169,8 +172,15 @@ class PartitionReplica:
                 f"requests queued (produce_queue_depth_max)",
                 limit=self._queue_depth_max,
             )
+        if self._pending and self._pending_bytes + len(batch) > self._queue_bytes_max:
+            raise Backpressure(
+                f"partition {self.topic}-{self.partition} has {self._pending_bytes} bytes of "
+                f"produce requests queued (produce_queue_bytes_max)",
+                limit=self._queue_bytes_max,
+            )
         future: asyncio.Future[AppendResult] = asyncio.get_running_loop().create_future()
         self._pending.append(_PendingAppend(batch, log_append_time_ms, future))
+        self._pending_bytes += len(batch)
         self._wakeup.set()
         return future
 
@@ -216,6 +226,7 @@ class PartitionReplica:
             if group and total + size > self._group_bytes_max:
                 break
             group.append(self._pending.pop(0))
+            self._pending_bytes -= size
             total += size
         return group
 
