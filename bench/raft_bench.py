@@ -1,0 +1,318 @@
+"""`python -m bench.raft_bench`: raft/'s replication against stock pysyncobj, in the same run.
+
+Three node processes (`python -m raft.demo`) on loopback, each on its own address
+(127.0.0.11-13), all on this machine (2 cores: the three nodes and their clients share
+them). Each node hosts one group whose state machine appends every command to a list; the
+load runs inside the leader's process (as a broker's produce path would) and a proposal
+counts when it is committed by a majority and applied by the leader. Measured per run:
+
+- `1 KiB x 256`: commands of 1 KiB, 256 proposals in flight (closed loop): commands/s
+  and MB/s. raft/ coalesces concurrent proposals into one Raft entry per tick (group
+  commit); stock pysyncobj appends one entry per command and batches them per message;
+- `64 KiB x 8`: proposals of 64 KiB (a batch of 64 records of 1 KiB, as a producer's
+  batch would be), 8 in flight: MB/s and records/s of 1 KiB;
+- `latency`: 1 KiB proposals one at a time: p50 and p99 of the commit latency in ms;
+- the CPU time of the three node processes during the two throughput phases (% of one core).
+
+The baseline is stock pysyncobj 0.3.17 in the same harness (`raft.demo --stock`): its
+TCPTransport, a default SyncObjConf plus its file journal, its own tick thread. raft/ runs
+with its defaults: durability "fsync" (an fdatasync before any reply leaves a node); the
+stock journal never syncs. Every figure is the median of --runs runs; a fresh cluster and
+data directory per run and system.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import itertools
+import json
+import os
+import shutil
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from queue import Queue
+from typing import Any, TextIO
+
+KIB = 1024
+TARGETS = {"dmq_batched_mb_s_min": 60.0, "dmq_latency_p99_ms_max": 10.0}
+
+
+class Node:
+    """One demo node process, driven through its stdin/stdout JSON protocol."""
+
+    def __init__(self, args: list[str], log_path: Path) -> None:
+        with open(log_path, "a") as log:
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", "raft.demo", *args],
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=log,
+                text=True,
+                bufsize=1,
+            )
+        self._ids = itertools.count(1)
+        self._answers: Queue[dict[str, Any]] = Queue()
+        self._ready = threading.Event()
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
+        if not self._ready.wait(30):
+            raise RuntimeError(f"node did not start; see {log_path}")
+
+    def _read(self) -> None:
+        assert self.proc.stdout is not None
+        for line in self.proc.stdout:
+            message = json.loads(line)
+            if message.get("event") == "ready":
+                self._ready.set()
+            elif "id" in message:
+                self._answers.put(message)
+
+    def request(self, op: str, timeout_s: float = 120.0, **fields: Any) -> dict[str, Any]:
+        """One request at a time per node (the bench never overlaps them)."""
+        assert self.proc.stdin is not None
+        request_id = next(self._ids)
+        self.proc.stdin.write(json.dumps({"id": request_id, "op": op, **fields}) + "\n")
+        self.proc.stdin.flush()
+        answer = self._answers.get(timeout=timeout_s)
+        if answer.get("id") != request_id or not answer.get("ok"):
+            raise RuntimeError(f"{op} failed: {answer}")
+        return answer
+
+    def cpu_s(self) -> float:
+        fields = Path(f"/proc/{self.proc.pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            try:
+                assert self.proc.stdin is not None
+                self.proc.stdin.write('{"op": "exit"}\n')
+                self.proc.stdin.flush()
+                self.proc.wait(10)
+            except (OSError, subprocess.TimeoutExpired):
+                self.proc.kill()
+                self.proc.wait()
+        for pipe in (self.proc.stdin, self.proc.stdout):
+            if pipe is not None:
+                with contextlib.suppress(OSError):
+                    pipe.close()
+        self._reader.join(5)
+
+
+def _common_free_port(hosts: list[str]) -> int:
+    for _ in range(200):
+        with socket.socket() as probe:
+            probe.bind((hosts[0], 0))
+            port = int(probe.getsockname()[1])
+        try:
+            for host in hosts[1:]:
+                with socket.socket() as other:
+                    other.bind((host, port))
+            return port
+        except OSError:
+            continue
+    raise RuntimeError("no free port common to the node addresses")
+
+
+@contextlib.contextmanager
+def cluster(work_dir: Path, stock: bool) -> Iterator[list[Node]]:
+    hosts = [f"127.0.0.{11 + k}" for k in range(3)]
+    port = _common_free_port(hosts)
+    peers = ",".join(f"n{k + 1}={host}:{port}" for k, host in enumerate(hosts))
+    nodes: list[Node] = []
+    work_dir.mkdir(parents=True, exist_ok=True)
+    try:
+        for k in range(3):
+            args = ["--node-id", f"n{k + 1}", "--peers", peers, "--data-dir",
+                    str(work_dir / f"n{k + 1}"), "--no-values"]  # fmt: skip
+            nodes.append(Node([*args, "--stock"] if stock else args, work_dir / f"n{k + 1}.log"))
+        yield nodes
+    finally:
+        for node in nodes:
+            node.stop()
+
+
+def _leader(nodes: list[Node], timeout_s: float = 30.0) -> Node:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        leaders = [n for n in nodes if n.request("state", values=False)["is_leader"]]
+        if len(leaders) == 1:
+            leader = leaders[0]
+            leader.request("propose", value="warm-up", timeout=10)
+            return leader
+        time.sleep(0.1)
+    raise RuntimeError("no leader elected")
+
+
+def _throughput(
+    nodes: list[Node], leader: Node, size: int, concurrency: int, seconds: float
+) -> dict[str, float]:
+    cpu_before = sum(node.cpu_s() for node in nodes)
+    answer = leader.request(
+        "load", size=size, concurrency=concurrency, seconds=seconds, timeout_s=seconds + 120
+    )
+    cpu = sum(node.cpu_s() for node in nodes) - cpu_before
+    elapsed = answer["seconds"]
+    return {
+        "commands_s": answer["commands"] / elapsed,
+        "mb_s": answer["bytes"] / elapsed / 1e6,
+        "records_s": answer["bytes"] / KIB / elapsed,
+        "cpu_percent": 100.0 * cpu / elapsed,
+    }
+
+
+def _latency(leader: Node, count: int, seconds: float) -> dict[str, float]:
+    samples: list[float] = []
+    deadline = time.monotonic() + seconds
+    while len(samples) < count and time.monotonic() < deadline:
+        batch = min(50, count - len(samples))
+        samples += leader.request("latency", size=KIB, count=batch)["latencies_ms"]
+    samples.sort()
+    return {
+        "p50_ms": samples[len(samples) // 2],
+        "p99_ms": samples[min(len(samples) - 1, int(len(samples) * 0.99))],
+        "samples": float(len(samples)),
+    }
+
+
+def measure(work_dir: Path, stock: bool, args: argparse.Namespace) -> dict[str, Any]:
+    with cluster(work_dir, stock) as nodes:
+        leader = _leader(nodes)
+        # Latency first, on an idle cluster: no replication backlog left by a load phase.
+        latency = _latency(leader, args.latency_count, args.seconds * 2)
+        single = _throughput(nodes, leader, KIB, 256, args.seconds)
+        batched = _throughput(nodes, leader, 64 * KIB, 8, args.seconds)
+    return {"single": single, "batched": batched, "latency": latency}
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--runs", type=int, default=3, help="runs per system (medians)")
+    parser.add_argument("--seconds", type=float, default=3.0, help="per throughput phase")
+    parser.add_argument("--latency-count", type=int, default=500, help="latency samples max")
+    parser.add_argument("--dir", type=Path, default=None, help="work directory parent")
+    parser.add_argument("--quick", action="store_true", help="1 run of 1 s phases")
+    parser.add_argument("--json", type=Path, default=None, help="also write the result")
+
+
+def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="python -m bench.raft_bench", description=__doc__)
+    add_arguments(parser)
+    args = parser.parse_args(argv)
+    if args.quick:
+        args.runs, args.seconds, args.latency_count = 1, 1.0, 100
+    return args
+
+
+def _work_parent(requested: Path | None) -> Path:
+    if requested is not None:
+        return requested
+    # The data must be on the disk the broker would use, not a tmpfs /tmp.
+    temp = Path(tempfile.gettempdir())
+    return temp if os.stat(temp).st_dev == os.stat(Path.cwd()).st_dev else Path.cwd()
+
+
+def _median(runs: list[dict[str, Any]], phase: str, key: str) -> float:
+    return float(statistics.median(run[phase][key] for run in runs))
+
+
+def run(args: argparse.Namespace, out: TextIO | None = None) -> dict[str, Any]:
+    out = out or sys.stdout
+    work = Path(tempfile.mkdtemp(prefix="dmq-raft-bench-", dir=_work_parent(args.dir)))
+    raw: dict[str, list[dict[str, Any]]] = {"dmq": [], "stock": []}
+    try:
+        for run_number in range(args.runs):
+            for system in ("dmq", "stock"):
+                directory = work / f"{system}-{run_number}"
+                raw[system].append(measure(directory, system == "stock", args))
+                shutil.rmtree(directory, ignore_errors=True)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    figures = {
+        system: {
+            "single_commands_s": _median(runs, "single", "commands_s"),
+            "single_mb_s": _median(runs, "single", "mb_s"),
+            "single_cpu_percent": _median(runs, "single", "cpu_percent"),
+            "batched_mb_s": _median(runs, "batched", "mb_s"),
+            "batched_records_s": _median(runs, "batched", "records_s"),
+            "batched_cpu_percent": _median(runs, "batched", "cpu_percent"),
+            "latency_p50_ms": _median(runs, "latency", "p50_ms"),
+            "latency_p99_ms": _median(runs, "latency", "p99_ms"),
+            "latency_samples": _median(runs, "latency", "samples"),
+        }
+        for system, runs in raw.items()
+    }
+    result = {"setup": _setup(args), "figures": figures, "targets": TARGETS, "runs": raw}
+    _print(result, out)
+    if args.json is not None:
+        args.json.write_text(json.dumps(result, indent=2))
+    return result
+
+
+def _setup(args: argparse.Namespace) -> dict[str, Any]:
+    return {
+        "nodes": 3,
+        "cpus": os.cpu_count(),
+        "runs": args.runs,
+        "seconds_per_phase": args.seconds,
+        "python": sys.version.split()[0],
+    }
+
+
+def _print(result: dict[str, Any], out: TextIO) -> None:
+    setup, dmq, stock = result["setup"], result["figures"]["dmq"], result["figures"]["stock"]
+    print(
+        f"raft bench: 3 nodes on loopback (127.0.0.11-13), one process each, all on this "
+        f"{setup['cpus']}-core machine; medians of {setup['runs']} runs, "
+        f"{setup['seconds_per_phase']:g} s per throughput phase",
+        file=out,
+    )
+    print(
+        "dmq = raft/ defaults (fsync before replies); stock = pysyncobj 0.3.17 defaults", file=out
+    )
+    rows = [
+        ("1 KiB x 256 in flight: commands/s", "single_commands_s", "{:,.0f}"),
+        ("1 KiB x 256 in flight: MB/s", "single_mb_s", "{:.1f}"),
+        ("1 KiB x 256 in flight: CPU % (3 nodes)", "single_cpu_percent", "{:.0f}"),
+        ("64 KiB x 8 in flight: MB/s", "batched_mb_s", "{:.1f}"),
+        ("64 KiB x 8 in flight: 1 KiB records/s", "batched_records_s", "{:,.0f}"),
+        ("64 KiB x 8 in flight: CPU % (3 nodes)", "batched_cpu_percent", "{:.0f}"),
+        ("1 KiB one at a time: p50 ms", "latency_p50_ms", "{:.2f}"),
+        ("1 KiB one at a time: p99 ms", "latency_p99_ms", "{:.2f}"),
+    ]
+    print(f"{'':42} {'dmq':>12} {'stock':>12} {'dmq/stock':>10}", file=out)
+    for label, key, fmt in rows:
+        ratio = dmq[key] / stock[key] if stock[key] else float("inf")
+        print(
+            f"{label:42} {fmt.format(dmq[key]):>12} {fmt.format(stock[key]):>12} {ratio:>9.2f}x",
+            file=out,
+        )
+    print(
+        f"latency samples per run: dmq {dmq['latency_samples']:.0f}, "
+        f"stock {stock['latency_samples']:.0f}",
+        file=out,
+    )
+    ok_mb = dmq["batched_mb_s"] >= TARGETS["dmq_batched_mb_s_min"]
+    ok_p99 = dmq["latency_p99_ms"] <= TARGETS["dmq_latency_p99_ms_max"]
+    print(
+        f"targets: batched >= {TARGETS['dmq_batched_mb_s_min']:g} MB/s: "
+        f"{'met' if ok_mb else 'MISSED'}; p99 < {TARGETS['dmq_latency_p99_ms_max']:g} ms: "
+        f"{'met' if ok_p99 else 'MISSED'}",
+        file=out,
+    )
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    run(parse_args(argv))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

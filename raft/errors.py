@@ -1,0 +1,95 @@
+"""Errors raised by raft/ at its border: pysyncobj's FAIL_REASON codes never leave the package.
+
+raft/ may not import dmq/, so its branch of dmq's error tree lives here (as log/'s does in
+log/errors.py) and the Broker translates it into dmq/errors.py at its own border::
+
+    RaftError
+    ├── NotApplied                  the command is certainly not in the log: retrying is safe
+    │   ├── NotLeader               no leader known, or the node asked is not the leader;
+    │   │                           `leader_id` / `leader_address` name the leader if known
+    │   ├── QueueFull               a bounded proposal queue is full (backpressure)
+    │   ├── Discarded               a new leader overwrote the entry before it committed
+    │   └── RequestDenied           pysyncobj refused the command (e.g. membership change)
+    ├── OutcomeUnknown              the command may or may not commit: do not blindly retry
+    │   └── Timeout                 no answer within the deadline
+    ├── CommandTooLarge             the command is over batch_bytes_max (the caller's fault)
+    └── ReplicaStopped              the node or group is shutting down (or crashed)
+
+`retriable` is True for the whole NotApplied branch: the same command may be proposed again
+without risk of applying it twice. OutcomeUnknown errors need an idempotent command (for
+instance a producer id + sequence) before a retry is safe.
+"""
+
+from __future__ import annotations
+
+
+class RaftError(Exception):
+    """Base of every error raft/ raises."""
+
+    retriable = False
+
+
+class NotApplied(RaftError):
+    """The command is certainly not in any log: proposing it again cannot apply it twice."""
+
+    retriable = True
+
+
+class NotLeader(NotApplied):
+    """This replica cannot get the command into the log now.
+
+    Raised when no leader is known (election in progress, no quorum reachable) or when the
+    node a command was forwarded to no longer leads. `leader_id` and `leader_address` name the
+    leader this replica last heard of, or are None.
+    """
+
+    def __init__(self, group_id: int, leader_id: str | None, leader_address: str | None) -> None:
+        where = f"leader is {leader_id} at {leader_address}" if leader_id else "no leader known"
+        super().__init__(f"group {group_id}: not leader ({where})")
+        self.group_id = group_id
+        self.leader_id = leader_id
+        self.leader_address = leader_address
+
+
+class QueueFull(NotApplied):
+    """A bounded queue of proposals is full; `limit` is its bound (commands)."""
+
+    def __init__(self, group_id: int, limit: int) -> None:
+        super().__init__(f"group {group_id}: more than {limit} proposals in flight")
+        self.group_id = group_id
+        self.limit = limit
+
+
+class Discarded(NotApplied):
+    """The entry was overwritten by a new leader's log before it committed."""
+
+
+class RequestDenied(NotApplied):
+    """pysyncobj refused the command."""
+
+
+class OutcomeUnknown(RaftError):
+    """The command may have been committed, or may still be, or may never be."""
+
+
+class Timeout(OutcomeUnknown):
+    """The command was not committed and applied locally within the deadline."""
+
+    def __init__(self, group_id: int, timeout_s: float) -> None:
+        super().__init__(f"group {group_id}: not applied within {timeout_s:.3f} s")
+        self.group_id = group_id
+        self.timeout_s = timeout_s
+
+
+class CommandTooLarge(RaftError):
+    """A command over the size one Raft entry may carry; `limit` is that size in bytes."""
+
+    def __init__(self, group_id: int, size: int, limit: int) -> None:
+        super().__init__(f"group {group_id}: command of {size} bytes is over {limit}")
+        self.group_id = group_id
+        self.size = size
+        self.limit = limit
+
+
+class ReplicaStopped(RaftError):
+    """The node or the group was stopped (or its tick thread died) before the command applied."""

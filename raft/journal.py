@@ -1,0 +1,597 @@
+"""A durable, memory-bounded Raft journal for pysyncobj, synced once per tick.
+
+pysyncobj's FileJournal writes through an mmap that is never synced, writes term and vote
+with a rename that is never synced, and keeps every entry in memory until log compaction.
+`DurableJournal` keeps pysyncobj's Journal interface (a list of (command, idx, term) with
+add / deleteEntriesFrom / deleteEntriesTo / clear) but:
+
+- appends go to a write buffer, then to the file with one write(2), and are made durable by
+  `sync()`, which RaftNode calls once per tick for every journal that changed, *before* the
+  tick's outgoing messages are released (see raft/README.md, "Durability"). One fdatasync
+  covers every entry a group appended in that tick;
+- term and vote are written to a small double-slotted meta file by the same `sync()`, so a
+  vote reply never leaves before the vote is on disk; the commit index rides along, at most
+  once a second (it is only a hint for a faster restart);
+- only indexes stay in memory (16 bytes per entry) plus a bounded cache of recent commands;
+  older commands are read back from the file, and slices are lazy views.
+
+Threading: one owner, RaftNode's tick thread; `sync()` may run on a flush thread while the
+tick thread waits for it. Nothing here takes a lock.
+
+File format (`journal`), little-endian::
+
+    header   8s magic b"DMQRJNL1" | u32 version | u32 reserved            (16 bytes)
+    record   u32 body_len | u32 crc32c(body) | body = u64 idx | u64 term | command
+
+Entries are consecutive: record k holds index first_idx + k. Recovery reads records until
+the first one that is cut short or fails its CRC, and truncates the file there (a torn
+write at the tail); a record whose index breaks the sequence is corruption and stops the
+node (JournalCorrupt).
+
+Meta file (`journal.meta`): two 512-byte slots, each u32 len | u32 crc32c | u64 seq | JSON
+{"term", "voted_for", "commit_index"}; writes alternate slots and recovery takes the valid
+slot with the higher seq, so a torn meta write never loses both.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import struct
+import time
+from array import array
+from collections import OrderedDict
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import Any, Literal, overload
+
+import crc32c
+import pysyncobj.syncobj as _syncobj_module
+from pysyncobj.journal import Journal
+
+from raft.errors import RaftError
+
+Entry = tuple[bytes, int, int]  # (command, idx, term), as pysyncobj stores them
+
+MAGIC = b"DMQRJNL1"
+FORMAT_VERSION = 1
+_FILE_HEADER = struct.Struct("<8sII")
+HEADER_BYTES = _FILE_HEADER.size  # 16
+_RECORD_HEADER = struct.Struct("<II")  # body_len, crc32c(body)
+_BODY_HEADER = struct.Struct("<QQ")  # idx, term
+RECORD_OVERHEAD_BYTES = _RECORD_HEADER.size + _BODY_HEADER.size  # 24
+# One command may not exceed this: it bounds what recovery and reads allocate per record.
+COMMAND_BYTES_MAX = 256 * 1024 * 1024
+# Reads of old entries fetch up to this many bytes per pread when scanning forward.
+READ_AHEAD_BYTES = 1024 * 1024
+
+_META_SLOT_BYTES = 512
+_META_HEADER = struct.Struct("<IIQ")  # len, crc32c(json), seq
+# The commit index is a restart hint, not safety state: persist it at most this often.
+COMMIT_INDEX_PERSIST_INTERVAL_S = 1.0
+
+JOURNAL_FILE = "journal"
+META_FILE = "journal.meta"
+DURABLE_TRACE_FILE = "journal.durable"
+
+
+class JournalCorrupt(RaftError):
+    """The journal breaks an invariant that a torn write cannot explain; the node must stop."""
+
+
+def _invariant(condition: bool, message: str) -> None:
+    # Not `assert`: python -O must not strip the checks that stop a broken node.
+    if not condition:
+        raise JournalCorrupt(message)
+
+
+def _fsync_directory(directory: Path) -> None:
+    fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+class DurableJournal(Journal):  # type: ignore[misc]  # pysyncobj is untyped
+    """pysyncobj's Journal, made durable per tick and bounded in memory (module docstring)."""
+
+    def __init__(
+        self,
+        directory: Path,
+        *,
+        durability: Literal["fsync", "none"] = "fsync",
+        cache_bytes_max: int = 8 * 1024 * 1024,
+        write_buffer_bytes_max: int = 1024 * 1024,
+        snapshot_path: Path | None = None,
+        durable_trace: bool = False,
+    ) -> None:
+        directory.mkdir(parents=True, exist_ok=True)
+        self.directory = directory
+        self.path = directory / JOURNAL_FILE
+        self._durability = durability
+        self._cache_bytes_max = cache_bytes_max
+        self._write_buffer_bytes_max = write_buffer_bytes_max
+        self._snapshot_path = snapshot_path
+        # Test hook for the power-loss test: after each fdatasync, append the durable length.
+        self._trace_fd = (
+            os.open(directory / DURABLE_TRACE_FILE, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+            if durable_trace
+            else None
+        )
+        # Invariant: entry k (0-based position) has index _first_idx + k, term _terms[k], and
+        # its record starts at file offset _offsets[k]; records are contiguous up to _end.
+        self._first_idx = 0
+        self._terms = array("q")
+        self._offsets = array("q")
+        self._end = HEADER_BYTES
+        # Invariant: HEADER_BYTES <= _durable <= _written <= _end; bytes [_written, _end)
+        # are in _pending, not yet in the file.
+        self._written = HEADER_BYTES
+        self._durable = HEADER_BYTES
+        self._pending = bytearray()
+        self._dirty = False  # a change since the last fdatasync (append, truncate, clear)
+        self._cache: OrderedDict[int, bytes] = OrderedDict()  # idx -> command, recent only
+        self._cache_bytes = 0
+        self._epoch = 0  # bumped by every deletion: views taken before it are stale
+        self._fd = self._open_and_recover()
+        self._meta = _MetaFile(directory / META_FILE)
+        self._term, self._voted_for, self._commit_index = self._meta.load()
+        self._vote_dirty = False
+        self._commit_dirty = False
+        self._commit_persisted_at = 0.0
+        self.syncs = 0  # fdatasync calls on the journal file, for tests and metrics
+
+    # --- recovery -----------------------------------------------------------------------
+
+    def _open_and_recover(self) -> int:
+        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        size = os.fstat(fd).st_size
+        if size < HEADER_BYTES:
+            # New file, or one cut inside its header by a crash during creation.
+            os.ftruncate(fd, 0)
+            os.pwrite(fd, _FILE_HEADER.pack(MAGIC, FORMAT_VERSION, 0), 0)
+            os.fdatasync(fd)
+            _fsync_directory(self.directory)
+            return fd
+        magic, version, _ = _FILE_HEADER.unpack(os.pread(fd, HEADER_BYTES, 0))
+        _invariant(magic == MAGIC, f"{self.path}: not a dmq raft journal")
+        _invariant(version == FORMAT_VERSION, f"{self.path}: unknown format version {version}")
+        self._end = HEADER_BYTES
+        for entry_offset, entry_end, idx, term in self._scan(fd, size):
+            if self._offsets:
+                _invariant(
+                    idx == self._first_idx + len(self._offsets),
+                    f"{self.path}: index {idx} at offset {entry_offset} breaks the sequence",
+                )
+            else:
+                self._first_idx = idx
+            self._offsets.append(entry_offset)
+            self._terms.append(term)
+            self._end = entry_end
+        if self._end < size:
+            # A torn tail: the crash cut the last write short. Drop it for good.
+            os.ftruncate(fd, self._end)
+            os.fdatasync(fd)
+        self._written = self._durable = self._end
+        return fd
+
+    def _scan(self, fd: int, size: int) -> Iterator[tuple[int, int, int, int]]:
+        """(offset, end, idx, term) of every valid record, in order, up to the first bad one."""
+        offset = HEADER_BYTES
+        while offset + RECORD_OVERHEAD_BYTES <= size:
+            body_len, crc = _RECORD_HEADER.unpack(os.pread(fd, _RECORD_HEADER.size, offset))
+            body_start = offset + _RECORD_HEADER.size
+            if body_len < _BODY_HEADER.size or body_len > COMMAND_BYTES_MAX + _BODY_HEADER.size:
+                return
+            if body_start + body_len > size:
+                return
+            body = os.pread(fd, body_len, body_start)
+            if len(body) != body_len or crc32c.crc32c(body) != crc:
+                return
+            idx, term = _BODY_HEADER.unpack_from(body)
+            yield offset, body_start + body_len, idx, term
+            offset = body_start + body_len
+
+    # --- pysyncobj's Journal interface ----------------------------------------------------
+
+    def add(self, command: bytes, idx: int, term: int) -> None:
+        if not isinstance(command, bytes):
+            command = bytes(command)
+        _invariant(len(command) <= COMMAND_BYTES_MAX, f"command of {len(command)} bytes")
+        if self._offsets:
+            expected = self._first_idx + len(self._offsets)
+            _invariant(idx == expected, f"append of index {idx}, expected {expected}")
+        else:
+            self._first_idx = idx
+        head = _BODY_HEADER.pack(idx, term)
+        crc = crc32c.crc32c(command, crc32c.crc32c(head))
+        self._offsets.append(self._end)
+        self._terms.append(term)
+        self._pending += _RECORD_HEADER.pack(len(head) + len(command), crc)
+        self._pending += head
+        self._pending += command
+        self._end += RECORD_OVERHEAD_BYTES + len(command)
+        self._dirty = True
+        self._cache_put(idx, command)
+        if len(self._pending) >= self._write_buffer_bytes_max:
+            self._write_pending()
+
+    def clear(self) -> None:
+        # pysyncobj clears the journal right after installing or loading a snapshot: the
+        # snapshot must be durable before the entries it replaces may disappear.
+        self._sync_snapshot_file()
+        self._truncate_to(0)
+        self._first_idx = 0
+
+    def deleteEntriesFrom(self, entryFrom: int) -> None:  # noqa: N802 - pysyncobj's name
+        """Drop entries at positions >= entryFrom (a follower's conflicting suffix)."""
+        if entryFrom < len(self._offsets):
+            self._truncate_to(max(entryFrom, 0))
+
+    def deleteEntriesTo(self, entryTo: int) -> None:  # noqa: N802 - pysyncobj's name
+        """Drop entries at positions < entryTo, after a snapshot covering them (compaction)."""
+        if entryTo <= 0:
+            return
+        entryTo = min(entryTo, len(self._offsets))
+        self._sync_snapshot_file()
+        self._write_pending()
+        cut = self._offsets[entryTo] if entryTo < len(self._offsets) else self._end
+        self._rewrite_from(cut)
+        shift = cut - HEADER_BYTES
+        self._offsets = array("q", (offset - shift for offset in self._offsets[entryTo:]))
+        self._terms = self._terms[entryTo:]
+        self._first_idx += entryTo
+        self._end -= shift
+        self._written = self._durable = self._end
+        while self._cache and next(iter(self._cache)) < self._first_idx:
+            _, command = self._cache.popitem(last=False)
+            self._cache_bytes -= len(command)
+        self._epoch += 1
+
+    @overload
+    def __getitem__(self, item: int) -> Entry: ...
+    @overload
+    def __getitem__(self, item: slice) -> JournalView: ...
+    def __getitem__(self, item: int | slice) -> Entry | JournalView:
+        count = len(self._offsets)
+        if isinstance(item, slice):
+            start, stop, step = item.indices(count)
+            _invariant(step == 1, "journal slices have step 1")
+            return JournalView(self, start, max(start, stop))
+        position = item + count if item < 0 else item
+        if not 0 <= position < count:
+            raise IndexError(item)
+        return self.entry_at(position)
+
+    def __len__(self) -> int:
+        return len(self._offsets)
+
+    def _destroy(self) -> None:
+        self.close()
+
+    def setRaftCommitIndex(self, raftCommitIndex: int) -> None:  # noqa: N802, N803
+        if raftCommitIndex != self._commit_index:
+            self._commit_index = raftCommitIndex
+            self._commit_dirty = True
+
+    def getRaftCommitIndex(self) -> int:  # noqa: N802
+        return self._commit_index
+
+    def setCurrentTerm(self, term: int, votedForNodeId: Any) -> None:  # noqa: N802, N803
+        # Durable at the next sync(), which runs before any message of this tick leaves.
+        self._term = term
+        self._voted_for = votedForNodeId
+        self._vote_dirty = True
+
+    def getCurrentTerm(self) -> int:  # noqa: N802
+        return self._term
+
+    def getVotedForNodeId(self) -> Any:  # noqa: N802
+        return self._voted_for
+
+    def onOneSecondTimer(self) -> None:  # noqa: N802
+        pass  # the commit index is persisted by sync(), at most once a second
+
+    def flush(self) -> None:
+        self.sync()
+
+    # --- durability (called by RaftNode, once per tick) -----------------------------------
+
+    def needs_sync(self) -> bool:
+        """True if sync() has work: entries, a truncation or a vote not yet durable."""
+        if self._dirty or self._vote_dirty:
+            return True
+        return self._commit_dirty and (
+            time.monotonic() - self._commit_persisted_at >= COMMIT_INDEX_PERSIST_INTERVAL_S
+        )
+
+    def is_synced(self) -> bool:
+        """True if every entry, truncation, term and vote so far went through sync()."""
+        return not (self._dirty or self._vote_dirty or self._pending)
+
+    def sync(self) -> None:
+        """Make every change so far durable (or, with durability "none", hand it to the OS).
+
+        Entries first, then the meta file: a persisted commit index never points past entries
+        that are on disk.
+        """
+        self._write_pending()
+        if self._dirty:
+            if self._durability == "fsync":
+                os.fdatasync(self._fd)
+                self.syncs += 1
+                self._durable = self._written
+                if self._trace_fd is not None:
+                    os.write(self._trace_fd, b"%d\n" % self._durable)
+            self._dirty = False
+        if self._vote_dirty or self._commit_dirty:
+            self._meta.store(
+                self._term, self._voted_for, self._commit_index, self._durability == "fsync"
+            )
+            self._vote_dirty = self._commit_dirty = False
+            self._commit_persisted_at = time.monotonic()
+
+    def close(self) -> None:
+        if self._fd < 0:
+            return
+        self.sync()
+        os.close(self._fd)
+        self._fd = -1
+        self._meta.close()
+        if self._trace_fd is not None:
+            os.close(self._trace_fd)
+            self._trace_fd = None
+
+    # --- reads ------------------------------------------------------------------------------
+
+    @property
+    def epoch(self) -> int:
+        return self._epoch
+
+    @property
+    def memory_bytes(self) -> int:
+        """Bytes this journal holds in memory: indexes, cache and write buffer."""
+        index_bytes = (len(self._offsets) + len(self._terms)) * 8
+        return index_bytes + self._cache_bytes + len(self._pending)
+
+    @property
+    def last_index(self) -> int:
+        """The index of the last entry (0 if there is none)."""
+        return self._first_idx + len(self._offsets) - 1 if self._offsets else 0
+
+    def term_at(self, idx: int) -> int | None:
+        """The term of entry `idx`, or None if the journal does not hold it."""
+        position = idx - self._first_idx
+        if self._offsets and 0 <= position < len(self._terms):
+            return self._terms[position]
+        return None
+
+    def entry_at(self, position: int) -> Entry:
+        idx = self._first_idx + position
+        command = self._cache.get(idx)
+        if command is None:
+            return self.read_range(position, position + 1)[0]
+        return command, idx, self._terms[position]
+
+    def read_range(self, start: int, stop: int) -> list[Entry]:
+        """Entries at positions [start, stop), read with as few preads as READ_AHEAD allows."""
+        entries: list[Entry] = []
+        position = start
+        while position < stop:
+            first_offset = self._offsets[position]
+            last = position
+            while last + 1 < stop and self._offsets[last + 1] - first_offset < READ_AHEAD_BYTES:
+                last += 1
+            end = self._offsets[last + 1] if last + 1 < len(self._offsets) else self._end
+            data = memoryview(self._read_bytes(first_offset, end))
+            for k in range(position, last + 1):
+                entries.append(self._parse_record(data, self._offsets[k] - first_offset, k))
+            position = last + 1
+        return entries
+
+    def _read_bytes(self, start: int, end: int) -> bytes:
+        if start >= self._written:
+            return bytes(self._pending[start - self._written : end - self._written])
+        if end <= self._written:
+            data = os.pread(self._fd, end - start, start)
+            _invariant(len(data) == end - start, f"short read at {start} in {self.path}")
+            return data
+        return self._read_bytes(start, self._written) + self._read_bytes(self._written, end)
+
+    def _parse_record(self, data: memoryview, offset: int, position: int) -> Entry:
+        body_len, crc = _RECORD_HEADER.unpack_from(data, offset)
+        body = data[offset + _RECORD_HEADER.size : offset + _RECORD_HEADER.size + body_len]
+        _invariant(
+            len(body) == body_len and crc32c.crc32c(body) == crc,
+            f"{self.path}: bad record at position {position} (CRC or length)",
+        )
+        idx, term = _BODY_HEADER.unpack_from(body)
+        _invariant(idx == self._first_idx + position, f"{self.path}: index {idx} misplaced")
+        return bytes(body[_BODY_HEADER.size :]), idx, term
+
+    # --- internals --------------------------------------------------------------------------
+
+    def _cache_put(self, idx: int, command: bytes) -> None:
+        if len(command) > self._cache_bytes_max:
+            return
+        self._cache[idx] = command
+        self._cache_bytes += len(command)
+        while self._cache_bytes > self._cache_bytes_max:
+            _, evicted = self._cache.popitem(last=False)
+            self._cache_bytes -= len(evicted)
+
+    def _write_pending(self) -> None:
+        if not self._pending:
+            return
+        written = os.pwrite(self._fd, self._pending, self._written)
+        _invariant(written == len(self._pending), f"short write to {self.path}")
+        self._written += written
+        self._pending.clear()
+
+    def _truncate_to(self, position: int) -> None:
+        cut = self._offsets[position] if position < len(self._offsets) else self._end
+        if cut >= self._written:
+            del self._pending[cut - self._written :]
+        else:
+            self._pending.clear()
+            os.ftruncate(self._fd, cut)
+            self._written = cut
+            self._durable = min(self._durable, cut)
+        del self._offsets[position:]
+        del self._terms[position:]
+        self._end = cut
+        self._dirty = True
+        first_dropped = self._first_idx + position
+        while self._cache and next(reversed(self._cache)) >= first_dropped:
+            _, command = self._cache.popitem(last=True)
+            self._cache_bytes -= len(command)
+        self._epoch += 1
+
+    def _rewrite_from(self, cut: int) -> None:
+        """Replace the file by its header and bytes [cut, _end), durably (tmp, rename)."""
+        tmp_path = self.path.with_name(JOURNAL_FILE + ".tmp")
+        tmp_fd = os.open(tmp_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        try:
+            os.write(tmp_fd, _FILE_HEADER.pack(MAGIC, FORMAT_VERSION, 0))
+            position = cut
+            while position < self._end:
+                chunk = os.pread(self._fd, min(READ_AHEAD_BYTES, self._end - position), position)
+                _invariant(bool(chunk), f"short read while compacting {self.path}")
+                os.write(tmp_fd, chunk)
+                position += len(chunk)
+            if self._durability == "fsync":
+                os.fdatasync(tmp_fd)
+        finally:
+            os.close(tmp_fd)
+        os.replace(tmp_path, self.path)
+        if self._durability == "fsync":
+            _fsync_directory(self.directory)
+        os.close(self._fd)
+        self._fd = os.open(self.path, os.O_RDWR)
+        self._dirty = False
+        if self._trace_fd is not None:
+            os.write(self._trace_fd, b"rewrite\n")
+
+    def _sync_snapshot_file(self) -> None:
+        if self._durability != "fsync" or self._snapshot_path is None:
+            return
+        if self._snapshot_path.exists():
+            fd = os.open(self._snapshot_path, os.O_RDONLY)
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+        _fsync_directory(self._snapshot_path.parent)
+
+
+class JournalView(Sequence[Entry]):
+    """A lazy slice [start, stop) of a DurableJournal: entries are read when touched.
+
+    pysyncobj slices the journal to the end (`log[diff:]`) and then takes what fits in one
+    message, so a materialised slice would read the whole tail. Sub-slices of a view are
+    plain lists: they go into messages, which must pickle as lists.
+    """
+
+    __slots__ = ("_epoch", "_journal", "_start", "_stop")
+
+    def __init__(self, journal: DurableJournal, start: int, stop: int) -> None:
+        self._journal = journal
+        self._start = start
+        self._stop = stop
+        self._epoch = journal.epoch
+
+    def __len__(self) -> int:
+        return self._stop - self._start
+
+    @overload
+    def __getitem__(self, item: int) -> Entry: ...
+    @overload
+    def __getitem__(self, item: slice) -> list[Entry]: ...
+    def __getitem__(self, item: int | slice) -> Entry | list[Entry]:
+        self._check_fresh()
+        if isinstance(item, slice):
+            start, stop, step = item.indices(len(self))
+            if step != 1:
+                return list(self)[item]
+            if stop <= start:
+                return []
+            return self._journal.read_range(self._start + start, self._start + stop)
+        position = item + len(self) if item < 0 else item
+        if not 0 <= position < len(self):
+            raise IndexError(item)
+        return self._journal.entry_at(self._start + position)
+
+    def __iter__(self) -> Iterator[Entry]:
+        position = self._start
+        while position < self._stop:
+            self._check_fresh()
+            stop = min(self._stop, position + 256)
+            yield from (self._journal.entry_at(k) for k in range(position, stop))
+            position = stop
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        # If a view ever ends up in a message it must travel as a list, never as a view.
+        return (list, (list(self),))
+
+    def _check_fresh(self) -> None:
+        _invariant(self._epoch == self._journal.epoch, "journal view used after a deletion")
+
+
+class _MetaFile:
+    """Term, vote and commit index in two alternating checksummed slots (module docstring)."""
+
+    def __init__(self, path: Path) -> None:
+        self._path = path
+        self._fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        self._seq = 0
+
+    def load(self) -> tuple[int, Any, int]:
+        best: tuple[int, dict[str, Any]] | None = None
+        for slot in range(2):
+            raw = os.pread(self._fd, _META_SLOT_BYTES, slot * _META_SLOT_BYTES)
+            if len(raw) < _META_HEADER.size:
+                continue
+            length, crc, seq = _META_HEADER.unpack_from(raw)
+            payload = raw[_META_HEADER.size : _META_HEADER.size + length]
+            if seq == 0 or len(payload) != length or crc32c.crc32c(payload) != crc:
+                continue  # never written (zeros), or torn
+            if best is None or seq > best[0]:
+                best = (seq, json.loads(payload))
+        if best is None:
+            return 0, None, 1  # pysyncobj's defaults for a new journal
+        self._seq = best[0]
+        meta = best[1]
+        return int(meta["term"]), meta["voted_for"], int(meta["commit_index"])
+
+    def store(self, term: int, voted_for: Any, commit_index: int, durable: bool) -> None:
+        self._seq += 1
+        payload = json.dumps(
+            {"term": term, "voted_for": voted_for, "commit_index": commit_index}
+        ).encode()
+        slot = _META_HEADER.pack(len(payload), crc32c.crc32c(payload), self._seq) + payload
+        _invariant(len(slot) <= _META_SLOT_BYTES, "meta record too large (node id too long?)")
+        os.pwrite(self._fd, slot, (self._seq % 2) * _META_SLOT_BYTES)
+        if durable:
+            os.fdatasync(self._fd)
+
+    def close(self) -> None:
+        os.close(self._fd)
+
+
+# --- the one hook into pysyncobj ------------------------------------------------------------
+# SyncObj.__init__ builds its journal with the module-level createJournal(conf.journalFile)
+# and offers no parameter for a custom one. We wrap that function once: a DurableJournal
+# passed as conf.journalFile is used as is; anything else goes to pysyncobj's own function,
+# so stock SyncObj objects in the same process (the benchmark's baseline) are unchanged.
+_stock_create_journal = _syncobj_module.createJournal
+
+
+def _create_journal(journal_file: Any = None) -> Any:
+    if isinstance(journal_file, DurableJournal):
+        return journal_file
+    return _stock_create_journal(journal_file)
+
+
+if getattr(_syncobj_module.createJournal, "__module__", None) != __name__:
+    _syncobj_module.createJournal = _create_journal

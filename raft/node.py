@@ -1,0 +1,625 @@
+"""RaftNode: one thread, one TCP address, many pysyncobj groups; Replica: the async facade.
+
+A RaftNode owns a Network (raft/transport.py), every group's SyncObj and DurableJournal,
+and the one tick thread that drives them all with `doTick(0)`. Each round of that thread:
+
+1. poll the sockets (at most until the next group is due): each received message is
+   handed to its group at once; pysyncobj appends entries to the journal and queues its
+   reply, which the transport holds;
+2. hand every group's waiting proposals to pysyncobj, coalesced into one command per group
+   (group commit): the leader appends it to its journal and queues append_entries;
+3. tick every group that needs it: one that received a proposal or a message that changed
+   something (a heartbeat does not), and one whose idle tick is due (a leader every
+   heartbeat, a follower every follower_tick_interval_s). A tick commits (counting
+   followers' replies), applies committed commands and answers their proposers;
+4. write the queued append_entries to the sockets (they acknowledge nothing);
+5. sync every journal changed in this round: one fdatasync per group covers all its
+   entries of the round, and term and vote;
+6. release the held messages (append and vote replies) to the sockets.
+
+So no reply leaves before what it acknowledges is on disk; and a leader, which counts
+itself in every majority, commits an entry only in a round after the one that appended it,
+so after step 5 of that round made its own copy durable. raft/README.md has the whole
+protocol and the proofs.
+
+`Replica.propose(command)` is the facade: it resolves after the command is committed by a
+majority and applied by this node's state machine, with the state machine's result. On a
+follower pysyncobj forwards the command to the leader and the future still resolves after
+the local apply. pysyncobj's FAIL_REASON codes become raft/errors.py exceptions here.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import concurrent.futures
+import contextlib
+import functools
+import heapq
+import itertools
+import logging
+import os
+import pickle
+import struct
+import threading
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Protocol
+
+import crc32c
+from pysyncobj import FAIL_REASON, SyncObj, replicated
+from pysyncobj.node import Node
+from pysyncobj.syncobj import _COMMAND_TYPE
+
+from raft.config import RaftConfig, build_syncobj_conf
+from raft.errors import (
+    CommandTooLarge,
+    Discarded,
+    NotLeader,
+    OutcomeUnknown,
+    QueueFull,
+    RaftError,
+    ReplicaStopped,
+    RequestDenied,
+    Timeout,
+)
+from raft.journal import DurableJournal, JournalCorrupt
+from raft.messages import trim_append_entries
+from raft.transport import GROUP_ID_MAX, GroupTransport, Network
+
+logger = logging.getLogger(__name__)
+
+# A proposal with no timeout of its own waits this long.
+PROPOSE_TIMEOUT_S_DEFAULT = 10.0
+# While no leader is known, propose() retries this often (doubling up to the max).
+PROPOSE_RETRY_S_MIN = 0.005
+PROPOSE_RETRY_S_MAX = 0.1
+# Proposals handed to pysyncobj per group per round, at most (each is one Raft entry).
+BATCHES_PER_ROUND_MAX = 8
+SNAPSHOT_FILE = "snapshot"
+_SNAPSHOT_MAGIC = b"DMQRSNP1"
+_SNAPSHOT_HEADER = struct.Struct("<8sIQ")  # magic, crc32c(payload), payload length
+
+
+class StateMachine(Protocol):
+    """What a group replicates. apply() must be deterministic: same commands, same state.
+
+    apply() runs on the tick thread, in log order, once per committed command, on every
+    replica; it must not raise (an exception stops the node: replicas would diverge).
+    snapshot() / restore() serialise the whole state for log compaction and for followers
+    that fell behind the leader's compacted log.
+    """
+
+    def apply(self, command: bytes) -> Any: ...
+
+    def snapshot(self) -> bytes: ...
+
+    def restore(self, snapshot: bytes) -> None: ...
+
+
+@dataclass(frozen=True, slots=True)
+class ReplicaStatus:
+    group_id: int
+    node_id: str
+    is_leader: bool
+    leader_id: str | None
+    term: int
+    commit_index: int
+    last_applied: int
+    journal_entries: int
+
+
+class _GroupSyncObj(SyncObj):  # type: ignore[misc]  # pysyncobj is untyped
+    """A SyncObj whose one replicated method applies a batch of commands to a StateMachine."""
+
+    def __init__(self, machine: StateMachine, *args: Any, **kwargs: Any) -> None:
+        self._machine = machine
+        super().__init__(*args, **kwargs)
+
+    @replicated  # type: ignore[untyped-decorator]
+    def _apply_batch(self, commands: list[bytes]) -> list[Any]:
+        return [self._machine.apply(command) for command in commands]
+
+
+@dataclass(slots=True, eq=False)
+class _Proposal:
+    command: bytes
+    future: asyncio.Future[Any]
+
+
+class Replica:
+    """One group on one node: `await propose(command)` and `status()`.
+
+    propose() and status() are for the event loop that started the RaftNode; the other
+    methods run on the node's tick thread.
+    """
+
+    def __init__(
+        self,
+        node: RaftNode,
+        group_id: int,
+        directory: Path,
+        machine: StateMachine,
+        members: list[str],
+    ) -> None:
+        self.group_id = group_id
+        self.node = node
+        self.directory = directory
+        self.machine = machine
+        self.members = members
+        self._config = node.config
+        self._pending: collections.deque[_Proposal] = collections.deque()  # loop -> tick thread
+        self._queued = False  # in node._ready; cleared by the tick thread before draining
+        self._inflight = 0  # proposals between propose() and its return (loop thread only)
+        self._inflight_bytes = 0
+        self._submitted: set[tuple[_Proposal, ...]] = set()  # tick thread only
+        self._status = ReplicaStatus(group_id, node.node_id, False, None, 0, 0, 0, 0)
+        self.journal = DurableJournal(
+            directory,
+            durability=self._config.durability,
+            cache_bytes_max=self._config.journal_cache_bytes_max,
+            write_buffer_bytes_max=self._config.journal_write_buffer_bytes_max,
+            snapshot_path=directory / SNAPSHOT_FILE,
+            durable_trace=node.durable_trace,
+        )
+        conf = build_syncobj_conf(
+            self._config,
+            journal=self.journal,
+            snapshot_path=str(directory / SNAPSHOT_FILE),
+            serializer=self._write_snapshot,
+            deserializer=self._read_snapshot,
+        )
+        holder: list[GroupTransport] = []
+
+        def make_transport(sync_obj: Any, self_node: Any, other_nodes: Any) -> GroupTransport:
+            transport = GroupTransport(
+                sync_obj,
+                self_node,
+                other_nodes,
+                network=node.network,
+                group_id=group_id,
+                term_at=self.journal.term_at,
+            )
+            holder.append(transport)
+            return transport
+
+        self.syncobj = _GroupSyncObj(
+            machine,
+            Node(node.node_id),
+            [Node(member) for member in members if member != node.node_id],
+            conf,
+            transportClass=make_transport,
+        )
+        self.transport = holder[0]
+        self._apply_batch_id = self.syncobj._methodToID[self.syncobj._getFuncName("_apply_batch")]
+        self.next_due = 0.0
+        self.snapshots_written = 0
+        self.snapshots_restored = 0  # at start-up from its own file, or sent by the leader
+
+    # --- the event loop's side --------------------------------------------------------------
+
+    async def propose(self, command: bytes, *, timeout_s: float | None = None) -> Any:
+        """Commit `command` through Raft and return this replica's apply() result.
+
+        Raises CommandTooLarge or QueueFull at once; retries while no leader is known
+        (NotLeader) or the entry was discarded, until the deadline; then raises the last
+        NotApplied error, or Timeout if the command may still commit.
+        """
+        loop = asyncio.get_running_loop()
+        timeout = PROPOSE_TIMEOUT_S_DEFAULT if timeout_s is None else timeout_s
+        deadline = loop.time() + timeout
+        delay = PROPOSE_RETRY_S_MIN
+        while True:
+            try:
+                return await self._propose_once(command, deadline, timeout)
+            except (NotLeader, Discarded):
+                if loop.time() + delay >= deadline:
+                    raise
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, PROPOSE_RETRY_S_MAX)
+
+    async def _propose_once(self, command: bytes, deadline: float, timeout_s: float) -> Any:
+        if self.node.failed is not None or self.node.stopping:
+            raise ReplicaStopped(f"group {self.group_id}: node {self.node.node_id} stopped")
+        if len(command) > self._config.batch_bytes_max:
+            raise CommandTooLarge(self.group_id, len(command), self._config.batch_bytes_max)
+        if (
+            self._inflight >= self._config.proposals_max
+            or self._inflight_bytes + len(command) > self._config.proposal_bytes_max
+        ):
+            raise QueueFull(self.group_id, self._config.proposals_max)
+        loop = asyncio.get_running_loop()
+        proposal = _Proposal(bytes(command), loop.create_future())
+        self._inflight += 1
+        self._inflight_bytes += len(command)
+        # One timer handle per proposal: asyncio.wait_for costs three times as much, and
+        # at tens of thousands of proposals a second that is the event loop's main cost.
+        timer = loop.call_at(deadline, _expire, proposal.future, self.group_id, timeout_s)
+        try:
+            self._pending.append(proposal)
+            self.node.schedule(self)
+            return await proposal.future
+        finally:
+            timer.cancel()
+            self._inflight -= 1
+            self._inflight_bytes -= len(command)
+
+    def status(self) -> ReplicaStatus:
+        """As of this group's last tick (any thread may read it)."""
+        return self._status
+
+    # --- the tick thread's side -------------------------------------------------------------
+
+    def drain_proposals(self) -> bool:
+        """Hand waiting proposals to pysyncobj, coalesced; True if any were handed over."""
+        handed = False
+        for _ in range(BATCHES_PER_ROUND_MAX):
+            batch = self._take_batch()
+            if not batch:
+                break
+            self._submitted.add(batch)
+            callback = functools.partial(self._on_batch_result, batch)
+            # What the @replicated decorator would hand to _applyCommand, but pickled with
+            # the highest protocol: pysyncobj's protocol 2 turns every bytes object into a
+            # latin-1 str and back, which cost more than all the rest of replication.
+            command = pickle.dumps(
+                (self._apply_batch_id, ([p.command for p in batch],)), pickle.HIGHEST_PROTOCOL
+            )
+            self.syncobj._applyCommand(command, callback, _COMMAND_TYPE.REGULAR)
+            handed = True
+        return handed
+
+    def _take_batch(self) -> tuple[_Proposal, ...]:
+        batch: list[_Proposal] = []
+        size = 0
+        pending = self._pending
+        while pending and len(batch) < self._config.batch_commands_max:
+            proposal = pending[0]
+            if batch and size + len(proposal.command) > self._config.batch_bytes_max:
+                break
+            pending.popleft()
+            if proposal.future.done():
+                continue  # timed out or cancelled before it reached the log: skip it
+            batch.append(proposal)
+            size += len(proposal.command)
+        return tuple(batch)
+
+    def _on_batch_result(self, batch: tuple[_Proposal, ...], result: Any, reason: int) -> None:
+        self._submitted.discard(batch)
+        error = None if reason == FAIL_REASON.SUCCESS else self._error_for(reason)
+        self.node.settle(batch, result, error)
+
+    def _error_for(self, reason: int) -> RaftError:
+        leader = self.syncobj._getLeader()
+        leader_id = None if leader is None else str(leader.id)
+        if reason in (FAIL_REASON.NOT_LEADER, FAIL_REASON.MISSING_LEADER):
+            return NotLeader(self.group_id, leader_id, self.node.address_of(leader_id))
+        if reason == FAIL_REASON.QUEUE_FULL:
+            return QueueFull(self.group_id, self._config.commands_queue_size)
+        if reason == FAIL_REASON.DISCARDED:
+            return Discarded(f"group {self.group_id}: entry overwritten by a new leader")
+        if reason == FAIL_REASON.REQUEST_DENIED:
+            return RequestDenied(f"group {self.group_id}: request denied")
+        # LEADER_CHANGED, UNKNOWN_OUTCOME: the command may still commit.
+        return OutcomeUnknown(f"group {self.group_id}: outcome unknown (reason {reason})")
+
+    def needs_tick_after(self, message: Any) -> bool:
+        """Whether a message just delivered needs this round's tick and sync.
+
+        Heartbeats and their replies, the bulk of an idle node's messages, change nothing
+        that a tick or a sync would act on; everything else is ticked at once. A changed
+        journal always is: the sync step covers only the groups ticked in the round.
+        """
+        if not self.journal.is_synced():
+            return True
+        kind = message.get("type") if isinstance(message, dict) else None
+        sync_obj = self.syncobj
+        if kind == "append_entries":  # entries would have changed the journal
+            return bool(sync_obj.raftCommitIndex > sync_obj.raftLastApplied)
+        if kind == "next_node_idx":  # the commit index may move only if this acks more
+            acked = message.get("next_node_idx", 0) - 1
+            return bool(message.get("success")) and acked > sync_obj.raftCommitIndex
+        return True
+
+    def tick(self) -> None:
+        self.syncobj.doTick(0.0)
+        sync_obj = self.syncobj
+        leader = sync_obj._getLeader()
+        self._status = ReplicaStatus(
+            self.group_id,
+            self.node.node_id,
+            bool(sync_obj._isLeader()),
+            None if leader is None else str(leader.id),
+            sync_obj.raftCurrentTerm,
+            sync_obj.raftCommitIndex,
+            sync_obj.raftLastApplied,
+            len(self.journal),
+        )
+
+    def stop(self) -> None:
+        self.syncobj.destroy()  # autoTick=False: destroys transport and journal at once
+        stopped = ReplicaStopped(f"group {self.group_id}: node {self.node.node_id} stopped")
+        for batch in list(self._submitted):
+            self.node.settle(batch, None, stopped)
+        self._submitted.clear()
+        leftover = tuple(self._pending)
+        self._pending.clear()
+        if leftover:
+            self.node.settle(leftover, None, stopped)
+
+    # --- snapshots (pysyncobj's serializer hooks, on the tick thread) -----------------------
+
+    def _write_snapshot(self, path: str, data: Any) -> None:
+        """pysyncobj's `serializer(fileName, data)`: state + its raft bookkeeping, fsynced."""
+        payload = pickle.dumps((tuple(data), self.machine.snapshot()), pickle.HIGHEST_PROTOCOL)
+        with open(path, "wb") as file:
+            file.write(_SNAPSHOT_HEADER.pack(_SNAPSHOT_MAGIC, crc32c.crc32c(payload), len(payload)))
+            file.write(payload)
+            file.flush()
+            if self._config.durability == "fsync":
+                os.fsync(file.fileno())
+        self.snapshots_written += 1
+
+    def _read_snapshot(self, path: str) -> tuple[Any, ...]:
+        """pysyncobj's `deserializer(fileName)`: restore the state, return the bookkeeping."""
+        with open(path, "rb") as file:
+            raw = file.read()
+        magic, crc, length = _SNAPSHOT_HEADER.unpack_from(raw)
+        payload = raw[_SNAPSHOT_HEADER.size :]
+        if magic != _SNAPSHOT_MAGIC or len(payload) != length or crc32c.crc32c(payload) != crc:
+            raise RaftError(f"{path}: snapshot fails its checks")
+        data, state = pickle.loads(payload)
+        self.machine.restore(state)
+        self.snapshots_restored += 1
+        return tuple(data)
+
+
+class RaftNode:
+    """Hosts many groups on one address with one tick thread (module docstring).
+
+    Start it from a running event loop (`await node.start()`); add groups before or after.
+    """
+
+    def __init__(
+        self,
+        node_id: str,
+        peers: dict[str, str],
+        data_dir: Path,
+        config: RaftConfig | None = None,
+        *,
+        durable_trace: bool = False,
+    ) -> None:
+        self.config = config or RaftConfig()
+        self.config.check()
+        if node_id not in peers:
+            raise ValueError(f"node {node_id} is not among the peers {sorted(peers)}")
+        self.node_id = node_id
+        self.peers = dict(peers)
+        self.data_dir = data_dir
+        self.durable_trace = durable_trace
+        self.network = Network(
+            node_id,
+            peers[node_id],
+            self.peers,
+            self.config,
+            on_message=self._on_message,
+            on_peer_up=self._on_peer_up,
+            on_peer_down=self._on_peer_down,
+        )
+        self.groups: dict[int, Replica] = {}
+        self.failed: BaseException | None = None
+        self.stopping = False
+        self.rounds = 0
+        self.ticks = 0
+        self.syncs = 0
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._thread: threading.Thread | None = None
+        self._stopped: concurrent.futures.Future[None] = concurrent.futures.Future()
+        self._ready: collections.deque[Replica] = collections.deque()
+        self._calls: collections.deque[Callable[[], None]] = collections.deque()
+        self._wake_pending = False
+        self._touched: set[Replica] = set()
+        # (due time, tie-breaker, replica); an entry is stale if replica.next_due moved on.
+        self._due: list[tuple[float, int, Replica]] = []
+        self._due_seq = itertools.count()
+
+    # --- lifecycle (event loop thread) ------------------------------------------------------
+
+    async def start(self) -> None:
+        self._loop = asyncio.get_running_loop()
+        self.network.open()
+        self._thread = threading.Thread(
+            target=self._run, name=f"dmq-raft-{self.node_id}", daemon=True
+        )
+        self._thread.start()
+
+    async def stop(self) -> None:
+        self.stopping = True
+        if self._thread is None:
+            for replica in self.groups.values():
+                replica.stop()
+            self.network.close()
+            return
+        self.wake()
+        await asyncio.wrap_future(self._stopped)
+
+    async def add_group(
+        self, group_id: int, machine: StateMachine, *, members: Iterable[str] | None = None
+    ) -> Replica:
+        """Create (or reopen from its directory) group `group_id` with these members."""
+        if self._thread is None:
+            return self._add_group(group_id, machine, members)
+        done: concurrent.futures.Future[Replica] = concurrent.futures.Future()
+
+        def call() -> None:
+            try:
+                done.set_result(self._add_group(group_id, machine, members))
+            except BaseException as error:  # handed to the caller
+                done.set_exception(error)
+
+        self._calls.append(call)
+        self.wake()
+        return await asyncio.wrap_future(done)
+
+    def _add_group(
+        self, group_id: int, machine: StateMachine, members: Iterable[str] | None
+    ) -> Replica:
+        if not 0 <= group_id <= GROUP_ID_MAX:
+            raise ValueError(f"group id {group_id} out of range")
+        if group_id in self.groups:
+            raise ValueError(f"group {group_id} exists on node {self.node_id}")
+        member_list = sorted(self.peers if members is None else members)
+        unknown = set(member_list) - set(self.peers)
+        if unknown or self.node_id not in member_list:
+            raise ValueError(f"group {group_id}: bad members {member_list}")
+        directory = self.data_dir / "groups" / str(group_id)
+        replica = Replica(self, group_id, directory, machine, member_list)
+        # pysyncobj loads its snapshot on its first tick and expects no message before it.
+        replica.tick()
+        self.groups[group_id] = replica
+        for peer_id in self.network.up_peers():
+            replica.transport.peer_up(peer_id)
+        self._touched.add(replica)  # synced (and ticked) in this round
+        return replica
+
+    def address_of(self, node_id: str | None) -> str | None:
+        return None if node_id is None else self.peers.get(node_id)
+
+    def thread_count(self) -> int:
+        """Threads this node started (the tick thread), for tests of the threading bound."""
+        return 1 if self._thread is not None and self._thread.is_alive() else 0
+
+    # --- cross-thread hand-offs -------------------------------------------------------------
+
+    def wake(self) -> None:
+        if not self._wake_pending:
+            self._wake_pending = True
+            self.network.wake()
+
+    def schedule(self, replica: Replica) -> None:
+        """A replica has new proposals (event loop thread)."""
+        if not replica._queued:
+            replica._queued = True
+            self._ready.append(replica)
+        self.wake()
+
+    def settle(
+        self, batch: tuple[_Proposal, ...], result: Any, error: BaseException | None
+    ) -> None:
+        """Answer a batch's proposers on their event loop (from the tick thread)."""
+        loop = self._loop
+        if loop is None:
+            return
+        # RuntimeError: the loop is closed, nobody is waiting any more.
+        with contextlib.suppress(RuntimeError):
+            loop.call_soon_threadsafe(_settle_batch, batch, result, error)
+
+    # --- the tick thread --------------------------------------------------------------------
+
+    def _run(self) -> None:
+        try:
+            while not self.stopping:
+                self._round()
+        except BaseException as error:
+            logger.exception("raft node %s stopped by an error", self.node_id)
+            self.failed = error
+        finally:
+            self._shutdown()
+
+    def _round(self) -> None:
+        now = time.monotonic()
+        self.network.maintain(now)
+        self.network.poll(self._poll_timeout(now))
+        self._wake_pending = False
+        while self._calls:
+            self._calls.popleft()()
+        while self._ready:
+            replica = self._ready.popleft()
+            replica._queued = False
+            if replica.drain_proposals():
+                self._touched.add(replica)
+        now = time.monotonic()
+        while self._due and self._due[0][0] <= now:
+            due, _, replica = heapq.heappop(self._due)
+            if replica.next_due == due and replica.group_id in self.groups:
+                self._touched.add(replica)
+        touched, self._touched = self._touched, set()
+        leader_interval = self.config.heartbeat_interval_s
+        follower_interval = self.config.follower_tick_interval_s
+        for replica in touched:
+            replica.tick()
+            # From the end of this tick: a leader's next idle tick then finds its heartbeat
+            # due (pysyncobj sends one when heartbeat_interval_s passed since the last send).
+            interval = leader_interval if replica.status().is_leader else follower_interval
+            replica.next_due = time.monotonic() + interval
+            heapq.heappush(self._due, (replica.next_due, next(self._due_seq), replica))
+        self._sync_and_release(touched)
+        self.rounds += 1
+        self.ticks += len(touched)
+
+    def _poll_timeout(self, now: float) -> float:
+        if self._ready or self._calls or self._touched:
+            return 0.0
+        if not self._due:
+            return self.config.tick_interval_s
+        return min(self.config.tick_interval_s, max(0.0, self._due[0][0] - now))
+
+    def _sync_and_release(self, touched: Iterable[Replica]) -> None:
+        # Steps 4 to 6 of the round. append_entries leave first, so a follower's fsync
+        # overlaps the leader's; replies and votes leave only after the journals are durable.
+        self.network.write_unheld()
+        for replica in touched:
+            if replica.journal.needs_sync():
+                replica.journal.sync()
+                self.syncs += 1
+            if not replica.journal.is_synced():
+                # Only touched groups change their journals; a miss here would let a reply
+                # out before what it acknowledges is durable. Stop rather than do that.
+                raise JournalCorrupt(f"group {replica.group_id}: journal changed but not synced")
+        self.network.release()
+
+    def _on_message(self, group_id: int, peer_id: str, message: Any) -> None:
+        replica = self.groups.get(group_id)
+        if replica is None:
+            self.network.stats.frames_unknown_group += 1
+            return
+        journal = replica.journal
+        message = trim_append_entries(message, journal.term_at, journal.last_index)
+        replica.transport.deliver(peer_id, message)
+        if replica.needs_tick_after(message):
+            self._touched.add(replica)
+
+    def _on_peer_up(self, peer_id: str) -> None:
+        for replica in self.groups.values():
+            replica.transport.peer_up(peer_id)
+
+    def _on_peer_down(self, peer_id: str) -> None:
+        for replica in self.groups.values():
+            replica.transport.peer_down(peer_id)
+
+    def _shutdown(self) -> None:
+        for replica in self.groups.values():
+            try:
+                replica.stop()
+            except Exception:
+                logger.exception("stopping group %d", replica.group_id)
+        self.network.close()
+        self._stopped.set_result(None)
+
+
+def _expire(future: asyncio.Future[Any], group_id: int, timeout_s: float) -> None:
+    if not future.done():
+        future.set_exception(Timeout(group_id, timeout_s))
+
+
+def _settle_batch(batch: tuple[_Proposal, ...], result: Any, error: BaseException | None) -> None:
+    """On the event loop: resolve each proposal with its own result (or the batch's error)."""
+    for k, proposal in enumerate(batch):
+        if proposal.future.done():
+            continue
+        if error is not None:
+            proposal.future.set_exception(error)
+        else:
+            proposal.future.set_result(result[k])

@@ -1,0 +1,197 @@
+"""Proves that DurableJournal (raft/journal.py) is pysyncobj's Journal, durable per sync()
+and bounded in memory:
+
+- it behaves like a list of (command, idx, term) under any sequence of add, truncation of
+  a suffix (deleteEntriesFrom), of a prefix (deleteEntriesTo, after compaction) and clear,
+  with reads of single entries, slices and negative indexes, and reopening the files after
+  sync() gives the same list, term, vote and commit index;
+- one sync() makes any number of appended entries durable with one fdatasync, and term and
+  vote set before it survive a reopen;
+- a torn tail (the file cut at every byte of its last record, or that record's bytes
+  damaged) reopens as the earlier entries, and the file is truncated to them;
+- a torn meta write (one slot damaged) falls back to the other slot;
+- memory is bounded: with a small cache, thousands of large entries keep only indexes and
+  the cache in memory, and old entries are read back from the file, also through lazy
+  slices (a slice pickles as a plain list);
+- pysyncobj uses the journal handed to it as journalFile, and stock SyncObj objects in the
+  same process still get pysyncobj's own journals.
+"""
+
+from __future__ import annotations
+
+import os
+import pickle
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from pysyncobj.journal import FileJournal, MemoryJournal
+
+import raft.journal as journal_module
+from raft.journal import HEADER_BYTES, JOURNAL_FILE, META_FILE, DurableJournal, JournalView
+
+Entry = tuple[bytes, int, int]
+
+
+def entries_of(journal: DurableJournal) -> list[Entry]:
+    return [journal[k] for k in range(len(journal))]
+
+
+operations = st.lists(
+    st.one_of(
+        st.tuples(st.just("add"), st.binary(max_size=300), st.integers(0, 2)),
+        st.tuples(st.just("delete_from"), st.integers(0, 40)),
+        st.tuples(st.just("delete_to"), st.integers(0, 40)),
+        st.tuples(st.just("sync_reopen")),
+        st.tuples(st.just("clear")),
+        st.tuples(st.just("term"), st.integers(0, 50), st.sampled_from([None, "n1", "n2"])),
+    ),
+    max_size=60,
+)
+
+
+@settings(suppress_health_check=[HealthCheck.function_scoped_fixture], max_examples=60)
+@given(ops=operations)
+def test_behaves_like_a_list_across_any_operations_and_reopens(
+    tmp_path_factory: pytest.TempPathFactory, ops: list[tuple[object, ...]]
+) -> None:
+    directory = tmp_path_factory.mktemp("journal")
+    journal = DurableJournal(directory, cache_bytes_max=500, write_buffer_bytes_max=1024)
+    model: list[Entry] = []
+    term, vote = 0, None
+    for op in ops:
+        if op[0] == "add":
+            _, command, term_step = op
+            idx = model[-1][1] + 1 if model else 1
+            entry_term = (model[-1][2] if model else 0) + int(term_step)  # type: ignore[call-overload]
+            journal.add(command, idx, entry_term)
+            model.append((command, idx, entry_term))  # type: ignore[arg-type]
+        elif op[0] == "delete_from":
+            journal.deleteEntriesFrom(op[1])
+            del model[op[1] :]  # type: ignore[misc]
+        elif op[0] == "delete_to":
+            journal.deleteEntriesTo(op[1])
+            del model[: op[1]]  # type: ignore[misc]
+        elif op[0] == "clear":
+            journal.clear()
+            model.clear()
+        elif op[0] == "term":
+            term, vote = op[1], op[2]  # type: ignore[assignment]
+            journal.setCurrentTerm(term, vote)
+        else:
+            journal.setRaftCommitIndex(max(1, len(model)))
+            journal.sync()
+            journal.close()
+            journal = DurableJournal(directory, cache_bytes_max=500, write_buffer_bytes_max=1024)
+            assert journal.getRaftCommitIndex() == max(1, len(model))
+        assert len(journal) == len(model)
+        assert entries_of(journal) == model
+        assert list(journal[1:]) == model[1:]
+        if model:
+            assert journal[-1] == model[-1]
+            assert journal.last_index == model[-1][1]
+        assert (journal.getCurrentTerm(), journal.getVotedForNodeId()) == (term, vote)
+    journal.close()
+
+
+def test_one_fdatasync_covers_a_whole_tick_of_entries(tmp_path: Path) -> None:
+    journal = DurableJournal(tmp_path)
+    for idx in range(1, 1001):
+        journal.add(b"x" * 100, idx, 1)
+    journal.setCurrentTerm(3, "n2")
+    assert journal.needs_sync()
+    journal.sync()
+    assert journal.syncs == 1
+    assert not journal.needs_sync()
+    os.close(journal._fd)  # a crash: no close(), no further sync
+    journal._fd = -1
+    reopened = DurableJournal(tmp_path)
+    assert len(reopened) == 1000
+    assert (reopened.getCurrentTerm(), reopened.getVotedForNodeId()) == (3, "n2")
+    reopened.close()
+
+
+def write_three(directory: Path) -> list[Entry]:
+    journal = DurableJournal(directory)
+    entries = [(b"first", 1, 1), (b"second", 2, 1), (b"third-" * 10, 3, 2)]
+    for entry in entries:
+        journal.add(*entry)
+    journal.close()
+    return entries
+
+
+def test_torn_tail_at_every_byte_reopens_as_the_earlier_entries(tmp_path: Path) -> None:
+    entries = write_three(tmp_path / "source")
+    data = (tmp_path / "source" / JOURNAL_FILE).read_bytes()
+    last_start = len(data) - (24 + len(entries[2][0]))
+    for cut in range(last_start, len(data)):
+        directory = tmp_path / f"cut{cut}"
+        directory.mkdir()
+        (directory / JOURNAL_FILE).write_bytes(data[:cut])
+        journal = DurableJournal(directory)
+        assert entries_of(journal) == entries[:2]
+        journal.add(b"new", 3, 3)
+        journal.close()
+        assert os.path.getsize(directory / JOURNAL_FILE) == last_start + 24 + 3
+
+
+@pytest.mark.parametrize("offset_from_end", [1, 5, 20, 30, 40])
+def test_damaged_last_record_is_dropped(tmp_path: Path, offset_from_end: int) -> None:
+    entries = write_three(tmp_path)
+    path = tmp_path / JOURNAL_FILE
+    data = bytearray(path.read_bytes())
+    data[-offset_from_end] ^= 0x40
+    path.write_bytes(bytes(data))
+    journal = DurableJournal(tmp_path)
+    assert entries_of(journal) == entries[:2]
+    journal.close()
+
+
+def test_torn_meta_slot_falls_back_to_the_other(tmp_path: Path) -> None:
+    journal = DurableJournal(tmp_path)
+    journal.setCurrentTerm(4, "n1")
+    journal.sync()
+    journal.setCurrentTerm(5, "n3")
+    journal.sync()
+    journal.close()
+    path = tmp_path / META_FILE
+    data = bytearray(path.read_bytes())
+    newest_slot = 0 if data[:4] != b"\0\0\0\0" and data[8] == 2 else 512
+    data[newest_slot + 20] ^= 0xFF
+    path.write_bytes(bytes(data))
+    reopened = DurableJournal(tmp_path)
+    assert (reopened.getCurrentTerm(), reopened.getVotedForNodeId()) == (4, "n1")
+    reopened.close()
+
+
+def test_memory_stays_bounded_and_old_entries_come_from_the_file(tmp_path: Path) -> None:
+    cache = 256 * 1024
+    journal = DurableJournal(tmp_path, cache_bytes_max=cache, write_buffer_bytes_max=64 * 1024)
+    big = 32 * 1024
+    for idx in range(1, 3001):  # ~94 MiB appended
+        journal.add(idx.to_bytes(4, "little") * (big // 4), idx, 1)
+        if idx % 100 == 0:
+            journal.sync()
+    assert journal.memory_bytes < cache + 64 * 1024 + 3000 * 16 + big
+    assert journal[0][0][:4] == (1).to_bytes(4, "little")
+    view = journal[10:]
+    assert isinstance(view, JournalView) and len(view) == 2990
+    assert [entry[1] for entry in view[:3]] == [11, 12, 13]
+    assert pickle.loads(pickle.dumps(journal[2995:])) == entries_of(journal)[2995:]
+    journal.deleteEntriesTo(2990)
+    assert journal[0][1] == 2991 and len(journal) == 10
+    assert os.path.getsize(tmp_path / JOURNAL_FILE) == HEADER_BYTES + 10 * (24 + big)
+    journal.close()
+
+
+def test_pysyncobj_uses_the_durable_journal_and_stock_journals_are_untouched(
+    tmp_path: Path,
+) -> None:
+    durable = DurableJournal(tmp_path / "durable")
+    assert journal_module._create_journal(durable) is durable
+    assert isinstance(journal_module._create_journal(None), MemoryJournal)
+    stock = journal_module._create_journal(str(tmp_path / "stock"))
+    assert isinstance(stock, FileJournal)
+    stock._destroy()
+    durable.close()

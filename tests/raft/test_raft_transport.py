@@ -1,0 +1,124 @@
+"""Proves the properties of raft/transport.py's Network that durability and the fault
+harness rely on, with two Networks in this process on their own loopback addresses:
+
+- a held frame (a reply or a vote) does not reach the peer, however long both sides poll,
+  until the sender calls release(), the step RaftNode runs only after syncing its journals;
+  an unheld frame (append_entries) goes at write_unheld(); both arrive in order, intact;
+- the connection to a peer comes from the sender's own address (127.0.0.11, not .1), and
+  the peer learns the sender's node id from the hello frame;
+- a peer that goes away is reported down, and up again once it is back;
+- a peer whose send buffer is full gets no more frames (send returns False) rather than
+  an unbounded buffer.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import replace
+from typing import Any
+
+import pytest
+from raft_harness import free_port_on
+
+from raft.config import RaftConfig
+from raft.transport import Network
+
+
+class Pair:
+    """Networks a (127.0.0.11) and b (127.0.0.12) polled by hand, recording what arrives."""
+
+    def __init__(self, config: RaftConfig | None = None) -> None:
+        port = free_port_on(["127.0.0.11", "127.0.0.12"])
+        self.peers = {"a": f"127.0.0.11:{port}", "b": f"127.0.0.12:{port}"}
+        self.received: dict[str, list[tuple[int, str, Any]]] = {"a": [], "b": []}
+        self.events: list[tuple[str, str, str]] = []
+        self.config = config or RaftConfig()
+        self.a = self.make("a")
+        self.b = self.make("b")
+        self.b_closed = False
+
+    def make(self, node_id: str) -> Network:
+        network = Network(
+            node_id,
+            self.peers[node_id],
+            self.peers,
+            self.config,
+            on_message=lambda group, peer, message: self.received[node_id].append(
+                (group, peer, message)
+            ),
+            on_peer_up=lambda peer: self.events.append((node_id, "up", peer)),
+            on_peer_down=lambda peer: self.events.append((node_id, "down", peer)),
+        )
+        network.open()
+        return network
+
+    def pump(self, until: Callable[[], bool] = lambda: False, seconds: float = 0.3) -> bool:
+        deadline = time.monotonic() + seconds
+        while time.monotonic() < deadline:
+            for network in (self.a,) if self.b_closed else (self.a, self.b):
+                network.maintain(time.monotonic())
+                network.poll(0.005)
+            if until():
+                return True
+        return until()
+
+    def close(self) -> None:
+        self.a.close()
+        if not self.b_closed:
+            self.b.close()
+
+
+@pytest.fixture
+def pair() -> Iterator[Pair]:
+    networks = Pair()
+    yield networks
+    networks.close()
+
+
+def test_held_frames_leave_only_at_release(pair: Pair) -> None:
+    assert pair.pump(lambda: pair.a.is_up("b"), seconds=5)
+    assert pair.a.send("b", 7, {"type": "next_node_idx", "n": 1}, hold=True)
+    assert pair.a.send("b", 7, {"type": "append_entries", "n": 2}, hold=False)
+    pair.a.write_unheld()
+    assert pair.pump(lambda: len(pair.received["b"]) == 1, seconds=2)
+    pair.pump(seconds=0.3)  # however long both poll, the held reply stays
+    assert [m["n"] for _, _, m in pair.received["b"]] == [2]
+    pair.a.release()
+    assert pair.pump(lambda: len(pair.received["b"]) == 2, seconds=2)
+    assert pair.received["b"][1] == (7, "a", {"type": "next_node_idx", "n": 1})
+
+
+def test_connection_comes_from_the_senders_own_address(pair: Pair) -> None:
+    assert pair.pump(lambda: pair.a.is_up("b") and pair.b.is_up("a"), seconds=5)
+    pair.a.send("b", 1, "hello b", hold=False)
+    pair.a.write_unheld()
+    assert pair.pump(lambda: bool(pair.received["b"]), seconds=2)
+    inbound = list(pair.b._inbound.values())
+    assert [conn.peer_id for conn in inbound] == ["a"]
+    assert inbound[0].sock.getpeername()[0] == "127.0.0.11"
+    assert pair.received["b"] == [(1, "a", "hello b")]
+
+
+def test_peer_going_away_is_reported_down_then_up_again(pair: Pair) -> None:
+    assert pair.pump(lambda: ("a", "up", "b") in pair.events, seconds=5)
+    pair.b.close()
+    pair.b_closed = True
+    assert pair.pump(lambda: ("a", "down", "b") in pair.events, seconds=5)
+    assert not pair.a.is_up("b")
+    assert not pair.a.send("b", 1, "lost", hold=False)
+    pair.b = pair.make("b")
+    pair.b_closed = False
+    assert pair.pump(lambda: pair.events.count(("a", "up", "b")) == 2, seconds=5)
+
+
+def test_full_peer_buffer_refuses_frames() -> None:
+    # Bypasses RaftConfig.check() on purpose, to make the bound small enough to hit.
+    networks = Pair(replace(RaftConfig(), peer_send_buffer_bytes_max=64 * 1024))
+    try:
+        assert networks.pump(lambda: networks.a.is_up("b"), seconds=5)
+        accepted = sum(networks.a.send("b", 1, bytes(10_000), hold=True) for _ in range(20))
+        assert accepted == 6
+        assert networks.a.stats.frames_dropped_full == 14
+    finally:
+        networks.close()
