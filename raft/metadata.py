@@ -1,0 +1,703 @@
+"""The metadata state machine of a cluster: brokers, topics, their config and placement.
+
+Pure and deterministic (shared/STYLE.md, rule 4): `apply(state, command)` reads no clock,
+randomness, environment or network. Time comes in the command (`now_ms`, stamped by the
+leader that proposes it); the state keeps `clock_ms`, the largest `now_ms` applied so far, so
+a new leader whose clock lags cannot move time backwards. A user error never raises: apply
+returns `Rejected(code, message, field)` and the state it was given, so every replica reaches
+the same state whatever the command. `MetadataMachine` wraps it as a raft `StateMachine`.
+
+Invariants (checked by tests/raft/test_raft_metadata.py):
+
+- the same commands in the same order give equal states and byte-equal snapshots;
+- a rejected command leaves the state exactly as it was (`clock_ms` included);
+- `metadata_version` never decreases and grows by one on every change a client of the
+  catalogue can see (topics, placement, leader hints, broker addresses). Heartbeats move
+  `last_heartbeat_ms` and `clock_ms` only: they do not invalidate clients' metadata caches;
+- topic ids are never reused (`next_topic_id` only grows), so a re-created topic is
+  distinguishable from a deleted one of the same name;
+- each partition's replicas are distinct registered brokers, the first is the preferred
+  leader, chosen by raft/placement.py among the live brokers at creation time.
+
+What this module does not check: the meaning of topic config values. raft/ may not import
+dmq/, so the Broker validates them (`dmq.topics.validate_topic_config`) before proposing;
+here config is only checked to be a flat object of ints and strings.
+
+Readers on other threads may read `MetadataMachine.state` at any time: it is an immutable
+value replaced by one reference assignment. The dicts inside a state are never mutated after
+the state is built (apply copies what it changes), so treat them as read-only.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field, fields, replace
+from typing import Any, Final
+
+from raft.placement import PlacementError, assign_replicas
+
+# Versions of the command encoding this code can decode. A replica that meets a newer one
+# rejects the command; a rolling upgrade must therefore enable a new version only once every
+# replica decodes it, or replicas would diverge.
+COMMAND_VERSION: Final = 1
+COMMAND_VERSIONS_SUPPORTED: Final = frozenset({1})
+SNAPSHOT_FORMAT: Final = "dmq-metadata"
+SNAPSHOT_VERSION: Final = 1
+
+# Mirrors dmq/limits.py (raft/ may not import dmq/): Kafka's topic name rule.
+TOPIC_NAME_CHARS_MAX: Final = 249
+_TOPIC_NAME = re.compile(r"^[a-zA-Z0-9._-]+$")
+
+ConfigValue = int | str
+ConfigItems = tuple[tuple[str, ConfigValue], ...]  # sorted by key, keys distinct
+
+
+class CommandDecodeError(ValueError):
+    """The bytes are not a command this code understands (bad JSON, type, field or version)."""
+
+
+# --- Commands -------------------------------------------------------------------------------
+
+
+def config_items(config: Mapping[str, Any]) -> ConfigItems:
+    """A config mapping as the sorted pairs commands and topics hold. Values are not checked
+    here: apply rejects anything but ints and strings."""
+    return _sorted_config(config)
+
+
+def _sorted_config(items: Any) -> ConfigItems:
+    pairs = items.items() if isinstance(items, Mapping) else items
+    return tuple(sorted(((k, v) for k, v in pairs), key=lambda kv: str(kv[0])))
+
+
+@dataclass(frozen=True, slots=True)
+class RegisterBroker:
+    """A broker announces itself (or new addresses); also counts as a heartbeat."""
+
+    broker_id: str
+    http_addr: str
+    raft_addr: str
+    now_ms: int
+    version: int = COMMAND_VERSION
+
+
+@dataclass(frozen=True, slots=True)
+class BrokerHeartbeat:
+    broker_id: str
+    now_ms: int
+    version: int = COMMAND_VERSION
+
+
+@dataclass(frozen=True, slots=True)
+class CreateTopic:
+    """`config` is sorted (key, value) pairs: build it with `config_items(mapping)`."""
+
+    name: str
+    partitions: int
+    replication_factor: int
+    config: ConfigItems
+    now_ms: int
+    version: int = COMMAND_VERSION
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "config", _sorted_config(self.config))
+
+
+@dataclass(frozen=True, slots=True)
+class DeleteTopic:
+    name: str
+    now_ms: int
+    version: int = COMMAND_VERSION
+
+
+@dataclass(frozen=True, slots=True)
+class AlterTopicConfig:
+    """Sets `updates` and removes `removals` (back to the broker's defaults)."""
+
+    name: str
+    updates: ConfigItems
+    removals: tuple[str, ...]
+    now_ms: int
+    version: int = COMMAND_VERSION
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "updates", _sorted_config(self.updates))
+        object.__setattr__(self, "removals", tuple(sorted(self.removals)))
+
+
+@dataclass(frozen=True, slots=True)
+class AddPartitions:
+    """Grows topic `name` to `partitions` partitions in total (never shrinks, as Kafka)."""
+
+    name: str
+    partitions: int
+    now_ms: int
+    version: int = COMMAND_VERSION
+
+
+@dataclass(frozen=True, slots=True)
+class ReportLeader:
+    """A hint: `leader` leads partition `partition` of topic `topic_id` in Raft term `term`.
+
+    Accepted only for a newer term (or the same leader again), so late or reordered hints
+    cannot overwrite a newer one; `topic_id` keeps a hint for a deleted topic off a re-created
+    one of the same name.
+    """
+
+    topic: str
+    topic_id: int
+    partition: int
+    leader: str
+    term: int
+    now_ms: int
+    version: int = COMMAND_VERSION
+
+
+Command = (
+    RegisterBroker
+    | BrokerHeartbeat
+    | CreateTopic
+    | DeleteTopic
+    | AlterTopicConfig
+    | AddPartitions
+    | ReportLeader
+)
+COMMAND_TYPES: Final[dict[str, type[Command]]] = {
+    cls.__name__: cls
+    for cls in (
+        RegisterBroker,
+        BrokerHeartbeat,
+        CreateTopic,
+        DeleteTopic,
+        AlterTopicConfig,
+        AddPartitions,
+        ReportLeader,
+    )
+}
+
+# The JSON kind of every command field, by name (a name has one kind in every command).
+_FIELD_KINDS: Final = {
+    "broker_id": "str",
+    "http_addr": "str",
+    "raft_addr": "str",
+    "name": "str",
+    "topic": "str",
+    "leader": "str",
+    "now_ms": "int",
+    "partitions": "int",
+    "replication_factor": "int",
+    "topic_id": "int",
+    "partition": "int",
+    "term": "int",
+    "config": "config",
+    "updates": "config",
+    "removals": "strs",
+}
+
+
+def encode_command(command: Command) -> bytes:
+    """`{"type": ..., "version": ..., "fields": {...}}` as compact, key-sorted JSON."""
+    body: dict[str, Any] = {}
+    for f in fields(command):
+        if f.name == "version":
+            continue
+        value = getattr(command, f.name)
+        kind = _FIELD_KINDS[f.name]
+        body[f.name] = dict(value) if kind == "config" else list(value) if kind == "strs" else value
+    doc = {"type": type(command).__name__, "version": command.version, "fields": body}
+    return json.dumps(doc, sort_keys=True, separators=(",", ":")).encode()
+
+
+def decode_command(data: bytes) -> Command:
+    """The command in `data`; raises CommandDecodeError naming what is wrong."""
+    try:
+        doc = json.loads(data)
+    except (UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise CommandDecodeError(f"command is not JSON: {e}") from None
+    if not isinstance(doc, dict) or set(doc) != {"type", "version", "fields"}:
+        raise CommandDecodeError("command must be an object with type, version and fields")
+    cls = COMMAND_TYPES.get(doc["type"]) if isinstance(doc["type"], str) else None
+    if cls is None:
+        raise CommandDecodeError(f"unknown command type {doc['type']!r}")
+    version = doc["version"]
+    if not _is_int(version) or version not in COMMAND_VERSIONS_SUPPORTED:
+        raise CommandDecodeError(
+            f"{doc['type']} version {version!r} is not supported "
+            f"(supported: {sorted(COMMAND_VERSIONS_SUPPORTED)})"
+        )
+    body = doc["fields"]
+    expected = {f.name for f in fields(cls)} - {"version"}
+    if not isinstance(body, dict) or set(body) != expected:
+        raise CommandDecodeError(f"{doc['type']} fields must be exactly {sorted(expected)}")
+    kwargs = {name: _decode_field(doc["type"], name, value) for name, value in body.items()}
+    return cls(version=version, **kwargs)
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _decode_field(type_name: str, name: str, value: Any) -> Any:
+    kind = _FIELD_KINDS[name]
+    ok = (
+        (kind == "str" and isinstance(value, str))
+        or (kind == "int" and _is_int(value))
+        or (kind == "config" and isinstance(value, dict))
+        or (kind == "strs" and isinstance(value, list) and all(isinstance(v, str) for v in value))
+    )
+    if not ok:
+        raise CommandDecodeError(f"{type_name}.{name} must be of kind {kind}, not {value!r}")
+    if kind == "config":
+        return _sorted_config(value)  # values are checked by apply (Rejected, not raised)
+    return tuple(value) if kind == "strs" else value
+
+
+# --- State ----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class MetadataConfig:
+    """Limits of the metadata group; part of the state, so every replica uses the same."""
+
+    # A broker without a heartbeat for longer is not live: it gets no new replicas.
+    broker_session_ms: int = 10_000
+    # Mirror dmq/limits.py: bound the catalogue's size (its snapshot is one JSON document).
+    topics_max: int = 10_000
+    partitions_per_topic_max: int = 1_000
+
+
+@dataclass(frozen=True, slots=True)
+class BrokerInfo:
+    broker_id: str
+    http_addr: str
+    raft_addr: str
+    registered_ms: int
+    last_heartbeat_ms: int
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionInfo:
+    replicas: tuple[str, ...]  # distinct; replicas[0] is the preferred leader
+    leader: str | None = None  # the last reported leader (a hint), one of `replicas`
+    leader_term: int = 0  # the Raft term of that report; 0 = none yet
+
+
+@dataclass(frozen=True, slots=True)
+class TopicInfo:
+    name: str
+    topic_id: int
+    replication_factor: int
+    config: ConfigItems
+    partitions: tuple[PartitionInfo, ...]
+    created_ms: int
+
+
+@dataclass(frozen=True, slots=True)
+class MetadataState:
+    config: MetadataConfig = field(default_factory=MetadataConfig)
+    brokers: dict[str, BrokerInfo] = field(default_factory=dict)  # read-only once built
+    topics: dict[str, TopicInfo] = field(default_factory=dict)  # read-only once built
+    next_topic_id: int = 1  # only grows: ids are never reused
+    metadata_version: int = 0  # only grows; +1 per change visible in the catalogue
+    clock_ms: int = 0  # the largest now_ms applied; only grows
+
+    def live_brokers(self, now_ms: int) -> list[str]:
+        """Sorted ids of the brokers heard from within broker_session_ms of `now_ms`."""
+        session_ms = self.config.broker_session_ms
+        return sorted(
+            b.broker_id for b in self.brokers.values() if now_ms - b.last_heartbeat_ms <= session_ms
+        )
+
+
+# --- Results --------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Applied:
+    """The command changed (or confirmed) the state; `topic`/`broker` as it now is."""
+
+    metadata_version: int
+    topic: TopicInfo | None = None
+    broker: BrokerInfo | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Rejected:
+    """A user error: the state is unchanged. `code` is one of the REJECT_* constants."""
+
+    code: str
+    message: str
+    field: str | None = None
+
+
+REJECT_INVALID_COMMAND: Final = "invalid_command"
+REJECT_INVALID_ARGUMENT: Final = "invalid_argument"
+REJECT_INVALID_TOPIC_NAME: Final = "invalid_topic_name"
+REJECT_INVALID_PARTITIONS: Final = "invalid_partitions"
+REJECT_INVALID_REPLICATION_FACTOR: Final = "invalid_replication_factor"
+REJECT_INVALID_CONFIG: Final = "invalid_config"
+REJECT_TOPIC_EXISTS: Final = "topic_exists"
+REJECT_UNKNOWN_TOPIC: Final = "unknown_topic"
+REJECT_UNKNOWN_BROKER: Final = "unknown_broker"
+REJECT_UNKNOWN_PARTITION: Final = "unknown_partition"
+REJECT_NOT_ENOUGH_BROKERS: Final = "not_enough_brokers"
+REJECT_TOO_MANY_TOPICS: Final = "too_many_topics"
+REJECT_STALE_LEADER: Final = "stale_leader"
+
+Result = Applied | Rejected
+
+
+# --- apply ----------------------------------------------------------------------------------
+
+
+def apply(state: MetadataState, command: Command) -> tuple[MetadataState, Result]:
+    """The state after `command` and its result. Never raises for a bad command."""
+    rejected = _check_common(command)
+    if rejected is not None:
+        return state, rejected
+    now_ms = max(state.clock_ms, command.now_ms)
+    match command:
+        case RegisterBroker():
+            return _register_broker(state, command, now_ms)
+        case BrokerHeartbeat():
+            return _heartbeat(state, command, now_ms)
+        case CreateTopic():
+            return _create_topic(state, command, now_ms)
+        case DeleteTopic():
+            return _delete_topic(state, command, now_ms)
+        case AlterTopicConfig():
+            return _alter_config(state, command, now_ms)
+        case AddPartitions():
+            return _add_partitions(state, command, now_ms)
+        case ReportLeader():
+            return _report_leader(state, command, now_ms)
+    return state, Rejected(REJECT_INVALID_COMMAND, f"unknown command {type(command).__name__}")
+
+
+def _check_common(command: Command) -> Rejected | None:
+    """Checks a hand-built command as decode_command checks a received one."""
+    if command.version not in COMMAND_VERSIONS_SUPPORTED:
+        return Rejected(REJECT_INVALID_COMMAND, f"version {command.version} is not supported")
+    for f in fields(command):
+        value = getattr(command, f.name)
+        kind = _FIELD_KINDS.get(f.name, "int")
+        if (kind == "int" and not _is_int(value)) or (kind == "str" and not isinstance(value, str)):
+            return Rejected(REJECT_INVALID_ARGUMENT, f"{f.name} must be {kind}", f.name)
+    if command.now_ms < 0:
+        return Rejected(REJECT_INVALID_ARGUMENT, "now_ms must be >= 0", "now_ms")
+    return None
+
+
+def _bump(state: MetadataState, now_ms: int, **changes: Any) -> MetadataState:
+    return replace(state, metadata_version=state.metadata_version + 1, clock_ms=now_ms, **changes)
+
+
+def _register_broker(
+    state: MetadataState, cmd: RegisterBroker, now_ms: int
+) -> tuple[MetadataState, Result]:
+    for name in ("broker_id", "http_addr", "raft_addr"):
+        if not getattr(cmd, name):
+            return state, Rejected(REJECT_INVALID_ARGUMENT, f"{name} must not be empty", name)
+    old = state.brokers.get(cmd.broker_id)
+    broker = BrokerInfo(
+        cmd.broker_id,
+        cmd.http_addr,
+        cmd.raft_addr,
+        registered_ms=old.registered_ms if old is not None else now_ms,
+        last_heartbeat_ms=now_ms,
+    )
+    brokers = {**state.brokers, cmd.broker_id: broker}
+    if old is not None and (old.http_addr, old.raft_addr) == (cmd.http_addr, cmd.raft_addr):
+        new_state = replace(state, brokers=brokers, clock_ms=now_ms)  # a heartbeat, in effect
+    else:
+        new_state = _bump(state, now_ms, brokers=brokers)
+    return new_state, Applied(new_state.metadata_version, broker=broker)
+
+
+def _heartbeat(
+    state: MetadataState, cmd: BrokerHeartbeat, now_ms: int
+) -> tuple[MetadataState, Result]:
+    old = state.brokers.get(cmd.broker_id)
+    if old is None:
+        return state, Rejected(
+            REJECT_UNKNOWN_BROKER, f"broker {cmd.broker_id!r} is not registered", "broker_id"
+        )
+    broker = replace(old, last_heartbeat_ms=now_ms)
+    new_state = replace(state, brokers={**state.brokers, cmd.broker_id: broker}, clock_ms=now_ms)
+    return new_state, Applied(new_state.metadata_version, broker=broker)
+
+
+def _check_topic_name(name: str) -> Rejected | None:
+    if (
+        not name
+        or len(name) > TOPIC_NAME_CHARS_MAX
+        or not _TOPIC_NAME.match(name)
+        or name in (".", "..")
+    ):
+        return Rejected(
+            REJECT_INVALID_TOPIC_NAME,
+            f"topic name {name!r} must be 1-{TOPIC_NAME_CHARS_MAX} characters of "
+            "[a-zA-Z0-9._-] and not '.' or '..'",
+            "name",
+        )
+    return None
+
+
+def _check_config(items: ConfigItems, field_name: str) -> Rejected | None:
+    keys = [k for k, _ in items]
+    if len(set(keys)) != len(keys):
+        return Rejected(REJECT_INVALID_CONFIG, "config keys must be distinct", field_name)
+    for key, value in items:
+        if not isinstance(key, str) or not key:
+            return Rejected(REJECT_INVALID_CONFIG, "config keys must be strings", field_name)
+        if not (_is_int(value) or isinstance(value, str)):
+            return Rejected(
+                REJECT_INVALID_CONFIG,
+                f"config {key} must be an integer or a string",
+                f"{field_name}.{key}",
+            )
+    return None
+
+
+def _place(
+    state: MetadataState, partitions: int, replication_factor: int, now_ms: int
+) -> list[tuple[str, ...]] | Rejected:
+    live = state.live_brokers(now_ms)
+    if replication_factor > len(live):
+        return Rejected(
+            REJECT_NOT_ENOUGH_BROKERS,
+            f"replication_factor {replication_factor} is more than the {len(live)} live broker(s)",
+            "replication_factor",
+        )
+    existing = {
+        name: [p.replicas for p in topic.partitions] for name, topic in state.topics.items()
+    }
+    try:
+        return assign_replicas(live, partitions, replication_factor, existing)
+    except PlacementError as e:  # unreachable after the checks above; never raise in apply
+        return Rejected(REJECT_INVALID_ARGUMENT, str(e))
+
+
+def _check_partitions(state: MetadataState, partitions: int, minimum: int) -> Rejected | None:
+    maximum = state.config.partitions_per_topic_max
+    if not minimum <= partitions <= maximum:
+        return Rejected(
+            REJECT_INVALID_PARTITIONS,
+            f"partitions must be in [{minimum}, {maximum}], not {partitions}",
+            "partitions",
+        )
+    return None
+
+
+def _create_topic(
+    state: MetadataState, cmd: CreateTopic, now_ms: int
+) -> tuple[MetadataState, Result]:
+    rejected = (
+        _check_topic_name(cmd.name)
+        or _check_partitions(state, cmd.partitions, 1)
+        or _check_config(cmd.config, "config")
+    )
+    if rejected is not None:
+        return state, rejected
+    if cmd.name in state.topics:
+        return state, Rejected(REJECT_TOPIC_EXISTS, f"topic {cmd.name!r} exists", "name")
+    if len(state.topics) >= state.config.topics_max:
+        return state, Rejected(
+            REJECT_TOO_MANY_TOPICS, f"at most {state.config.topics_max} topics", "name"
+        )
+    if cmd.replication_factor < 1:
+        return state, Rejected(
+            REJECT_INVALID_REPLICATION_FACTOR,
+            f"replication_factor must be >= 1, not {cmd.replication_factor}",
+            "replication_factor",
+        )
+    placed = _place(state, cmd.partitions, cmd.replication_factor, now_ms)
+    if isinstance(placed, Rejected):
+        return state, placed
+    topic = TopicInfo(
+        name=cmd.name,
+        topic_id=state.next_topic_id,
+        replication_factor=cmd.replication_factor,
+        config=cmd.config,
+        partitions=tuple(PartitionInfo(replicas) for replicas in placed),
+        created_ms=now_ms,
+    )
+    new_state = _bump(
+        state, now_ms, topics={**state.topics, cmd.name: topic}, next_topic_id=topic.topic_id + 1
+    )
+    return new_state, Applied(new_state.metadata_version, topic=topic)
+
+
+def _unknown_topic(name: str) -> Rejected:
+    return Rejected(REJECT_UNKNOWN_TOPIC, f"topic {name!r} does not exist", "name")
+
+
+def _delete_topic(
+    state: MetadataState, cmd: DeleteTopic, now_ms: int
+) -> tuple[MetadataState, Result]:
+    topic = state.topics.get(cmd.name)
+    if topic is None:
+        return state, _unknown_topic(cmd.name)
+    topics = {name: t for name, t in state.topics.items() if name != cmd.name}
+    new_state = _bump(state, now_ms, topics=topics)
+    return new_state, Applied(new_state.metadata_version, topic=topic)
+
+
+def _alter_config(
+    state: MetadataState, cmd: AlterTopicConfig, now_ms: int
+) -> tuple[MetadataState, Result]:
+    topic = state.topics.get(cmd.name)
+    if topic is None:
+        return state, _unknown_topic(cmd.name)
+    rejected = _check_config(cmd.updates, "updates")
+    if rejected is not None:
+        return state, rejected
+    both = set(cmd.removals) & {k for k, _ in cmd.updates}
+    if both:
+        return state, Rejected(
+            REJECT_INVALID_CONFIG, f"keys both set and removed: {sorted(both)}", "removals"
+        )
+    config = {k: v for k, v in topic.config if k not in cmd.removals}
+    config.update(cmd.updates)
+    new_topic = replace(topic, config=_sorted_config(config))
+    new_state = _bump(state, now_ms, topics={**state.topics, cmd.name: new_topic})
+    return new_state, Applied(new_state.metadata_version, topic=new_topic)
+
+
+def _add_partitions(
+    state: MetadataState, cmd: AddPartitions, now_ms: int
+) -> tuple[MetadataState, Result]:
+    topic = state.topics.get(cmd.name)
+    if topic is None:
+        return state, _unknown_topic(cmd.name)
+    rejected = _check_partitions(state, cmd.partitions, len(topic.partitions) + 1)
+    if rejected is not None:
+        return state, rejected
+    placed = _place(state, cmd.partitions - len(topic.partitions), topic.replication_factor, now_ms)
+    if isinstance(placed, Rejected):
+        return state, placed
+    new_topic = replace(
+        topic, partitions=topic.partitions + tuple(PartitionInfo(r) for r in placed)
+    )
+    new_state = _bump(state, now_ms, topics={**state.topics, cmd.name: new_topic})
+    return new_state, Applied(new_state.metadata_version, topic=new_topic)
+
+
+def _report_leader(
+    state: MetadataState, cmd: ReportLeader, now_ms: int
+) -> tuple[MetadataState, Result]:
+    topic = state.topics.get(cmd.topic)
+    if topic is None or topic.topic_id != cmd.topic_id:
+        return state, Rejected(
+            REJECT_UNKNOWN_TOPIC, f"topic {cmd.topic!r} id {cmd.topic_id} does not exist", "topic"
+        )
+    if not 0 <= cmd.partition < len(topic.partitions):
+        return state, Rejected(
+            REJECT_UNKNOWN_PARTITION, f"partition {cmd.partition} does not exist", "partition"
+        )
+    old = topic.partitions[cmd.partition]
+    if cmd.leader not in old.replicas:
+        return state, Rejected(
+            REJECT_INVALID_ARGUMENT, f"{cmd.leader!r} is not a replica of the partition", "leader"
+        )
+    if (cmd.term, cmd.leader) == (old.leader_term, old.leader):
+        new_state = replace(state, clock_ms=now_ms)  # a repeat: nothing visible changes
+        return new_state, Applied(new_state.metadata_version, topic=topic)
+    if cmd.term <= old.leader_term:
+        return state, Rejected(
+            REJECT_STALE_LEADER,
+            f"term {cmd.term} is not newer than the reported term {old.leader_term}",
+            "term",
+        )
+    partitions = list(topic.partitions)
+    partitions[cmd.partition] = replace(old, leader=cmd.leader, leader_term=cmd.term)
+    new_topic = replace(topic, partitions=tuple(partitions))
+    new_state = _bump(state, now_ms, topics={**state.topics, cmd.topic: new_topic})
+    return new_state, Applied(new_state.metadata_version, topic=new_topic)
+
+
+# --- Snapshot -------------------------------------------------------------------------------
+
+
+def state_to_json(state: MetadataState) -> dict[str, Any]:
+    return {
+        "format": SNAPSHOT_FORMAT,
+        "version": SNAPSHOT_VERSION,
+        "config": {f.name: getattr(state.config, f.name) for f in fields(state.config)},
+        "brokers": {
+            b.broker_id: {f.name: getattr(b, f.name) for f in fields(b)}
+            for b in state.brokers.values()
+        },
+        "topics": {t.name: _topic_to_json(t) for t in state.topics.values()},
+        "next_topic_id": state.next_topic_id,
+        "metadata_version": state.metadata_version,
+        "clock_ms": state.clock_ms,
+    }
+
+
+def _topic_to_json(topic: TopicInfo) -> dict[str, Any]:
+    return {
+        "name": topic.name,
+        "topic_id": topic.topic_id,
+        "replication_factor": topic.replication_factor,
+        "config": dict(topic.config),
+        "partitions": [
+            {"replicas": list(p.replicas), "leader": p.leader, "leader_term": p.leader_term}
+            for p in topic.partitions
+        ],
+        "created_ms": topic.created_ms,
+    }
+
+
+def state_from_json(doc: dict[str, Any]) -> MetadataState:
+    """Inverse of state_to_json; raises ValueError on a snapshot of another format."""
+    if doc.get("format") != SNAPSHOT_FORMAT or doc.get("version") != SNAPSHOT_VERSION:
+        raise ValueError(
+            f"not a {SNAPSHOT_FORMAT} v{SNAPSHOT_VERSION} snapshot: "
+            f"{doc.get('format')!r} v{doc.get('version')!r}"
+        )
+    topics = {
+        name: TopicInfo(
+            name=t["name"],
+            topic_id=t["topic_id"],
+            replication_factor=t["replication_factor"],
+            config=_sorted_config(t["config"]),
+            partitions=tuple(
+                PartitionInfo(tuple(p["replicas"]), p["leader"], p["leader_term"])
+                for p in t["partitions"]
+            ),
+            created_ms=t["created_ms"],
+        )
+        for name, t in sorted(doc["topics"].items())
+    }
+    return MetadataState(
+        config=MetadataConfig(**doc["config"]),
+        brokers={bid: BrokerInfo(**b) for bid, b in sorted(doc["brokers"].items())},
+        topics=topics,
+        next_topic_id=doc["next_topic_id"],
+        metadata_version=doc["metadata_version"],
+        clock_ms=doc["clock_ms"],
+    )
+
+
+class MetadataMachine:
+    """The metadata group's raft StateMachine: bytes in, `Applied | Rejected` out."""
+
+    def __init__(self, config: MetadataConfig | None = None) -> None:
+        self.state = MetadataState(config=config or MetadataConfig())
+
+    def apply(self, command: bytes) -> Result:
+        try:
+            decoded = decode_command(command)
+        except CommandDecodeError as e:
+            return Rejected(REJECT_INVALID_COMMAND, str(e))
+        self.state, result = apply(self.state, decoded)
+        return result
+
+    def snapshot(self) -> bytes:
+        return json.dumps(state_to_json(self.state), sort_keys=True, separators=(",", ":")).encode()
+
+    def restore(self, snapshot: bytes) -> None:
+        self.state = state_from_json(json.loads(snapshot))
