@@ -120,7 +120,14 @@ class _GroupSyncObj(SyncObj):  # type: ignore[misc]  # pysyncobj is untyped
 
     @replicated  # type: ignore[untyped-decorator]
     def _apply_batch(self, commands: list[bytes]) -> list[Any]:
-        return [self._machine.apply(command) for command in commands]
+        # A machine with `apply_at(index, position, command)` is told where each command
+        # sits in the Raft log (raft/partition.py skips what it applied before a restart).
+        # pysyncobj raises raftLastApplied only after the entry's apply returns.
+        apply_at = getattr(self._machine, "apply_at", None)
+        if apply_at is None:
+            return [self._machine.apply(command) for command in commands]
+        index = self.raftLastApplied + 1
+        return [apply_at(index, k, command) for k, command in enumerate(commands)]
 
 
 @dataclass(slots=True, eq=False)
