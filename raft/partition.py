@@ -1,0 +1,385 @@
+"""PartitionStateMachine: a partition's PartitionLog as the state of its Raft group.
+
+The replicated command is a `ProduceCommand`: the batches of one or more produce requests,
+coalesced by the leader (group commit), and the log-append time the leader stamped. Every
+replica applies it the same way: each batch is appended at the log end offset
+(`assign_offsets=True`), then the high watermark moves to the log end (what is applied is
+committed). Apply reads no clock: time is in the command.
+
+**Applying exactly once across restarts.** The log is persistent, but pysyncobj re-applies
+every journal entry after its last snapshot when the node restarts; appending those batches
+again would duplicate them. Each command has a position in the Raft log, `(index, k)`: the
+entry's index and the command's place among the entry's commands (raft/node.py coalesces
+proposals into one entry). RaftNode hands it to `apply_at`. The machine keeps an **applied
+checkpoint** next to the log (`raft-applied`): one record `(index, k, log_end_offset)` per
+applied command, written (not synced) after its batches. Replay skips every position at or
+below the checkpoint. The two files reach the disk independently, so `open` reconciles them:
+
+1. drop a torn or corrupt tail of the checkpoint (each record has a CRC-32C);
+2. take the last record whose log_end_offset <= the log's end (records past it describe
+   data the log lost: those commands will be replayed);
+3. cut the log back to that record's log_end_offset (data past it belongs to commands the
+   checkpoint lost: they will be replayed and give the same bytes, offsets being assigned
+   at apply);
+4. rewrite the checkpoint as that one record, durably.
+
+A checkpoint that says RESTORING (a restore() was interrupted) keeps the log as it is and
+serves nothing: pysyncobj loads the installed snapshot again at start, and restore() ends
+the job. A record lost below a durable one means flushed data is gone: the node stops.
+
+Replay needs the journal to still hold every entry after the chosen record. `snapshot()`
+guarantees it: pysyncobj drops journal entries only after a snapshot, and `snapshot()`
+flushes the log and rewrites the checkpoint durably before returning. So the chosen record
+is never older than the snapshot, whose position pysyncobj replays from.
+
+**Snapshots hold no partition data**, only `PartitionSnapshot`: the partition, its
+log_start_offset and log_end_offset and the last applied position. `restore` keeps a local
+log that already covers the snapshot; copies what is missing from the leader through the
+owner's `fetch_missing(from_offset, to_offset)` (raw batches with their offsets, appended
+with `assign_offsets=False`; the broker implements it over HTTP); and restarts a log that
+contradicts the snapshot at its log_start_offset (see `restore`).
+
+Threading: every method runs on the RaftNode's tick thread, the one writer of the log.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import struct
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from pathlib import Path
+
+import crc32c
+
+from log import InvalidOffsetError, InvalidRecordError, LogError, PartitionLog, StorageError
+from log.records import read_header
+from log.segment import fsync_directory
+
+PRODUCE_COMMAND_VERSION = 1
+# Batches one command carries, at most: bounds decode work (raft/ bounds the bytes).
+PRODUCE_COMMAND_BATCHES_MAX = 65_536
+_COMMAND_MAGIC = b"P"
+# magic, version, flags (bit 0: log_append_time_ms present), log_append_time_ms, batch count
+_COMMAND_HEADER = struct.Struct("<cBBqI")
+_BATCH_LENGTH = struct.Struct("<I")
+_FLAG_LOG_APPEND_TIME = 0x01
+
+APPLIED_CHECKPOINT = "raft-applied"
+# index, k (command within the entry), log_end_offset after it, crc32c of the first 20 bytes
+_CHECKPOINT_RECORD = struct.Struct("<QIQI")
+_CHECKPOINT_BODY = struct.Struct("<QIQ")
+SNAPSHOT_VERSION = 1
+
+# (index, k): a command's place in the Raft log. (0, 0) is before every command: pysyncobj
+# numbers entries from 1.
+Position = tuple[int, int]
+POSITION_NONE: Position = (0, 0)
+# The checkpoint while restore() changes the log: its data is vouched for by no position.
+# Above (0, 0) and below every real position, so it makes replay skip nothing.
+POSITION_RESTORING: Position = (0, 0xFFFF_FFFF)
+
+FetchMissing = Callable[[int, int], Iterable[bytes]]
+"""fetch_missing(from_offset, to_offset): the leader's raw batches covering [from, to)."""
+
+
+class CommandDecodeError(ValueError):
+    """A command this code cannot read: malformed, or from a newer version."""
+
+
+@dataclass(frozen=True, slots=True)
+class ProduceCommand:
+    """One Raft command: batches appended in order, with the leader's log-append time."""
+
+    version: int
+    batches: tuple[bytes, ...]
+    log_append_time_ms: int | None
+
+    def encode(self) -> bytes:
+        """`u8 'P' | u8 version | u8 flags | i64 time | u32 count | (u32 len | batch)*`."""
+        if self.version != PRODUCE_COMMAND_VERSION:
+            raise ValueError(f"cannot encode produce command version {self.version}")
+        if not 1 <= len(self.batches) <= PRODUCE_COMMAND_BATCHES_MAX:
+            raise ValueError(f"a produce command carries 1 to {PRODUCE_COMMAND_BATCHES_MAX}")
+        flags = 0 if self.log_append_time_ms is None else _FLAG_LOG_APPEND_TIME
+        time_ms = self.log_append_time_ms or 0
+        parts = [
+            _COMMAND_HEADER.pack(_COMMAND_MAGIC, self.version, flags, time_ms, len(self.batches))
+        ]
+        for batch in self.batches:
+            parts.append(_BATCH_LENGTH.pack(len(batch)))
+            parts.append(batch)
+        return b"".join(parts)
+
+    @classmethod
+    def decode(cls, data: bytes) -> ProduceCommand:
+        """The inverse of encode; refuses unknown versions, flags and any malformed frame."""
+        view = memoryview(data)
+        if len(view) < _COMMAND_HEADER.size:
+            raise CommandDecodeError(f"produce command of {len(view)} bytes is too short")
+        magic, version, flags, time_ms, count = _COMMAND_HEADER.unpack_from(view)
+        if magic != _COMMAND_MAGIC:
+            raise CommandDecodeError(f"not a produce command (magic {magic!r})")
+        if version != PRODUCE_COMMAND_VERSION:
+            raise CommandDecodeError(f"unknown produce command version {version}")
+        if flags & ~_FLAG_LOG_APPEND_TIME:
+            raise CommandDecodeError(f"unknown produce command flags {flags:#x}")
+        if not 1 <= count <= PRODUCE_COMMAND_BATCHES_MAX:
+            raise CommandDecodeError(f"produce command with {count} batches")
+        batches: list[bytes] = []
+        pos = _COMMAND_HEADER.size
+        for _ in range(count):
+            if pos + _BATCH_LENGTH.size > len(view):
+                raise CommandDecodeError("produce command cut short in a batch length")
+            (length,) = _BATCH_LENGTH.unpack_from(view, pos)
+            pos += _BATCH_LENGTH.size
+            if pos + length > len(view):
+                raise CommandDecodeError("produce command cut short in a batch")
+            batches.append(bytes(view[pos : pos + length]))
+            pos += length
+        if pos != len(view):
+            raise CommandDecodeError(f"{len(view) - pos} bytes after the last batch")
+        log_append_time_ms = time_ms if flags & _FLAG_LOG_APPEND_TIME else None
+        return cls(version, tuple(batches), log_append_time_ms)
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionSnapshot:
+    """What a partition group's snapshot holds: metadata only, never segment data."""
+
+    partition: str
+    log_start_offset: int
+    log_end_offset: int
+    applied: Position
+
+    def encode(self) -> bytes:
+        fields = {
+            "version": SNAPSHOT_VERSION,
+            "partition": self.partition,
+            "log_start_offset": self.log_start_offset,
+            "log_end_offset": self.log_end_offset,
+            "applied_index": self.applied[0],
+            "applied_k": self.applied[1],
+        }
+        return json.dumps(fields, sort_keys=True, separators=(",", ":")).encode()
+
+    @classmethod
+    def decode(cls, data: bytes) -> PartitionSnapshot:
+        fields = json.loads(data)
+        if fields.get("version") != SNAPSHOT_VERSION:
+            raise CommandDecodeError(f"unknown partition snapshot version {fields.get('version')}")
+        return cls(
+            str(fields["partition"]),
+            int(fields["log_start_offset"]),
+            int(fields["log_end_offset"]),
+            (int(fields["applied_index"]), int(fields["applied_k"])),
+        )
+
+
+def _invariant(condition: bool, message: str) -> None:
+    """Survives python -O: a broken invariant stops the node (StorageError)."""
+    if not condition:
+        raise StorageError(message)
+
+
+class PartitionStateMachine:
+    """raft's StateMachine over one PartitionLog (module docstring). Not thread-safe."""
+
+    def __init__(
+        self, partition: str, log: PartitionLog, fetch_missing: FetchMissing | None = None
+    ) -> None:
+        self.partition = partition
+        self.log = log
+        self.fetch_missing = fetch_missing
+        self.checkpoint_path = log.directory / APPLIED_CHECKPOINT
+        self.applied: Position = POSITION_NONE
+        self.replayed_commands = 0  # skipped as already applied (a metric, and for tests)
+        self._checkpoint_fd = -1  # appends one record per applied command
+        self._reconcile()
+
+    def close(self) -> None:
+        """Flush the log and the checkpoint; the log itself stays open (its owner closes it)."""
+        self.checkpoint()
+        os.close(self._checkpoint_fd)
+        self._checkpoint_fd = -1
+
+    # --- apply ------------------------------------------------------------------------------
+
+    def apply(self, command: bytes) -> list[int | LogError] | None:
+        raise TypeError("PartitionStateMachine needs its Raft position: call apply_at")
+
+    def apply_at(self, index: int, k: int, command: bytes) -> list[int | LogError] | None:
+        """Append the command's batches at the log end; None if applied before a restart.
+
+        Returns each batch's base offset, or the InvalidRecordError that refused it (the
+        same on every replica: size and CRC). A StorageError propagates and stops the node.
+        An unknown command version raises too: this replica cannot follow the log.
+        """
+        position = (index, k)
+        if position <= self.applied:
+            self.replayed_commands += 1
+            return None
+        produce = ProduceCommand.decode(command)
+        results: list[int | LogError] = []
+        for batch in produce.batches:
+            try:
+                appended = self.log.append(
+                    batch, assign_offsets=True, log_append_time_ms=produce.log_append_time_ms
+                )
+            except InvalidRecordError as error:
+                results.append(error)
+                continue
+            results.append(appended.base_offset)
+        log_end_offset = self.log.log_end_offset
+        self.log.set_high_watermark(log_end_offset)
+        os.write(self._checkpoint_fd, _checkpoint_record(position, log_end_offset))
+        self.applied = position
+        return results
+
+    # --- snapshots --------------------------------------------------------------------------
+
+    def snapshot(self) -> bytes:
+        """Metadata only; first makes the log and the checkpoint durable (the journal
+        entries this snapshot replaces are dropped right after it returns)."""
+        self.checkpoint()
+        return PartitionSnapshot(
+            self.partition, self.log.log_start_offset, self.log.log_end_offset, self.applied
+        ).encode()
+
+    def checkpoint(self) -> None:
+        """fdatasync the log, then durably rewrite the checkpoint as one record."""
+        self.log.flush()
+        self._rewrite_checkpoint(self.applied, self.log.log_end_offset)
+
+    def restore(self, snapshot: bytes) -> None:
+        """Bring the local log to the snapshot: keep it, cut it back, or copy from the leader.
+
+        Applied positions and log end offsets grow together, and applied data is committed
+        data, the same on every replica. So a log consistent with the snapshot is either
+        covering it (position and end both at or past it: nothing to do) or behind it (both
+        before it: copy [log_end_offset, snapshot end) from the leader). Anything else
+        contradicts the snapshot: none of the local data can be trusted, the log restarts
+        at the snapshot's log_start_offset and everything is copied. A restore that a crash
+        interrupted left data no position vouches for: past the snapshot's end it is cut.
+        """
+        wanted = PartitionSnapshot.decode(snapshot)
+        _invariant(wanted.partition == self.partition, f"snapshot of {wanted.partition}")
+        log = self.log
+        applied, end_offset = self.applied, log.log_end_offset
+        if (applied > wanted.applied and end_offset >= wanted.log_end_offset) or (
+            applied == wanted.applied and end_offset == wanted.log_end_offset
+        ):
+            return  # the local log covers the snapshot (a restart on its own snapshot)
+        behind = applied < wanted.applied and end_offset <= wanted.log_end_offset
+        # From here the log holds data no applied position vouches for: say so durably,
+        # so that a crash before the end reopens without cutting and restore runs again.
+        self.applied = POSITION_RESTORING
+        self._rewrite_checkpoint(POSITION_RESTORING, end_offset)
+        if applied == POSITION_RESTORING and end_offset > wanted.log_end_offset:
+            self._cut_to(wanted)
+        elif not behind or end_offset < wanted.log_start_offset:
+            log.truncate_fully_and_start_at(wanted.log_start_offset)
+        self._copy_missing(wanted.log_end_offset)
+        log.flush()
+        log.set_high_watermark(log.log_end_offset)
+        self.applied = wanted.applied
+        self._rewrite_checkpoint(wanted.applied, log.log_end_offset)
+
+    def _cut_to(self, wanted: PartitionSnapshot) -> None:
+        log = self.log
+        if log.log_start_offset <= wanted.log_end_offset:
+            try:
+                log.truncate_to(wanted.log_end_offset)
+                return
+            except InvalidOffsetError:  # inside a local batch: nothing here can be kept
+                pass
+        log.truncate_fully_and_start_at(wanted.log_start_offset)
+
+    def _copy_missing(self, end_offset: int) -> None:
+        log = self.log
+        if log.log_end_offset >= end_offset:
+            return
+        if self.fetch_missing is None:
+            raise StorageError(
+                f"{self.partition}: log ends at {log.log_end_offset}, the snapshot at "
+                f"{end_offset}, and no fetch_missing to copy the rest from the leader"
+            )
+        for batch in self.fetch_missing(log.log_end_offset, end_offset):
+            header = read_header(batch)
+            _invariant(
+                header.last_offset < end_offset,
+                f"{self.partition}: fetched batch ends at {header.last_offset}, "
+                f"past the snapshot's end {end_offset}",
+            )
+            log.append(batch, assign_offsets=False)
+        _invariant(
+            log.log_end_offset == end_offset,
+            f"{self.partition}: copied up to {log.log_end_offset}, snapshot ends at {end_offset}",
+        )
+
+    # --- the applied checkpoint -------------------------------------------------------------
+
+    def _reconcile(self) -> None:
+        """Open-time steps 1-4 of the module docstring."""
+        log = self.log
+        records = _read_checkpoint(self.checkpoint_path)
+        if not records:  # a new replica: nothing applied
+            position, end_offset = POSITION_NONE, log.log_end_offset
+        elif records[0][0] == POSITION_RESTORING:  # restore() runs again and reconciles
+            position, end_offset = POSITION_RESTORING, log.log_end_offset
+        else:
+            usable = [record for record in records if record[1] <= log.log_end_offset]
+            _invariant(
+                bool(usable),
+                f"{self.partition}: the log ends at {log.log_end_offset}, below its applied "
+                f"checkpoint at {records[0][1]}: flushed data is lost",
+            )
+            position, end_offset = usable[-1]
+            _invariant(
+                end_offset >= log.log_start_offset,
+                f"{self.partition}: checkpoint end {end_offset} is below the log start "
+                f"{log.log_start_offset}",
+            )
+            if end_offset < log.log_end_offset:
+                log.truncate_to(end_offset)  # replay re-applies the commands past it
+        self.applied = position
+        self._rewrite_checkpoint(position, end_offset)
+        # Nothing is served while a restore is unfinished.
+        restoring = position == POSITION_RESTORING
+        log.set_high_watermark(log.log_start_offset if restoring else log.log_end_offset)
+
+    def _rewrite_checkpoint(self, position: Position, log_end_offset: int) -> None:
+        path = self.checkpoint_path
+        tmp = path.with_name(path.name + ".tmp")
+        with open(tmp, "wb") as file:
+            file.write(_checkpoint_record(position, log_end_offset))
+            file.flush()
+            os.fsync(file.fileno())
+        os.replace(tmp, path)
+        fsync_directory(path.parent)
+        old_fd = self._checkpoint_fd
+        self._checkpoint_fd = os.open(path, os.O_WRONLY | os.O_APPEND)  # the new file
+        if old_fd >= 0:
+            os.close(old_fd)
+
+
+def _checkpoint_record(position: Position, log_end_offset: int) -> bytes:
+    body = _CHECKPOINT_BODY.pack(position[0], position[1], log_end_offset)
+    return body + struct.pack("<I", crc32c.crc32c(body))
+
+
+def _read_checkpoint(path: Path) -> list[tuple[Position, int]]:
+    """Records up to the first torn or corrupt one: [((index, k), log_end_offset), ...]."""
+    try:
+        raw = path.read_bytes()
+    except FileNotFoundError:
+        return []
+    records: list[tuple[Position, int]] = []
+    size = _CHECKPOINT_RECORD.size
+    for pos in range(0, len(raw) - size + 1, size):
+        index, k, end_offset, crc = _CHECKPOINT_RECORD.unpack_from(raw, pos)
+        if crc32c.crc32c(raw[pos : pos + _CHECKPOINT_BODY.size]) != crc:
+            break
+        records.append(((index, k), end_offset))
+    return records
