@@ -10,8 +10,10 @@ and the one tick thread that drives them all with `doTick(0)`. Each round of tha
    (group commit): the leader appends it to its journal and queues append_entries;
 3. tick every group that needs it: one that received a proposal or a message that changed
    something (a heartbeat does not), and one whose idle tick is due (a leader every
-   heartbeat, a follower every follower_tick_interval_s). A tick commits (counting
-   followers' replies), applies committed commands and answers their proposers;
+   heartbeat, a follower every follower_tick_interval_s), and a leader that can commit
+   more on what it already knows (`Replica.can_commit_more`: a one-node group, which no
+   reply would tick). A tick commits (counting followers' replies), applies committed
+   commands and answers their proposers;
 4. write the queued append_entries to the sockets (they acknowledge nothing);
 5. sync every journal changed in this round: one fdatasync per group covers all its
    entries of the round, and term and vote;
@@ -78,6 +80,8 @@ PROPOSE_RETRY_S_MIN = 0.005
 PROPOSE_RETRY_S_MAX = 0.1
 # Proposals handed to pysyncobj per group per round, at most (each is one Raft entry).
 BATCHES_PER_ROUND_MAX = 8
+# Leadership transfers asked for per maybe_balance_leaders() call, at most.
+BALANCE_TRANSFERS_MAX = 4
 SNAPSHOT_FILE = "snapshot"
 _SNAPSHOT_MAGIC = b"DMQRSNP1"
 _SNAPSHOT_HEADER = struct.Struct("<8sIQ")  # magic, crc32c(payload), payload length
@@ -345,6 +349,35 @@ class Replica:
             len(self.journal),
         )
 
+    def can_commit_more(self) -> bool:
+        """Whether a tick now would raise the commit index: the leader re-ticks next round.
+
+        pysyncobj's tick counts the majority before it appends the queued commands, and a
+        leader is otherwise ticked again only when a follower's reply arrives or its
+        heartbeat is due. In a one-node group no reply ever comes: each entry waited for the
+        next heartbeat (~100 ms). True when the majority's match index (the leader counting
+        its own journal end) is past the commit index at an entry of the current term, the
+        condition under which pysyncobj's commit loop advances; the tick it triggers then
+        commits up to that index, so the condition is false again unless new entries were
+        appended or replies came in: an idle group never re-ticks. The next round comes
+        after this round's sync, so the leader's own copy is durable before it counts.
+        """
+        sync_obj = self.syncobj
+        if not sync_obj._isLeader():
+            return False
+        last = self.journal.last_index
+        commit = int(sync_obj.raftCommitIndex)
+        if last <= commit:
+            return False
+        # pysyncobj 0.3.17's private match indexes (by Node), read-only; the version is pinned.
+        match_index: dict[Any, int] = sync_obj._SyncObj__raftMatchIndex
+        others = sync_obj._SyncObj__otherNodes
+        matched = sorted([last] + [min(match_index.get(n, 0), last) for n in others], reverse=True)
+        quorum_index = matched[len(matched) // 2]  # held by a majority (the leader included)
+        return quorum_index > commit and self.journal.term_at(quorum_index) == (
+            sync_obj.raftCurrentTerm
+        )
+
     def stop(self) -> None:
         self.syncobj.destroy()  # autoTick=False: destroys transport and journal at once
         stopped = ReplicaStopped(f"group {self.group_id}: node {self.node.node_id} stopped")
@@ -431,6 +464,8 @@ class RaftNode:
         # (due time, tie-breaker, replica); an entry is stale if replica.next_due moved on.
         self._due: list[tuple[float, int, Replica]] = []
         self._due_seq = itertools.count()
+        # Leadership transfers asked for by maybe_balance_leaders: group -> (target, expiry).
+        self._transfers: dict[int, tuple[str, float]] = {}
 
     # --- lifecycle (event loop thread) ------------------------------------------------------
 
@@ -490,6 +525,81 @@ class RaftNode:
             replica.transport.peer_up(peer_id)
         self._touched.add(replica)  # synced (and ticked) in this round
         return replica
+
+    async def maybe_balance_leaders(self, *, transfers_max: int = BALANCE_TRANSFERS_MAX) -> bool:
+        """Hand the leadership of groups this node leads beyond its fair share to the member
+        that leads the fewest; True if it asked for at least one transfer.
+
+        Meant to run periodically on every node (each moves only what it leads). Fair share:
+        ceil(groups / nodes) of the groups hosted here. Leader counts are this node's view
+        (each replica's known leader), plus the transfers asked for recently and not yet
+        seen done, so repeated calls do not move the same surplus twice. A group moves only
+        to a member leading at least two fewer than this node (no ping-pong between nodes
+        one apart), at most `transfers_max` per call. pysyncobj's transferLeadership sends
+        the target 'timeout_now' if it holds the whole log (else it is denied and retried
+        by a later call); the target starts an election at once and wins it.
+        """
+        if self._thread is None:
+            return self._balance_leaders(transfers_max)
+        done: concurrent.futures.Future[bool] = concurrent.futures.Future()
+
+        def call() -> None:
+            try:
+                done.set_result(self._balance_leaders(transfers_max))
+            except BaseException as error:  # handed to the caller
+                done.set_exception(error)
+
+        self._calls.append(call)
+        self.wake()
+        return await asyncio.wrap_future(done)
+
+    def _balance_leaders(self, transfers_max: int) -> bool:
+        now = time.monotonic()
+        leads: collections.Counter[str] = collections.Counter({p: 0 for p in self.peers})
+        mine: list[Replica] = []
+        for replica in self.groups.values():
+            sync_obj = replica.syncobj
+            pending = self._transfers.get(replica.group_id)
+            if pending is not None and (pending[1] < now or not sync_obj._isLeader()):
+                del self._transfers[replica.group_id]  # done, or given up on
+                pending = None
+            if pending is not None:
+                leads[pending[0]] += 1  # as if already moved
+            elif sync_obj._isLeader():
+                leads[self.node_id] += 1
+                mine.append(replica)
+            else:
+                leader = sync_obj._getLeader()
+                if leader is not None:
+                    leads[str(leader.id)] += 1
+        fair_share = -(-len(self.groups) // len(self.peers))
+        acted = False
+        transfers = 0
+        for replica in sorted(mine, key=lambda r: r.group_id):
+            if transfers >= transfers_max or leads[self.node_id] <= fair_share:
+                break
+            candidates = [m for m in replica.members if m != self.node_id]
+            if not candidates:
+                continue
+            target = min(candidates, key=lambda m: (leads[m], m))
+            if leads[target] + 2 > leads[self.node_id]:
+                continue
+            outcome: list[int] = []
+            target_node = next(n for n in replica.syncobj.otherNodes if str(n.id) == target)
+            # The callback runs before transferLeadership returns (it only sends a message).
+            replica.syncobj.transferLeadership(
+                target_node, functools.partial(_record_reason, outcome)
+            )
+            transfers += 1
+            if outcome and outcome[0] == FAIL_REASON.SUCCESS:
+                # A transfer not seen done after an election timeout or two has failed.
+                deadline = now + 2 * self.config.election_timeout_max_s
+                self._transfers[replica.group_id] = (target, deadline)
+                leads[target] += 1
+                leads[self.node_id] -= 1
+                self._touched.add(replica)  # its timeout_now leaves in this round
+                acted = True
+        return acted
 
     def address_of(self, node_id: str | None) -> str | None:
         return None if node_id is None else self.peers.get(node_id)
@@ -560,6 +670,8 @@ class RaftNode:
             # From the end of this tick: a leader's next idle tick then finds its heartbeat
             # due (pysyncobj sends one when heartbeat_interval_s passed since the last send).
             interval = leader_interval if replica.status().is_leader else follower_interval
+            if replica.can_commit_more():
+                interval = 0.0  # ticked next round, after this round's sync (see the method)
             replica.next_due = time.monotonic() + interval
             heapq.heappush(self._due, (replica.next_due, next(self._due_seq), replica))
         self._sync_and_release(touched)
@@ -614,6 +726,10 @@ class RaftNode:
                 logger.exception("stopping group %d", replica.group_id)
         self.network.close()
         self._stopped.set_result(None)
+
+
+def _record_reason(outcome: list[int], _result: Any, reason: int) -> None:
+    outcome.append(reason)
 
 
 def _expire(future: asyncio.Future[Any], group_id: int, timeout_s: float) -> None:
