@@ -13,7 +13,6 @@ framing of a byte stream:
 from __future__ import annotations
 
 import struct
-import time
 
 import pytest
 from hypothesis import given
@@ -70,16 +69,18 @@ def test_encoding_refuses_bad_group_id_and_oversized_payload() -> None:
         append_frame(bytearray(), 1, bytes(FRAME_BYTES_MAX))
 
 
-def test_large_frame_in_small_chunks_decodes_in_linear_time() -> None:
-    def decode_seconds(size: int) -> float:
-        stream = encode_frame(5, bytes(size))
-        decoder = FrameDecoder()
-        started = time.perf_counter()
-        for k in range(0, len(stream), 4096):
-            decoder.feed(stream[k : k + 4096])
-            decoder.frames()
-        return time.perf_counter() - started
-
-    small, big = decode_seconds(2 * 1024 * 1024), decode_seconds(16 * 1024 * 1024)
-    # Linear: 8x the bytes take about 8x the time; quadratic would take about 64x.
-    assert big < 24 * max(small, 1e-4)
+def test_large_frame_in_small_chunks_grows_one_buffer_in_place() -> None:
+    # The quadratic pattern pysyncobj's stock transport has is `buffer = buffer + data`
+    # on immutable bytes: every feed copies everything buffered so far. The decoder
+    # must grow one bytearray in place instead (amortised O(1) per byte). Checked
+    # structurally, not by timing (a timed unit test flakes on a shared machine).
+    stream = encode_frame(5, bytes(range(256)) * 4096)  # 1 MiB payload
+    decoder = FrameDecoder()
+    buffer_id = id(decoder._buffer)
+    for k in range(0, len(stream) - 1, 4096):
+        decoder.feed(stream[k : min(k + 4096, len(stream) - 1)])
+        assert decoder.frames() == []
+        assert id(decoder._buffer) == buffer_id
+    decoder.feed(stream[-1:])
+    assert decoder.frames() == [(5, bytes(range(256)) * 4096)]
+    assert decoder.buffered_bytes == 0
