@@ -177,12 +177,18 @@ class Broker:
         self.ready = False
         for task in self._background:
             task.cancel()
-        for task in self._background:
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
-        for replica in list(self._replicas.values()):
-            await replica.close()
-        self._threads.shutdown()
+        results = await asyncio.gather(*self._background, return_exceptions=True)
+        for result in results:
+            if isinstance(result, Exception):
+                _log.error("background task had failed: %r", result)
+        try:
+            for replica in list(self._replicas.values()):
+                try:
+                    await replica.close()
+                except Exception:  # keep closing the others: each close flushes its log
+                    _log.exception("closing %s-%d failed", replica.topic, replica.partition)
+        finally:
+            self._threads.shutdown()
         if self._lock_fd >= 0:
             os.close(self._lock_fd)
             self._lock_fd = -1
@@ -204,8 +210,13 @@ class Broker:
     def _load_cluster_id(self) -> str:
         path = self.data_dir / "meta" / "cluster_id"
         path.parent.mkdir(parents=True, exist_ok=True)
-        if not path.exists():
-            path.write_text(uuid.uuid4().hex + "\n")
+        if not path.exists() or not path.read_text().strip():
+            tmp = path.with_name(path.name + ".tmp")
+            with open(tmp, "w") as f:
+                f.write(uuid.uuid4().hex + "\n")
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(tmp, path)
         return path.read_text().strip()
 
     def _partition_dir(self, topic: str, partition: int) -> Path:
@@ -247,6 +258,18 @@ class Broker:
         self._replicas[(topic.name, partition)] = replica
         return replica
 
+    async def _open_replicas(self, topic: TopicMeta, partitions: range) -> None:
+        """Open several replicas, all or none: a failure closes the ones just opened."""
+        opened: list[PartitionReplica] = []
+        try:
+            for p in partitions:
+                opened.append(await self._open_replica(topic, p))
+        except BaseException:
+            for replica in opened:
+                self._replicas.pop((replica.topic, replica.partition), None)
+                await replica.close()
+            raise
+
     async def _housekeeping(self) -> None:
         """Retention/compaction every retention_check_interval_ms; time-based flushes."""
         interval_s = self.config.retention_check_interval_ms / 1000
@@ -256,13 +279,11 @@ class Broker:
         while True:
             await asyncio.sleep(tick_s)
             for replica in list(self._replicas.values()):
-                if replica.closed:
-                    continue
                 try:
                     await replica.maybe_flush()
                     if asyncio.get_running_loop().time() >= next_clean:
                         await replica.maybe_clean(wall_ms())
-                except log_errors.LogError:
+                except Exception:  # one partition's failure must not stop the others' upkeep
                     _log.exception("housekeeping failed on %s-%d", replica.topic, replica.partition)
             if asyncio.get_running_loop().time() >= next_clean:
                 next_clean += interval_s
@@ -289,7 +310,12 @@ class Broker:
                 field="partition",
                 limit=meta.partitions - 1,
             )
-        return self._replicas[(topic, partition)]
+        replica = self._replicas.get((topic, partition))
+        if replica is None:  # being reopened by a config change right now
+            raise errors.BrokerUnavailable(
+                f"partition {topic}-{partition} is reopening", retry_after_ms=200
+            )
+        return replica
 
     async def create_topic(
         self,
@@ -332,8 +358,7 @@ class Broker:
             catalogue.next_topic_id += 1
             # Replicas open before the topic is published, so a concurrent produce
             # never sees a topic whose partitions are not there yet.
-            for p in range(count):
-                await self._open_replica(meta, p)
+            await self._open_replicas(meta, range(count))
             catalogue.topics[name] = meta
             catalogue.save()
         _log.info("created topic %s with %d partitions", name, count)
@@ -366,13 +391,22 @@ class Broker:
         checked = validate_topic_config(updates, self.config)
         async with self._admin_lock:
             meta = self._topic(name)
+            previous = dict(meta.config)
             meta.config.update(checked)
+            # Storage settings take effect on open: the partitions reopen now.
+            # The closed replica stays in place until its successor replaces it: a
+            # produce to it meanwhile gets 503 with Retry-After, a describe its offsets.
+            try:
+                for p in range(meta.partitions):
+                    await self._replicas[(name, p)].close()
+                    await self._open_replica(meta, p)
+            except Exception:
+                meta.config = previous  # reopen what is closed with the old settings
+                for p in range(meta.partitions):
+                    if self._replicas[(name, p)].closed:
+                        await self._open_replica(meta, p)
+                raise
             self.catalogue.save()
-            # Storage settings take effect on the next open; the partitions reopen now.
-            for p in range(meta.partitions):
-                replica = self._replicas.pop((name, p))
-                await replica.close()
-                await self._open_replica(meta, p)
         return self.describe_topic(name)
 
     async def add_partitions(self, name: str, count: int) -> TopicDescription:
@@ -385,8 +419,7 @@ class Broker:
                     field="count",
                     limit=limits.PARTITIONS_PER_TOPIC_MAX,
                 )
-            for p in range(meta.partitions, count):
-                await self._open_replica(meta, p)
+            await self._open_replicas(meta, range(meta.partitions, count))
             meta.partitions = count
             self.catalogue.save()
         return self.describe_topic(name)
@@ -549,19 +582,25 @@ class Broker:
         self, topic: TopicMeta, batches: dict[int, bytes], acks: Acks
     ) -> dict[int, int | None]:
         append_time = wall_ms() if topic.config["timestamp_type"] == "log_append" else None
-        futures = {
-            p: self._replica(topic.name, p).append(b, append_time) for p, b in batches.items()
-        }
+        replicas = {p: self._replica(topic.name, p) for p in batches}
+        # Check every partition can take its batch before queueing any: a refusal
+        # after some were queued would commit part of a request the client retries.
+        for p, b in batches.items():
+            replicas[p].check_capacity(len(b))
+        futures = {p: replicas[p].append(b, append_time) for p, b in batches.items()}
         if acks == "0":
             for f in futures.values():
                 f.add_done_callback(_log_fire_and_forget_failure)
             return {p: None for p in futures}
+        # Wait for all of them: each outcome is known before the request is answered.
+        outcomes = await asyncio.gather(*futures.values(), return_exceptions=True)
         out: dict[int, int | None] = {}
-        for p, f in futures.items():
-            try:
-                out[p] = (await f).base_offset
-            except log_errors.LogError as exc:
-                raise translate(exc) from exc
+        for p, outcome in zip(futures, outcomes, strict=True):
+            if isinstance(outcome, log_errors.LogError):
+                raise translate(outcome) from outcome
+            if isinstance(outcome, BaseException):
+                raise outcome
+            out[p] = outcome.base_offset
         return out
 
     # ------------------------------------------------------------------ fetch
@@ -616,7 +655,11 @@ class Broker:
             finally:
                 self._waiting_fetches -= 1
         if replica.closed:
-            raise errors.BrokerUnavailable("the partition closed during the fetch")
+            # Shutting down (or the topic was altered or deleted): answer the waiting
+            # fetch as if its wait had run out, rather than failing it.
+            return FetchResult(
+                topic, partition, offset, offset, replica.high_watermark, replica.log_start_offset
+            )
         try:
             if raw:
                 result = await replica.read(offset, max_bytes)

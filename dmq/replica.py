@@ -37,6 +37,11 @@ T = TypeVar("T")
 _log = logging.getLogger("dmq.replica")
 
 
+def _close_read_result(future: asyncio.Future[ReadResult]) -> None:
+    if not future.cancelled() and future.exception() is None:
+        future.result().close()
+
+
 class StorageThreads:
     """A fixed pool of single-thread executors; a partition always uses the same one."""
 
@@ -101,6 +106,9 @@ class PartitionReplica:
         self._unflushed_records = 0
         self._last_flush = time.monotonic()
         self.closed = False
+        # Held by upkeep (retention, compaction, timed flush) and by close(): a close
+        # waits for upkeep in progress, and upkeep never touches a closed log.
+        self._upkeep_lock = asyncio.Lock()
         # Offsets mirrored on the event loop for cheap reads (updated after each commit).
         self.log_start_offset = 0
         self.high_watermark = 0
@@ -146,6 +154,11 @@ class PartitionReplica:
         self._wakeup.set()
         if self._appender is not None:
             await self._appender
+        async with self._upkeep_lock:
+            await self._close_log()
+        self._committed_advanced.set()
+
+    async def _close_log(self) -> None:
         if self._log is not None:
             await self.run(self._log.close)
         self._committed_advanced.set()
@@ -161,6 +174,20 @@ class PartitionReplica:
         await self.run(_remove)
 
     # ------------------------------------------------------------------ produce
+
+    def check_capacity(self, size_bytes: int) -> None:
+        """Raise what append would raise for a batch of this size, queueing nothing."""
+        if self.closed:
+            raise BrokerUnavailable("the partition is closing", retry_after_ms=1000)
+        if len(self._pending) >= self._queue_depth_max or (
+            self._pending and self._pending_bytes + size_bytes > self._queue_bytes_max
+        ):
+            raise Backpressure(
+                f"partition {self.topic}-{self.partition} has {len(self._pending)} produce "
+                f"requests ({self._pending_bytes} bytes) queued "
+                f"(produce_queue_depth_max, produce_queue_bytes_max)",
+                limit=self._queue_depth_max,
+            )
 
     def append(self, batch: bytes, log_append_time_ms: int | None) -> asyncio.Future[AppendResult]:
         """Queue a validated batch for the next group commit."""
@@ -267,6 +294,12 @@ class PartitionReplica:
 
     async def maybe_flush(self) -> bool:
         """Time-triggered flush (called periodically by the broker)."""
+        async with self._upkeep_lock:
+            if self.closed:
+                return False
+            return await self._flush_if_due()
+
+    async def _flush_if_due(self) -> bool:
         settings = self.flush_settings
         if settings.interval_ms is None or not self._unflushed_records or self._log is None:
             return False
@@ -300,8 +333,16 @@ class PartitionReplica:
                 await asyncio.wait_for(event.wait(), remaining)
 
     async def read(self, offset: int, max_bytes: int) -> ReadResult:
+        """Raw ranges; the caller closes the result. If the caller is cancelled while the
+        read runs, the result is closed when it arrives (its descriptors never leak)."""
         assert self._log is not None
-        return await self.run(self._log.read, offset, max_bytes)
+        loop = asyncio.get_running_loop()
+        future = loop.run_in_executor(self._executor, self._log.read, offset, max_bytes)
+        try:
+            return await asyncio.shield(future)
+        except asyncio.CancelledError:
+            future.add_done_callback(_close_read_result)
+            raise
 
     async def read_records(
         self, offset: int, max_bytes: int, max_records: int
@@ -328,6 +369,12 @@ class PartitionReplica:
     async def maybe_clean(self, now_ms: int) -> tuple[int, bool]:
         """Retention and compaction. Compaction's build runs off the storage thread so
         appends continue; only plan and install run on it."""
+        async with self._upkeep_lock:
+            if self.closed:
+                return 0, False
+            return await self._clean(now_ms)
+
+    async def _clean(self, now_ms: int) -> tuple[int, bool]:
         log = self._log
         assert log is not None
         deleted = await self.run(log.maybe_delete_segments, now_ms)

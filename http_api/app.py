@@ -212,7 +212,7 @@ async def produce(request: web.Request) -> web.Response:
         offsets = await broker.produce_batch(topic, body, partition=partition, acks=acks)
     else:
         if content_type == "application/json":
-            records = codec.parse_json_body(body, records_max)
+            records = codec.parse_json_body(body, records_max, encoding)
         elif content_type == "application/x-ndjson":
             records = codec.parse_ndjson_body(body, records_max, encoding)
         elif content_type == "text/plain":

@@ -127,7 +127,10 @@ def _loads(text: bytes, where: str) -> Any:
         raise errors.InvalidRequest(f"{where} is not valid JSON: {exc}", field=where) from None
 
 
-def parse_json_body(body: bytes, records_max: int) -> list[ProduceRecord]:
+def parse_json_body(
+    body: bytes, records_max: int, default_encoding: str = "string"
+) -> list[ProduceRecord]:
+    """The body's own `value_encoding` wins; else the query's (`default_encoding`)."""
     doc = _loads(body, "body")
     if not isinstance(doc, dict) or not isinstance(doc.get("records"), list):
         raise errors.InvalidRequest('body must be {"records": [...]}', field="records")
@@ -136,7 +139,7 @@ def parse_json_body(body: bytes, records_max: int) -> list[ProduceRecord]:
         raise errors.InvalidRequest(
             f"unknown body field {sorted(unknown)[0]!r}", field=sorted(unknown)[0]
         )
-    encoding = check_encoding(doc.get("value_encoding"))
+    encoding = check_encoding(doc.get("value_encoding"), default_encoding)
     _check_count(len(doc["records"]), records_max)
     return [parse_record(r, i, encoding) for i, r in enumerate(doc["records"])]
 

@@ -41,8 +41,12 @@ def test_readme_has_examples() -> None:
     assert len(readme_examples()) >= 5
 
 
-@pytest.mark.skipif(shutil.which("curl") is None, reason="curl is not installed (make test installs it)")
-def test_readme_curl_examples_give_the_documented_output(broker: BrokerProcess, tmp_path: Path) -> None:
+@pytest.mark.skipif(
+    shutil.which("curl") is None, reason="curl is not installed (make test installs it)"
+)
+def test_readme_curl_examples_give_the_documented_output(
+    broker: BrokerProcess, tmp_path: Path
+) -> None:
     address = f"{broker.host}:{broker.port}"
     for command, expected in readme_examples():
         out = subprocess.run(
