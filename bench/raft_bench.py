@@ -19,6 +19,14 @@ TCPTransport, a default SyncObjConf plus its file journal, its own tick thread. 
 with its defaults: durability "fsync" (an fdatasync before any reply leaves a node); the
 stock journal never syncs. Every figure is the median of --runs runs; a fresh cluster and
 data directory per run and system.
+
+`--idle --groups N --idle-seconds S [--timing HB,EMIN,EMAX,FTICK ...]` measures instead, per
+timing setting (heartbeat, election timeout min/max, follower tick, in seconds; "default"
+= RaftConfig's): the start-up of 3 nodes hosting N groups each (processes ready, then every
+group led by one node that all nodes follow), each node's CPU over S idle seconds (% of one
+core, from /proc/<pid>/stat), and --failovers times: kill -9 of group 0's leader, seconds
+until a proposal to group 0 through a survivor succeeds, and until every group has a live
+leader again (the killed node is restarted between failovers).
 """
 
 from __future__ import annotations
@@ -49,6 +57,7 @@ class Node:
     """One demo node process, driven through its stdin/stdout JSON protocol."""
 
     def __init__(self, args: list[str], log_path: Path) -> None:
+        self.args, self.log_path = args, log_path
         with open(log_path, "a") as log:
             self.proc = subprocess.Popen(
                 [sys.executable, "-m", "raft.demo", *args],
@@ -106,6 +115,13 @@ class Node:
                     pipe.close()
         self._reader.join(5)
 
+    def kill(self) -> None:
+        """SIGKILL, as a crash."""
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+        self.stop()
+
 
 def _common_free_port(hosts: list[str]) -> int:
     for _ in range(200):
@@ -123,7 +139,7 @@ def _common_free_port(hosts: list[str]) -> int:
 
 
 @contextlib.contextmanager
-def cluster(work_dir: Path, stock: bool) -> Iterator[list[Node]]:
+def cluster(work_dir: Path, stock: bool, extra_args: Sequence[str] = ()) -> Iterator[list[Node]]:
     hosts = [f"127.0.0.{11 + k}" for k in range(3)]
     port = _common_free_port(hosts)
     peers = ",".join(f"n{k + 1}={host}:{port}" for k, host in enumerate(hosts))
@@ -133,7 +149,8 @@ def cluster(work_dir: Path, stock: bool) -> Iterator[list[Node]]:
         for k in range(3):
             args = ["--node-id", f"n{k + 1}", "--peers", peers, "--data-dir",
                     str(work_dir / f"n{k + 1}"), "--no-values"]  # fmt: skip
-            nodes.append(Node([*args, "--stock"] if stock else args, work_dir / f"n{k + 1}.log"))
+            args += ["--stock"] if stock else list(extra_args)
+            nodes.append(Node(args, work_dir / f"n{k + 1}.log"))
         yield nodes
     finally:
         for node in nodes:
@@ -193,6 +210,115 @@ def measure(work_dir: Path, stock: bool, args: argparse.Namespace) -> dict[str, 
     return {"single": single, "batched": batched, "latency": latency}
 
 
+def _all_led(nodes: list[Node], groups: int) -> bool:
+    """Every group has a leader that is live and that every live node names."""
+    live = [n for n in nodes if n.proc.poll() is None]
+    states = [n.request("states")["groups"] for n in live]
+    for group in range(groups):
+        leader_ids = {state[str(group)]["leader_id"] for state in states}
+        leaders = [s[str(group)]["is_leader"] for s in states]
+        if len(leader_ids) != 1 or None in leader_ids or sum(leaders) != 1:
+            return False
+    return True
+
+
+def _wait_all_led(nodes: list[Node], groups: int, timeout_s: float) -> float:
+    started = time.monotonic()
+    while not _all_led(nodes, groups):
+        if time.monotonic() - started > timeout_s:
+            raise RuntimeError(f"not every group led within {timeout_s:g} s")
+        time.sleep(0.1)
+    return time.monotonic() - started
+
+
+def _failover(nodes: list[Node], groups: int) -> dict[str, float]:
+    """kill -9 group 0's leader: seconds until group 0 commits again through a survivor,
+    and until every group is led again; then restart the killed node."""
+    live = [n for n in nodes if n.proc.poll() is None]
+    leader = next(n for n in live if n.request("state", group=0, values=False)["is_leader"])
+    survivor = next(n for n in live if n is not leader)
+    leader.kill()
+    killed_at = time.monotonic()
+    resumed = None
+    attempt = 0
+    while resumed is None:
+        if time.monotonic() - killed_at > 30:
+            raise RuntimeError("group 0 did not resume within 30 s")
+        attempt += 1
+        try:
+            survivor.request("propose", group=0, value=f"failover-{attempt}", timeout=0.5)
+        except RuntimeError:
+            continue
+        resumed = time.monotonic() - killed_at
+    all_led = resumed + _wait_all_led(nodes, groups, 60)
+    nodes[nodes.index(leader)] = Node(leader.args, leader.log_path)
+    _wait_all_led(nodes, groups, 60)
+    return {"resumed_s": resumed, "all_led_s": all_led}
+
+
+def measure_idle(work_dir: Path, timing: str, args: argparse.Namespace) -> dict[str, Any]:
+    extra = ["--groups", str(args.groups)]
+    if timing != "default":
+        hb, emin, emax, ftick = (float(x) for x in timing.split(","))
+        extra += ["--heartbeat-s", str(hb), "--election-min-s", str(emin),
+                  "--election-max-s", str(emax), "--follower-tick-s", str(ftick)]  # fmt: skip
+    started = time.monotonic()
+    with cluster(work_dir, False, extra) as nodes:
+        processes_up_s = time.monotonic() - started
+        all_led_s = processes_up_s + _wait_all_led(nodes, args.groups, 120)
+        time.sleep(args.settle_seconds)  # elections and start-up work are over
+        before = [n.cpu_s() for n in nodes]
+        wall = time.monotonic()
+        time.sleep(args.idle_seconds)
+        wall = time.monotonic() - wall
+        idle = [100.0 * (n.cpu_s() - b) / wall for n, b in zip(nodes, before, strict=True)]
+        leads = [sum(g["is_leader"] for g in n.request("states")["groups"].values()) for n in nodes]
+        failovers = [_failover(nodes, args.groups) for _ in range(args.failovers)]
+    return {
+        "timing": timing,
+        "processes_up_s": processes_up_s,
+        "all_led_s": all_led_s,
+        "idle_cpu_percent": idle,
+        "leads": leads,
+        "failovers": failovers,
+    }
+
+
+def run_idle(args: argparse.Namespace, out: TextIO | None = None) -> list[dict[str, Any]]:
+    out = out or sys.stdout
+    work = Path(tempfile.mkdtemp(prefix="dmq-raft-idle-", dir=_work_parent(args.dir)))
+    results = []
+    print(
+        f"idle: 3 nodes x {args.groups} groups, {args.idle_seconds:g} s idle sample, "
+        f"{args.failovers} failover(s) per run; timing = heartbeat,election min,max,"
+        "follower tick (s)",
+        file=out,
+    )
+    try:
+        for run_number in range(args.runs):
+            for k, timing in enumerate(args.timing or ["default"]):
+                directory = work / f"idle-{run_number}-{k}"
+                result = measure_idle(directory, timing, args)
+                shutil.rmtree(directory, ignore_errors=True)
+                results.append(result)
+                idle = " ".join(f"{x:5.1f}" for x in result["idle_cpu_percent"])
+                fail = " ".join(
+                    f"{f['resumed_s']:.2f}/{f['all_led_s']:.2f}" for f in result["failovers"]
+                )
+                print(
+                    f"{timing:24} up {result['processes_up_s']:5.1f} s, all led "
+                    f"{result['all_led_s']:5.1f} s; idle % per node {idle} (leads "
+                    f"{result['leads']}); failover resumed/all led s: {fail}",
+                    file=out,
+                    flush=True,
+                )
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    if args.json is not None:
+        args.json.write_text(json.dumps(results, indent=2))
+    return results
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--runs", type=int, default=3, help="runs per system (medians)")
     parser.add_argument("--seconds", type=float, default=3.0, help="per throughput phase")
@@ -200,6 +326,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--dir", type=Path, default=None, help="work directory parent")
     parser.add_argument("--quick", action="store_true", help="1 run of 1 s phases")
     parser.add_argument("--json", type=Path, default=None, help="also write the result")
+    parser.add_argument("--idle", action="store_true", help="idle CPU / start-up / failover")
+    parser.add_argument("--groups", type=int, default=1000, help="--idle: groups per node")
+    parser.add_argument("--idle-seconds", type=float, default=10.0, help="--idle: CPU sample")
+    parser.add_argument("--settle-seconds", type=float, default=2.0, help="--idle: before it")
+    parser.add_argument("--failovers", type=int, default=3, help="--idle: per run")
+    parser.add_argument(
+        "--timing",
+        action="append",
+        help='--idle: "HB,EMIN,EMAX,FTICK" seconds or "default"; repeatable',
+    )
 
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
@@ -310,7 +446,11 @@ def _print(result: dict[str, Any], out: TextIO) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    run(parse_args(argv))
+    args = parse_args(argv)
+    if args.idle:
+        run_idle(args)
+    else:
+        run(args)
     return 0
 
 

@@ -2,6 +2,7 @@
 
     python -m raft.demo --node-id n1 --peers n1=127.0.0.11:9090,n2=...,n3=... \\
         --data-dir DIR --groups 3 [--durability fsync|none] [--stock]
+        [--heartbeat-s S --election-min-s S --election-max-s S --follower-tick-s S]
 
 It prints `{"event": "ready", ...}` on stdout, then answers JSON requests read from stdin,
 one per line, each with an "id" echoed in its answer (requests run concurrently):
@@ -20,7 +21,7 @@ one per line, each with an "id" echoed in its answer (requests run concurrently)
         -> the values ("a-0", "a-1", ...) whose proposals were acknowledged
     {"id": 8, "op": "propose_stream", ...same fields...}
         -> as propose_many, and {"event": "acked", "value": ...} as each one is acknowledged
-    {"id": 9, "op": "stats"}                -> rounds, syncs and network counters
+    {"id": 9, "op": "stats"}                -> rounds, ticks, syncs and network counters
 
 `--stock` runs one plain pysyncobj SyncObj instead (pysyncobj's TCPTransport, default
 SyncObjConf plus its file journal, its own tick thread): the benchmark's baseline.
@@ -149,9 +150,17 @@ class Demo:
             self.replicas[0] = group
             self.machines[0] = group.machine
             return
+        default = RaftConfig()
+        args = self.args
         config = RaftConfig(
-            durability=self.args.durability,
-            log_compaction_min_entries=self.args.compaction_entries,
+            durability=args.durability,
+            log_compaction_min_entries=args.compaction_entries,
+            # Timing overrides (bench.raft_bench's idle mode compares candidate settings).
+            heartbeat_interval_s=args.heartbeat_s or default.heartbeat_interval_s,
+            election_timeout_min_s=args.election_min_s or default.election_timeout_min_s,
+            election_timeout_max_s=args.election_max_s or default.election_timeout_max_s,
+            follower_tick_interval_s=args.follower_tick_s or default.follower_tick_interval_s,
+            leader_step_down_s=args.step_down_s or default.leader_step_down_s,
         )
         node = RaftNode(
             self.args.node_id,
@@ -232,6 +241,7 @@ class Demo:
         stats = self.node.network.stats
         return {
             "rounds": self.node.rounds,
+            "ticks": self.node.ticks,
             "syncs": self.node.syncs,
             "frames_sent": stats.frames_sent,
             "frames_received": stats.frames_received,
@@ -371,7 +381,18 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         default=RaftConfig().log_compaction_min_entries,
         help="log compaction threshold (small values exercise snapshots)",
     )
+    for option, field in _TIMING_OPTIONS.items():
+        parser.add_argument(option, type=float, default=None, help=f"RaftConfig.{field}")
     return parser.parse_args(argv)
+
+
+_TIMING_OPTIONS = {
+    "--heartbeat-s": "heartbeat_interval_s",
+    "--election-min-s": "election_timeout_min_s",
+    "--election-max-s": "election_timeout_max_s",
+    "--follower-tick-s": "follower_tick_interval_s",
+    "--step-down-s": "leader_step_down_s",
+}
 
 
 def _slow_down_follower_fdatasync(demo: Demo, delay_s: float) -> None:

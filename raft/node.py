@@ -10,7 +10,9 @@ and the one tick thread that drives them all with `doTick(0)`. Each round of tha
    (group commit): the leader appends it to its journal and queues append_entries;
 3. tick every group that needs it: one that received a proposal or a message that changed
    something (a heartbeat does not), and one whose idle tick is due (a leader every
-   heartbeat, a follower every follower_tick_interval_s), and a leader that can commit
+   heartbeat, a follower every follower_tick_interval_s; a follower that hears from its
+   leader and has nothing to apply only at its election deadline or once a second:
+   `Replica.quiet_until`), and a leader that can commit
    more on what it already knows (`Replica.can_commit_more`: a one-node group, which no
    reply would tick). A tick commits (counting followers' replies), applies committed
    commands and answers their proposers;
@@ -82,6 +84,9 @@ PROPOSE_RETRY_S_MAX = 0.1
 BATCHES_PER_ROUND_MAX = 8
 # Leadership transfers asked for per maybe_balance_leaders() call, at most.
 BALANCE_TRANSFERS_MAX = 4
+# An idle follower that hears from its leader is ticked at least this often (pysyncobj's
+# once-a-second journal timer and time-based log compaction run in its tick).
+FOLLOWER_QUIET_MAX_S = 1.0
 SNAPSHOT_FILE = "snapshot"
 _SNAPSHOT_MAGIC = b"DMQRSNP1"
 _SNAPSHOT_HEADER = struct.Struct("<8sIQ")  # magic, crc32c(payload), payload length
@@ -206,6 +211,7 @@ class Replica:
         self.transport = holder[0]
         self._apply_batch_id = self.syncobj._methodToID[self.syncobj._getFuncName("_apply_batch")]
         self.next_due = 0.0
+        self.last_tick = 0.0
         self.snapshots_written = 0
         self.snapshots_restored = 0  # at start-up from its own file, or sent by the leader
 
@@ -348,6 +354,27 @@ class Replica:
             sync_obj.raftLastApplied,
             len(self.journal),
         )
+
+    def quiet_until(self, now: float) -> float | None:
+        """For a follower whose idle tick is due: until when a tick would do nothing.
+
+        pysyncobj's follower tick checks the election deadline (which every append_entries
+        from the leader pushes forward), applies committed entries and runs its timers. A
+        follower that knows its leader, has nothing to apply and a synced journal is looked
+        at again at its election deadline (or FOLLOWER_QUIET_MAX_S after its last tick)
+        instead of being ticked every follower_tick_interval_s. None: tick it now.
+        """
+        sync_obj = self.syncobj
+        if (
+            sync_obj._isLeader()
+            or sync_obj._getLeader() is None
+            or sync_obj.raftCommitIndex > sync_obj.raftLastApplied
+            or not self.journal.is_synced()
+        ):
+            return None
+        deadline: float = sync_obj._SyncObj__raftElectionDeadline
+        until = min(deadline, self.last_tick + FOLLOWER_QUIET_MAX_S)
+        return until if until > now else None
 
     def can_commit_more(self) -> bool:
         """Whether a tick now would raise the commit index: the leader re-ticks next round.
@@ -661,7 +688,12 @@ class RaftNode:
         while self._due and self._due[0][0] <= now:
             due, _, replica = heapq.heappop(self._due)
             if replica.next_due == due and replica.group_id in self.groups:
-                self._touched.add(replica)
+                quiet_until = replica.quiet_until(now)
+                if quiet_until is None:
+                    self._touched.add(replica)
+                else:  # an idle follower hearing from its leader: look again later
+                    replica.next_due = quiet_until
+                    heapq.heappush(self._due, (quiet_until, next(self._due_seq), replica))
         touched, self._touched = self._touched, set()
         leader_interval = self.config.heartbeat_interval_s
         follower_interval = self.config.follower_tick_interval_s
@@ -672,7 +704,8 @@ class RaftNode:
             interval = leader_interval if replica.status().is_leader else follower_interval
             if replica.can_commit_more():
                 interval = 0.0  # ticked next round, after this round's sync (see the method)
-            replica.next_due = time.monotonic() + interval
+            replica.last_tick = time.monotonic()
+            replica.next_due = replica.last_tick + interval
             heapq.heappush(self._due, (replica.next_due, next(self._due_seq), replica))
         self._sync_and_release(touched)
         self.rounds += 1
