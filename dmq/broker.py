@@ -38,6 +38,7 @@ from log import errors as log_errors
 from log import limits as log_limits
 from log.partition_log import ReadResult
 from log.records import Header, Record, RecordLimits, encode_batch, validate_batch
+from log.segment import write_durably
 
 _log = logging.getLogger("dmq.broker")
 
@@ -211,12 +212,7 @@ class Broker:
         path = self.data_dir / "meta" / "cluster_id"
         path.parent.mkdir(parents=True, exist_ok=True)
         if not path.exists() or not path.read_text().strip():
-            tmp = path.with_name(path.name + ".tmp")
-            with open(tmp, "w") as f:
-                f.write(uuid.uuid4().hex + "\n")
-                f.flush()
-                os.fsync(f.fileno())
-            os.replace(tmp, path)
+            write_durably(path, (uuid.uuid4().hex + "\n").encode())
         return path.read_text().strip()
 
     def _partition_dir(self, topic: str, partition: int) -> Path:

@@ -9,7 +9,6 @@ that one file.
 from __future__ import annotations
 
 import json
-import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -19,6 +18,7 @@ from dmq import limits
 from dmq.config import BrokerConfig
 from dmq.errors import InvalidConfig, InvalidRequest
 from log.config import CleanupPolicy, FlushPolicy, LogConfig
+from log.segment import fsync_directory, write_durably
 
 _TOPIC_NAME = re.compile(r"^[a-zA-Z0-9._-]+$")
 
@@ -156,14 +156,5 @@ class TopicCatalogue:
                 for t in self.topics.values()
             ],
         }
-        tmp = self.path.with_name(self.path.name + ".tmp")
-        with open(tmp, "w") as f:
-            json.dump(payload, f, indent=1, sort_keys=True)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, self.path)
-        fd = os.open(self.path.parent, os.O_RDONLY)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
+        write_durably(self.path, json.dumps(payload, indent=1, sort_keys=True).encode())
+        fsync_directory(self.path.parent)

@@ -65,14 +65,7 @@ def _partition_param(request: web.Request) -> int:
 
 
 async def _json_body(request: web.Request) -> dict[str, Any]:
-    body = await request.read()
-    try:
-        doc = json.loads(body) if body else {}
-    except (ValueError, UnicodeDecodeError) as exc:
-        raise errors.InvalidRequest(f"body is not valid JSON: {exc}", field="body") from None
-    if not isinstance(doc, dict):
-        raise errors.InvalidRequest("body must be a JSON object", field="body")
-    return doc
+    return codec.parse_json_object(await request.read())
 
 
 def _description(d: TopicDescription) -> dict[str, Any]:

@@ -127,6 +127,14 @@ def _loads(text: bytes, where: str) -> Any:
         raise errors.InvalidRequest(f"{where} is not valid JSON: {exc}", field=where) from None
 
 
+def parse_json_object(body: bytes, where: str = "body") -> dict[str, Any]:
+    """A request body that must be one JSON object (an empty body is {})."""
+    doc = _loads(body, where) if body else {}
+    if not isinstance(doc, dict):
+        raise errors.InvalidRequest(f"{where} must be a JSON object", field=where)
+    return doc
+
+
 def parse_json_body(
     body: bytes, records_max: int, default_encoding: str = "string"
 ) -> list[ProduceRecord]:

@@ -38,20 +38,12 @@ from log.segment import (
     TIMEINDEX_SUFFIX,
     Segment,
     fsync_directory,
+    write_durably,
 )
 
 _BASE_OFFSET = struct.Struct(">q")
 LOG_START_CHECKPOINT = "log-start-offset"
 TRUNCATE_FULLY_MARKER = "truncate-fully-to"
-
-
-def _write_durably(path: Path, text: str) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "w") as f:
-        f.write(text)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
 
 
 _LOG_APPEND_FIELDS = struct.Struct(">h")  # attributes, rewritten for log-append time
@@ -275,13 +267,7 @@ class PartitionLog:
     def _set_log_start_offset(self, offset: int) -> None:
         """Write the checkpoint durably *before* removing the data below it, so a crash
         in between leaves a log start at or above the first segment, never below."""
-        path = self.directory / LOG_START_CHECKPOINT
-        tmp = path.with_name(path.name + ".tmp")
-        with open(tmp, "w") as f:
-            f.write(f"{offset}\n")
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
+        write_durably(self.directory / LOG_START_CHECKPOINT, f"{offset}\n".encode())
         self._log_start_offset = offset
 
     @property
@@ -483,6 +469,10 @@ class PartitionLog:
         if not self.log_start_offset <= offset <= self.log_end_offset:
             raise OffsetOutOfRangeError(offset, self.log_start_offset, self.log_end_offset)
 
+    def _read_end(self, end_offset: int | None) -> int:
+        """Where a read stops: never past the high watermark."""
+        return self._high_watermark if end_offset is None else min(end_offset, self._high_watermark)
+
     def _segment_index_for(self, offset: int) -> int:
         lo, hi = 0, len(self.segments)
         while lo < hi:  # last segment whose base_offset <= offset
@@ -542,7 +532,7 @@ class PartitionLog:
         decoding reader and by consumers, end to end.
         """
         self._check_read_offset(start_offset)
-        end = self._high_watermark if end_offset is None else min(end_offset, self._high_watermark)
+        end = self._read_end(end_offset)
         spans, next_offset = (
             self._spans(start_offset, max(max_bytes, 1), end)
             if start_offset < end
@@ -565,7 +555,7 @@ class PartitionLog:
     ) -> Iterator[fmt.DecodedBatch]:
         """Decoded, CRC-checked batches for the same range as `read`."""
         self._check_read_offset(start_offset)
-        end = self._high_watermark if end_offset is None else min(end_offset, self._high_watermark)
+        end = self._read_end(end_offset)
         if start_offset >= end:
             return
         spans, _ = self._spans(start_offset, max(max_bytes, 1), end)
@@ -591,7 +581,7 @@ class PartitionLog:
         end_offset: int | None = None,
     ) -> list[fmt.Record]:
         """Decoded records with start_offset <= offset < min(end_offset, high_watermark)."""
-        end = self._high_watermark if end_offset is None else min(end_offset, self._high_watermark)
+        end = self._read_end(end_offset)
         out: list[fmt.Record] = []
         for batch in self.read_batches(start_offset, max_bytes, end_offset=end):
             if batch.header.is_control:
@@ -666,7 +656,7 @@ class PartitionLog:
         # A marker makes the operation atomic: if a crash interrupts it, open() sees
         # the marker and finishes it instead of mixing old segments with the new start.
         marker = self.directory / TRUNCATE_FULLY_MARKER
-        _write_durably(marker, f"{offset}\n")
+        write_durably(marker, f"{offset}\n".encode())
         fsync_directory(self.directory)
         for segment in self.segments:
             segment.delete()

@@ -51,6 +51,17 @@ def fsync_directory(directory: Path) -> None:
         os.close(fd)
 
 
+def write_durably(path: Path, data: bytes) -> None:
+    """Replace `path` with `data` atomically and durably: write a temp file, fsync it,
+    rename it over `path`. (Callers fsync the directory when the name is new.)"""
+    tmp = path.with_name(path.name + ".tmp")
+    with open(tmp, "wb") as f:
+        f.write(data)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+
+
 @dataclass(frozen=True, slots=True)
 class ScanEntry:
     """One batch found by a scan: where it is and what its header says."""
@@ -160,16 +171,8 @@ class Segment:
         self.closed = True
 
     def _write_indexes(self) -> None:
-        for path, payload in (
-            (self.index_path, self._encode_offset_index()),
-            (self.timeindex_path, self._encode_time_index()),
-        ):
-            tmp = path.with_name(path.name + ".tmp")
-            with open(tmp, "wb") as f:
-                f.write(payload)
-                f.flush()
-                os.fsync(f.fileno())
-            os.replace(tmp, path)
+        write_durably(self.index_path, self._encode_offset_index())
+        write_durably(self.timeindex_path, self._encode_time_index())
 
     def _encode_offset_index(self) -> bytes:
         out = bytearray()

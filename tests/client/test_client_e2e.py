@@ -21,7 +21,6 @@ Skipped, with the reason, while `dmq.server` cannot be imported.
 from __future__ import annotations
 
 import asyncio
-import importlib
 import json
 import os
 import signal
@@ -49,14 +48,6 @@ from dmq.client import (
     RecordMetadata,
 )
 from dmq.partitioner import partition_for_key
-
-try:
-    importlib.import_module("dmq.server")
-    _SKIP_REASON = None
-except ImportError as exc:  # the broker's entry point is not written yet
-    _SKIP_REASON = f"dmq.server cannot be imported yet ({exc}); these tests need a broker"
-
-pytestmark = pytest.mark.skipif(_SKIP_REASON is not None, reason=_SKIP_REASON or "")
 
 ROOT = Path(__file__).resolve().parents[2]
 STARTUP_S = 20
