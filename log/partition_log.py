@@ -33,6 +33,7 @@ from log.errors import (
 )
 from log.segment import (
     CLEANED_SUFFIX,
+    DURABLE_TRACE_SUFFIX,
     INDEX_SUFFIX,
     LOG_SUFFIX,
     TIMEINDEX_SUFFIX,
@@ -176,7 +177,9 @@ class PartitionLog:
         if marker.exists():  # a truncate_fully_and_start_at was interrupted: finish it
             start = int(marker.read_text().strip())
             for path in log.directory.iterdir():
-                if path.name.endswith((LOG_SUFFIX, INDEX_SUFFIX, TIMEINDEX_SUFFIX)):
+                if path.name.endswith(
+                    (LOG_SUFFIX, INDEX_SUFFIX, TIMEINDEX_SUFFIX, LOG_SUFFIX + DURABLE_TRACE_SUFFIX)
+                ):
                     path.unlink()
             initial_offset = start
             log._set_log_start_offset(start)

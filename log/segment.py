@@ -32,6 +32,13 @@ LOG_SUFFIX = ".log"
 INDEX_SUFFIX = ".index"
 TIMEINDEX_SUFFIX = ".timeindex"
 CLEANED_SUFFIX = ".cleaned"  # compaction output not yet swapped in
+DURABLE_TRACE_SUFFIX = ".durable"  # <base>.log.durable, test hook only (below)
+
+# Test hook for power-loss tests (log/README.md, "Test hook"): with DMQ_DURABLE_TRACE=1 in
+# the environment, every fsync of a segment's .log file appends the length it made durable
+# to <base>.log.durable, so a test can cut the file back to what a power cut would keep.
+# Read once, here: the log reads no environment anywhere else.
+_DURABLE_TRACE = os.environ.get("DMQ_DURABLE_TRACE") == "1"
 
 _INDEX_ENTRY = struct.Struct(">II")
 _TIME_ENTRY = struct.Struct(">qI")
@@ -163,6 +170,19 @@ class Segment:
         if self.flushed_bytes != self.size_bytes:
             os.fdatasync(self.fd)
             self.flushed_bytes = self.size_bytes
+            self._maybe_trace_durable()
+
+    def _maybe_trace_durable(self) -> bool:
+        """The test hook (top of module): record flushed_bytes, now on stable storage."""
+        if not _DURABLE_TRACE:
+            return False
+        trace_path = self.log_path.with_name(self.log_path.name + DURABLE_TRACE_SUFFIX)
+        fd = os.open(trace_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+        try:
+            os.write(fd, b"%d\n" % self.flushed_bytes)
+        finally:
+            os.close(fd)
+        return True
 
     def close_for_appends(self) -> None:
         """Seal the segment: flush the data and write both index files durably."""
@@ -195,6 +215,7 @@ class Segment:
         self.close_files()
         for path in (self.log_path, self.index_path, self.timeindex_path):
             path.unlink(missing_ok=True)
+        self.log_path.with_name(self.log_path.name + DURABLE_TRACE_SUFFIX).unlink(missing_ok=True)
 
     # ------------------------------------------------------------------ scan
 
@@ -303,10 +324,11 @@ class Segment:
             expected_min_offset = header.next_offset
             position += header.size_bytes
         cut = file_bytes - position
+        self.flushed_bytes = self.size_bytes
         if cut:
             os.ftruncate(self.fd, position)
             os.fsync(self.fd)
-        self.flushed_bytes = self.size_bytes
+            self._maybe_trace_durable()
         return cut
 
     def load_closed(self) -> bool:
@@ -404,6 +426,7 @@ class Segment:
         self.size_bytes = cut_position
         self.rebuild_indexes()
         self.flushed_bytes = self.size_bytes
+        self._maybe_trace_durable()
         self.closed = False
         self.index_path.unlink(missing_ok=True)
         self.timeindex_path.unlink(missing_ok=True)
