@@ -44,13 +44,14 @@ import itertools
 import logging
 import os
 import pickle
+import shutil
 import struct
 import threading
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 import crc32c
 from pysyncobj import FAIL_REASON, SyncObj, replicated
@@ -88,6 +89,7 @@ BALANCE_TRANSFERS_MAX = 4
 # once-a-second journal timer and time-based log compaction run in its tick).
 FOLLOWER_QUIET_MAX_S = 1.0
 SNAPSHOT_FILE = "snapshot"
+_T = TypeVar("_T")
 _SNAPSHOT_MAGIC = b"DMQRSNP1"
 _SNAPSHOT_HEADER = struct.Struct("<8sIQ")  # magic, crc32c(payload), payload length
 
@@ -171,6 +173,9 @@ class Replica:
         self._inflight = 0  # proposals between propose() and its return (loop thread only)
         self._inflight_bytes = 0
         self._submitted: set[tuple[_Proposal, ...]] = set()  # tick thread only
+        # Set by the tick thread once the SyncObj is destroyed (node stop, remove_group); a
+        # proposal that passed the check before is failed by the round (fail_pending).
+        self.stopped = False
         self._status = ReplicaStatus(group_id, node.node_id, False, None, 0, 0, 0, 0)
         self.journal = DurableJournal(
             directory,
@@ -238,8 +243,8 @@ class Replica:
             delay = min(delay * 2, PROPOSE_RETRY_S_MAX)
 
     async def _propose_once(self, command: bytes, deadline: float, timeout_s: float) -> Any:
-        if self.node.failed is not None or self.node.stopping:
-            raise ReplicaStopped(f"group {self.group_id}: node {self.node.node_id} stopped")
+        if self.node.failed is not None or self.node.stopping or self.stopped:
+            raise self._stopped_error()
         if len(command) > self._config.batch_bytes_max:
             raise CommandTooLarge(self.group_id, len(command), self._config.batch_bytes_max)
         if (
@@ -406,15 +411,26 @@ class Replica:
         )
 
     def stop(self) -> None:
-        self.syncobj.destroy()  # autoTick=False: destroys transport and journal at once
-        stopped = ReplicaStopped(f"group {self.group_id}: node {self.node.node_id} stopped")
+        """Close the group's files and fail every proposal not answered yet (idempotent)."""
+        if not self.stopped:
+            self.stopped = True
+            self.syncobj.destroy()  # autoTick=False: destroys transport and journal at once
+            _close_pysyncobj_files(self.syncobj)
+        stopped = self._stopped_error()
         for batch in list(self._submitted):
             self.node.settle(batch, None, stopped)
         self._submitted.clear()
+        self.fail_pending()
+
+    def fail_pending(self) -> None:
+        """Fail proposals still waiting for the tick thread (a stopped or removed group)."""
         leftover = tuple(self._pending)
         self._pending.clear()
         if leftover:
-            self.node.settle(leftover, None, stopped)
+            self.node.settle(leftover, None, self._stopped_error())
+
+    def _stopped_error(self) -> ReplicaStopped:
+        return ReplicaStopped(f"group {self.group_id}: stopped on node {self.node.node_id}")
 
     # --- snapshots (pysyncobj's serializer hooks, on the tick thread) -----------------------
 
@@ -518,17 +534,31 @@ class RaftNode:
         self, group_id: int, machine: StateMachine, *, members: Iterable[str] | None = None
     ) -> Replica:
         """Create (or reopen from its directory) group `group_id` with these members."""
-        if self._thread is None:
-            return self._add_group(group_id, machine, members)
-        done: concurrent.futures.Future[Replica] = concurrent.futures.Future()
+        return await self._on_tick_thread(lambda: self._add_group(group_id, machine, members))
 
-        def call() -> None:
+    async def remove_group(self, group_id: int, *, delete: bool = False) -> None:
+        """Stop group `group_id` on this node; with delete=True also remove its directory.
+
+        Its proposals fail with ReplicaStopped, its files are closed, frames for it count as
+        for an unknown group. It may be added again with the same id (reopened from its
+        directory unless deleted). Deleting drops entries this node may have acknowledged:
+        only for a group no longer replicated here (the caller's membership decision).
+        """
+        await self._on_tick_thread(lambda: self._remove_group(group_id, delete=delete))
+
+    async def _on_tick_thread(self, call: Callable[[], _T]) -> _T:
+        """Run `call` on the tick thread (or here, before start) and return its result."""
+        if self._thread is None:
+            return call()
+        done: concurrent.futures.Future[_T] = concurrent.futures.Future()
+
+        def run() -> None:
             try:
-                done.set_result(self._add_group(group_id, machine, members))
+                done.set_result(call())
             except BaseException as error:  # handed to the caller
                 done.set_exception(error)
 
-        self._calls.append(call)
+        self._calls.append(run)
         self.wake()
         return await asyncio.wrap_future(done)
 
@@ -545,13 +575,30 @@ class RaftNode:
             raise ValueError(f"group {group_id}: bad members {member_list}")
         directory = self.data_dir / "groups" / str(group_id)
         replica = Replica(self, group_id, directory, machine, member_list)
-        # pysyncobj loads its snapshot on its first tick and expects no message before it.
-        replica.tick()
+        try:
+            # pysyncobj loads its snapshot on its first tick and expects no message before it.
+            replica.tick()
+        except BaseException:
+            replica.stop()  # close its files; the caller gets the error (a failed restore)
+            raise
         self.groups[group_id] = replica
         for peer_id in self.network.up_peers():
             replica.transport.peer_up(peer_id)
         self._touched.add(replica)  # synced (and ticked) in this round
         return replica
+
+    def _remove_group(self, group_id: int, *, delete: bool) -> None:
+        replica = self.groups.pop(group_id, None)
+        if replica is None:
+            raise ValueError(f"group {group_id} does not exist on node {self.node_id}")
+        # Entries in _due and _ready may still name this Replica: the round skips any that
+        # is not the one in self.groups (identity, so a group re-added with the same id is
+        # not mistaken for it).
+        self._touched.discard(replica)
+        self._transfers.pop(group_id, None)
+        replica.stop()
+        if delete:
+            shutil.rmtree(replica.directory)
 
     async def maybe_balance_leaders(self, *, transfers_max: int = BALANCE_TRANSFERS_MAX) -> bool:
         """Hand the leadership of groups this node leads beyond its fair share to the member
@@ -566,19 +613,7 @@ class RaftNode:
         the target 'timeout_now' if it holds the whole log (else it is denied and retried
         by a later call); the target starts an election at once and wins it.
         """
-        if self._thread is None:
-            return self._balance_leaders(transfers_max)
-        done: concurrent.futures.Future[bool] = concurrent.futures.Future()
-
-        def call() -> None:
-            try:
-                done.set_result(self._balance_leaders(transfers_max))
-            except BaseException as error:  # handed to the caller
-                done.set_exception(error)
-
-        self._calls.append(call)
-        self.wake()
-        return await asyncio.wrap_future(done)
+        return await self._on_tick_thread(lambda: self._balance_leaders(transfers_max))
 
     def _balance_leaders(self, transfers_max: int) -> bool:
         now = time.monotonic()
@@ -682,12 +717,14 @@ class RaftNode:
         while self._ready:
             replica = self._ready.popleft()
             replica._queued = False
-            if replica.drain_proposals():
+            if self.groups.get(replica.group_id) is not replica:
+                replica.fail_pending()  # removed: proposals that raced with its stop
+            elif replica.drain_proposals():
                 self._touched.add(replica)
         now = time.monotonic()
         while self._due and self._due[0][0] <= now:
             due, _, replica = heapq.heappop(self._due)
-            if replica.next_due == due and replica.group_id in self.groups:
+            if replica.next_due == due and self.groups.get(replica.group_id) is replica:
                 quiet_until = replica.quiet_until(now)
                 if quiet_until is None:
                     self._touched.add(replica)
@@ -759,6 +796,32 @@ class RaftNode:
                 logger.exception("stopping group %d", replica.group_id)
         self.network.close()
         self._stopped.set_result(None)
+
+
+def _close_pysyncobj_files(sync_obj: Any) -> None:
+    """Close what SyncObj.destroy() leaves open in pysyncobj 0.3.17 with autoTick=False.
+
+    Its notifier pipe pair, and a snapshot being sent or received: harmless at process exit,
+    a leak of two or more descriptors per remove_group otherwise. Private names: the
+    version is pinned.
+    """
+    notifier = getattr(sync_obj, "_SyncObj__pipeNotifier", None)
+    if notifier is not None:
+        pipe_r = notifier._PipeNotifier__pipeR
+        sync_obj._poller.unsubscribe(pipe_r)
+        for fd in (pipe_r, notifier._PipeNotifier__pipeW):
+            with contextlib.suppress(OSError):
+                os.close(fd)
+    serializer = sync_obj._SyncObj__serializer
+    incoming = serializer._Serializer__incomingTransmissionFile
+    if incoming is not None and not isinstance(incoming, bytes):  # bytes: in-memory mode
+        incoming.close()
+        serializer._Serializer__incomingTransmissionFile = None
+    for transmission in serializer._Serializer__transmissions.values():
+        file = transmission.get("file")
+        if file is not None:
+            file.close()
+    serializer._Serializer__transmissions.clear()
 
 
 def _record_reason(outcome: list[int], _result: Any, reason: int) -> None:
