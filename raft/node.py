@@ -29,7 +29,9 @@ protocol and the proofs.
 `Replica.propose(command)` is the facade: it resolves after the command is committed by a
 majority and applied by this node's state machine, with the state machine's result. On a
 follower pysyncobj forwards the command to the leader and the future still resolves after
-the local apply. pysyncobj's FAIL_REASON codes become raft/errors.py exceptions here.
+the local apply. With wait="append" (acks=1) the leader answers after step 5 of the round
+that appended the command to its journal (`Replica.take_appended`). pysyncobj's
+FAIL_REASON codes become raft/errors.py exceptions here.
 """
 
 from __future__ import annotations
@@ -51,7 +53,7 @@ import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol, TypeVar
+from typing import Any, Literal, Protocol, TypeVar
 
 import crc32c
 from pysyncobj import FAIL_REASON, SyncObj, replicated
@@ -145,6 +147,7 @@ class _GroupSyncObj(SyncObj):  # type: ignore[misc]  # pysyncobj is untyped
 class _Proposal:
     command: bytes
     future: asyncio.Future[Any]
+    append: bool = False  # wait="append": answered once in the leader's durable journal
 
 
 class Replica:
@@ -173,6 +176,9 @@ class Replica:
         self._inflight = 0  # proposals between propose() and its return (loop thread only)
         self._inflight_bytes = 0
         self._submitted: set[tuple[_Proposal, ...]] = set()  # tick thread only
+        # Batches handed to pysyncobj in this round that hold a wait="append" proposal; looked
+        # at right after this round's tick (take_appended), then forgotten.
+        self._append_batches: list[tuple[_Proposal, ...]] = []
         # Set by the tick thread once the SyncObj is destroyed (node stop, remove_group); a
         # proposal that passed the check before is failed by the round (fail_pending).
         self.stopped = False
@@ -222,27 +228,42 @@ class Replica:
 
     # --- the event loop's side --------------------------------------------------------------
 
-    async def propose(self, command: bytes, *, timeout_s: float | None = None) -> Any:
+    async def propose(
+        self,
+        command: bytes,
+        *,
+        timeout_s: float | None = None,
+        wait: Literal["apply", "append"] = "apply",
+    ) -> Any:
         """Commit `command` through Raft and return this replica's apply() result.
+
+        wait="append" (Kafka's acks=1) returns None as soon as this node, as leader, has the
+        command in its own fdatasync'ed journal, before any follower holds it (raft/README.md,
+        "Durability contract": it may be lost on failover). On a node that is not the leader
+        it returns None after the apply, as wait="apply" would.
 
         Raises CommandTooLarge or QueueFull at once; retries while no leader is known
         (NotLeader) or the entry was discarded, until the deadline; then raises the last
         NotApplied error, or Timeout if the command may still commit.
         """
+        if wait not in ("apply", "append"):
+            raise ValueError(f"wait must be 'apply' or 'append', not {wait!r}")
         loop = asyncio.get_running_loop()
         timeout = PROPOSE_TIMEOUT_S_DEFAULT if timeout_s is None else timeout_s
         deadline = loop.time() + timeout
         delay = PROPOSE_RETRY_S_MIN
         while True:
             try:
-                return await self._propose_once(command, deadline, timeout)
+                return await self._propose_once(command, deadline, timeout, wait == "append")
             except (NotLeader, Discarded):
                 if loop.time() + delay >= deadline:
                     raise
             await asyncio.sleep(delay)
             delay = min(delay * 2, PROPOSE_RETRY_S_MAX)
 
-    async def _propose_once(self, command: bytes, deadline: float, timeout_s: float) -> Any:
+    async def _propose_once(
+        self, command: bytes, deadline: float, timeout_s: float, append: bool
+    ) -> Any:
         if self.node.failed is not None or self.node.stopping or self.stopped:
             raise self._stopped_error()
         if len(command) > self._config.batch_bytes_max:
@@ -253,7 +274,7 @@ class Replica:
         ):
             raise QueueFull(self.group_id, self._config.proposals_max)
         loop = asyncio.get_running_loop()
-        proposal = _Proposal(bytes(command), loop.create_future())
+        proposal = _Proposal(bytes(command), loop.create_future(), append)
         self._inflight += 1
         self._inflight_bytes += len(command)
         # One timer handle per proposal: asyncio.wait_for costs three times as much, and
@@ -282,6 +303,8 @@ class Replica:
             if not batch:
                 break
             self._submitted.add(batch)
+            if any(proposal.append for proposal in batch):
+                self._append_batches.append(batch)
             callback = functools.partial(self._on_batch_result, batch)
             # What the @replicated decorator would hand to _applyCommand, but pickled with
             # the highest protocol: pysyncobj's protocol 2 turns every bytes object into a
@@ -307,6 +330,27 @@ class Replica:
             batch.append(proposal)
             size += len(proposal.command)
         return tuple(batch)
+
+    def take_appended(self) -> list[_Proposal]:
+        """Right after this round's tick: the wait="append" proposals this node appended to
+        its journal as leader (answered after the round's sync), then forgets the batches.
+
+        pysyncobj 0.3.17's tick ends with `_checkCommandsToApply`, which takes every queued
+        command (until a time budget of appendEntriesPeriod runs out) and, on the leader,
+        appends it to the journal at the current term; on a follower it forwards it to the
+        leader, with no leader it fails it (MISSING_LEADER). Nothing after that call in the
+        tick, and nothing before this check, changes the role. So if this node leads now
+        and pysyncobj's queue is empty, every batch drained in this round is in its journal.
+        Otherwise the proposals wait for the commit callback (or fail) as wait="apply" ones.
+        A batch no longer in _submitted already failed (QUEUE_FULL) and is skipped.
+        """
+        batches, self._append_batches = self._append_batches, []
+        if not batches or not self.syncobj._isLeader():
+            return []
+        queue: collections.deque[Any] = self.syncobj._SyncObj__commandsQueue._FastQueue__queue
+        if queue:
+            return []
+        return [p for batch in batches if batch in self._submitted for p in batch if p.append]
 
     def _on_batch_result(self, batch: tuple[_Proposal, ...], result: Any, reason: int) -> None:
         self._submitted.discard(batch)
@@ -420,6 +464,7 @@ class Replica:
         for batch in list(self._submitted):
             self.node.settle(batch, None, stopped)
         self._submitted.clear()
+        self._append_batches.clear()
         self.fail_pending()
 
     def fail_pending(self) -> None:
@@ -734,8 +779,10 @@ class RaftNode:
         touched, self._touched = self._touched, set()
         leader_interval = self.config.heartbeat_interval_s
         follower_interval = self.config.follower_tick_interval_s
+        appended: list[_Proposal] = []
         for replica in touched:
             replica.tick()
+            appended += replica.take_appended()
             # From the end of this tick: a leader's next idle tick then finds its heartbeat
             # due (pysyncobj sends one when heartbeat_interval_s passed since the last send).
             interval = leader_interval if replica.status().is_leader else follower_interval
@@ -745,6 +792,8 @@ class RaftNode:
             replica.next_due = replica.last_tick + interval
             heapq.heappush(self._due, (replica.next_due, next(self._due_seq), replica))
         self._sync_and_release(touched)
+        if appended:  # in the leader's journal, synced just now: wait="append" is answered
+            self.settle(tuple(appended), None, None)
         self.rounds += 1
         self.ticks += len(touched)
 
@@ -834,11 +883,15 @@ def _expire(future: asyncio.Future[Any], group_id: int, timeout_s: float) -> Non
 
 
 def _settle_batch(batch: tuple[_Proposal, ...], result: Any, error: BaseException | None) -> None:
-    """On the event loop: resolve each proposal with its own result (or the batch's error)."""
+    """On the event loop: resolve each proposal with its own result (or the batch's error).
+
+    result None: the wait="append" proposals of a round. A proposal answered before (by that
+    early answer, or timed out) is skipped: the later commit callback cannot answer twice.
+    """
     for k, proposal in enumerate(batch):
         if proposal.future.done():
             continue
         if error is not None:
             proposal.future.set_exception(error)
         else:
-            proposal.future.set_result(result[k])
+            proposal.future.set_result(None if result is None or proposal.append else result[k])
