@@ -100,7 +100,8 @@ class StateMachine(Protocol):
     """What a group replicates. apply() must be deterministic: same commands, same state.
 
     apply() runs on the tick thread, in log order, once per committed command, on every
-    replica; it must not raise (an exception stops the node: replicas would diverge).
+    replica; it must not raise (an exception stops the node: replicas would diverge), nor
+    should restore() (it stops the node too: the state would be half-restored).
     snapshot() / restore() serialise the whole state for log compaction and for followers
     that fell behind the leader's compacted log.
     """
@@ -182,6 +183,8 @@ class Replica:
         # Set by the tick thread once the SyncObj is destroyed (node stop, remove_group); a
         # proposal that passed the check before is failed by the round (fail_pending).
         self.stopped = False
+        # An error pysyncobj caught and logged that must stop the node (_read_snapshot).
+        self.failure: BaseException | None = None
         self._status = ReplicaStatus(group_id, node.node_id, False, None, 0, 0, 0, 0)
         self.journal = DurableJournal(
             directory,
@@ -220,6 +223,7 @@ class Replica:
             transportClass=make_transport,
         )
         self.transport = holder[0]
+        _close_dropped_transfers(self.syncobj._SyncObj__serializer)
         self._apply_batch_id = self.syncobj._methodToID[self.syncobj._getFuncName("_apply_batch")]
         self.next_due = 0.0
         self.last_tick = 0.0
@@ -390,7 +394,10 @@ class Replica:
         return True
 
     def tick(self) -> None:
+        # An exception from apply() is not caught by pysyncobj: it leaves doTick and stops
+        # the node. One from restore() is (see _read_snapshot): raised here instead.
         self.syncobj.doTick(0.0)
+        self.raise_failure()
         sync_obj = self.syncobj
         leader = sync_obj._getLeader()
         self._status = ReplicaStatus(
@@ -491,7 +498,21 @@ class Replica:
         self.snapshots_written += 1
 
     def _read_snapshot(self, path: str) -> tuple[Any, ...]:
-        """pysyncobj's `deserializer(fileName)`: restore the state, return the bookkeeping."""
+        """pysyncobj's `deserializer(fileName)`: restore the state, return the bookkeeping.
+
+        pysyncobj calls it from `__loadDumpFile`, which logs and swallows any exception and
+        carries on (even answers the leader success=True after a failed install). A failed
+        restore leaves the state machine half-restored, so the error is recorded here and
+        raised by RaftNode after the tick or message that caused it (raise_failure): the
+        node stops before any reply of that round leaves.
+        """
+        try:
+            return self._restore_from(path)
+        except BaseException as error:
+            self.failure = error
+            raise
+
+    def _restore_from(self, path: str) -> tuple[Any, ...]:
         with open(path, "rb") as file:
             raw = file.read()
         magic, crc, length = _SNAPSHOT_HEADER.unpack_from(raw)
@@ -502,6 +523,11 @@ class Replica:
         self.machine.restore(state)
         self.snapshots_restored += 1
         return tuple(data)
+
+    def raise_failure(self) -> None:
+        """Raise what pysyncobj swallowed (a failed restore), so that the node stops."""
+        if self.failure is not None:
+            raise RaftError(f"group {self.group_id}: {self.failure!r}") from self.failure
 
 
 class RaftNode:
@@ -826,6 +852,9 @@ class RaftNode:
         journal = replica.journal
         message = trim_append_entries(message, journal.term_at, journal.last_index)
         replica.transport.deliver(peer_id, message)
+        # A snapshot from the leader is installed during deliver(); if its restore failed,
+        # pysyncobj queued a success reply anyway: stop now, before the round releases it.
+        replica.raise_failure()
         if replica.needs_tick_after(message):
             self._touched.add(replica)
 
@@ -871,6 +900,35 @@ def _close_pysyncobj_files(sync_obj: Any) -> None:
         if file is not None:
             file.close()
     serializer._Serializer__transmissions.clear()
+
+
+def _close_dropped_transfers(serializer: Any) -> None:
+    """Make pysyncobj 0.3.17's Serializer close the snapshot files it drops.
+
+    A leader opens its snapshot file once per follower it sends it to, and forgets it
+    unclosed when the transfer ends, is cancelled, or a new snapshot resets the transfers:
+    a descriptor leaked per transfer until the garbage collector (and a ResourceWarning).
+    Each of the three methods that drop transfers is wrapped to close what it dropped.
+    """
+
+    def closing(method: Callable[..., Any]) -> Callable[..., Any]:
+        def call(*args: Any) -> Any:
+            before: dict[Any, dict[str, Any]] = serializer._Serializer__transmissions
+            if not before:  # the usual case (checkSerializing runs in every tick)
+                return method(*args)
+            files = [t["file"] for t in before.values() if "file" in t]
+            try:
+                return method(*args)
+            finally:
+                kept = {id(t.get("file")) for t in serializer._Serializer__transmissions.values()}
+                for file in files:
+                    if id(file) not in kept:
+                        file.close()
+
+        return call
+
+    for name in ("getTransmissionData", "checkSerializing", "cancelTransmisstion"):
+        setattr(serializer, name, closing(getattr(serializer, name)))
 
 
 def _record_reason(outcome: list[int], _result: Any, reason: int) -> None:
