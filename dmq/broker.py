@@ -1,10 +1,23 @@
 """The Broker facade: the one object the HTTP API talks to.
 
-Every request is one call here: produce, fetch, list offsets, and topic admin. The
-Broker chooses partitions, enforces the limits, translates storage errors into
-dmq.errors, and owns the replicas. On one node the topic catalogue is a local file
-and each partition has one replica; the Raft issue replaces those two pieces and
-keeps this interface.
+Every request is one call here: produce, fetch, list offsets, topic admin and cluster
+status. The Broker chooses partitions, enforces the limits, translates storage and Raft
+errors into dmq.errors, and owns this node's replicas.
+
+The cluster (issue 4) underneath:
+
+- a RaftNode (raft/node.py) hosts every Raft group of this broker on one address and
+  one thread: the metadata group (`dmq/metadata.py`, on the voters) and one group per
+  partition replica placed here (`dmq/replica.py`);
+- the topic catalogue is the metadata group's state; admin requests are commands
+  proposed to it, and this broker opens, reconfigures and deletes its replicas to match
+  (`_reconcile`, after each change of `metadata_version`);
+- any broker accepts any request. A produce to a partition with a replica here is
+  proposed to its group (a follower's proposal reaches the leader through pysyncobj);
+  otherwise it is forwarded to a broker that hosts one. Fetches and offset lookups are
+  answered by the partition leader: another broker raises `ForwardRequest` and the HTTP
+  layer relays the request (once: a relayed request is never relayed again);
+- a single-node broker is a one-node cluster on the same path.
 """
 
 from __future__ import annotations
@@ -24,11 +37,11 @@ from typing import Any, Literal
 
 from dmq import errors, limits
 from dmq.config import BrokerConfig
+from dmq.metadata import MetadataService
 from dmq.partitioner import StickyPartitioner, partition_for_key
-from dmq.replica import FlushSettings, PartitionReplica, StorageThreads
+from dmq.peers import PeerClient, fetch_batches_blocking
+from dmq.replica import TOPIC_ID_FILE, PartitionReplica, StorageThreads
 from dmq.topics import (
-    TopicCatalogue,
-    TopicMeta,
     check_topic_name,
     default_topic_config,
     log_config_for,
@@ -37,17 +50,47 @@ from dmq.topics import (
 from log import errors as log_errors
 from log import limits as log_limits
 from log.partition_log import ReadResult
-from log.records import Header, Record, RecordLimits, encode_batch, validate_batch
+from log.records import Header, Record, RecordLimits, encode_batch, iter_batches, validate_batch
 from log.segment import write_durably
+from raft.config import RaftConfig
+from raft.metadata import (
+    AddPartitions,
+    AlterTopicConfig,
+    BrokerHeartbeat,
+    CreateTopic,
+    DeleteTopic,
+    RegisterBroker,
+    ReportLeader,
+    TopicInfo,
+    config_items,
+)
+from raft.node import RaftNode
 
 _log = logging.getLogger("dmq.broker")
 
 Acks = Literal["0", "1", "all"]
 STORAGE_THREADS = 4  # bounded: partitions are spread over these, see dmq/replica.py
+# Background duties, each on its own period.
+HEARTBEAT_INTERVAL_S = 2.5  # a quarter of the metadata's broker_session_ms (10 s)
+LEADER_REPORT_INTERVAL_S = 1.0  # partition leaders published to the catalogue
+LEADER_BALANCE_INTERVAL_S = 5.0  # raft maybe_balance_leaders on every broker
+JOIN_RETRY_S = 0.2  # between attempts to register while the metadata group has no leader
+REPLICA_OPENS_CONCURRENT_MAX = 16  # replicas opened at once (start-up, large topics)
+STATUS_TIMEOUT_S = 2.0  # per broker, for cluster status
+LEADER_WAIT_S = 5.0  # create_topic waits at most this long for the new groups' leaders
+DURABLE_TRACE_ENV = "DMQ_DURABLE_TRACE"  # test hook of the power-loss tests
 
 
 def wall_ms() -> int:
     return time.time_ns() // 1_000_000
+
+
+class ForwardRequest(Exception):  # noqa: N818 - a control signal, not an error
+    """Not a DmqError: tells the HTTP layer to relay this request to `http_addr`."""
+
+    def __init__(self, http_addr: str) -> None:
+        super().__init__(http_addr)
+        self.http_addr = http_addr
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,7 +105,7 @@ class ProduceRecord:
 @dataclass(frozen=True, slots=True)
 class OffsetRun:
     """`count` consecutive records of a produce request, in request order, that went to
-    `partition` at offsets base_offset, base_offset + 1, ... (None for acks=0).
+    `partition` at offsets base_offset, base_offset + 1, ... (None for acks=0 and 1).
 
     A produce answers one entry per record; runs keep that answer compact (a
     1000-record batch is one run) until the HTTP layer writes it out.
@@ -75,12 +118,14 @@ class OffsetRun:
 
 @dataclass(frozen=True, slots=True)
 class PartitionInfo:
+    """Offsets are this broker's replica's; None when no replica is placed here."""
+
     partition: int
-    leader: str
+    leader: str | None
     replicas: tuple[str, ...]
-    log_start_offset: int
-    high_watermark: int
-    log_end_offset: int
+    log_start_offset: int | None
+    high_watermark: int | None
+    log_end_offset: int | None
 
 
 @dataclass(frozen=True, slots=True)
@@ -96,6 +141,18 @@ class TopicSummary:
     name: str
     partitions: int
     replication_factor: int
+
+
+@dataclass(frozen=True, slots=True)
+class TopicView:
+    """A catalogue topic as the produce path reads it (built once per metadata version)."""
+
+    name: str
+    topic_id: int
+    partitions: int
+    replication_factor: int
+    config: dict[str, Any]
+    info: TopicInfo
 
 
 @dataclass(slots=True)
@@ -136,45 +193,121 @@ def translate(exc: log_errors.LogError) -> errors.DmqError:
     return errors.StorageError(str(exc))
 
 
+def raft_config_for(config: BrokerConfig) -> RaftConfig:
+    """The Raft settings of every group on this broker, from the broker's config."""
+    # One Raft command carries one produce batch plus a small header: the largest batch
+    # must fit in a Raft entry, and an entry in one append_entries message.
+    entry_bytes_max = max(1024 * 1024, config.batch_bytes_max + 4096)
+    return RaftConfig(
+        heartbeat_interval_s=config.raft_heartbeat_interval_ms / 1000,
+        election_timeout_min_s=config.raft_election_timeout_min_ms / 1000,
+        election_timeout_max_s=config.raft_election_timeout_max_ms / 1000,
+        leader_step_down_s=max(1.5, 2 * config.raft_election_timeout_max_ms / 1000),
+        durability="none" if config.raft_durability == "none" else "fsync",
+        log_compaction_min_entries=config.raft_snapshot_entries,
+        batch_bytes_max=entry_bytes_max,
+        append_entries_bytes_max=entry_bytes_max + 128 * 1024,
+    )
+
+
 class Broker:
     def __init__(self, config: BrokerConfig) -> None:
         self.config = config
         self.data_dir = config.data_path
+        self.timeout_s = config.request_timeout_ms / 1000
         self._lock_fd = -1
-        self._catalogue: TopicCatalogue | None = None
         self._replicas: dict[tuple[str, int], PartitionReplica] = {}
         self._threads = StorageThreads(STORAGE_THREADS)
         self._sticky = StickyPartitioner()
         self._waiting_fetches = 0
-        self._admin_lock = asyncio.Lock()
         self._background: list[asyncio.Task[None]] = []
+        self._fire_and_forget: set[asyncio.Task[Any]] = set()
+        self._reconcile_lock = asyncio.Lock()
+        self._reconcile_wanted = asyncio.Event()
+        self._views: dict[str, TopicView] = {}
+        self._views_version = -1
+        self.peers = PeerClient()
+        self.raft_node: RaftNode | None = None
+        self._metadata: MetadataService | None = None
         self.cluster_id = ""
         self.ready = False
 
     # ------------------------------------------------------------------ lifecycle
 
     async def start(self) -> None:
+        """Open the Raft node, join the metadata group, open the replicas placed here.
+
+        Waits (retrying) until this broker's registration commits: that needs a majority
+        of the metadata voters up. The HTTP server is already listening meanwhile
+        (`/readyz` answers 503), so the other brokers can reach this one's internal routes.
+        """
         self.data_dir.mkdir(parents=True, exist_ok=True)
         self._lock_data_dir()
         self.cluster_id = self._load_cluster_id()
-        self._catalogue = TopicCatalogue(self.data_dir / "meta")
-        self._remove_orphan_partitions()
-        for topic in self._catalogue.topics.values():
-            for p in range(topic.partitions):
-                await self._open_replica(topic, p)
+        try:
+            raft_config = raft_config_for(self.config)
+            raft_config.check()
+        except Exception as exc:  # RaftConfigError: limits that contradict each other
+            raise errors.InvalidConfig(f"raft settings: {exc}", field="raft") from exc
+        await self.peers.start()
+        self.raft_node = RaftNode(
+            self.config.node_id,
+            self.config.peer_addrs,
+            self.data_dir / "raft",
+            raft_config,
+            durable_trace=os.environ.get(DURABLE_TRACE_ENV) == "1",
+        )
+        await self.raft_node.start()
+        self._metadata = MetadataService(
+            self.config.node_id,
+            self.config.voters,
+            self.raft_node,
+            self.peers,
+            self._voter_http_addrs,
+            timeout_s=self.timeout_s,
+            on_change=self._reconcile_wanted.set,
+        )
+        await self._metadata.start()
+        await self._register()
+        self._remove_orphans()
+        await self._reconcile()
+        await self._wait_for_leaders(None)
         loop = asyncio.get_running_loop()
-        self._background.append(loop.create_task(self._housekeeping()))
+        for duty in (
+            self._housekeeping,
+            self._reconcile_loop,
+            self._heartbeat_loop,
+            self._leader_report_loop,
+            self._leader_balance_loop,
+        ):
+            self._background.append(loop.create_task(duty()))
         self.ready = True
         _log.info(
-            "broker %s ready: %d topics, %d partitions in %s",
+            "broker %s ready: %d topics, %d replicas here, %d brokers, in %s",
             self.config.node_id,
-            len(self._catalogue.topics),
+            len(self.metadata.state.topics),
             len(self._replicas),
+            len(self.metadata.state.brokers),
             self.data_dir,
         )
 
+    async def _register(self) -> None:
+        c = self.config
+        attempts = 0
+        while True:
+            try:
+                await self.metadata.propose(
+                    RegisterBroker(c.node_id, c.http_addr, c.raft_addr, wall_ms())
+                )
+                return
+            except errors.RetriableError as exc:
+                attempts += 1
+                if attempts % 25 == 1:
+                    _log.info("waiting for the metadata group to register: %s", exc)
+                await asyncio.sleep(JOIN_RETRY_S)
+
     async def stop(self) -> None:
-        """Close every replica (queued appends finish, logs flush), release the lock."""
+        """Stop the duties, the Raft node (every group), then close every replica's files."""
         self.ready = False
         for task in self._background:
             task.cancel()
@@ -182,14 +315,19 @@ class Broker:
         for result in results:
             if isinstance(result, Exception):
                 _log.error("background task had failed: %r", result)
+        if self._metadata is not None:
+            await self._metadata.stop()
         try:
+            if self.raft_node is not None:
+                await self.raft_node.stop()
             for replica in list(self._replicas.values()):
                 try:
-                    await replica.close()
+                    await replica.close(leave_group=False)
                 except Exception:  # keep closing the others: each close flushes its log
-                    _log.exception("closing %s-%d failed", replica.topic, replica.partition)
+                    _log.exception("closing %s failed", replica.name)
         finally:
             self._threads.shutdown()
+            await self.peers.close()
         if self._lock_fd >= 0:
             os.close(self._lock_fd)
             self._lock_fd = -1
@@ -215,103 +353,279 @@ class Broker:
             write_durably(path, (uuid.uuid4().hex + "\n").encode())
         return path.read_text().strip()
 
+    # ------------------------------------------------------------------ metadata
+
+    @property
+    def metadata(self) -> MetadataService:
+        if self._metadata is None:
+            raise errors.BrokerUnavailable("the broker is starting", retry_after_ms=500)
+        return self._metadata
+
+    def _voter_http_addrs(self) -> list[str]:
+        """Voters' HTTP addresses: registered ones, else a guess for the first contact.
+
+        An observer knows the voters' Raft addresses from `peers` but not their HTTP
+        addresses until it has the catalogue: it first tries each voter's Raft host with
+        this broker's own HTTP port (brokers usually share one port; see dmq/README.md).
+        """
+        state = self._metadata.state if self._metadata is not None else None
+        out = []
+        for voter in self.config.voters:
+            info = state.brokers.get(voter) if state is not None else None
+            if info is not None:
+                out.append(info.http_addr)
+            else:
+                host = self.config.peer_addrs[voter].rpartition(":")[0]
+                out.append(f"{host}:{self.config.http_port}")
+        return out
+
+    def _http_addr_of(self, node_id: str) -> str | None:
+        info = self.metadata.state.brokers.get(node_id)
+        return None if info is None else info.http_addr
+
+    def _view(self, name: str) -> TopicView | None:
+        state = self.metadata.state
+        if state.metadata_version != self._views_version:
+            self._views = {}
+            self._views_version = state.metadata_version
+        view = self._views.get(name)
+        if view is None:
+            info = state.topics.get(name)
+            if info is None:
+                return None
+            view = TopicView(
+                info.name,
+                info.topic_id,
+                len(info.partitions),
+                info.replication_factor,
+                dict(info.config),
+                info,
+            )
+            self._views[name] = view
+        return view
+
+    def _topic(self, name: str) -> TopicView:
+        if not self.ready:
+            raise errors.BrokerUnavailable("the broker is starting or stopping", retry_after_ms=500)
+        view = self._view(name)
+        if view is None:
+            raise errors.TopicNotFound(f"topic {name!r} does not exist", field="topic")
+        return view
+
+    def _check_partition(self, topic: TopicView, partition: int) -> None:
+        if not 0 <= partition < topic.partitions:
+            raise errors.PartitionNotFound(
+                f"topic {topic.name!r} has partitions 0..{topic.partitions - 1}, not {partition}",
+                field="partition",
+                limit=topic.partitions - 1,
+            )
+
+    # ------------------------------------------------------------------ replicas
+
     def _partition_dir(self, topic: str, partition: int) -> Path:
         return self.data_dir / "partitions" / f"{topic}-{partition}"
 
-    def _remove_orphan_partitions(self) -> None:
-        """Directories of deleted topics whose removal a crash interrupted."""
-        assert self._catalogue is not None
-        root = self.data_dir / "partitions"
-        if not root.exists():
-            return
-        wanted = {
-            f"{t.name}-{p}" for t in self._catalogue.topics.values() for p in range(t.partitions)
-        }
-        for path in root.iterdir():
-            if path.name not in wanted:
-                _log.info("removing orphan partition directory %s", path)
-                shutil.rmtree(path)
+    async def _reconcile_loop(self) -> None:
+        while True:
+            await self._reconcile_wanted.wait()
+            self._reconcile_wanted.clear()
+            try:
+                await self._reconcile()
+            except Exception:  # the next change (or retry) tries again
+                _log.exception("reconciling replicas with the catalogue failed")
+                await asyncio.sleep(1.0)
+                self._reconcile_wanted.set()
 
-    async def _open_replica(self, topic: TopicMeta, partition: int) -> PartitionReplica:
-        key = f"{topic.name}-{partition}"
+    async def _reconcile(self) -> None:
+        """Make this broker's replicas match the catalogue: open, reconfigure, delete."""
+        async with self._reconcile_lock:
+            state = self.metadata.state
+            node_id = self.config.node_id
+            wanted: dict[tuple[str, int], tuple[TopicInfo, tuple[str, ...]]] = {}
+            for info in state.topics.values():
+                for p, placement in enumerate(info.partitions):
+                    if node_id in placement.replicas:
+                        wanted[(info.name, p)] = (info, placement.replicas)
+            for key, replica in list(self._replicas.items()):
+                want = wanted.get(key)
+                if want is None or want[0].topic_id != replica.topic_id:
+                    del self._replicas[key]
+                    _log.info("deleting replica %s (topic id %d)", replica.name, replica.topic_id)
+                    await replica.delete()
+                else:
+                    new_config = log_config_for(dict(want[0].config), self.config)
+                    if new_config != replica.log_config:
+                        replica.reconfigure(new_config)
+            missing = [(key, want) for key, want in wanted.items() if key not in self._replicas]
+            gate = asyncio.Semaphore(REPLICA_OPENS_CONCURRENT_MAX)
+
+            async def open_one(info: TopicInfo, partition: int, members: tuple[str, ...]) -> None:
+                async with gate:
+                    try:
+                        await self._open_replica(info, partition, members)
+                    except Exception:
+                        _log.exception("opening replica %s-%d failed", info.name, partition)
+                        self._reconcile_wanted.set()
+
+            await asyncio.gather(*(open_one(w[0], k[1], w[1]) for k, w in missing))
+
+    async def _open_replica(
+        self, info: TopicInfo, partition: int, members: tuple[str, ...]
+    ) -> PartitionReplica:
+        assert self.raft_node is not None
+        key = f"{info.name}-{partition}"
         c = self.config
+
+        def fetch_missing(start_offset: int, end_offset: int) -> Any:
+            return self._fetch_missing(info.name, partition, members, start_offset, end_offset)
+
         replica = PartitionReplica(
-            topic.name,
+            info.name,
+            info.topic_id,
             partition,
-            self._partition_dir(topic.name, partition),
-            log_config_for(topic.config, c),
-            FlushSettings(
-                interval_records=c.flush_interval_records if c.flush_interval_records > 0 else None,
-                interval_ms=c.flush_interval_ms if c.flush_interval_ms >= 0 else None,
-            ),
+            self._partition_dir(info.name, partition),
+            log_config_for(dict(info.config), c),
             self._threads.executor_for(key),
+            self.raft_node,
+            sorted(members),
+            fetch_missing,
             queue_depth_max=c.produce_queue_depth_max,
             queue_bytes_max=c.produce_queue_bytes_max,
-            group_requests_max=c.group_commit_requests_max,
-            group_bytes_max=c.batch_bytes_max,
+            timeout_s=self.timeout_s,
         )
         await replica.open()
-        self._replicas[(topic.name, partition)] = replica
+        self._replicas[(info.name, partition)] = replica
         return replica
 
-    async def _open_replicas(self, topic: TopicMeta, partitions: range) -> None:
-        """Open several replicas, all or none: a failure closes the ones just opened."""
-        opened: list[PartitionReplica] = []
-        try:
-            for p in partitions:
-                opened.append(await self._open_replica(topic, p))
-        except BaseException:
-            for replica in opened:
-                self._replicas.pop((replica.topic, replica.partition), None)
-                await replica.close()
-            raise
+    def _fetch_missing(
+        self, topic: str, partition: int, members: tuple[str, ...], start: int, end: int
+    ) -> Any:
+        """Tick thread (a snapshot's restore): batches [start, end) from another replica,
+        the leader first. Blocking: this node's groups wait while it copies."""
+        replica = self._replicas.get((topic, partition))
+        leader = replica.raft.status().leader_id if replica and replica.raft else None
+        order = sorted(m for m in members if m != self.config.node_id)
+        if leader in order:
+            order.remove(leader)
+            order.insert(0, leader)
+        last: Exception = errors.BrokerUnavailable(
+            f"no replica of {topic}-{partition} to copy from"
+        )
+        for node_id in order:
+            addr = self._http_addr_of(node_id)
+            if addr is None:
+                continue
+            try:
+                # Materialised here: a failure halfway must not leave half a copy behind
+                # the caller's back (restore then stops the node, see raft/README.md).
+                return list(
+                    fetch_batches_blocking(addr, topic, partition, start, end, self.timeout_s)
+                )
+            except errors.DmqError as exc:
+                last = exc
+        raise last
+
+    def _remove_orphans(self) -> None:
+        """Directories of replicas no longer placed here, that a crash left behind.
+
+        Only topic ids below the catalogue's next_topic_id are judged: a newer one may
+        belong to a topic this broker has not heard of yet (its state lags).
+        """
+        state = self.metadata.state
+        node_id = self.config.node_id
+        placed = {
+            (info.topic_id, p)
+            for info in state.topics.values()
+            for p, placement in enumerate(info.partitions)
+            if node_id in placement.replicas
+        }
+        root = self.data_dir / "partitions"
+        for path in sorted(root.iterdir()) if root.exists() else []:
+            try:
+                topic_id = int((path / TOPIC_ID_FILE).read_text())
+                partition = int(path.name.rpartition("-")[2])
+            except (OSError, ValueError):
+                continue  # not ours to judge
+            if topic_id < state.next_topic_id and (topic_id, partition) not in placed:
+                _log.info("removing orphan partition directory %s", path)
+                shutil.rmtree(path)
+        groups = self.data_dir / "raft" / "groups"
+        for path in sorted(groups.iterdir()) if groups.exists() else []:
+            if not path.name.isdigit() or int(path.name) == 0:
+                continue
+            topic_id, partition = divmod(int(path.name), 1024)
+            if topic_id < state.next_topic_id and (topic_id, partition) not in placed:
+                _log.info("removing orphan raft group directory %s", path)
+                shutil.rmtree(path)
+
+    # ------------------------------------------------------------------ duties
 
     async def _housekeeping(self) -> None:
-        """Retention/compaction every retention_check_interval_ms; time-based flushes."""
+        """Retention and compaction every retention_check_interval_ms."""
         interval_s = self.config.retention_check_interval_ms / 1000
-        flush_ms = self.config.flush_interval_ms
-        tick_s = min(interval_s, flush_ms / 1000) if flush_ms > 0 else interval_s
-        next_clean = asyncio.get_running_loop().time() + interval_s
         while True:
-            await asyncio.sleep(tick_s)
+            await asyncio.sleep(interval_s)
             for replica in list(self._replicas.values()):
                 try:
-                    await replica.maybe_flush()
-                    if asyncio.get_running_loop().time() >= next_clean:
-                        await replica.maybe_clean(wall_ms())
+                    await replica.maybe_clean(wall_ms())
                 except Exception:  # one partition's failure must not stop the others' upkeep
-                    _log.exception("housekeeping failed on %s-%d", replica.topic, replica.partition)
-            if asyncio.get_running_loop().time() >= next_clean:
-                next_clean += interval_s
+                    _log.exception("housekeeping failed on %s", replica.name)
+
+    async def _heartbeat_loop(self) -> None:
+        while True:
+            await asyncio.sleep(HEARTBEAT_INTERVAL_S)
+            try:
+                await self.metadata.propose(BrokerHeartbeat(self.config.node_id, wall_ms()))
+            except errors.DmqError as exc:
+                _log.debug("heartbeat not committed: %s", exc)
+
+    async def _leader_report_loop(self) -> None:
+        """Publish the leaders of groups led here, so brokers without a replica can route."""
+        while True:
+            await asyncio.sleep(LEADER_REPORT_INTERVAL_S)
+            reports = []
+            state = self.metadata.state
+            for (name, p), replica in list(self._replicas.items()):
+                status = replica.raft.status() if replica.raft is not None else None
+                info = state.topics.get(name)
+                if status is None or not status.is_leader or info is None:
+                    continue
+                placement = info.partitions[p] if p < len(info.partitions) else None
+                if placement is None or info.topic_id != replica.topic_id:
+                    continue
+                if (placement.leader, placement.leader_term) != (self.config.node_id, status.term):
+                    reports.append(
+                        ReportLeader(
+                            name, info.topic_id, p, self.config.node_id, status.term, wall_ms()
+                        )
+                    )
+            results = await asyncio.gather(
+                *(self.metadata.propose(r) for r in reports), return_exceptions=True
+            )
+            for result in results:
+                if isinstance(result, BaseException) and not isinstance(result, errors.DmqError):
+                    _log.error("leader report failed: %r", result)
+
+    async def _leader_balance_loop(self) -> None:
+        assert self.raft_node is not None
+        while True:
+            await asyncio.sleep(LEADER_BALANCE_INTERVAL_S)
+            try:
+                await self.raft_node.maybe_balance_leaders()
+            except Exception:
+                _log.exception("leader balancing failed")
 
     # ------------------------------------------------------------------ topics
 
-    @property
-    def catalogue(self) -> TopicCatalogue:
-        if self._catalogue is None or not self.ready:
-            raise errors.BrokerUnavailable("the broker is starting or stopping", retry_after_ms=500)
-        return self._catalogue
-
-    def _topic(self, name: str) -> TopicMeta:
-        topic = self.catalogue.topics.get(name)
-        if topic is None:
-            raise errors.TopicNotFound(f"topic {name!r} does not exist", field="topic")
-        return topic
-
-    def _replica(self, topic: str, partition: int) -> PartitionReplica:
-        meta = self._topic(topic)
-        if not 0 <= partition < meta.partitions:
-            raise errors.PartitionNotFound(
-                f"topic {topic!r} has partitions 0..{meta.partitions - 1}, not {partition}",
-                field="partition",
-                limit=meta.partitions - 1,
+    async def metadata_barrier(self, consistency: str | None) -> None:
+        """`consistency=linearizable`: include every change committed before the call."""
+        self._topic_ready_check()
+        if consistency not in (None, "local", "linearizable"):
+            raise errors.InvalidRequest(
+                "consistency must be local or linearizable", field="consistency"
             )
-        replica = self._replicas.get((topic, partition))
-        if replica is None:  # being reopened by a config change right now
-            raise errors.BrokerUnavailable(
-                f"partition {topic}-{partition} is reopening", retry_after_ms=200
-            )
-        return replica
+        if consistency == "linearizable":
+            await self.metadata.read_barrier()
 
     async def create_topic(
         self,
@@ -321,6 +635,7 @@ class Broker:
         config: dict[str, Any] | None = None,
     ) -> TopicDescription:
         check_topic_name(name)
+        self._topic_ready_check()
         count = self.config.default_partitions if partitions is None else partitions
         if not 1 <= count <= limits.PARTITIONS_PER_TOPIC_MAX:
             raise errors.InvalidRequest(
@@ -328,112 +643,114 @@ class Broker:
                 field="partitions",
                 limit=limits.PARTITIONS_PER_TOPIC_MAX,
             )
-        rf = (
-            self.config.default_replication_factor
-            if replication_factor is None
-            else replication_factor
-        )
-        if rf != 1:
+        brokers = len(self.config.peer_addrs)
+        if replication_factor is None:  # the default is capped at the cluster's size
+            rf = min(self.config.default_replication_factor, brokers)
+        else:
+            rf = replication_factor
+        if not 1 <= rf <= brokers:
             raise errors.InvalidRequest(
-                f"replication_factor {rf} needs {rf} brokers; this cluster has 1",
+                f"replication_factor {rf} needs {rf} brokers; this cluster has {brokers}",
                 field="replication_factor",
-                limit=1,
+                limit=brokers,
             )
         topic_config = default_topic_config(self.config)
         # Only an absent config means "defaults": `false` or `[]` is refused, not ignored.
         topic_config.update(validate_topic_config({} if config is None else config, self.config))
-        async with self._admin_lock:
-            catalogue = self.catalogue
-            if name in catalogue.topics:
-                raise errors.TopicAlreadyExists(f"topic {name!r} already exists", field="name")
-            if len(catalogue.topics) >= limits.TOPICS_MAX:
-                raise errors.InvalidRequest(
-                    "too many topics", field="name", limit=limits.TOPICS_MAX
-                )
-            meta = TopicMeta(name, count, rf, topic_config, catalogue.next_topic_id)
-            catalogue.next_topic_id += 1
-            # Replicas open before the topic is published, so a concurrent produce
-            # never sees a topic whose partitions are not there yet.
-            await self._open_replicas(meta, range(count))
-            catalogue.topics[name] = meta
-            catalogue.save()
-        _log.info("created topic %s with %d partitions", name, count)
+        await self.metadata.propose(
+            CreateTopic(name, count, rf, config_items(topic_config), wall_ms())
+        )
+        await self._reconcile()
+        await self._wait_for_leaders(name)
+        _log.info("created topic %s with %d partitions, %d replicas each", name, count, rf)
         return self.describe_topic(name)
 
+    def _topic_ready_check(self) -> None:
+        if not self.ready:
+            raise errors.BrokerUnavailable("the broker is starting or stopping", retry_after_ms=500)
+
+    async def _wait_for_leaders(self, name: str | None) -> None:
+        """Until every partition of `name` (None: every topic) hosted here knows its leader
+        (bounded): a fetch right after a create or a start finds one instead of a 503."""
+        deadline = asyncio.get_running_loop().time() + LEADER_WAIT_S
+        while asyncio.get_running_loop().time() < deadline:
+            leaderless = [
+                r
+                for (topic, _), r in self._replicas.items()
+                if name in (None, topic) and (r.raft is None or r.raft.status().leader_id is None)
+            ]
+            if not leaderless:
+                return
+            await asyncio.sleep(0.02)
+
     def list_topics(self) -> list[TopicSummary]:
+        self._topic_ready_check()
         return [
-            TopicSummary(t.name, t.partitions, t.replication_factor)
-            for t in sorted(self.catalogue.topics.values(), key=lambda t: t.name)
+            TopicSummary(t.name, len(t.partitions), t.replication_factor)
+            for t in sorted(self.metadata.state.topics.values(), key=lambda t: t.name)
         ]
 
     def describe_topic(self, name: str) -> TopicDescription:
-        meta = self._topic(name)
+        view = self._topic(name)
         parts = []
-        for p in range(meta.partitions):
-            r = self._replicas[(name, p)]
+        for p, placement in enumerate(view.info.partitions):
+            replica = self._replicas.get((name, p))
+            local = replica is not None and replica.topic_id == view.topic_id
+            leader = self._leader_of(view, p)
             parts.append(
                 PartitionInfo(
                     p,
-                    self.config.node_id,
-                    (self.config.node_id,),
-                    r.log_start_offset,
-                    r.high_watermark,
-                    r.log_end_offset,
+                    leader,
+                    placement.replicas,
+                    replica.log_start_offset if local and replica else None,
+                    replica.high_watermark if local and replica else None,
+                    replica.log_end_offset if local and replica else None,
                 )
             )
-        return TopicDescription(meta.name, meta.replication_factor, tuple(parts), dict(meta.config))
+        return TopicDescription(view.name, view.replication_factor, tuple(parts), view.config)
+
+    def _leader_of(self, view: TopicView, partition: int) -> str | None:
+        """The partition's leader as known here: the local replica's Raft view, else the
+        catalogue's last report."""
+        replica = self._replicas.get((view.name, partition))
+        if replica is not None and replica.raft is not None:
+            leader = replica.raft.status().leader_id
+            if leader is not None:
+                return leader
+        return view.info.partitions[partition].leader
 
     async def alter_topic_config(self, name: str, updates: dict[str, Any]) -> TopicDescription:
         checked = validate_topic_config(updates, self.config)
-        async with self._admin_lock:
-            meta = self._topic(name)
-            previous = dict(meta.config)
-            meta.config.update(checked)
-            # Storage settings take effect on open: the partitions reopen now.
-            # The closed replica stays in place until its successor replaces it: a
-            # produce to it meanwhile gets 503 with Retry-After, a describe its offsets.
-            try:
-                for p in range(meta.partitions):
-                    await self._replicas[(name, p)].close()
-                    await self._open_replica(meta, p)
-            except Exception:
-                meta.config = previous  # reopen what is closed with the old settings
-                for p in range(meta.partitions):
-                    if self._replicas[(name, p)].closed:
-                        await self._open_replica(meta, p)
-                raise
-            self.catalogue.save()
+        self._topic(name)
+        await self.metadata.propose(AlterTopicConfig(name, config_items(checked), (), wall_ms()))
+        await self._reconcile()
         return self.describe_topic(name)
 
     async def add_partitions(self, name: str, count: int) -> TopicDescription:
-        async with self._admin_lock:
-            meta = self._topic(name)
-            if not meta.partitions < count <= limits.PARTITIONS_PER_TOPIC_MAX:
-                raise errors.InvalidRequest(
-                    f"count must be more than the current {meta.partitions} and at most "
-                    f"{limits.PARTITIONS_PER_TOPIC_MAX}",
-                    field="count",
-                    limit=limits.PARTITIONS_PER_TOPIC_MAX,
-                )
-            await self._open_replicas(meta, range(meta.partitions, count))
-            meta.partitions = count
-            self.catalogue.save()
+        view = self._topic(name)
+        if not view.partitions < count <= limits.PARTITIONS_PER_TOPIC_MAX:
+            raise errors.InvalidRequest(
+                f"count must be more than the current {view.partitions} and at most "
+                f"{limits.PARTITIONS_PER_TOPIC_MAX}",
+                field="count",
+                limit=limits.PARTITIONS_PER_TOPIC_MAX,
+            )
+        await self.metadata.propose(AddPartitions(name, count, wall_ms()))
+        await self._reconcile()
+        await self._wait_for_leaders(name)
         return self.describe_topic(name)
 
     async def delete_topic(self, name: str) -> None:
-        async with self._admin_lock:
-            meta = self._topic(name)
-            del self.catalogue.topics[name]
-            self.catalogue.save()  # first: a crash now leaves orphans, removed at start
-            for p in range(meta.partitions):
-                replica = self._replicas.pop((name, p))
-                await replica.delete()
+        self._topic(name)
+        await self.metadata.propose(DeleteTopic(name, wall_ms()))
+        await self._reconcile()
         _log.info("deleted topic %s", name)
 
-    async def _topic_for_produce(self, name: str) -> TopicMeta:
-        topic = self.catalogue.topics.get(name)
-        if topic is not None:
-            return topic
+    async def _topic_for_produce(self, name: str) -> TopicView:
+        self._topic_ready_check()
+        view = self._view(name)
+        if view is not None:
+            return view
         if not self.config.auto_create_topics:
             raise errors.TopicNotFound(
                 f"topic {name!r} does not exist and auto_create_topics is off", field="topic"
@@ -444,14 +761,14 @@ class Broker:
 
     # ------------------------------------------------------------------ produce
 
-    def _record_limits(self, topic: TopicMeta) -> RecordLimits:
+    def _record_limits(self, topic: TopicView) -> RecordLimits:
         return RecordLimits(
             record_bytes_max=topic.config["max_record_bytes"],
             batch_bytes_max=self.config.batch_bytes_max,
         )
 
     def _choose_partition(
-        self, topic: TopicMeta, record: ProduceRecord, sticky: int, i: int
+        self, topic: TopicView, record: ProduceRecord, sticky: int, i: int
     ) -> int:
         if record.partition is not None:
             if not 0 <= record.partition < topic.partitions:
@@ -575,31 +892,138 @@ class Broker:
         return [OffsetRun(partition, base, header.record_count)]
 
     async def _append_batches(
-        self, topic: TopicMeta, batches: dict[int, bytes], acks: Acks
+        self, topic: TopicView, batches: dict[int, bytes], acks: Acks
     ) -> dict[int, int | None]:
         append_time = wall_ms() if topic.config["timestamp_type"] == "log_append" else None
-        replicas = {p: self._replica(topic.name, p) for p in batches}
-        # Check every partition can take its batch before queueing any: a refusal
+        # Check every local partition can take its batch before queueing any: a refusal
         # after some were queued would commit part of a request the client retries.
         for p, b in batches.items():
-            replicas[p].check_capacity(len(b))
-        futures = {p: replicas[p].append(b, append_time) for p, b in batches.items()}
+            replica = self._replicas.get((topic.name, p))
+            if replica is not None:
+                replica.check_capacity(len(b))
+        coroutines = {
+            p: self._append_one(topic, p, b, append_time, acks) for p, b in batches.items()
+        }
         if acks == "0":
-            for f in futures.values():
-                f.add_done_callback(_log_fire_and_forget_failure)
-            return {p: None for p in futures}
+            for coroutine in coroutines.values():
+                task = asyncio.get_running_loop().create_task(coroutine)
+                self._fire_and_forget.add(task)
+                task.add_done_callback(self._fire_and_forget_done)
+            return {p: None for p in coroutines}
         # Wait for all of them: each outcome is known before the request is answered.
-        outcomes = await asyncio.gather(*futures.values(), return_exceptions=True)
+        outcomes = await asyncio.gather(*coroutines.values(), return_exceptions=True)
         out: dict[int, int | None] = {}
-        for p, outcome in zip(futures, outcomes, strict=True):
+        for p, outcome in zip(coroutines, outcomes, strict=True):
             if isinstance(outcome, log_errors.LogError):
                 raise translate(outcome) from outcome
             if isinstance(outcome, BaseException):
                 raise outcome
-            out[p] = outcome.base_offset
+            out[p] = outcome
         return out
 
+    def _fire_and_forget_done(self, task: asyncio.Task[Any]) -> None:
+        self._fire_and_forget.discard(task)
+        if not task.cancelled() and task.exception() is not None:
+            _log.warning("acks=0 append failed: %s", task.exception())
+
+    async def _append_one(
+        self, topic: TopicView, partition: int, batch: bytes, append_time: int | None, acks: Acks
+    ) -> int | None:
+        replica = self._replicas.get((topic.name, partition))
+        if replica is not None and replica.topic_id == topic.topic_id and not replica.closed:
+            return await replica.append(batch, append_time, acks)
+        return await self._append_remote(topic, partition, batch, append_time, acks)
+
+    async def _append_remote(
+        self, topic: TopicView, partition: int, batch: bytes, append_time: int | None, acks: Acks
+    ) -> int | None:
+        """No replica here: hand the batch to a broker hosting one, the leader first,
+        retrying across leader changes until the request's deadline."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.timeout_s
+        delay = 0.02
+        last: errors.DmqError = errors.NotLeader(
+            f"no broker hosting {topic.name}-{partition} answered", retry_after_ms=200
+        )
+        while True:
+            placement = topic.info.partitions[partition].replicas
+            leader = self._leader_of(topic, partition)
+            order = sorted(placement, key=lambda n: (n != leader, placement.index(n)))
+            for node_id in order:
+                addr = self._http_addr_of(node_id)
+                remaining = deadline - loop.time()
+                if addr is None or remaining <= 0:
+                    continue
+                try:
+                    return await self.peers.append(
+                        addr,
+                        topic.name,
+                        topic.topic_id,
+                        partition,
+                        batch,
+                        acks=acks,
+                        log_append_time_ms=append_time,
+                        timeout_s=remaining,
+                    )
+                except (errors.NotLeader, errors.BrokerUnavailable) as exc:
+                    last = exc  # this broker cannot take it now: try the next
+            if loop.time() + delay >= deadline:
+                raise last
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, 0.5)
+
+    async def append_forwarded(
+        self,
+        topic_name: str,
+        topic_id: int,
+        partition: int,
+        batch: bytes,
+        *,
+        acks: Acks,
+        log_append_time_ms: int | None,
+    ) -> int | None:
+        """Internal: a batch another broker validated, for a replica hosted here."""
+        view = self._topic(topic_name)
+        self._check_partition(view, partition)
+        # Checked again here: a batch that reaches a Raft log must be one apply accepts.
+        try:
+            validate_batch(batch, self._record_limits(view))
+        except log_errors.LogError as exc:
+            raise translate(exc) from exc
+        replica = self._replicas.get((topic_name, partition))
+        if replica is None or replica.topic_id != topic_id or replica.closed:
+            raise errors.BrokerUnavailable(
+                f"no replica of {topic_name}-{partition} (topic id {topic_id}) here",
+                retry_after_ms=200,
+            )
+        return await replica.append(batch, log_append_time_ms, acks)
+
     # ------------------------------------------------------------------ fetch
+
+    def _serving_replica(self, topic: str, partition: int, forwarded: bool) -> PartitionReplica:
+        """The replica that answers a read here, or ForwardRequest to the leader's broker.
+
+        Reads go to the partition leader (as Kafka's do), whose high watermark is the
+        newest. A relayed request is answered by any replica here (its data is committed,
+        maybe a little behind) rather than relayed again.
+        """
+        view = self._topic(topic)
+        self._check_partition(view, partition)
+        replica = self._replicas.get((topic, partition))
+        if replica is not None and (replica.topic_id != view.topic_id or replica.closed):
+            replica = None
+        if replica is not None and replica.raft is not None and replica.raft.status().is_leader:
+            return replica
+        if forwarded and replica is not None:
+            return replica
+        leader = self._leader_of(view, partition)
+        addr = None if leader is None else self._http_addr_of(leader)
+        if forwarded or addr is None or leader == self.config.node_id:
+            raise errors.NotLeader(
+                f"partition {topic}-{partition} has no leader reachable from here yet",
+                retry_after_ms=200,
+            )
+        raise ForwardRequest(addr)
 
     async def resolve_offset(
         self,
@@ -608,8 +1032,9 @@ class Broker:
         *,
         offset: int | Literal["earliest", "latest"],
         timestamp_ms: int | None = None,
+        forwarded: bool = False,
     ) -> int:
-        replica = self._replica(topic, partition)
+        replica = self._serving_replica(topic, partition, forwarded)
         if timestamp_ms is not None:
             found = await replica.offset_for_timestamp(timestamp_ms)
             return replica.high_watermark if found is None else found
@@ -629,9 +1054,10 @@ class Broker:
         max_records: int,
         wait_ms: int,
         raw: bool,
+        forwarded: bool = False,
     ) -> FetchResult:
         """Committed records from `offset` (long-polls up to wait_ms when there are none)."""
-        replica = self._replica(topic, partition)
+        replica = self._serving_replica(topic, partition, forwarded)
         if not replica.log_start_offset <= offset <= replica.log_end_offset:
             raise errors.OffsetOutOfRange(
                 f"offset {offset} is outside [{replica.log_start_offset}, {replica.log_end_offset}]",
@@ -674,26 +1100,155 @@ class Broker:
         return FetchResult(topic, partition, offset, next_offset, hw, lso, records=recs)
 
     async def list_offsets(
-        self, topic: str, partition: int, timestamp_ms: int | None
+        self, topic: str, partition: int, timestamp_ms: int | None, *, forwarded: bool = False
     ) -> OffsetsResult:
-        replica = self._replica(topic, partition)
+        replica = self._serving_replica(topic, partition, forwarded)
         found = None
         if timestamp_ms is not None:
             found = await replica.offset_for_timestamp(timestamp_ms)
         return OffsetsResult(partition, replica.log_start_offset, replica.high_watermark, found)
 
+    async def read_batches(
+        self, topic: str, partition: int, start_offset: int, end_offset: int
+    ) -> tuple[bytes, int]:
+        """Internal (a lagging replica's catch-up): this replica's committed batches from
+        start_offset, up to end_offset or fetch_bytes_max; and the offset after them."""
+        view = self._topic(topic)
+        self._check_partition(view, partition)
+        replica = self._replicas.get((topic, partition))
+        if replica is None or replica.closed:
+            raise errors.BrokerUnavailable(f"no replica of {topic}-{partition} here")
+        if not replica.log_start_offset <= start_offset <= replica.high_watermark:
+            raise errors.OffsetOutOfRange(
+                f"offset {start_offset} is outside [{replica.log_start_offset}, "
+                f"{replica.high_watermark}] here",
+                offset=start_offset,
+                log_start_offset=replica.log_start_offset,
+                log_end_offset=replica.log_end_offset,
+            )
+        try:
+            data = await replica.read_batches(start_offset, end_offset, self.config.fetch_bytes_max)
+        except log_errors.LogError as exc:
+            raise translate(exc) from exc
+        next_offset = start_offset
+        if data:
+            for _, header in iter_batches(data):
+                next_offset = header.last_offset + 1
+        return data, next_offset
+
+    # ------------------------------------------------------------------ cluster
+
     def cluster(self) -> dict[str, Any]:
+        state = self.metadata.state
+        live = set(state.live_brokers(max(state.clock_ms, wall_ms())))
         return {
             "cluster_id": self.cluster_id,
             "node_id": self.config.node_id,
-            "brokers": [{"node_id": self.config.node_id, "http_addr": self.config.http_addr}],
+            "metadata_voters": self.config.voters,
+            "metadata_version": state.metadata_version,
+            "brokers": [
+                {
+                    "node_id": b.broker_id,
+                    "http_addr": b.http_addr,
+                    "raft_addr": b.raft_addr,
+                    "live": b.broker_id in live,
+                }
+                for b in sorted(state.brokers.values(), key=lambda b: b.broker_id)
+            ],
         }
+
+    def local_status(self) -> dict[str, Any]:
+        """This broker's replicas as its Raft groups see them (for cluster status)."""
+        replicas = [r.status() for r in list(self._replicas.values())]
+        metadata = self._metadata.replica if self._metadata is not None else None
+        if metadata is not None:
+            s = metadata.status()
+            replicas.append(
+                {
+                    "group_id": 0,
+                    "topic": None,
+                    "partition": None,
+                    "is_leader": s.is_leader,
+                    "leader": s.leader_id,
+                    "term": s.term,
+                    "commit_index": s.commit_index,
+                    "last_applied": s.last_applied,
+                }
+            )
+        return {"node_id": self.config.node_id, "ready": self.ready, "replicas": replicas}
+
+    async def cluster_status(self) -> dict[str, Any]:
+        """Every broker's view merged: brokers, and per group its leader, term, commit
+        index and each replica's lag (leader's commit index - replica's last applied)."""
+        doc = self.cluster()
+        answers: dict[str, dict[str, Any]] = {self.config.node_id: self.local_status()}
+
+        async def ask(node_id: str, addr: str) -> None:
+            with contextlib.suppress(errors.DmqError):
+                answers[node_id] = await self.peers.call(
+                    "GET", addr, "/v1/internal/status", timeout_s=STATUS_TIMEOUT_S
+                )
+
+        await asyncio.gather(
+            *(
+                ask(b["node_id"], b["http_addr"])
+                for b in doc["brokers"]
+                if b["node_id"] != self.config.node_id
+            )
+        )
+        for b in doc["brokers"]:
+            b["reachable"] = b["node_id"] in answers
+        doc["groups"] = merge_group_status(answers)
+        return doc
+
+    async def propose_metadata_forwarded(self, command: bytes) -> int:
+        """Internal: an observer's metadata command; the metadata version it produced."""
+        applied = await self.metadata.propose_encoded(command)
+        return applied.metadata_version
+
+    async def metadata_state_after(
+        self, after_version: int, wait_ms: int, consistency: str | None
+    ) -> dict[str, Any]:
+        """Internal: the catalogue for an observer, once newer than `after_version`."""
+        if consistency == "linearizable":
+            await self.metadata.read_barrier()
+        return await self.metadata.state_after(after_version, wait_ms)
 
     @property
     def waiting_fetches(self) -> int:
         return self._waiting_fetches
 
 
-def _log_fire_and_forget_failure(future: asyncio.Future[Any]) -> None:
-    if not future.cancelled() and future.exception() is not None:
-        _log.warning("acks=0 append failed: %s", future.exception())
+def merge_group_status(answers: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
+    """Per group: the replicas' reports side by side, the leader of the highest term."""
+    groups: dict[int, dict[str, Any]] = {}
+    for node_id, answer in sorted(answers.items()):
+        for r in answer.get("replicas", []):
+            group = groups.setdefault(
+                r["group_id"],
+                {
+                    "group_id": r["group_id"],
+                    "topic": r["topic"],
+                    "partition": r["partition"],
+                    "leader": None,
+                    "term": 0,
+                    "commit_index": 0,
+                    "replicas": [],
+                },
+            )
+            replica = {k: r[k] for k in ("is_leader", "term", "commit_index", "last_applied")}
+            replica["node_id"] = node_id
+            for k in ("high_watermark", "log_end_offset"):
+                if k in r:
+                    replica[k] = r[k]
+            group["replicas"].append(replica)
+            if r["is_leader"] and r["term"] >= group["term"]:
+                group.update(leader=node_id, term=r["term"], commit_index=r["commit_index"])
+    for group in groups.values():
+        for replica in group["replicas"]:
+            replica["lag"] = (
+                max(0, group["commit_index"] - replica["last_applied"])
+                if group["leader"] is not None
+                else None
+            )
+    return [groups[g] for g in sorted(groups)]

@@ -34,12 +34,47 @@ class BrokerConfig:
     node_id: str = field(default="n1", metadata=_doc("this broker's id in the cluster"))
     data_dir: str = field(default="./dmq-data", metadata=_doc("where partitions are stored"))
     http_addr: str = field(default="127.0.0.1:8080", metadata=_doc("HTTP listen host:port"))
+    raft_addr: str = field(
+        default="127.0.0.1:9090", metadata=_doc("Raft listen host:port (all groups share it)")
+    )
+    peers: str = field(
+        default="",
+        metadata=_doc(
+            "the cluster: id=host:port,... of every broker's raft_addr (empty: one node)"
+        ),
+    )
+    metadata_voters: str = field(
+        default="",
+        metadata=_doc(
+            "ids voting in the metadata group, comma-separated (empty: 1, 3 or 5 first ids)"
+        ),
+    )
+    raft_durability: str = field(
+        default="fsync",
+        metadata=_doc("fsync: acks=all survives power loss; none: only process crashes"),
+    )
+    raft_heartbeat_interval_ms: int = field(default=100, metadata=_doc("Raft heartbeat, ms"))
+    raft_election_timeout_min_ms: int = field(
+        default=400, metadata=_doc("Raft election timeout, lower bound, ms")
+    )
+    raft_election_timeout_max_ms: int = field(
+        default=800, metadata=_doc("Raft election timeout, upper bound, ms")
+    )
+    raft_snapshot_entries: int = field(
+        default=4096, metadata=_doc("journal entries per group before a snapshot drops them")
+    )
+    request_timeout_ms: int = field(
+        default=10_000,
+        metadata=_doc("how long a produce or admin request waits for a leader and a commit, ms"),
+    )
     log_level: str = field(default="info", metadata=_doc("debug, info, warning or error"))
     auto_create_topics: bool = field(
         default=True, metadata=_doc("create a topic on its first produce")
     )
     default_partitions: int = field(default=1, metadata=_doc("partitions of auto-created topics"))
-    default_replication_factor: int = field(default=1, metadata=_doc("replicas per partition"))
+    default_replication_factor: int = field(
+        default=3, metadata=_doc("replicas per partition of new topics, capped at the brokers")
+    )
     # Limits (dmq/limits.py explains each cost).
     request_bytes_max: int = field(
         default=limits.REQUEST_BYTES_MAX, metadata=_doc("largest HTTP request body, bytes")
@@ -83,12 +118,6 @@ class BrokerConfig:
     retention_bytes: int = field(
         default=-1, metadata=_doc("size retention per partition (-1: none)")
     )
-    flush_interval_records: int = field(
-        default=1, metadata=_doc("fsync after this many records (1: every append, -1: off)")
-    )
-    flush_interval_ms: int = field(
-        default=-1, metadata=_doc("fsync at least this often, ms (-1: off)")
-    )
     retention_check_interval_ms: int = field(
         default=60_000, metadata=_doc("how often retention and compaction run, ms")
     )
@@ -105,8 +134,6 @@ class BrokerConfig:
             not in (
                 "retention_ms",
                 "retention_bytes",
-                "flush_interval_records",
-                "flush_interval_ms",
             )
             and getattr(self, f.name) < 1
         ]
@@ -137,9 +164,22 @@ class BrokerConfig:
                 "fetch_bytes_max must be >= batch_bytes_max (a fetch returns whole batches)",
                 field="fetch_bytes_max",
             )
-        host, _, port = self.http_addr.rpartition(":")
-        if not host or not port.isdigit():
-            raise InvalidConfig("http_addr must be host:port", field="http_addr")
+        for name in ("http_addr", "raft_addr"):
+            host, _, port = getattr(self, name).rpartition(":")
+            if not host or not port.isdigit():
+                raise InvalidConfig(f"{name} must be host:port", field=name)
+        if self.raft_durability not in ("fsync", "none"):
+            raise InvalidConfig("raft_durability must be fsync or none", field="raft_durability")
+        peers = self.peer_addrs  # parses and checks
+        if self.node_id not in peers:
+            raise InvalidConfig(
+                f"node_id {self.node_id!r} is not among the peers {sorted(peers)}", field="peers"
+            )
+        unknown = sorted(set(self.voters) - set(peers))
+        if unknown:
+            raise InvalidConfig(
+                f"metadata voter {unknown[0]!r} is not a peer", field="metadata_voters"
+            )
 
     @property
     def http_host(self) -> str:
@@ -148,6 +188,31 @@ class BrokerConfig:
     @property
     def http_port(self) -> int:
         return int(self.http_addr.rpartition(":")[2])
+
+    @property
+    def peer_addrs(self) -> dict[str, str]:
+        """node id -> raft address of every broker; just this one without `peers`."""
+        if not self.peers.strip():
+            return {self.node_id: self.raft_addr}
+        out: dict[str, str] = {}
+        for item in self.peers.split(","):
+            node_id, sep, addr = item.strip().partition("=")
+            host, _, port = addr.rpartition(":")
+            if not sep or not node_id or not host or not port.isdigit() or node_id in out:
+                raise InvalidConfig(
+                    f"peers must be id=host:port,... with distinct ids; got {item!r}", field="peers"
+                )
+            out[node_id] = addr
+        return out
+
+    @property
+    def voters(self) -> list[str]:
+        """The metadata group's voters: as configured, else the first 1, 3 or 5 ids."""
+        if self.metadata_voters.strip():
+            return sorted({v.strip() for v in self.metadata_voters.split(",") if v.strip()})
+        ids = sorted(self.peer_addrs)
+        count = 5 if len(ids) >= 5 else 3 if len(ids) >= 3 else 1
+        return ids[:count]
 
     @property
     def data_path(self) -> Path:

@@ -1,16 +1,22 @@
-"""A partition replica on this broker: its log, group commit, and long-poll waiters.
+"""A partition replica on this broker: its log, its Raft group, and long-poll waiters.
 
-Threading: a PartitionLog is single-writer and not thread-safe. Every call into a
-replica's log runs on the one storage thread the replica is pinned to
-(`StorageThreads`: a fixed pool, partitions spread over it by hash), so calls to one
-log are serialised while the asyncio event loop never blocks on disk, and the
-number of threads does not grow with partitions.
+Each partition replica is one Raft group (raft/node.py) whose state machine is the
+partition's PartitionLog (raft/partition.py: offsets are assigned at apply, so every
+replica holds the same bytes at the same offsets). A produce becomes one
+`ProduceCommand`; concurrent produces to the partition coalesce into one Raft entry in
+the RaftNode (group commit, bounded by bytes and count in RaftConfig).
 
-Group commit: produce requests queue per partition (bounded: a full queue refuses
-with Backpressure). One appender task drains the queue, appends every waiting batch
-and flushes once (by the flush policy) in a single trip to the storage thread, then
-advances the high watermark and answers them all. On one node, committed means
-appended and flushed by the policy; in a cluster this is where Raft comes in.
+Threading: a PartitionLog is single-writer and not thread-safe. Two kinds of thread
+touch it, each holding the replica's `lock` (a threading.Lock) for the whole call:
+
+- the RaftNode's tick thread applies committed commands (appends) and takes snapshots;
+- one of the broker's storage threads (`StorageThreads`: a fixed pool, partitions spread
+  over it by hash) serves reads, retention and compaction for the event loop, so the loop
+  never blocks on disk and the number of threads does not grow with partitions.
+
+Reads only see committed records: the state machine moves the high watermark to the log
+end after each apply, and only committed entries are applied. After each apply the tick
+thread asks the event loop to mirror the offsets (once per burst) and wake long-polls.
 """
 
 from __future__ import annotations
@@ -19,22 +25,31 @@ import asyncio
 import concurrent.futures
 import contextlib
 import logging
-import time
+import shutil
+import threading
 import zlib
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, Literal, TypeVar
 
 from dmq.errors import Backpressure, BrokerUnavailable
+from dmq.metadata import translate_raft_error
 from log import compaction
 from log.config import LogConfig
-from log.errors import LogError, StorageError
-from log.partition_log import AppendResult, PartitionLog, ReadResult
-from log.records import Record
+from log.errors import LogError
+from log.partition_log import PartitionLog, ReadResult
+from log.records import Record, iter_batches
+from raft import errors as raft_errors
+from raft.node import RaftNode, Replica
+from raft.partition import PRODUCE_COMMAND_VERSION, PartitionStateMachine, ProduceCommand
 
 T = TypeVar("T")
 _log = logging.getLogger("dmq.replica")
+
+Acks = Literal["0", "1", "all"]
+# fetch_missing(start_offset, end_offset) -> response bodies of concatenated batches
+FetchMissing = Callable[[int, int], Iterator[bytes]]
+TOPIC_ID_FILE = "topic_id"
 
 
 def _close_read_result(future: asyncio.Future[ReadResult]) -> None:
@@ -59,60 +74,88 @@ class StorageThreads:
             executor.shutdown(wait=True)
 
 
-@dataclass(frozen=True, slots=True)
-class FlushSettings:
-    interval_records: int | None  # None: no count trigger
-    interval_ms: int | None  # None: no time trigger
+def group_id_for(topic_id: int, partition: int) -> int:
+    """A partition's Raft group id: unique per topic id, never reused (ids only grow)."""
+    return topic_id * 1024 + partition  # PARTITIONS_PER_TOPIC_MAX is 1,000
 
 
-@dataclass(slots=True)
-class _PendingAppend:
-    batch: bytes
-    log_append_time_ms: int | None
-    future: asyncio.Future[AppendResult]
+class _LockedMachine:
+    """The PartitionStateMachine as the tick thread sees it: under the replica's lock."""
+
+    def __init__(self, replica: PartitionReplica, machine: PartitionStateMachine) -> None:
+        self._replica = replica
+        self._machine = machine
+
+    def apply(self, command: bytes) -> Any:
+        raise TypeError("a partition machine is applied with apply_at")
+
+    def apply_at(self, index: int, k: int, command: bytes) -> Any:
+        with self._replica.lock:
+            result = self._machine.apply_at(index, k, command)
+        self._replica.applied_from_thread()
+        return result
+
+    def snapshot(self) -> bytes:
+        with self._replica.lock:
+            return self._machine.snapshot()
+
+    def restore(self, snapshot: bytes) -> None:
+        with self._replica.lock:
+            self._machine.restore(snapshot)
+        self._replica.applied_from_thread()
 
 
 class PartitionReplica:
     def __init__(
         self,
         topic: str,
+        topic_id: int,
         partition: int,
         directory: Path,
         log_config: LogConfig,
-        flush: FlushSettings,
         executor: concurrent.futures.ThreadPoolExecutor,
+        raft_node: RaftNode,
+        members: list[str],
+        fetch_missing: FetchMissing,
         *,
         queue_depth_max: int,
         queue_bytes_max: int,
-        group_requests_max: int,
-        group_bytes_max: int,
+        timeout_s: float,
     ) -> None:
         self.topic = topic
+        self.topic_id = topic_id
         self.partition = partition
         self.directory = directory
         self.log_config = log_config
-        self.flush_settings = flush
+        self.group_id = group_id_for(topic_id, partition)
+        self.members = members
+        self.lock = threading.Lock()
         self._executor = executor
+        self._raft_node = raft_node
+        self._fetch_missing = fetch_missing
         self._queue_depth_max = queue_depth_max
         self._queue_bytes_max = queue_bytes_max
-        self._pending_bytes = 0
-        self._group_requests_max = group_requests_max
-        self._group_bytes_max = group_bytes_max
-        self._pending: list[_PendingAppend] = []
-        self._wakeup = asyncio.Event()
+        self._timeout_s = timeout_s
+        self._inflight = 0
+        self._inflight_bytes = 0
         self._committed_advanced = asyncio.Event()
-        self._appender: asyncio.Task[None] | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._mirror_pending = False
         self._log: PartitionLog | None = None
-        self._unflushed_records = 0
-        self._last_flush = time.monotonic()
+        self._machine: PartitionStateMachine | None = None
+        self.raft: Replica | None = None
         self.closed = False
-        # Held by upkeep (retention, compaction, timed flush) and by close(): a close
-        # waits for upkeep in progress, and upkeep never touches a closed log.
+        # Held by upkeep (retention, compaction) and by close(): a close waits for
+        # upkeep in progress, and upkeep never touches a closed log.
         self._upkeep_lock = asyncio.Lock()
-        # Offsets mirrored on the event loop for cheap reads (updated after each commit).
+        # Offsets mirrored on the event loop for cheap reads (after each burst of applies).
         self.log_start_offset = 0
         self.high_watermark = 0
         self.log_end_offset = 0
+
+    @property
+    def name(self) -> str:
+        return f"{self.topic}-{self.partition}"
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -122,56 +165,76 @@ class PartitionReplica:
         return await loop.run_in_executor(self._executor, fn, *args)
 
     async def open(self) -> None:
-        def _open() -> PartitionLog:
+        """Open the log (recovery), then join the partition's Raft group."""
+        self._loop = asyncio.get_running_loop()
+
+        def _open() -> tuple[PartitionLog, PartitionStateMachine]:
+            self.directory.mkdir(parents=True, exist_ok=True)
+            (self.directory / TOPIC_ID_FILE).write_text(f"{self.topic_id}\n")
             log = PartitionLog.open(self.directory, self.log_config)
-            # One node: everything that survived recovery was acknowledged or may be
-            # served (it was appended and not cut as a torn tail).
-            log.set_high_watermark(log.log_end_offset)
             if log.recovered_bytes_truncated:
                 _log.warning(
-                    "partition %s-%d: truncated %d bytes of torn tail on recovery",
-                    self.topic,
-                    self.partition,
+                    "partition %s: truncated %d bytes of torn tail on recovery",
+                    self.name,
                     log.recovered_bytes_truncated,
                 )
-            return log
+            machine = PartitionStateMachine(self.name, log, self._copy_from_leader)
+            return log, machine
 
-        self._log = await self.run(_open)
+        self._log, machine = await self.run(_open)
+        self._machine = machine
         self._mirror_offsets()
-        self._appender = asyncio.get_running_loop().create_task(self._append_loop())
+        try:
+            self.raft = await self._raft_node.add_group(
+                self.group_id, _LockedMachine(self, machine), members=self.members
+            )
+        except BaseException:
+            await self.run(self._close_files)
+            raise
 
-    def _mirror_offsets(self) -> None:
-        assert self._log is not None
-        self.log_start_offset = self._log.log_start_offset
-        self.high_watermark = self._log.high_watermark
-        self.log_end_offset = self._log.log_end_offset
+    def _copy_from_leader(self, start_offset: int, end_offset: int) -> Iterator[bytes]:
+        """Tick thread, inside a snapshot's restore: the leader's batches, one by one."""
+        for body in self._fetch_missing(start_offset, end_offset):
+            view = memoryview(body)
+            for position, header in iter_batches(view):
+                yield bytes(view[position : position + header.size_bytes])
 
-    async def close(self) -> None:
-        """Stop taking appends, finish the queued ones, flush, close files."""
+    def _close_files(self) -> None:
+        with self.lock:
+            if self._machine is not None:
+                self._machine.close()
+                self._machine = None
+            if self._log is not None:
+                self._log.close()
+
+    async def close(self, *, leave_group: bool = True) -> None:
+        """Leave the Raft group (unless the whole node already stopped), flush, close."""
         if self.closed:
             return
         self.closed = True
-        self._wakeup.set()
-        if self._appender is not None:
-            await self._appender
+        if leave_group and self.raft is not None:
+            await self._raft_node.remove_group(self.group_id)
         async with self._upkeep_lock:
-            await self._close_log()
-        self._committed_advanced.set()
-
-    async def _close_log(self) -> None:
-        if self._log is not None:
-            await self.run(self._log.close)
-        self._committed_advanced.set()
+            await self.run(self._close_files)
+        self._notify_committed()
 
     async def delete(self) -> None:
-        await self.close()
+        """Close and remove the replica's files: its log and its Raft directory."""
+        if not self.closed:
+            self.closed = True
+            if self.raft is not None:
+                await self._raft_node.remove_group(self.group_id, delete=True)
+            async with self._upkeep_lock:
+                await self.run(self._close_files)
+            self._notify_committed()
+        await self.run(shutil.rmtree, self.directory, True)
 
-        def _remove() -> None:
-            for path in sorted(self.directory.glob("*")):
-                path.unlink()
-            self.directory.rmdir()
-
-        await self.run(_remove)
+    def reconfigure(self, log_config: LogConfig) -> None:
+        """New storage settings (retention, segments) take effect from the next append."""
+        self.log_config = log_config
+        if self._log is not None:
+            with self.lock:
+                self._log.config = log_config
 
     # ------------------------------------------------------------------ produce
 
@@ -179,143 +242,72 @@ class PartitionReplica:
         """Raise what append would raise for a batch of this size, queueing nothing."""
         if self.closed:
             raise BrokerUnavailable("the partition is closing", retry_after_ms=1000)
-        if len(self._pending) >= self._queue_depth_max or (
-            self._pending and self._pending_bytes + size_bytes > self._queue_bytes_max
+        if self._inflight >= self._queue_depth_max or (
+            self._inflight and self._inflight_bytes + size_bytes > self._queue_bytes_max
         ):
             raise Backpressure(
-                f"partition {self.topic}-{self.partition} has {len(self._pending)} produce "
-                f"requests ({self._pending_bytes} bytes) queued "
+                f"partition {self.name} has {self._inflight} produce requests "
+                f"({self._inflight_bytes} bytes) in flight "
                 f"(produce_queue_depth_max, produce_queue_bytes_max)",
                 limit=self._queue_depth_max,
             )
 
-    def append(self, batch: bytes, log_append_time_ms: int | None) -> asyncio.Future[AppendResult]:
-        """Queue a validated batch for the next group commit."""
-        if self.closed:
-            raise BrokerUnavailable("the partition is closing", retry_after_ms=1000)
-        if len(self._pending) >= self._queue_depth_max:
-            raise Backpressure(
-                f"partition {self.topic}-{self.partition} has {len(self._pending)} produce "
-                f"requests queued (produce_queue_depth_max)",
-                limit=self._queue_depth_max,
+    async def append(self, batch: bytes, log_append_time_ms: int | None, acks: Acks) -> int | None:
+        """Replicate a validated batch; its base offset (None for acks=0 and acks=1).
+
+        acks=all (and 0, which nobody waits for) returns once a majority has the entry
+        durable and this replica applied it; acks=1 once the leader's own journal has it.
+        """
+        self.check_capacity(len(batch))
+        if self.raft is None:
+            raise BrokerUnavailable(f"partition {self.name} is opening", retry_after_ms=200)
+        command = ProduceCommand(PRODUCE_COMMAND_VERSION, (batch,), log_append_time_ms).encode()
+        self._inflight += 1
+        self._inflight_bytes += len(batch)
+        try:
+            result = await self.raft.propose(
+                command, timeout_s=self._timeout_s, wait="append" if acks == "1" else "apply"
             )
-        if self._pending and self._pending_bytes + len(batch) > self._queue_bytes_max:
-            raise Backpressure(
-                f"partition {self.topic}-{self.partition} has {self._pending_bytes} bytes of "
-                f"produce requests queued (produce_queue_bytes_max)",
-                limit=self._queue_bytes_max,
-            )
-        future: asyncio.Future[AppendResult] = asyncio.get_running_loop().create_future()
-        self._pending.append(_PendingAppend(batch, log_append_time_ms, future))
-        self._pending_bytes += len(batch)
-        self._wakeup.set()
-        return future
+        except raft_errors.RaftError as exc:
+            raise translate_raft_error(exc, f"partition {self.name}") from exc
+        finally:
+            self._inflight -= 1
+            self._inflight_bytes -= len(batch)
+        if result is None:  # acks=1: in the leader's journal; offsets come at commit
+            return None
+        outcome = result[0]
+        if isinstance(outcome, LogError):
+            raise outcome
+        return int(outcome)
 
     @property
     def queue_depth(self) -> int:
-        return len(self._pending)
+        return self._inflight
 
-    async def _append_loop(self) -> None:
-        while True:
-            await self._wakeup.wait()
-            self._wakeup.clear()
-            while self._pending:
-                group = self._take_group()
-                try:
-                    results = await self.run(
-                        self._append_group, [(p.batch, p.log_append_time_ms) for p in group]
-                    )
-                except Exception as exc:  # a storage failure fails every request in the group
-                    _log.exception("append failed on %s-%d", self.topic, self.partition)
-                    # The log refuses further writes after an I/O failure (PartitionLog
-                    # marks itself failed); later produces get the same storage error.
-                    for p in group:
-                        if not p.future.done():
-                            p.future.set_exception(exc)
-                    continue
-                self._mirror_offsets()
-                for p, result in zip(group, results, strict=True):
-                    if p.future.done():
-                        continue
-                    if isinstance(result, BaseException):
-                        p.future.set_exception(result)
-                    else:
-                        p.future.set_result(result)
-                self._notify_committed()
-            if self.closed:
-                return
+    # ------------------------------------------------------------------ applied offsets
 
-    def _take_group(self) -> list[_PendingAppend]:
-        group: list[_PendingAppend] = []
-        total = 0
-        while self._pending and len(group) < self._group_requests_max:
-            size = len(self._pending[0].batch)
-            if group and total + size > self._group_bytes_max:
-                break
-            group.append(self._pending.pop(0))
-            self._pending_bytes -= size
-            total += size
-        return group
+    def applied_from_thread(self) -> None:
+        """Tick thread, after an apply: mirror offsets on the loop (once per burst)."""
+        if self._mirror_pending or self._loop is None:
+            return
+        self._mirror_pending = True
+        with contextlib.suppress(RuntimeError):  # the loop is closed: nobody waits
+            self._loop.call_soon_threadsafe(self._mirror_and_notify)
 
-    def _append_group(
-        self, batches: list[tuple[bytes, int | None]]
-    ) -> list[AppendResult | LogError]:
-        """Storage thread: append each batch, flush once if the policy says so, then
-        make everything appended visible (high watermark = log end)."""
+    def _mirror_and_notify(self) -> None:
+        self._mirror_pending = False
+        self._mirror_offsets()
+        self._notify_committed()
+
+    def _mirror_offsets(self) -> None:
         log = self._log
-        assert log is not None
-        results: list[AppendResult | LogError] = []
-        for batch, log_append_time_ms in batches:
-            try:
-                result = log.append(batch, log_append_time_ms=log_append_time_ms)
-                results.append(result)
-                self._unflushed_records += result.last_offset - result.base_offset + 1
-            except StorageError:
-                raise  # the disk failed: fail the whole group and the replica
-            except LogError as exc:  # a bad batch fails alone; the others still commit
-                results.append(exc)
-        settings = self.flush_settings
-        now = time.monotonic()
-        if self._unflushed_records and (
-            (
-                settings.interval_records is not None
-                and self._unflushed_records >= settings.interval_records
-            )
-            or (
-                settings.interval_ms is not None
-                and (now - self._last_flush) * 1000 >= settings.interval_ms
-            )
-        ):
-            log.flush()
-            self._unflushed_records = 0
-            self._last_flush = now
-        log.set_high_watermark(log.log_end_offset)
-        return results
-
-    async def maybe_flush(self) -> bool:
-        """Time-triggered flush (called periodically by the broker)."""
-        async with self._upkeep_lock:
-            if self.closed:
-                return False
-            return await self._flush_if_due()
-
-    async def _flush_if_due(self) -> bool:
-        settings = self.flush_settings
-        if settings.interval_ms is None or not self._unflushed_records or self._log is None:
-            return False
-
-        def _flush() -> bool:
-            assert self._log is not None
-            if (time.monotonic() - self._last_flush) * 1000 < (settings.interval_ms or 0):
-                return False
-            self._log.flush()
-            self._unflushed_records = 0
-            self._last_flush = time.monotonic()
-            return True
-
-        return await self.run(_flush)
-
-    # ------------------------------------------------------------------ read
+        if log is None:
+            return
+        # Three int reads without the lock: each is atomic; a reader may see them a
+        # moment apart, which the checks of fetch tolerate (it re-reads under the lock).
+        self.log_start_offset = log.log_start_offset
+        self.high_watermark = log.high_watermark
+        self.log_end_offset = log.log_end_offset
 
     def _notify_committed(self) -> None:
         self._committed_advanced.set()
@@ -332,17 +324,45 @@ class PartitionReplica:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(event.wait(), remaining)
 
+    # ------------------------------------------------------------------ read
+
+    def _locked(self, fn: Callable[..., T], *args: Any) -> T:
+        with self.lock:
+            if self._log is None or self.closed:
+                raise BrokerUnavailable(f"partition {self.name} is closing", retry_after_ms=200)
+            return fn(*args)
+
     async def read(self, offset: int, max_bytes: int) -> ReadResult:
         """Raw ranges; the caller closes the result. If the caller is cancelled while the
         read runs, the result is closed when it arrives (its descriptors never leak)."""
         assert self._log is not None
         loop = asyncio.get_running_loop()
-        future = loop.run_in_executor(self._executor, self._log.read, offset, max_bytes)
+        future = loop.run_in_executor(
+            self._executor, self._locked, self._log.read, offset, max_bytes
+        )
         try:
             return await asyncio.shield(future)
         except asyncio.CancelledError:
             future.add_done_callback(_close_read_result)
             raise
+
+    async def read_batches(self, start_offset: int, end_offset: int, max_bytes: int) -> bytes:
+        """Whole raw batches from start_offset, none starting at or past end_offset."""
+        log = self._log
+        assert log is not None
+
+        def _read() -> bytes:
+            with log.read(start_offset, max_bytes) as raw:
+                data = raw.read_bytes()
+            view = memoryview(data)
+            cut = 0
+            for position, header in iter_batches(view):
+                if header.base_offset >= end_offset:
+                    break
+                cut = position + header.size_bytes
+            return data[:cut]
+
+        return await self.run(self._locked, _read)
 
     async def read_records(
         self, offset: int, max_bytes: int, max_records: int
@@ -360,30 +380,50 @@ class PartitionReplica:
                     next_offset = raw.next_offset
             return records, next_offset, log.high_watermark, log.log_start_offset
 
-        return await self.run(_read)
+        return await self.run(self._locked, _read)
 
     async def offset_for_timestamp(self, timestamp_ms: int) -> int | None:
         assert self._log is not None
-        return await self.run(self._log.offset_for_timestamp, timestamp_ms)
+        return await self.run(self._locked, self._log.offset_for_timestamp, timestamp_ms)
+
+    # ------------------------------------------------------------------ upkeep
 
     async def maybe_clean(self, now_ms: int) -> tuple[int, bool]:
-        """Retention and compaction. Compaction's build runs off the storage thread so
-        appends continue; only plan and install run on it."""
+        """Retention and compaction, each replica on its own (as Kafka's do).
+        Compaction's build runs without the lock, so applies continue meanwhile."""
         async with self._upkeep_lock:
             if self.closed:
                 return 0, False
-            return await self._clean(now_ms)
+            log = self._log
+            assert log is not None
+            deleted = await self.run(self._locked, log.maybe_delete_segments, now_ms)
+            compacted = False
+            if log.config.compacts:
+                plan = await self.run(self._locked, compaction.plan_compaction, log)
+                if plan is not None:
+                    loop = asyncio.get_running_loop()
+                    result = await loop.run_in_executor(
+                        None, compaction.build_compaction, plan, now_ms
+                    )
+                    compacted = await self.run(
+                        self._locked, compaction.install_compaction, log, result
+                    )
+            self._mirror_offsets()
+            return deleted, compacted
 
-    async def _clean(self, now_ms: int) -> tuple[int, bool]:
-        log = self._log
-        assert log is not None
-        deleted = await self.run(log.maybe_delete_segments, now_ms)
-        compacted = False
-        if log.config.compacts:
-            plan = await self.run(compaction.plan_compaction, log)
-            if plan is not None:
-                loop = asyncio.get_running_loop()
-                result = await loop.run_in_executor(None, compaction.build_compaction, plan, now_ms)
-                compacted = await self.run(compaction.install_compaction, log, result)
-        self._mirror_offsets()
-        return deleted, compacted
+    def status(self) -> dict[str, Any]:
+        """This replica's Raft and log position, for `dmq cluster status`."""
+        raft = self.raft.status() if self.raft is not None else None
+        return {
+            "group_id": self.group_id,
+            "topic": self.topic,
+            "partition": self.partition,
+            "is_leader": bool(raft and raft.is_leader),
+            "leader": raft.leader_id if raft else None,
+            "term": raft.term if raft else 0,
+            "commit_index": raft.commit_index if raft else 0,
+            "last_applied": raft.last_applied if raft else 0,
+            "log_start_offset": self.log_start_offset,
+            "high_watermark": self.high_watermark,
+            "log_end_offset": self.log_end_offset,
+        }

@@ -9,6 +9,7 @@ flushes and closes its files, and the data-directory lock is released.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import signal
 import sys
@@ -33,9 +34,10 @@ def configure_logging(level: str) -> None:
 
 
 async def run_broker(config: BrokerConfig, stop: asyncio.Event) -> None:
+    """Listen first, then join: a broker of a forming cluster must be reachable by the
+    others (their internal routes) before it can itself finish starting."""
     broker = Broker(config)
     _log.info("starting broker %s (data dir %s)", config.node_id, config.data_dir)
-    await broker.start()
     runner = web.AppRunner(
         make_app(broker), shutdown_timeout=config.shutdown_grace_ms / 1000, access_log=None
     )
@@ -43,8 +45,18 @@ async def run_broker(config: BrokerConfig, stop: asyncio.Event) -> None:
     try:
         site = web.TCPSite(runner, config.http_host, config.http_port, reuse_address=True)
         await site.start()
-        _log.info("listening on http://%s", config.http_addr)
-        await stop.wait()
+        _log.info("listening on http://%s; raft on %s", config.http_addr, config.raft_addr)
+        starting = asyncio.ensure_future(broker.start())
+        stopping = asyncio.ensure_future(stop.wait())
+        await asyncio.wait({starting, stopping}, return_when=asyncio.FIRST_COMPLETED)
+        if not starting.done():
+            starting.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await starting
+        else:
+            starting.result()  # a failed start raises here
+            await stopping
+        stopping.cancel()
         _log.info("stopping: draining in-flight requests")
         broker.ready = False
     finally:

@@ -16,12 +16,12 @@ from dmq import errors, limits
 from dmq.broker import Acks, Broker, FetchResult, TopicDescription
 from http_api import codec
 from http_api.errors import REQUEST_BYTES_MAX, error_middleware
+from http_api.forward import BROKER, forward_middleware, is_forwarded
 from http_api.openapi import openapi_document
 from http_api.sendfile import FileRangesResponse
 
 BATCH_CONTENT_TYPE = "application/vnd.dmq.batch"
 BATCHES_CONTENT_TYPE = "application/vnd.dmq.batches"
-BROKER: web.AppKey[Broker] = web.AppKey("broker", Broker)
 
 
 def _json(payload: Any, status: int = 200) -> web.Response:
@@ -119,7 +119,9 @@ async def cluster(request: web.Request) -> web.Response:
 
 
 async def list_topics(request: web.Request) -> web.Response:
-    topics = _broker(request).list_topics()
+    broker = _broker(request)
+    await broker.metadata_barrier(request.query.get("consistency"))
+    topics = broker.list_topics()
     return _json(
         {
             "topics": [
@@ -154,7 +156,9 @@ async def create_topic(request: web.Request) -> web.Response:
 
 
 async def describe_topic(request: web.Request) -> web.Response:
-    return _json(_description(_broker(request).describe_topic(request.match_info["topic"])))
+    broker = _broker(request)
+    await broker.metadata_barrier(request.query.get("consistency"))
+    return _json(_description(broker.describe_topic(request.match_info["topic"])))
 
 
 async def alter_topic_config(request: web.Request) -> web.Response:
@@ -274,7 +278,9 @@ async def _fetch_offset(request: web.Request, broker: Broker, topic: str, partit
         parsed = int_param(request, "offset", 0, -(2**63), 2**63 - 1)
         assert parsed is not None
         offset = parsed
-    return await broker.resolve_offset(topic, partition, offset=offset, timestamp_ms=timestamp)
+    return await broker.resolve_offset(
+        topic, partition, offset=offset, timestamp_ms=timestamp, forwarded=is_forwarded(request)
+    )
 
 
 async def fetch(request: web.Request) -> web.StreamResponse:
@@ -309,6 +315,7 @@ async def fetch(request: web.Request) -> web.StreamResponse:
         max_records=max_records,
         wait_ms=wait_ms,
         raw=fmt == "binary",
+        forwarded=is_forwarded(request),
     )
     if fmt == "binary":
         return await _send_raw(request, result)
@@ -354,7 +361,9 @@ async def _send_raw(request: web.Request, result: FetchResult) -> web.StreamResp
 async def list_offsets(request: web.Request) -> web.Response:
     partition = _partition_param(request)
     timestamp = int_param(request, "timestamp", None, 0, 2**63 - 1)
-    result = await _broker(request).list_offsets(request.match_info["topic"], partition, timestamp)
+    result = await _broker(request).list_offsets(
+        request.match_info["topic"], partition, timestamp, forwarded=is_forwarded(request)
+    )
     return _json(
         {
             "partition": result.partition,
@@ -365,6 +374,70 @@ async def list_offsets(request: web.Request) -> web.Response:
     )
 
 
+# ---------------------------------------------------------------------- cluster
+
+
+async def cluster_status(request: web.Request) -> web.Response:
+    return _json(await _broker(request).cluster_status())
+
+
+# Internal routes: one broker calling another (dmq/peers.py). Not for clients.
+
+
+async def internal_status(request: web.Request) -> web.Response:
+    return _json(_broker(request).local_status())
+
+
+async def internal_append(request: web.Request) -> web.Response:
+    partition = _partition_param(request)
+    topic_id = int_param(request, "topic_id", None, 1, 2**62)
+    if topic_id is None:
+        raise errors.InvalidRequest("topic_id is required", field="topic_id")
+    append_time = int_param(request, "log_append_time_ms", None, 0, 2**63 - 1)
+    base_offset = await _broker(request).append_forwarded(
+        request.match_info["topic"],
+        topic_id,
+        partition,
+        await request.read(),
+        acks=_acks(request),
+        log_append_time_ms=append_time,
+    )
+    return _json({"base_offset": base_offset})
+
+
+async def internal_batches(request: web.Request) -> web.Response:
+    broker = _broker(request)
+    start = int_param(request, "start_offset", None, 0, 2**63 - 1)
+    end = int_param(request, "end_offset", None, 0, 2**63 - 1)
+    if start is None or end is None:
+        raise errors.InvalidRequest(
+            "start_offset and end_offset are required", field="start_offset"
+        )
+    data, next_offset = await broker.read_batches(
+        request.match_info["topic"], _partition_param(request), start, end
+    )
+    return web.Response(
+        body=data,
+        content_type=BATCHES_CONTENT_TYPE,
+        headers={"X-Dmq-Next-Offset": str(next_offset)},
+    )
+
+
+async def internal_metadata_propose(request: web.Request) -> web.Response:
+    version = await _broker(request).propose_metadata_forwarded(await request.read())
+    return _json({"metadata_version": version})
+
+
+async def internal_metadata(request: web.Request) -> web.Response:
+    broker = _broker(request)
+    after = int_param(request, "after_version", -1, -1, 2**63 - 1)
+    wait_ms = int_param(request, "wait_ms", 0, 0, broker.config.fetch_wait_ms_max)
+    assert after is not None and wait_ms is not None
+    return _json(
+        await broker.metadata_state_after(after, wait_ms, request.query.get("consistency"))
+    )
+
+
 # ---------------------------------------------------------------------- app
 
 ROUTES: tuple[tuple[str, str, Any], ...] = (
@@ -372,6 +445,7 @@ ROUTES: tuple[tuple[str, str, Any], ...] = (
     ("GET", "/readyz", readyz),
     ("GET", "/openapi.json", openapi),
     ("GET", "/v1/cluster", cluster),
+    ("GET", "/v1/cluster/status", cluster_status),
     ("GET", "/v1/topics", list_topics),
     ("POST", "/v1/topics", create_topic),
     ("GET", "/v1/topics/{topic}", describe_topic),
@@ -381,12 +455,18 @@ ROUTES: tuple[tuple[str, str, Any], ...] = (
     ("POST", "/v1/topics/{topic}/records", produce),
     ("GET", "/v1/topics/{topic}/partitions/{partition}/records", fetch),
     ("GET", "/v1/topics/{topic}/partitions/{partition}/offsets", list_offsets),
+    ("GET", "/v1/internal/status", internal_status),
+    ("POST", "/v1/internal/partitions/{topic}/{partition}/append", internal_append),
+    ("GET", "/v1/internal/partitions/{topic}/{partition}/batches", internal_batches),
+    ("POST", "/v1/internal/metadata/propose", internal_metadata_propose),
+    ("GET", "/v1/internal/metadata", internal_metadata),
 )
 
 
 def make_app(broker: Broker) -> web.Application:
     app = web.Application(
-        middlewares=[error_middleware], client_max_size=broker.config.request_bytes_max
+        middlewares=[error_middleware, forward_middleware],
+        client_max_size=broker.config.request_bytes_max,
     )
     app[BROKER] = broker
     app[REQUEST_BYTES_MAX] = broker.config.request_bytes_max

@@ -99,8 +99,23 @@ def _paths(config: BrokerConfig) -> dict[str, Any]:
         "/v1/cluster": {
             "get": _op("cluster", "Cluster id, brokers, this node", {"200": _ok("Cluster")})
         },
+        "/v1/cluster/status": {
+            "get": _op(
+                "cluster_status",
+                "Brokers, and per Raft group its leader, term, commit index and replica lag",
+                {"200": _ok("ClusterStatus")},
+                errors=(503,),
+            )
+        },
+        **_internal_paths(config),
         "/v1/topics": {
-            "get": _op("list_topics", "List topics", {"200": _ok("TopicList")}, errors=(503,)),
+            "get": _op(
+                "list_topics",
+                "List topics",
+                {"200": _ok("TopicList")},
+                parameters=[_CONSISTENCY],
+                errors=(400, 503),
+            ),
             "post": _op(
                 "create_topic",
                 "Create a topic (only name is required)",
@@ -113,9 +128,10 @@ def _paths(config: BrokerConfig) -> dict[str, Any]:
             "parameters": [_TOPIC],
             "get": _op(
                 "describe_topic",
-                "Config and per-partition offsets",
+                "Config, placement and this broker's per-partition offsets",
                 {"200": _ok("TopicDescription")},
-                errors=(404, 503),
+                parameters=[_CONSISTENCY],
+                errors=(400, 404, 503),
             ),
             "delete": _op(
                 "delete_topic",
@@ -160,6 +176,85 @@ def _paths(config: BrokerConfig) -> dict[str, Any]:
                 ],
                 errors=(400, 404, 503),
             ),
+        },
+    }
+
+
+_CONSISTENCY = {
+    "name": "consistency",
+    "in": "query",
+    "required": False,
+    "schema": {"type": "string", "enum": ["local", "linearizable"], "default": "local"},
+    "description": "local: this broker's applied catalogue; linearizable: after a read "
+    "barrier through the metadata group",
+}
+_INTERNAL = "Internal, broker to broker (dmq/peers.py); not for clients. "
+
+
+def _internal_paths(config: BrokerConfig) -> dict[str, Any]:
+    binary = {"application/octet-stream": {"schema": {"type": "string", "format": "binary"}}}
+    return {
+        "/v1/internal/status": {
+            "get": _op(
+                "internal_status",
+                _INTERNAL + "This broker's replicas as its Raft groups see them",
+                {"200": _ok(_object({}, closed=False))},
+            )
+        },
+        "/v1/internal/partitions/{topic}/{partition}/append": {
+            "parameters": [_TOPIC, _PARTITION],
+            "post": _op(
+                "internal_append",
+                _INTERNAL + "Append a RecordBatch to a replica hosted here",
+                {"200": _ok(_object({"base_offset": _or_null(_OFFSET)}, ("base_offset",)))},
+                parameters=[
+                    _query("topic_id", _int(1, 2**62), "the topic's id (required)"),
+                    _query("acks", {"type": "string", "enum": ["0", "1", "all", "-1"]}, "acks"),
+                    _query("log_append_time_ms", _int(0, INT64_MAX), "leader-stamped time"),
+                ],
+                body={"required": True, "content": binary},
+                errors=(400, 404, 413, 429, 503, 504),
+            ),
+        },
+        "/v1/internal/partitions/{topic}/{partition}/batches": {
+            "parameters": [_TOPIC, _PARTITION],
+            "get": _op(
+                "internal_batches",
+                _INTERNAL + "Committed raw batches [start_offset, end_offset) for catch-up",
+                {
+                    "200": {
+                        "description": "concatenated batches",
+                        "content": {BATCHES: {"schema": {"type": "string", "format": "binary"}}},
+                    }
+                },
+                parameters=[
+                    _query("start_offset", _int(0, INT64_MAX), "first offset (required)"),
+                    _query("end_offset", _int(0, INT64_MAX), "end, exclusive (required)"),
+                ],
+                errors=(400, 404, 416, 503),
+            ),
+        },
+        "/v1/internal/metadata/propose": {
+            "post": _op(
+                "internal_metadata_propose",
+                _INTERNAL + "Commit an encoded metadata command (an observer's)",
+                {"200": _ok(_object({"metadata_version": _OFFSET}, ("metadata_version",)))},
+                body={"required": True, "content": binary},
+                errors=(400, 404, 409, 413, 429, 503, 504),
+            )
+        },
+        "/v1/internal/metadata": {
+            "get": _op(
+                "internal_metadata",
+                _INTERNAL + "The catalogue, once newer than after_version (long-poll)",
+                {"200": _ok(_object({"state": _object({}, closed=False)}, ("state",)))},
+                parameters=[
+                    _query("after_version", _int(-1, INT64_MAX, -1), "answer once newer"),
+                    _query("wait_ms", _int(0, config.fetch_wait_ms_max, 0), "longest wait"),
+                    _CONSISTENCY,
+                ],
+                errors=(400, 503, 504),
+            )
         },
     }
 
@@ -468,15 +563,50 @@ def _schemas(config: BrokerConfig) -> dict[str, Any]:
             {
                 "cluster_id": {"type": "string"},
                 "node_id": {"type": "string"},
-                "brokers": {
+                "metadata_voters": {"type": "array", "items": {"type": "string"}},
+                "metadata_version": _OFFSET,
+                "brokers": {"type": "array", "items": _ref("Broker")},
+            },
+            ("cluster_id", "node_id", "metadata_voters", "metadata_version", "brokers"),
+        ),
+        "Broker": _object(
+            {
+                "node_id": {"type": "string"},
+                "http_addr": {"type": "string"},
+                "raft_addr": {"type": "string"},
+                "live": {"type": "boolean", "description": "heartbeat within the session"},
+                "reachable": {"type": "boolean", "description": "answered this status call"},
+            },
+            ("node_id", "http_addr", "raft_addr", "live"),
+        ),
+        "ClusterStatus": _object(
+            {
+                "cluster_id": {"type": "string"},
+                "node_id": {"type": "string"},
+                "metadata_voters": {"type": "array", "items": {"type": "string"}},
+                "metadata_version": _OFFSET,
+                "brokers": {"type": "array", "items": _ref("Broker")},
+                "groups": {
                     "type": "array",
                     "items": _object(
-                        {"node_id": {"type": "string"}, "http_addr": {"type": "string"}},
-                        ("node_id", "http_addr"),
+                        {
+                            "group_id": _OFFSET,
+                            "topic": _NULLABLE_STRING,
+                            "partition": _or_null(_OFFSET),
+                            "leader": _NULLABLE_STRING,
+                            "term": _OFFSET,
+                            "commit_index": _OFFSET,
+                            "replicas": {
+                                "type": "array",
+                                "items": _object({}, closed=False),
+                            },
+                        },
+                        ("group_id", "topic", "partition", "leader", "term", "replicas"),
+                        closed=False,
                     ),
                 },
             },
-            ("cluster_id", "node_id", "brokers"),
+            ("cluster_id", "node_id", "brokers", "groups"),
         ),
         "TopicName": {
             "type": "string",
@@ -508,8 +638,14 @@ def _schemas(config: BrokerConfig) -> dict[str, Any]:
                 "partitions": _or_null(
                     _int(1, limits.PARTITIONS_PER_TOPIC_MAX, config.default_partitions)
                 ),
-                # One node holds one replica of each partition; a cluster raises this.
-                "replication_factor": _or_null(_int(1, 1, config.default_replication_factor)),
+                # At most one replica per broker.
+                "replication_factor": _or_null(
+                    _int(
+                        1,
+                        len(config.peer_addrs),
+                        min(config.default_replication_factor, len(config.peer_addrs)),
+                    )
+                ),
                 "config": _or_null(_ref("TopicConfig")),
             },
             ("name",),
@@ -534,11 +670,15 @@ def _schemas(config: BrokerConfig) -> dict[str, Any]:
                     "items": _object(
                         {
                             "partition": _OFFSET,
-                            "leader": {"type": "string"},
+                            "leader": {
+                                **_NULLABLE_STRING,
+                                "description": "null while no leader is known",
+                            },
                             "replicas": {"type": "array", "items": {"type": "string"}},
-                            "log_start_offset": _OFFSET,
-                            "high_watermark": _OFFSET,
-                            "log_end_offset": _OFFSET,
+                            # null where this broker holds no replica of the partition
+                            "log_start_offset": _or_null(_OFFSET),
+                            "high_watermark": _or_null(_OFFSET),
+                            "log_end_offset": _or_null(_OFFSET),
                         },
                         (
                             "partition",

@@ -37,6 +37,7 @@ class BrokerProcess:
         self.data_dir = data_dir
         self.host = host
         self.port = free_port(host)
+        self.raft_port = free_port(host)
         self.extra_args = list(extra_args or [])
         self.env = dict(env or {})
         self.proc: subprocess.Popen[bytes] | None = None
@@ -57,6 +58,8 @@ class BrokerProcess:
             str(self.data_dir),
             "--http-addr",
             f"{self.host}:{self.port}",
+            "--raft-addr",
+            f"{self.host}:{self.raft_port}",
             *self.extra_args,
         ]
 

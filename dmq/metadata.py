@@ -1,0 +1,304 @@
+"""The broker's view of the metadata group: the cluster catalogue and how to change it.
+
+The metadata group (Raft group 0) runs raft/metadata.py's MetadataMachine on the voters
+(`metadata_voters`: 1, 3 or 5 brokers). The other brokers are observers: they do not vote
+and follow the voters' state over HTTP. Either way this service offers the same three
+things to the Broker:
+
+- `state`: the catalogue as this broker last applied (voter) or received (observer). Reads
+  are never older than that, and it only moves forward (`metadata_version` never drops);
+- `propose(command)`: commit a command and return its `Applied` result once this broker's
+  state includes it (read-your-writes), or raise the dmq error for a `Rejected` one;
+- `read_barrier()`: a linearizable read. On a voter it commits a no-op heartbeat through
+  the group (Raft's read-index by log, simple and correct); an observer asks a voter for
+  its state after such a barrier and adopts it.
+
+`on_change` is called on the event loop after every change of `metadata_version`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Callable
+from typing import Any
+
+from dmq import errors
+from dmq.peers import PeerClient
+from raft import errors as raft_errors
+from raft.metadata import (
+    REJECT_NOT_ENOUGH_BROKERS,
+    REJECT_TOO_MANY_TOPICS,
+    REJECT_TOPIC_EXISTS,
+    REJECT_UNKNOWN_BROKER,
+    REJECT_UNKNOWN_PARTITION,
+    REJECT_UNKNOWN_TOPIC,
+    Applied,
+    BrokerHeartbeat,
+    Command,
+    CommandDecodeError,
+    MetadataMachine,
+    MetadataState,
+    Rejected,
+    Result,
+    decode_command,
+    encode_command,
+    state_from_json,
+    state_to_json,
+)
+from raft.node import RaftNode, Replica
+
+_log = logging.getLogger("dmq.metadata")
+
+METADATA_GROUP_ID = 0
+# An observer's long-poll for a newer state: how long a voter holds it.
+FOLLOW_WAIT_MS = 5_000
+# After a failed follow call, the observer waits this long before the next voter.
+FOLLOW_RETRY_S = 0.2
+
+
+def wall_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+def error_for_rejected(rejected: Rejected) -> errors.DmqError:
+    """A metadata command's refusal as the user's error (the field names the input)."""
+    field = rejected.field
+    if rejected.code == REJECT_TOPIC_EXISTS:
+        return errors.TopicAlreadyExists(rejected.message, field="name")
+    if rejected.code == REJECT_UNKNOWN_TOPIC:
+        return errors.TopicNotFound(rejected.message, field="topic")
+    if rejected.code == REJECT_UNKNOWN_PARTITION:
+        return errors.PartitionNotFound(rejected.message, field="partition")
+    if rejected.code == REJECT_UNKNOWN_BROKER:
+        return errors.BrokerUnavailable(rejected.message, retry_after_ms=500)
+    if rejected.code == REJECT_NOT_ENOUGH_BROKERS:
+        return errors.InvalidRequest(rejected.message, field="replication_factor")
+    if rejected.code == REJECT_TOO_MANY_TOPICS:
+        return errors.InvalidRequest(rejected.message, field="name")
+    return errors.InvalidRequest(rejected.message, field=field)
+
+
+def translate_raft_error(exc: raft_errors.RaftError, what: str) -> errors.DmqError:
+    """raft/ errors at the Broker's border (they never reach users as they are)."""
+    if isinstance(exc, raft_errors.QueueFull):
+        return errors.Backpressure(f"{what}: too many proposals in flight", retry_after_ms=100)
+    if isinstance(exc, raft_errors.CommandTooLarge):
+        return errors.RecordTooLarge(f"{what}: {exc}", field="records")
+    if isinstance(exc, raft_errors.ReplicaStopped):
+        return errors.BrokerUnavailable(f"{what}: this broker is stopping", retry_after_ms=1000)
+    if isinstance(exc, raft_errors.NotApplied):  # NotLeader, Discarded, RequestDenied
+        return errors.NotLeader(
+            f"{what}: no leader could take the request: {exc}", retry_after_ms=200
+        )
+    # Timeout, OutcomeUnknown: it may still commit. A retry may duplicate it.
+    return errors.RequestTimeout(f"{what}: {exc}; the outcome is unknown", retry_after_ms=200)
+
+
+class _NotifyingMachine(MetadataMachine):
+    """MetadataMachine that tells the event loop when the catalogue changed."""
+
+    def __init__(self, notify: Callable[[], None]) -> None:
+        super().__init__()
+        self._notify = notify
+
+    def apply(self, command: bytes) -> Result:
+        version = self.state.metadata_version
+        result = super().apply(command)
+        if self.state.metadata_version != version:
+            self._notify()
+        return result
+
+    def restore(self, snapshot: bytes) -> None:
+        super().restore(snapshot)
+        self._notify()
+
+
+class MetadataService:
+    def __init__(
+        self,
+        node_id: str,
+        voters: list[str],
+        raft_node: RaftNode,
+        peers: PeerClient,
+        voter_http: Callable[[], list[str]],
+        *,
+        timeout_s: float,
+        on_change: Callable[[], None],
+    ) -> None:
+        self.node_id = node_id
+        self.voters = voters
+        self.is_voter = node_id in voters
+        self._raft_node = raft_node
+        self._peers = peers
+        self._voter_http = voter_http  # HTTP addresses of voters, best guess first
+        self._timeout_s = timeout_s
+        self._on_change = on_change
+        self._machine: _NotifyingMachine | None = None
+        self._replica: Replica | None = None
+        self._observed = MetadataState()
+        self._changed = asyncio.Event()
+        self._follow_task: asyncio.Task[None] | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._notify_pending = False
+
+    @property
+    def state(self) -> MetadataState:
+        return self._machine.state if self._machine is not None else self._observed
+
+    @property
+    def replica(self) -> Replica | None:
+        return self._replica
+
+    async def start(self) -> None:
+        self._loop = asyncio.get_running_loop()
+        if self.is_voter:
+            self._machine = _NotifyingMachine(self._notify_from_thread)
+            self._replica = await self._raft_node.add_group(
+                METADATA_GROUP_ID, self._machine, members=self.voters
+            )
+        else:
+            self._follow_task = self._loop.create_task(self._follow())
+
+    async def stop(self) -> None:
+        if self._follow_task is not None:
+            self._follow_task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._follow_task
+
+    # --- change notification ------------------------------------------------------------
+
+    def _notify_from_thread(self) -> None:
+        """On the tick thread: one wake-up of the loop per burst of changes."""
+        if self._loop is None or self._notify_pending:
+            return
+        self._notify_pending = True
+        with contextlib.suppress(RuntimeError):  # the loop closed: nobody listens any more
+            self._loop.call_soon_threadsafe(self._changed_on_loop)
+
+    def _changed_on_loop(self) -> None:
+        self._notify_pending = False
+        self._changed.set()
+        self._changed = asyncio.Event()
+        self._on_change()
+
+    async def wait_for_version(self, version: int, timeout_s: float) -> None:
+        deadline = asyncio.get_running_loop().time() + timeout_s
+        while self.state.metadata_version < version:
+            remaining = deadline - asyncio.get_running_loop().time()
+            if remaining <= 0:
+                raise errors.RequestTimeout(
+                    f"metadata version {version} did not reach this broker in {timeout_s}s"
+                )
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._changed.wait(), remaining)
+
+    # --- proposals ----------------------------------------------------------------------
+
+    async def propose(self, command: Command) -> Applied:
+        """Commit `command`; its Applied result once this broker's state includes it."""
+        if self._replica is not None:
+            try:
+                result = await self._replica.propose(
+                    encode_command(command), timeout_s=self._timeout_s
+                )
+            except raft_errors.RaftError as exc:
+                raise translate_raft_error(exc, "metadata") from exc
+            if isinstance(result, Rejected):
+                raise error_for_rejected(result)
+            assert isinstance(result, Applied)
+            return result
+        version = await self._propose_through_voter(command)
+        await self.wait_for_version(version, self._timeout_s)
+        return Applied(version)
+
+    async def propose_encoded(self, data: bytes) -> Applied:
+        """A command another broker encoded (an observer's, relayed to this voter)."""
+        if self._replica is None:
+            raise errors.NotLeader("this broker is not a metadata voter", retry_after_ms=200)
+        try:
+            command = decode_command(data)
+        except CommandDecodeError as exc:
+            raise errors.InvalidRequest(f"metadata command: {exc}", field="body") from exc
+        return await self.propose(command)
+
+    async def _propose_through_voter(self, command: Command) -> int:
+        last: errors.DmqError = errors.BrokerUnavailable("no metadata voter is known")
+        deadline = asyncio.get_running_loop().time() + self._timeout_s
+        while asyncio.get_running_loop().time() < deadline:
+            for addr in self._voter_http():
+                try:
+                    answer = await self._peers.call(
+                        "POST",
+                        addr,
+                        "/v1/internal/metadata/propose",
+                        body=encode_command(command),
+                        timeout_s=self._timeout_s,
+                    )
+                    return int(answer["metadata_version"])
+                except errors.RetriableError as exc:
+                    last = exc
+            await asyncio.sleep(FOLLOW_RETRY_S)
+        raise last
+
+    async def read_barrier(self) -> None:
+        """After this, `state` includes every change committed before the call."""
+        if self._replica is not None:
+            await self.propose(BrokerHeartbeat(self.node_id, wall_ms()))
+            return
+        doc = await self._fetch_state(after_version=-1, wait_ms=0, linearizable=True)
+        self._adopt(doc)
+
+    # --- observers ----------------------------------------------------------------------
+
+    async def _follow(self) -> None:
+        """Observer: long-poll the voters for each newer state."""
+        while True:
+            try:
+                doc = await self._fetch_state(
+                    after_version=self._observed.metadata_version, wait_ms=FOLLOW_WAIT_MS
+                )
+                self._adopt(doc)
+            except errors.DmqError as exc:
+                _log.debug("following the metadata group: %s", exc)
+                await asyncio.sleep(FOLLOW_RETRY_S)
+
+    async def _fetch_state(
+        self, *, after_version: int, wait_ms: int, linearizable: bool = False
+    ) -> dict[str, Any]:
+        last: errors.DmqError = errors.BrokerUnavailable("no metadata voter is known")
+        for addr in self._voter_http():
+            params = {"after_version": str(after_version), "wait_ms": str(wait_ms)}
+            if linearizable:
+                params["consistency"] = "linearizable"
+            try:
+                answer: dict[str, Any] = await self._peers.call(
+                    "GET",
+                    addr,
+                    "/v1/internal/metadata",
+                    params=params,
+                    timeout_s=wait_ms / 1000 + self._timeout_s,
+                )
+                return answer
+            except errors.DmqError as exc:
+                last = exc
+        raise last
+
+    def _adopt(self, doc: dict[str, Any]) -> None:
+        state = state_from_json(doc["state"])
+        if state.metadata_version > self._observed.metadata_version or (
+            state.metadata_version == self._observed.metadata_version
+            and state.clock_ms > self._observed.clock_ms
+        ):
+            changed = state.metadata_version != self._observed.metadata_version
+            self._observed = state
+            if changed:
+                self._changed_on_loop()
+
+    async def state_after(self, after_version: int, wait_ms: int) -> dict[str, Any]:
+        """For an observer's long-poll: the state once newer than `after_version`."""
+        with contextlib.suppress(errors.RequestTimeout):
+            await self.wait_for_version(after_version + 1, wait_ms / 1000)
+        return {"state": state_to_json(self.state)}

@@ -1,0 +1,150 @@
+"""Broker-to-broker HTTP: the calls one broker makes on another.
+
+A broker forwards what it cannot do itself to the broker that can: an append to a
+partition it hosts no replica of, a metadata command when it is not a metadata voter,
+the metadata state an observer follows, a replica's status for `dmq cluster status`,
+and the batches a lagging replica copies from the leader after a snapshot. All of them
+use the internal routes of http_api/app.py (`/v1/internal/...`), which answer errors in
+the public shape; `error_for_code` turns them back into dmq.errors here.
+
+Every call has a deadline. Connection failures become BrokerUnavailable (retriable):
+the caller decides whether to try another broker.
+"""
+
+from __future__ import annotations
+
+import json
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from typing import Any
+
+import aiohttp
+
+from dmq import errors
+
+FORWARDED_HEADER = "X-Dmq-Forwarded"  # set on a forwarded request: it is never forwarded again
+BATCHES_CONTENT_TYPE = "application/vnd.dmq.batches"
+# Connections kept to each other broker (forwarded appends run in parallel on them).
+CONNECTIONS_PER_PEER_MAX = 32
+
+
+def _error_from(status: int, body: bytes) -> errors.DmqError:
+    try:
+        doc = json.loads(body)["error"]
+        return errors.error_for_code(doc["code"], doc["message"], doc.get("details"))
+    except (ValueError, KeyError, TypeError):
+        return errors.BrokerUnavailable(f"peer answered {status}: {body[:200]!r}")
+
+
+class PeerClient:
+    """Async calls to other brokers; one aiohttp session for all of them."""
+
+    def __init__(self) -> None:
+        self._session: aiohttp.ClientSession | None = None
+
+    async def start(self) -> None:
+        self._session = aiohttp.ClientSession(
+            connector=aiohttp.TCPConnector(limit_per_host=CONNECTIONS_PER_PEER_MAX),
+            headers={FORWARDED_HEADER: "1"},
+        )
+
+    async def close(self) -> None:
+        if self._session is not None:
+            await self._session.close()
+            self._session = None
+
+    @property
+    def session(self) -> aiohttp.ClientSession:
+        if self._session is None:
+            raise errors.BrokerUnavailable("the broker is stopping", retry_after_ms=500)
+        return self._session
+
+    async def call(
+        self,
+        method: str,
+        http_addr: str,
+        path: str,
+        *,
+        timeout_s: float,
+        params: dict[str, str] | None = None,
+        body: bytes | None = None,
+        content_type: str = "application/octet-stream",
+    ) -> Any:
+        """One request; the decoded JSON answer, or the broker's error raised."""
+        headers = {"Content-Type": content_type} if body is not None else None
+        try:
+            async with self.session.request(
+                method,
+                f"http://{http_addr}{path}",
+                params=params,
+                data=body,
+                headers=headers,
+                timeout=aiohttp.ClientTimeout(total=timeout_s),
+            ) as resp:
+                raw = await resp.read()
+                if resp.status >= 400:
+                    raise _error_from(resp.status, raw)
+                return json.loads(raw) if raw else None
+        except (aiohttp.ClientError, TimeoutError, ConnectionError) as exc:
+            raise errors.BrokerUnavailable(
+                f"broker at {http_addr} did not answer: {exc!r}", retry_after_ms=200
+            ) from exc
+
+    async def append(
+        self,
+        http_addr: str,
+        topic: str,
+        topic_id: int,
+        partition: int,
+        batch: bytes,
+        *,
+        acks: str,
+        log_append_time_ms: int | None,
+        timeout_s: float,
+    ) -> int | None:
+        """Append a validated batch on a broker hosting the partition; its base offset."""
+        params = {"acks": acks, "topic_id": str(topic_id)}
+        if log_append_time_ms is not None:
+            params["log_append_time_ms"] = str(log_append_time_ms)
+        answer = await self.call(
+            "POST",
+            http_addr,
+            f"/v1/internal/partitions/{topic}/{partition}/append",
+            params=params,
+            body=batch,
+            timeout_s=timeout_s,
+        )
+        base = answer.get("base_offset")
+        return None if base is None else int(base)
+
+
+def fetch_batches_blocking(
+    http_addr: str, topic: str, partition: int, start_offset: int, end_offset: int, timeout_s: float
+) -> Iterator[bytes]:
+    """Raw batches of [start_offset, end_offset) from a broker's replica, in chunks.
+
+    Blocking (urllib): it runs on the Raft tick thread, inside a snapshot's restore, where
+    no event loop is available. Yields each response body (whole batches, concatenated).
+    """
+    offset = start_offset
+    while offset < end_offset:
+        url = (
+            f"http://{http_addr}/v1/internal/partitions/{topic}/{partition}/batches"
+            f"?start_offset={offset}&end_offset={end_offset}"
+        )
+        request = urllib.request.Request(url, headers={FORWARDED_HEADER: "1"})
+        try:
+            with urllib.request.urlopen(request, timeout=timeout_s) as resp:
+                body = resp.read()
+                next_offset = int(resp.headers["X-Dmq-Next-Offset"])
+        except urllib.error.HTTPError as exc:
+            raise _error_from(exc.code, exc.read()) from exc
+        except (urllib.error.URLError, OSError) as exc:
+            raise errors.BrokerUnavailable(f"broker at {http_addr}: {exc!r}") from exc
+        if next_offset <= offset:
+            raise errors.BrokerUnavailable(
+                f"broker at {http_addr} has nothing from offset {offset} of {topic}-{partition}"
+            )
+        yield body
+        offset = next_offset

@@ -1,0 +1,63 @@
+"""Relaying a request to the broker that can answer it (the partition leader's).
+
+A Broker method raises `ForwardRequest(http_addr)` when another broker must answer
+(a fetch or offset lookup for a partition led elsewhere). `forward_middleware` then
+sends the same request there, marked with the forwarded header so that it is never
+relayed a second time, and returns that broker's answer as it is: status, body,
+content type, Retry-After and the X-Dmq-* headers.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+
+import aiohttp
+from aiohttp import web
+
+from dmq import errors
+from dmq.broker import Broker, ForwardRequest
+from dmq.peers import FORWARDED_HEADER
+
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+BROKER: web.AppKey[Broker] = web.AppKey("broker", Broker)
+_PASSED_REQUEST_HEADERS = ("Accept", "Content-Type")
+_PASSED_RESPONSE_HEADERS = ("Content-Type", "Retry-After")
+
+
+def is_forwarded(request: web.Request) -> bool:
+    return FORWARDED_HEADER in request.headers
+
+
+@web.middleware
+async def forward_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
+    try:
+        return await handler(request)
+    except ForwardRequest as forward:
+        return await _relay(request, forward.http_addr)
+
+
+async def _relay(request: web.Request, http_addr: str) -> web.Response:
+    broker = request.app[BROKER]
+    headers = {h: request.headers[h] for h in _PASSED_REQUEST_HEADERS if h in request.headers}
+    body = await request.read() if request.can_read_body else None
+    # A long-poll may wait fetch_wait_ms_max at the leader, then the usual request time.
+    timeout_s = broker.config.fetch_wait_ms_max / 1000 + broker.timeout_s
+    try:
+        async with broker.peers.session.request(
+            request.method,
+            f"http://{http_addr}{request.path_qs}",
+            headers=headers,
+            data=body,
+            timeout=aiohttp.ClientTimeout(total=timeout_s),
+        ) as resp:
+            payload = await resp.read()
+            out = {
+                k: v
+                for k, v in resp.headers.items()
+                if k in _PASSED_RESPONSE_HEADERS or k.startswith("X-Dmq-")
+            }
+            return web.Response(status=resp.status, body=payload, headers=out)
+    except (aiohttp.ClientError, TimeoutError, ConnectionError) as exc:
+        raise errors.NotLeader(
+            f"the partition leader at {http_addr} did not answer: {exc!r}", retry_after_ms=200
+        ) from exc
