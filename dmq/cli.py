@@ -9,6 +9,8 @@
     dmq produce TOPIC [--file PATH] [--key-separator SEP] [--acks all|1|0] ...
     dmq consume TOPIC [--partition N] [--from earliest|latest|OFFSET | --from-time T]
                       [--follow] [--max-records N] [--output lines|json]
+    dmq cluster status [--json]                   brokers, Raft groups, leaders, lag
+    dmq bench --nodes 3 [--quick] [--runs N]       a 3-node cluster against one node
     dmq bench log [--quick] [--dir DIR] [--total-mb MB] [--runs N] ...
     dmq bench broker [--quick] [--runs N] [--total-mb MB] [--rate N] ...
 
@@ -156,6 +158,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_topic(commands, url)
     _add_produce(commands, url)
     _add_consume(commands, url)
+    _add_cluster(commands, url)
     _add_bench(commands)
     return parser
 
@@ -297,9 +300,28 @@ def _add_consume(commands: Subparsers, url: argparse.ArgumentParser) -> None:
     consume.set_defaults(handler=_cmd_consume)
 
 
+def _add_cluster(commands: Subparsers, url: argparse.ArgumentParser) -> None:
+    cluster = commands.add_parser("cluster", help="the cluster's brokers and Raft groups")
+    actions = cluster.add_subparsers(dest="cluster_command", metavar="ACTION", required=True)
+    status = actions.add_parser(
+        "status", parents=[url], help="brokers; per group its leader, term, commit index, lag"
+    )
+    status.add_argument("--json", action="store_true", help="print the answer as JSON")
+    status.set_defaults(handler=_cmd_cluster_status)
+
+
 def _add_bench(commands: Subparsers) -> None:
-    bench = commands.add_parser("bench", help="benchmarks")
-    kinds = bench.add_subparsers(dest="bench_command", metavar="BENCHMARK", required=True)
+    bench = commands.add_parser(
+        "bench",
+        help="benchmarks",
+        description="`dmq bench --nodes 3`: a cluster of real brokers on this machine "
+        "(bench/cluster_bench.py); or one of the benchmarks below.",
+    )
+    bench.add_argument("--nodes", type=int, help="cluster benchmark with this many brokers")
+    bench.add_argument("--quick", action="store_true", help="CI-sized run")
+    bench.add_argument("--runs", type=int, help="runs; medians are shown")
+    bench.set_defaults(handler=_cmd_bench_cluster)
+    kinds = bench.add_subparsers(dest="bench_command", metavar="BENCHMARK")
     # The options of bench/log_bench.py's add_arguments, repeated here so that `dmq` does
     # not import the benchmark unless it runs (a test keeps the two lists equal).
     log = kinds.add_parser("log", help="the storage engine (log/) against raw file I/O")
@@ -385,10 +407,68 @@ def _cmd_bench_log(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_bench_cluster(args: argparse.Namespace) -> int:
+    if args.nodes is None:
+        raise UsageError("dmq bench needs --nodes N, or one of: log, broker")
+    from bench import cluster_bench
+
+    argv = ["--nodes", str(args.nodes)]
+    argv += ["--quick"] if args.quick else []
+    argv += ["--runs", str(args.runs)] if args.runs is not None else []
+    return int(cluster_bench.main(argv))
+
+
 def _cmd_bench_broker(args: argparse.Namespace) -> int:
     from bench import broker_bench
 
     broker_bench.run(args)
+    return 0
+
+
+# --------------------------------------------------------------------------- cluster
+
+
+def _cmd_cluster_status(args: argparse.Namespace) -> int:
+    async def status() -> dict[str, Any]:
+        async with AsyncAdmin(args.url) as admin:
+            return await admin.cluster_status()
+
+    doc = asyncio.run(status())
+    if args.json:
+        print(json.dumps(doc, indent=2))
+        return 0
+    print(f"cluster {doc['cluster_id']}, metadata voters {','.join(doc['metadata_voters'])}")
+    rows: list[tuple[str, ...]] = [("BROKER", "HTTP", "RAFT", "LIVE", "REACHABLE")]
+    rows += [
+        (
+            b["node_id"],
+            b["http_addr"],
+            b["raft_addr"],
+            "yes" if b["live"] else "no",
+            "yes" if b.get("reachable") else "no",
+        )
+        for b in doc["brokers"]
+    ]
+    _print_table(rows)
+    print()
+    rows = [("GROUP", "PARTITION", "LEADER", "TERM", "COMMIT", "REPLICAS (node:applied:lag)")]
+    for g in doc["groups"]:
+        where = "metadata" if g["topic"] is None else f"{g['topic']}-{g['partition']}"
+        replicas = " ".join(
+            f"{r['node_id']}:{r['last_applied']}:{'-' if r['lag'] is None else r['lag']}"
+            for r in g["replicas"]
+        )
+        rows.append(
+            (
+                str(g["group_id"]),
+                where,
+                g["leader"] or "-",
+                str(g["term"]),
+                str(g["commit_index"]),
+                replicas,
+            )
+        )
+    _print_table(rows)
     return 0
 
 
@@ -490,9 +570,9 @@ def _print_description(description: TopicDescription) -> None:
             str(p.partition),
             p.leader or "-",
             ",".join(p.replicas),
-            str(p.log_start_offset),
-            str(p.high_watermark),
-            str(p.log_end_offset),
+            "-" if p.log_start_offset is None else str(p.log_start_offset),
+            "-" if p.high_watermark is None else str(p.high_watermark),
+            "-" if p.log_end_offset is None else str(p.log_end_offset),
         )
         for p in description.partitions
     ]

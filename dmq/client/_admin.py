@@ -115,3 +115,10 @@ class AsyncAdmin:
     async def cluster(self) -> ClusterInfo:
         response = await self._transport.request("GET", "/v1/cluster")
         return parse_cluster(response.json())
+
+    async def cluster_status(self) -> dict[str, Any]:
+        """Brokers, and per Raft group its leader, term, commit index and replica lag
+        (the JSON of GET /v1/cluster/status, see http_api/README.md)."""
+        response = await self._transport.request("GET", "/v1/cluster/status")
+        status: dict[str, Any] = response.json()
+        return status

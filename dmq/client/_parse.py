@@ -39,9 +39,9 @@ def parse_partition(obj: Any, where: str) -> PartitionInfo:
         partition=_field(obj, "partition", int, where),
         leader=leader if isinstance(leader, str) else None,
         replicas=tuple(str(r) for r in replicas) if isinstance(replicas, list) else (),
-        log_start_offset=_field(obj, "log_start_offset", int, where),
-        high_watermark=_field(obj, "high_watermark", int, where),
-        log_end_offset=_field(obj, "log_end_offset", int, where),
+        log_start_offset=_optional_int(obj, "log_start_offset", where),
+        high_watermark=_optional_int(obj, "high_watermark", where),
+        log_end_offset=_optional_int(obj, "log_end_offset", where),
     )
 
 

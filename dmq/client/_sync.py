@@ -380,6 +380,9 @@ class Admin:
     def cluster(self) -> ClusterInfo:
         return self._runner.run(self._inner.cluster())
 
+    def cluster_status(self) -> dict[str, Any]:
+        return self._runner.run(self._inner.cluster_status())
+
     def close(self) -> None:
         if self._runner.stopped:
             return

@@ -42,14 +42,15 @@ class ConsumerRecord:
 
 @dataclass(frozen=True, slots=True)
 class PartitionInfo:
-    """One partition of a topic description; offsets as of the moment it was described."""
+    """One partition of a topic description; offsets as of the moment it was described,
+    by the answering broker's replica (None when that broker holds no replica of it)."""
 
     partition: int
     leader: str | None
     replicas: tuple[str, ...]
-    log_start_offset: int
-    high_watermark: int  # first offset not yet committed: consumers read below it
-    log_end_offset: int  # next offset to assign
+    log_start_offset: int | None
+    high_watermark: int | None  # first offset not yet committed: consumers read below it
+    log_end_offset: int | None  # next offset to assign
 
 
 @dataclass(frozen=True, slots=True)

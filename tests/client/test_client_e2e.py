@@ -62,7 +62,7 @@ def free_port() -> int:
 
 def healthy(url: str) -> bool:
     try:
-        with urllib.request.urlopen(url + "/healthz", timeout=1) as answer:
+        with urllib.request.urlopen(url + "/readyz", timeout=1) as answer:
             return bool(answer.status == 200)
     except (urllib.error.URLError, OSError):
         return False
@@ -90,6 +90,8 @@ def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
             str(work / "data"),
             "--http-addr",
             f"127.0.0.1:{port}",
+            "--raft-addr",
+            f"127.0.0.1:{free_port()}",
         ],
         stdout=log,
         stderr=subprocess.STDOUT,
@@ -102,7 +104,7 @@ def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
             if process.poll() is not None or time.monotonic() > deadline:
                 log.flush()
                 pytest.fail(
-                    f"dmq serve did not answer /healthz within {STARTUP_S} s "
+                    f"dmq serve did not answer /readyz within {STARTUP_S} s "
                     f"(exit code {process.poll()}):\n{(work / 'broker.log').read_text()}"
                 )
             time.sleep(0.05)
