@@ -90,10 +90,6 @@ class BrokerConfig:
         default=limits.PRODUCE_QUEUE_BYTES_MAX,
         metadata=_doc("bytes of produce requests queued per partition before 429"),
     )
-    group_commit_requests_max: int = field(
-        default=limits.GROUP_COMMIT_REQUESTS_MAX,
-        metadata=_doc("produce requests coalesced into one append"),
-    )
     fetch_wait_ms_max: int = field(
         default=limits.FETCH_WAIT_MS_MAX, metadata=_doc("longest long-poll wait_ms, ms")
     )

@@ -10,8 +10,6 @@ from __future__ import annotations
 
 from typing import Final
 
-from log import limits as log_limits
-
 KiB: Final = 1024
 MiB: Final = 1024 * KiB
 
@@ -22,7 +20,7 @@ REQUEST_BYTES_MAX: Final = 16 * MiB
 # Records in one JSON/NDJSON/text produce request: bounds parse time per request.
 PRODUCE_RECORDS_MAX: Final = 10_000
 
-# Produce requests queued per partition waiting for the group commit: bounds memory
+# Produce requests in flight per partition replica (proposed, not yet answered): bounds memory
 # and latency under overload; beyond it the broker answers 429.
 PRODUCE_QUEUE_DEPTH_MAX: Final = 1_000
 
@@ -30,9 +28,8 @@ PRODUCE_QUEUE_DEPTH_MAX: Final = 1_000
 # partition could pin 1,000 x batch_bytes_max of memory; this bounds it (429 beyond).
 PRODUCE_QUEUE_BYTES_MAX: Final = 64 * MiB
 
-# Group commit: one append holds at most this many bytes / requests.
-GROUP_COMMIT_BYTES_MAX: Final = log_limits.BATCH_BYTES_MAX
-GROUP_COMMIT_REQUESTS_MAX: Final = 256
+# Group commit is the Raft node's: one Raft entry holds at most 4,096 produce requests
+# and batch_bytes_max + 4 KiB (raft/config.py; dmq/broker.py raft_config_for).
 
 # Fetch: the longest a long-poll may wait, the largest response, the most records
 # a JSON response may carry, and how many fetches may wait at once (each holds a

@@ -1,24 +1,20 @@
-"""Topic names, topic configuration and the topic catalogue of a single node.
+"""Topic names and topic configuration: pure validation.
 
-The catalogue (which topics exist, their partition counts and config) is what the
-metadata Raft group will own in a cluster; on one node it is a JSON file written
-atomically (`<data-dir>/meta/topics.json`). Everything here is pure validation plus
-that one file.
+The catalogue itself (which topics exist, their partitions, placement and config) is
+the metadata Raft group's state (raft/metadata.py, dmq/metadata.py). The Broker checks
+names and config values here before it proposes a command: raft/ may not import dmq/.
 """
 
 from __future__ import annotations
 
-import json
 import re
-from dataclasses import dataclass, field
-from pathlib import Path
+from dataclasses import dataclass
 from typing import Any
 
 from dmq import limits
 from dmq.config import BrokerConfig
 from dmq.errors import InvalidConfig, InvalidRequest
 from log.config import CleanupPolicy, FlushPolicy, LogConfig
-from log.segment import fsync_directory, write_durably
 
 _TOPIC_NAME = re.compile(r"^[a-zA-Z0-9._-]+$")
 
@@ -117,44 +113,3 @@ def log_config_for(topic_config: dict[str, Any], broker: BrokerConfig) -> LogCon
         batch_bytes_max=broker.batch_bytes_max,
         flush=FlushPolicy(interval_records=None, interval_ms=None),
     )
-
-
-@dataclass(slots=True)
-class TopicMeta:
-    name: str
-    partitions: int
-    replication_factor: int
-    config: dict[str, Any] = field(default_factory=dict)
-    topic_id: int = 0  # distinguishes a re-created topic from a deleted one of the same name
-
-
-class TopicCatalogue:
-    """The node-local topic catalogue, persisted atomically as JSON."""
-
-    def __init__(self, meta_dir: Path) -> None:
-        self.path = meta_dir / "topics.json"
-        meta_dir.mkdir(parents=True, exist_ok=True)
-        self.topics: dict[str, TopicMeta] = {}
-        self.next_topic_id = 1
-        if self.path.exists():
-            raw = json.loads(self.path.read_text())
-            self.next_topic_id = raw["next_topic_id"]
-            for t in raw["topics"]:
-                self.topics[t["name"]] = TopicMeta(**t)
-
-    def save(self) -> None:
-        payload = {
-            "next_topic_id": self.next_topic_id,
-            "topics": [
-                {
-                    "name": t.name,
-                    "partitions": t.partitions,
-                    "replication_factor": t.replication_factor,
-                    "config": t.config,
-                    "topic_id": t.topic_id,
-                }
-                for t in self.topics.values()
-            ],
-        }
-        write_durably(self.path, json.dumps(payload, indent=1, sort_keys=True).encode())
-        fsync_directory(self.path.parent)
