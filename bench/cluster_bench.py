@@ -295,15 +295,19 @@ async def post_batch(session: aiohttp.ClientSession, url: str, topic: str, batch
     """POST one binary batch with acks=all; the number of retried "not now" answers."""
     retried = 0
     while True:
-        async with session.post(
-            f"{url}/v1/topics/{topic}/records?partition=0&acks=all",
-            data=RawBody(batch, BATCH_CONTENT_TYPE),
-        ) as r:
-            body = await r.read()
-            if r.status == 200:
-                return retried
-            if r.status not in RETRY_STATUSES:
-                raise ClusterError(f"produce to {topic}: {r.status} {body[:300]!r}")
+        try:
+            async with session.post(
+                f"{url}/v1/topics/{topic}/records?partition=0&acks=all",
+                data=RawBody(batch, BATCH_CONTENT_TYPE),
+            ) as r:
+                body = await r.read()
+                status = r.status
+        except (aiohttp.ClientError, TimeoutError) as exc:
+            raise ClusterError(f"produce to {url} {topic}: {exc!r}") from exc
+        if status == 200:
+            return retried
+        if status not in RETRY_STATUSES:
+            raise ClusterError(f"produce to {url} {topic}: {status} {body[:300]!r}")
         retried += 1
         await asyncio.sleep(RETRY_PAUSE_S)
 
@@ -353,15 +357,19 @@ async def open_loop_latency(
         if delay > 0:
             await asyncio.sleep(delay)
         sent = time.perf_counter()
-        async with session.post(
-            f"{url}/v1/topics/{topic}/records?partition=0&acks=all",
-            data=RawBody(batch, BATCH_CONTENT_TYPE),
-        ) as r:
-            await r.read()
-            if r.status != 200:
-                errors[0] += 1
-                return
-        latencies.append(time.perf_counter() - sent)
+        try:
+            async with session.post(
+                f"{url}/v1/topics/{topic}/records?partition=0&acks=all",
+                data=RawBody(batch, BATCH_CONTENT_TYPE),
+            ) as r:
+                await r.read()
+                ok = r.status == 200
+        except (aiohttp.ClientError, TimeoutError):
+            ok = False
+        if ok:
+            latencies.append(time.perf_counter() - sent)
+        else:
+            errors[0] += 1
 
     await asyncio.gather(*(one(i) for i in range(int(rate * seconds))))
     return sorted(latencies), errors[0]

@@ -50,6 +50,7 @@ from bench.cluster_bench import (
     urlopen_status,
     wait_leader,
 )
+from dmq.errors import DmqError
 
 MESSAGE_BYTES = 1024
 NATS_HOST_FIRST = 21  # NATS nodes listen on 127.0.0.21, .22, .23
@@ -436,8 +437,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         run(args)
     except ValueError as exc:
         parser.error(str(exc))
-    except ClusterError as exc:
-        print(f"error: {exc}", file=sys.stderr)
+    except (ClusterError, DmqError) as exc:
+        print(f"error: {type(exc).__name__}: {exc}", file=sys.stderr)
         return 1
     return 0
 
