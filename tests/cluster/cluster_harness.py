@@ -1,0 +1,524 @@
+"""Test support: a cluster of real `python -m dmq serve` processes on loopback.
+
+Node k (n1, n2, ...) listens on 127.0.0.(10 + k), every node on the same HTTP port and the
+same Raft port (one free port common to all hosts for each), as the fault harness will.
+`DmqCluster` starts them with their stdout and stderr in `<tmp>/<node>.log`, talks to them
+with urllib only (no dmq import: the tests see what a client sees), and `close()` kills
+every process it started, stopped ones included, so a failing test leaves nothing running.
+The `dmq_cluster` fixture (conftest.py) closes it and prints the tail of every node's log
+when the test failed.
+
+The Raft group and on-disk layout the helpers read: `<data dir>/partitions/<topic>-<p>/`
+holds the segments (`*.log`), `<data dir>/raft/groups/<group id>/journal` the Raft journal
+(format in raft/journal.py: 16-byte header, then `u32 len | u32 crc | u64 idx | u64 term |
+command` records).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import http.client
+import json
+import os
+import signal
+import socket
+import struct
+import subprocess
+import sys
+import threading
+import time
+import urllib.error
+import urllib.parse
+import urllib.request
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, TypeVar
+
+ROOT = Path(__file__).resolve().parents[2]
+FIRST_HOST = 11  # node k (1-based) listens on 127.0.0.(10 + k)
+RETRIABLE_STATUSES = (429, 503, 504)
+LOG_TAIL_BYTES = 6000
+
+T = TypeVar("T")
+
+
+class ClusterError(AssertionError):
+    """A harness wait or request did not reach its goal in time."""
+
+
+def free_port_on(hosts: list[str], avoid: Iterable[int] = ()) -> int:
+    """A port free on every host (checked by binding; the OS could still hand it out)."""
+    avoided = set(avoid)
+    for _ in range(200):
+        with socket.socket() as probe:
+            probe.bind((hosts[0], 0))
+            port = int(probe.getsockname()[1])
+        if port in avoided:
+            continue
+        try:
+            for host in hosts[1:]:
+                with socket.socket() as other:
+                    other.bind((host, port))
+            return port
+        except OSError:
+            continue
+    raise RuntimeError("no common free port")
+
+
+def wait_for(
+    probe: Callable[[], T | None], timeout_s: float, what: str, interval_s: float = 0.05
+) -> T:
+    """Call probe until it returns something other than None (or False); return that."""
+    deadline = time.monotonic() + timeout_s
+    last_error: Exception | None = None
+    while time.monotonic() < deadline:
+        try:
+            result = probe()
+        except (OSError, ValueError, KeyError, ClusterError) as error:  # not there yet
+            last_error = error
+            result = None
+        if result is not None and result is not False:
+            return result
+        time.sleep(interval_s)
+    raise ClusterError(f"{what}: not within {timeout_s} s (last error: {last_error!r})")
+
+
+class Response:
+    def __init__(self, status: int, headers: dict[str, str], body: bytes) -> None:
+        self.status = status
+        self.headers = headers
+        self.body = body
+
+    def json(self) -> Any:
+        return json.loads(self.body) if self.body else None
+
+    def __repr__(self) -> str:
+        return f"Response({self.status}, {self.body[:300]!r})"
+
+
+class Node:
+    """One `dmq serve` process (it may be down); `url` is its HTTP base URL."""
+
+    def __init__(
+        self, node_id: str, host: str, http_port: int, data_dir: Path, log_path: Path
+    ) -> None:
+        self.node_id = node_id
+        self.host = host
+        self.http_port = http_port
+        self.data_dir = data_dir
+        self.log_path = log_path
+        self.args: list[str] = []
+        self.env: dict[str, str] = {}
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.stopped = False  # SIGSTOPped
+
+    def __repr__(self) -> str:
+        return f"Node({self.node_id}, alive={self.alive})"
+
+    @property
+    def url(self) -> str:
+        return f"http://{self.host}:{self.http_port}"
+
+    @property
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def start(self) -> Node:
+        """Spawn the process (no wait: a node is ready only once a majority runs)."""
+        assert not self.alive, f"{self.node_id} is already running"
+        env = {**os.environ, **self.env}
+        env.pop("DMQ_URL", None)
+        with open(self.log_path, "ab") as log:
+            log.write(f"==== start {time.strftime('%H:%M:%S')} {' '.join(self.args)}\n".encode())
+            log.flush()
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", "dmq", "serve", *self.args],
+                cwd=ROOT,
+                env=env,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+            )
+        self.stopped = False
+        return self
+
+    def kill9(self) -> None:
+        """SIGKILL, as a crash: nothing is flushed or closed."""
+        if self.alive:
+            assert self.proc is not None
+            self.proc.kill()
+            self.proc.wait(10)
+        self.stopped = False
+
+    def sigstop(self) -> None:
+        assert self.proc is not None and self.alive
+        self.proc.send_signal(signal.SIGSTOP)
+        self.stopped = True
+
+    def sigcont(self) -> None:
+        assert self.proc is not None and self.alive
+        self.proc.send_signal(signal.SIGCONT)
+        self.stopped = False
+
+    def is_ready(self) -> bool:
+        return self.alive and self.request("GET", "/readyz", timeout_s=1.0).status == 200
+
+    def request(
+        self,
+        method: str,
+        path: str,
+        body: dict[str, Any] | bytes | None = None,
+        *,
+        timeout_s: float = 20.0,
+    ) -> Response:
+        """One HTTP request. Connection failures raise OSError (URLError is one)."""
+        data = json.dumps(body).encode() if isinstance(body, dict) else body
+        req = urllib.request.Request(self.url + path, data=data, method=method)
+        if data is not None:
+            req.add_header("Content-Type", "application/json")
+        try:
+            with urllib.request.urlopen(req, timeout=timeout_s) as resp:
+                return Response(resp.status, dict(resp.headers), resp.read())
+        except urllib.error.HTTPError as err:
+            return Response(err.code, dict(err.headers), err.read())
+        except http.client.HTTPException as err:  # e.g. the node died mid-answer
+            raise ConnectionError(f"{self.node_id}: {err!r}") from err
+
+    def json(self, method: str, path: str, body: dict[str, Any] | None = None) -> Any:
+        """The JSON answer of a request that must succeed (2xx)."""
+        resp = self.request(method, path, body)
+        if not 200 <= resp.status < 300:
+            raise ClusterError(f"{self.node_id} {method} {path}: {resp!r}")
+        return resp.json()
+
+    def log_tail(self, size_bytes: int = LOG_TAIL_BYTES) -> str:
+        try:
+            with open(self.log_path, "rb") as log:
+                log.seek(max(0, log.seek(0, os.SEEK_END) - size_bytes))
+                return log.read().decode(errors="replace")
+        except OSError:
+            return ""
+
+    def partition_dir(self, topic: str, partition: int) -> Path:
+        return self.data_dir / "partitions" / f"{topic}-{partition}"
+
+    def segment_bytes(self, topic: str, partition: int) -> dict[str, bytes]:
+        """Every segment file of the partition replica on this node: name -> bytes."""
+        directory = self.partition_dir(topic, partition)
+        return {path.name: path.read_bytes() for path in sorted(directory.glob("*.log"))}
+
+    def group_dir(self, group_id: int | str) -> Path:
+        return self.data_dir / "raft" / "groups" / str(group_id)
+
+
+class DmqCluster:
+    """n `dmq serve` nodes on 127.0.0.11.., one HTTP and one Raft port shared by all."""
+
+    def __init__(
+        self,
+        tmp_path: Path,
+        n: int = 3,
+        *,
+        extra_args: list[str] | None = None,
+        env: dict[str, str] | None = None,
+        metadata_voters: list[str] | None = None,
+    ) -> None:
+        self.tmp_path = tmp_path
+        tmp_path.mkdir(parents=True, exist_ok=True)
+        ids = [f"n{k + 1}" for k in range(n)]
+        hosts = [f"127.0.0.{FIRST_HOST + k}" for k in range(n)]
+        self.http_port = free_port_on(hosts)
+        self.raft_port = free_port_on(hosts, avoid=[self.http_port])
+        peers = ",".join(f"{i}={h}:{self.raft_port}" for i, h in zip(ids, hosts, strict=True))
+        self.nodes: dict[str, Node] = {}
+        for node_id, host in zip(ids, hosts, strict=True):
+            node = Node(
+                node_id, host, self.http_port, tmp_path / node_id, tmp_path / f"{node_id}.log"
+            )
+            node.args = [
+                "--node-id", node_id, "--data-dir", str(node.data_dir),
+                "--http-addr", f"{host}:{self.http_port}",
+                "--raft-addr", f"{host}:{self.raft_port}", "--peers", peers,
+                *(["--metadata-voters", ",".join(metadata_voters)] if metadata_voters else []),
+                *(extra_args or []),
+            ]  # fmt: skip
+            node.env = dict(env or {})
+            self.nodes[node_id] = node
+
+    # --- processes ----------------------------------------------------------------------
+
+    def __getitem__(self, node_id: str) -> Node:
+        return self.nodes[node_id]
+
+    def live(self) -> list[Node]:
+        return [node for node in self.nodes.values() if node.alive and not node.stopped]
+
+    def start_all(self, timeout_s: float = 60.0) -> DmqCluster:
+        for node in self.nodes.values():
+            node.start()
+        self.wait_ready(timeout_s=timeout_s)
+        return self
+
+    def wait_ready(self, nodes: Iterable[Node] | None = None, timeout_s: float = 60.0) -> None:
+        """Poll /readyz of every given node in turn until all answer 200; a node that exits
+        fails the wait at once (with its log)."""
+        waiting = list(nodes if nodes is not None else self.nodes.values())
+        deadline = time.monotonic() + timeout_s
+        while waiting:
+            for node in list(waiting):
+                if node.proc is None or node.proc.poll() is not None:
+                    code = None if node.proc is None else node.proc.returncode
+                    raise ClusterError(f"{node.node_id} exited ({code}):\n{node.log_tail()}")
+                try:
+                    if node.is_ready():
+                        waiting.remove(node)
+                except OSError:
+                    pass
+            if waiting and time.monotonic() > deadline:
+                names = [node.node_id for node in waiting]
+                raise ClusterError(f"{names} not ready within {timeout_s} s")
+            if waiting:
+                time.sleep(0.1)
+
+    def restart(self, node_id: str, timeout_s: float = 60.0) -> Node:
+        node = self.nodes[node_id]
+        node.kill9()
+        node.start()
+        self.wait_ready([node], timeout_s=timeout_s)
+        return node
+
+    def kill9(self, node_id: str) -> None:
+        self.nodes[node_id].kill9()
+
+    def kill_all(self) -> None:
+        """SIGKILL every node at once (then reap them), as a power cut would stop them."""
+        for node in self.nodes.values():
+            if node.alive:
+                assert node.proc is not None
+                node.proc.kill()
+        for node in self.nodes.values():
+            node.kill9()
+
+    def close(self) -> None:
+        """Kill every process, stopped or not; never raises for a process already gone."""
+        for node in self.nodes.values():
+            if node.alive:
+                assert node.proc is not None
+                if node.stopped:
+                    node.proc.send_signal(signal.SIGCONT)
+                node.proc.kill()
+        for node in self.nodes.values():
+            if node.proc is not None:
+                with contextlib.suppress(subprocess.TimeoutExpired):
+                    node.proc.wait(10)
+
+    def log_tails(self) -> str:
+        return "\n".join(
+            f"----- {node.node_id} ({node.log_path}) -----\n{node.log_tail()}"
+            for node in self.nodes.values()
+        )
+
+    def __enter__(self) -> DmqCluster:
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.close()
+
+    # --- cluster state ------------------------------------------------------------------
+
+    def any_live(self, exclude: Iterable[str] = ()) -> Node:
+        excluded = set(exclude)
+        for node in self.live():
+            if node.node_id not in excluded:
+                return node
+        raise ClusterError("no live node")
+
+    def status(self, via: Node | None = None) -> dict[str, Any]:
+        node = via or self.any_live()
+        return node.json("GET", "/v1/cluster/status")  # type: ignore[no-any-return]
+
+    def group(self, topic: str | None, partition: int | None, via: Node | None = None) -> dict:
+        """The /v1/cluster/status entry of one group (topic None: the metadata group)."""
+        for group in self.status(via)["groups"]:
+            if group["topic"] == topic and (topic is None or group["partition"] == partition):
+                return group  # type: ignore[no-any-return]
+        raise ClusterError(f"no group for {topic}-{partition}")
+
+    def _leader_probe(self, topic: str | None, partition: int | None) -> str | None:
+        live = {node.node_id for node in self.live()}
+        group = self.group(topic, partition)
+        leader = group["leader"]
+        if leader not in live:
+            return None
+        mine = [r for r in group["replicas"] if r["node_id"] == leader]
+        return leader if mine and mine[0]["is_leader"] else None
+
+    def leader_of(self, topic: str, partition: int, timeout_s: float = 20.0) -> str:
+        """The node id of the live leader of a partition's group."""
+        return wait_for(
+            lambda: self._leader_probe(topic, partition),
+            timeout_s,
+            f"a live leader of {topic}-{partition}",
+        )
+
+    def metadata_leader(self, timeout_s: float = 20.0) -> str:
+        return wait_for(lambda: self._leader_probe(None, None), timeout_s, "a live metadata leader")
+
+    # --- client calls -------------------------------------------------------------------
+
+    def create_topic(
+        self, name: str, partitions: int, replication_factor: int, via: Node | None = None
+    ) -> Any:
+        """Create a topic (retrying while there is no leader) and wait until every
+        partition has a live leader."""
+        body = {"name": name, "partitions": partitions, "replication_factor": replication_factor}
+        node = via or self.any_live()
+        resp = retry(lambda: node.request("POST", "/v1/topics", body), timeout_s=30.0)
+        # 409: an earlier attempt that timed out had created it (names are unique per test).
+        assert resp.status in (201, 409), f"create {name} through {node.node_id}: {resp!r}"
+        for partition in range(partitions):
+            self.leader_of(name, partition)
+        return resp.json()
+
+
+@dataclass(frozen=True, slots=True)
+class Ack:
+    value: str
+    partition: int
+    offset: int
+    sent: float  # time.monotonic() when the request left
+    done: float  # ... and when its acknowledgement arrived
+
+
+@dataclass
+class Producer:
+    """A thread producing one record per request (acks=all) through one node, to the given
+    partitions in turn, until finish(). After a retriable answer (429, 503, 504) or a
+    connection failure it goes on with a new value: an unanswered attempt may or may not
+    be in the log, so a value is never sent twice and a duplicate is always a bug."""
+
+    node: Node
+    topic: str
+    name: str
+    partitions: tuple[int, ...] = (0,)
+    attempts: list[str] = field(default_factory=list)
+    acked: list[Ack] = field(default_factory=list)
+    errors: list[str] = field(default_factory=list)
+    stop: threading.Event = field(default_factory=threading.Event)
+    thread: threading.Thread | None = None
+
+    def start(self) -> Producer:
+        self.thread = threading.Thread(target=self._run, name=self.name, daemon=True)
+        self.thread.start()
+        return self
+
+    def _run(self) -> None:
+        attempt = 0
+        while not self.stop.is_set():
+            value = f"{self.name}-{attempt}"
+            partition = self.partitions[attempt % len(self.partitions)]
+            attempt += 1
+            self.attempts.append(value)
+            body = {"records": [{"value": value, "partition": partition}]}
+            sent = time.monotonic()
+            try:
+                resp = self.node.request(
+                    "POST", f"/v1/topics/{self.topic}/records?acks=all", body, timeout_s=15.0
+                )
+            except OSError:
+                time.sleep(0.05)
+                continue
+            if resp.status == 200:
+                [answer] = resp.json()["offsets"]
+                if answer["partition"] != partition:
+                    self.errors.append(f"{value}: sent to {partition}, answered {answer}")
+                    return
+                self.acked.append(Ack(value, partition, answer["offset"], sent, time.monotonic()))
+            elif resp.status in RETRIABLE_STATUSES:
+                time.sleep(0.05)
+            else:
+                self.errors.append(f"{value}: {resp!r}")
+                return
+
+    def finish(self) -> None:
+        self.stop.set()
+        assert self.thread is not None
+        self.thread.join(30)
+        assert not self.thread.is_alive(), f"{self.name} is stuck"
+
+
+def retry(call: Callable[[], Response], timeout_s: float) -> Response:
+    """Repeat a request while it answers a retriable status or cannot connect."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            resp = call()
+            if resp.status not in RETRIABLE_STATUSES:
+                return resp
+        except OSError as error:
+            resp = Response(0, {}, repr(error).encode())
+        if time.monotonic() > deadline:
+            return resp
+        time.sleep(0.1)
+
+
+def produce(
+    node: Node,
+    topic: str,
+    records: list[dict[str, Any]],
+    *,
+    acks: str = "all",
+    timeout_s: float = 20.0,
+) -> list[tuple[int, int]]:
+    """One produce request that must succeed: [(partition, offset)] in record order."""
+    resp = node.request(
+        "POST", f"/v1/topics/{topic}/records?acks={acks}", {"records": records}, timeout_s=timeout_s
+    )
+    if resp.status != 200:
+        raise ClusterError(f"produce to {topic} through {node.node_id}: {resp!r}")
+    return [(item["partition"], item["offset"]) for item in resp.json()["offsets"]]
+
+
+def fetch_all(
+    node: Node, topic: str, partition: int, start_offset: int = 0, timeout_s: float = 20.0
+) -> list[tuple[int, str | None, str | None]]:
+    """Every committed record of a partition from start_offset, read through `node`:
+    [(offset, key, value)], up to the high watermark as the node reports it."""
+    records: list[tuple[int, str | None, str | None]] = []
+    offset = start_offset
+    deadline = time.monotonic() + timeout_s
+    while True:
+        query = urllib.parse.urlencode({"offset": offset, "max_records": 1000})
+        path = f"/v1/topics/{topic}/partitions/{partition}/records?{query}"
+        left_s = max(0.0, deadline - time.monotonic())
+        resp = retry(lambda path=path: node.request("GET", path), timeout_s=left_s)
+        if resp.status != 200:
+            raise ClusterError(f"fetch {topic}-{partition}@{offset} via {node.node_id}: {resp!r}")
+        answer = resp.json()
+        records.extend((r["offset"], r["key"], r["value"]) for r in answer["records"])
+        offset = answer["next_offset"]
+        if offset >= answer["high_watermark"] or not answer["records"]:
+            return records
+
+
+# --- on-disk inspection ------------------------------------------------------------------
+
+_JOURNAL_HEADER_BYTES = 16
+_JOURNAL_RECORD = struct.Struct("<IIQQ")  # body_len, crc, idx, term
+
+
+def journal_indexes(journal: Path) -> tuple[int, int] | None:
+    """(first, last) Raft index held by a journal file, or None if it holds no entry.
+    Stops at the first record cut short (a torn tail), as recovery does."""
+    data = journal.read_bytes()
+    offset = _JOURNAL_HEADER_BYTES
+    first = last = None
+    while offset + _JOURNAL_RECORD.size <= len(data):
+        body_len, _, idx, _ = _JOURNAL_RECORD.unpack_from(data, offset)
+        end = offset + 8 + body_len
+        if end > len(data):
+            break
+        first = idx if first is None else first
+        last = idx
+        offset = end
+    return None if first is None or last is None else (first, last)
