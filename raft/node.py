@@ -652,6 +652,11 @@ class RaftNode:
         except BaseException:
             replica.stop()  # close its files; the caller gets the error (a failed restore)
             raise
+        if len(member_list) == 1:
+            # A one-member group has nobody to wait for: it elects itself at its next tick
+            # instead of after an election timeout (a one-node cluster's topics are usable
+            # at once). pysyncobj 0.3.17's private deadline; the version is pinned.
+            replica.syncobj._SyncObj__raftElectionDeadline = 0.0
         self.groups[group_id] = replica
         for peer_id in self.network.up_peers():
             replica.transport.peer_up(peer_id)
