@@ -2,15 +2,16 @@
 the snapshot path and ends with the leader's partition log byte for byte.
 
 Three `dmq serve` nodes run with --raft-snapshot-entries 64. A follower of the partition's
-group is paused (SIGSTOP) after it holds a few entries and no snapshot of its own; the
-leader then commits several hundred single-record produces (each sequential request is
-one Raft entry), so it snapshots and drops its journal prefix past the paused follower's
-last entry: append_entries can no longer bring the follower up to date. The test checks
-that precondition on disk (the leader's journal starts after the follower's ends), resumes
-the follower (SIGCONT), and requires that it installs a snapshot (its group directory gains
-a `snapshot` file while its journal jumps past the gap) and that its segment files become
-identical to the leader's, which needs the snapshot restore to copy the missing batches
-from the leader.
+group is paused (SIGSTOP), or killed (-9) to restart later from its own files, once it
+holds a few entries and no snapshot of its own. The leader then commits several hundred
+single-record produces (each sequential request is one Raft entry), so it snapshots and
+drops its journal prefix past the follower's last entry: append_entries can no longer
+bring the follower up to date. The test checks that precondition on disk (the leader's
+journal starts after the follower's ends), resumes the follower (SIGCONT or restart), and
+requires that it installs a snapshot (its group directory gains a `snapshot` file and its
+journal jumps past the gap) and that its segment files become identical to the leader's,
+which needs the snapshot restore to copy the missing batches from the leader. (Fetches
+relay to the leader, so the follower's own files are what the test compares.)
 """
 
 from __future__ import annotations
@@ -25,8 +26,9 @@ PRODUCES_WHILE_PAUSED = 6 * SNAPSHOT_ENTRIES
 
 
 @pytest.mark.slow
-def test_paused_follower_behind_compaction_catches_up_through_a_snapshot(
-    dmq_cluster: Callable[..., DmqCluster],
+@pytest.mark.parametrize("fault", ["sigstop", "kill9"])
+def test_follower_behind_compaction_catches_up_through_a_snapshot(
+    dmq_cluster: Callable[..., DmqCluster], fault: str
 ) -> None:
     cluster = dmq_cluster(3, extra_args=["--raft-snapshot-entries", str(SNAPSHOT_ENTRIES)])
     cluster.start_all()
@@ -40,12 +42,20 @@ def test_paused_follower_behind_compaction_catches_up_through_a_snapshot(
 
     for k in range(10):
         produce(leader, "snap", [{"value": f"before-{k}", "partition": 0}])
-    wait_for(lambda: len(fetch_all(follower, "snap", 0)) == 10, 15.0, "the follower applied 10")
+    # Fetches relay to the leader: the follower's own files say what it applied.
+    wait_for(
+        lambda: follower.segment_bytes("snap", 0) == leader.segment_bytes("snap", 0),
+        15.0,
+        "the follower applied the first 10",
+    )
     follower_journal = follower.group_dir(group_id) / "journal"
     follower_snapshot = follower.group_dir(group_id) / "snapshot"
     assert not follower_snapshot.exists(), "the follower snapshotted before the test began"
 
-    follower.sigstop()
+    if fault == "sigstop":
+        follower.sigstop()
+    else:
+        cluster.kill9(follower.node_id)
     indexes = journal_indexes(follower_journal)
     assert indexes is not None, "the follower's journal holds no entry"
     follower_last = indexes[1]
@@ -64,10 +74,13 @@ def test_paused_follower_behind_compaction_catches_up_through_a_snapshot(
         f"the leader's journal starting after the follower's last entry {follower_last}",
     )
     print(
-        f"{follower.node_id} paused at index {follower_last}; "
+        f"{follower.node_id} stopped ({fault}) at index {follower_last}; "
         f"leader {leader.node_id} journal holds {journal_indexes(leader_journal)}"
     )
-    follower.sigcont()
+    if fault == "sigstop":
+        follower.sigcont()
+    else:
+        cluster.restart(follower.node_id)
 
     expected = fetch_all(leader, "snap", 0)
     assert len(expected) == 10 + PRODUCES_WHILE_PAUSED
@@ -80,7 +93,7 @@ def test_paused_follower_behind_compaction_catches_up_through_a_snapshot(
     # Entries after the catch-up land after the snapshot's index, not after the old tail.
     produce(leader, "snap", [{"value": "after", "partition": 0}])
     wait_for(
-        lambda: len(fetch_all(follower, "snap", 0)) == len(expected) + 1,
+        lambda: follower.segment_bytes("snap", 0) == leader.segment_bytes("snap", 0),
         15.0,
         "the follower applied the entry after its catch-up",
     )
