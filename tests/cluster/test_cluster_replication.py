@@ -3,9 +3,11 @@ a metadata Raft group owning topics), that:
 
 - any node accepts a produce for any partition and forwards it to the leader: records
   produced with acks=all through each of three nodes are read back through each node at
-  the same offsets, every one exactly once;
+  the same offsets, every one exactly once (a fetch relays to the leader), and every
+  node's own segment files end up byte-identical;
 - kill -9 of a partition's leader while two producers (one through each follower) keep
-  producing with acks=all and retrying 503s: no acknowledged record is lost or duplicated,
+  producing with acks=all, going on with a new value after a 429/503/504 or a connection
+  failure: no acknowledged record is lost or duplicated,
   each one is at the offset its acknowledgement gave, and produce resumes within 3 s
   (asserted with margin for this loaded 2-core machine: < 6 s, the figure is printed);
 - the killed node, restarted, catches up, and once the cluster is quiet every replica's
