@@ -663,7 +663,11 @@ def _print_result(
     if per_node:
         text = ", ".join(f"{k.rsplit('_', 1)[1]} {medians[k]:.1f}%" for k in sorted(per_node))
         print(f"{'(f) idle CPU per broker':34} {'% core':>9} {text}")
-    print("\ntargets (issue 4; all nodes and the client on one machine):")
+    print(
+        f"\nload average at the end: {os.getloadavg()[0]:.2f} (other processes on these cores "
+        "move every figure)"
+    )
+    print("targets (issue 4; all nodes and the client on one machine):")
     for name, ok in checks.items():
         print(f"  {'met  ' if ok else 'UNMET'}  {name}")
 

@@ -410,6 +410,7 @@ def _print_result(medians: dict[str, float], args: argparse.Namespace) -> dict[s
             p99 / nats_p99 <= TARGET_P99_RATIO_MAX
         )
     print("\nnote: nats-server does not fsync before acknowledging by default; dmq fsync does.")
+    print(f"load average at the end: {os.getloadavg()[0]:.2f}")
     print("targets:")
     for name, ok in checks.items():
         print(f"  {'met  ' if ok else 'UNMET'}  {name}")
