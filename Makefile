@@ -13,9 +13,11 @@ $(STAMP): pyproject.toml
 	$(BIN)/pip install --quiet -e '.[dev]'
 	touch $(STAMP)
 
-# Debian packages the tests use (curl for the README examples). Installed only if missing.
+# Debian packages the tests use (curl for the README examples, nats-server for the
+# NATS comparison benchmark and its smoke test). Installed only if missing.
 system-deps:
-	@command -v curl >/dev/null 2>&1 || { apt-get update -qq && apt-get install -y -qq curl; }
+	@command -v curl >/dev/null 2>&1 && command -v nats-server >/dev/null 2>&1 || \
+		{ apt-get update -qq && apt-get install -y -qq curl nats-server; }
 
 run: $(STAMP)
 	$(BIN)/dmq serve
@@ -28,9 +30,11 @@ check: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/mypy
 
-bench: $(STAMP)
+bench: $(STAMP) system-deps
 	$(BIN)/dmq bench log
 	$(BIN)/dmq bench broker
+	$(BIN)/dmq bench --nodes 3
+	$(BIN)/python -m bench.compare_nats
 
 clean:
 	rm -rf $(VENV) dmq-data .pytest_cache .hypothesis
