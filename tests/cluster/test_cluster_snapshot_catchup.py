@@ -33,15 +33,15 @@ def test_follower_behind_compaction_catches_up_through_a_snapshot(
     cluster = dmq_cluster(3, extra_args=["--raft-snapshot-entries", str(SNAPSHOT_ENTRIES)])
     cluster.start_all()
     cluster.create_topic("snap", partitions=1, replication_factor=3)
-    leader = cluster[cluster.leader_of("snap", 0)]
     group_id = cluster.group("snap", 0)["group_id"]
+    for k in range(10):
+        produce(cluster["n1"], "snap", [{"value": f"before-{k}", "partition": 0}])
+    # The leaders now, not at creation: leader balancing may have moved them since.
+    leader = cluster[cluster.leader_of("snap", 0)]
     meta_leader = cluster.metadata_leader()
     followers = [n for n in cluster.nodes.values() if n is not leader]
     # Pausing the metadata leader too would only add an election to the scenario.
     follower = next((n for n in followers if n.node_id != meta_leader), followers[0])
-
-    for k in range(10):
-        produce(leader, "snap", [{"value": f"before-{k}", "partition": 0}])
     # Fetches relay to the leader: the follower's own files say what it applied.
     wait_for(
         lambda: follower.segment_bytes("snap", 0) == leader.segment_bytes("snap", 0),
