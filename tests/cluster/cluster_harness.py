@@ -391,7 +391,7 @@ class Ack:
     done: float  # ... and when its acknowledgement arrived
 
 
-@dataclass
+@dataclass(eq=False)  # a producer is itself, not its fields
 class Producer:
     """A thread producing one record per request (acks=all) through one node, to the given
     partitions in turn, until finish(). After a retriable answer (429, 503, 504) or a
