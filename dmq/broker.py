@@ -231,6 +231,10 @@ class Broker:
         self._metadata: MetadataService | None = None
         self.cluster_id = ""
         self.ready = False
+        # Set when the broker must stop (its Raft node stopped on an error, a replica's
+        # data broke an invariant): dmq serve exits non-zero rather than linger half-dead.
+        self.failed = asyncio.Event()
+        self.failure: BaseException | None = None
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -271,9 +275,12 @@ class Broker:
         await self._register()
         self._remove_orphans()
         await self._reconcile()
+        if self.failure is not None:
+            raise errors.StorageError(f"a replica cannot open: {self.failure}")
         await self._wait_for_leaders(None)
         loop = asyncio.get_running_loop()
         for duty in (
+            self._watchdog,
             self._housekeeping,
             self._reconcile_loop,
             self._heartbeat_loop,
@@ -463,6 +470,9 @@ class Broker:
                 async with gate:
                     try:
                         await self._open_replica(info, partition, members)
+                    except log_errors.StorageError as exc:  # its data broke an invariant
+                        _log.exception("replica %s-%d cannot open", info.name, partition)
+                        self.fail(exc)
                     except Exception:
                         _log.exception("opening replica %s-%d failed", info.name, partition)
                         self._reconcile_wanted.set()
@@ -570,6 +580,22 @@ class Broker:
                     await replica.maybe_clean(wall_ms())
                 except Exception:  # one partition's failure must not stop the others' upkeep
                     _log.exception("housekeeping failed on %s", replica.name)
+
+    def fail(self, error: BaseException) -> None:
+        if self.failure is None:
+            _log.critical("broker %s must stop: %r", self.config.node_id, error)
+            self.failure = error
+        self.ready = False
+        self.failed.set()
+
+    async def _watchdog(self) -> None:
+        """A Raft node stopped by an error stops the broker (its groups are gone)."""
+        assert self.raft_node is not None
+        while True:
+            await asyncio.sleep(0.5)
+            if self.raft_node.failed is not None:
+                self.fail(self.raft_node.failed)
+                return
 
     async def _heartbeat_loop(self) -> None:
         while True:

@@ -48,14 +48,16 @@ async def run_broker(config: BrokerConfig, stop: asyncio.Event) -> None:
         _log.info("listening on http://%s; raft on %s", config.http_addr, config.raft_addr)
         starting = asyncio.ensure_future(broker.start())
         stopping = asyncio.ensure_future(stop.wait())
-        await asyncio.wait({starting, stopping}, return_when=asyncio.FIRST_COMPLETED)
+        failing = asyncio.ensure_future(broker.failed.wait())
+        await asyncio.wait({starting, stopping, failing}, return_when=asyncio.FIRST_COMPLETED)
         if not starting.done():
             starting.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await starting
         else:
             starting.result()  # a failed start raises here
-            await stopping
+            await asyncio.wait({stopping, failing}, return_when=asyncio.FIRST_COMPLETED)
+        failing.cancel()
         stopping.cancel()
         _log.info("stopping: draining in-flight requests")
         broker.ready = False
@@ -63,6 +65,8 @@ async def run_broker(config: BrokerConfig, stop: asyncio.Event) -> None:
         # Close partitions first so parked long-polls wake and answer, then the server.
         await broker.stop()
         await runner.cleanup()
+    if broker.failure is not None:
+        raise errors.StorageError(f"the broker stopped on an error: {broker.failure!r}")
     _log.info("stopped")
 
 
@@ -78,8 +82,8 @@ def serve(config: BrokerConfig) -> int:
 
     try:
         asyncio.run(main())
-    except errors.DmqError as exc:
-        _log.error("cannot start: %s", exc)
+    except errors.DmqError as exc:  # could not start, or stopped on an error
+        _log.error("exiting: %s", exc)
         return 1
     except OSError as exc:
         _log.error("cannot start: %s", exc)

@@ -97,3 +97,20 @@ def test_topics_and_records_survive_a_restart(broker: BrokerProcess) -> None:
         "POST", "/v1/topics/keep/records", {"records": [records["records"][0]]}
     )
     assert status == 200 and body["offsets"][0]["offset"] == 2
+
+
+def test_a_replica_whose_flushed_data_is_gone_stops_the_broker(broker: BrokerProcess) -> None:
+    """A broken invariant stops the node rather than serving (STYLE rule 13)."""
+    assert broker.json("POST", "/v1/topics", {"name": "lost", "partitions": 1})[0] == 201
+    records = {"records": [{"value": f"v{i}"} for i in range(10)]}
+    assert broker.json("POST", "/v1/topics/lost/records", records)[0] == 200
+    broker.stop()  # a clean stop flushes the log and checkpoints the applied position
+    for segment in (broker.data_dir / "partitions" / "lost-0").glob("*.log"):
+        segment.write_bytes(b"")  # the disk lost what was flushed
+    try:
+        broker.start(timeout_s=20)
+    except RuntimeError as exc:
+        assert "exited with 1" in str(exc), exc
+    else:
+        raise AssertionError("the broker started on a replica that lost flushed data")
+    assert "flushed data is lost" in broker.log()
