@@ -37,9 +37,11 @@ class RaftConfig:
     # follower that knows its leader and has nothing to apply is ticked only at its election
     # deadline or once a second (RaftNode checks without a tick). Cost: one pysyncobj tick
     # (~10-30 us) per group per interval, plus the heartbeats (a frame to each follower and
-    # its reply per heartbeat_interval_s): most of a node's idle CPU, 25-50% of a core per
-    # node at 1,000 groups with these defaults, by leader count. `python -m bench.raft_bench
-    # --idle` measures it against failover time for candidate settings.
+    # its reply per heartbeat_interval_s) -- but only while a group is busy: an idle,
+    # caught-up group quiesces (raft/quiesce.py) and costs neither, its liveness coming
+    # from a node heartbeat per peer per heartbeat_interval_s. 1,000 idle groups: 2-4% of a
+    # core per node (24-49% before quiescence). `python -m bench.raft_bench --idle`
+    # measures it against failover time.
     # tick_interval_s bounds how long the tick thread sleeps.
     tick_interval_s: float = 0.025
     follower_tick_interval_s: float = 0.1

@@ -248,6 +248,9 @@ class Demo:
             "bytes_sent": stats.bytes_sent,
             "frames_dropped_full": stats.frames_dropped_full,
             "frames_dropped_down": stats.frames_dropped_down,
+            "pings_sent": stats.pings_sent,
+            # Read from the event loop while the tick thread may change it: a snapshot.
+            "quiesced": sum(isinstance(r, Replica) and r.quiesced for r in self.replicas.values()),
         }
 
     async def _load(self, request: dict[str, Any]) -> dict[str, Any]:

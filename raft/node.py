@@ -15,7 +15,9 @@ and the one tick thread that drives them all with `doTick(0)`. Each round of tha
    `Replica.quiet_until`), and a leader that can commit
    more on what it already knows (`Replica.can_commit_more`: a one-node group, which no
    reply would tick). A tick commits (counting followers' replies), applies committed
-   commands and answers their proposers;
+   commands and answers their proposers. A quiesced group (raft/quiesce.py: idle and
+   caught up) is not ticked at all until a proposal or message wakes it, or node liveness
+   says its leader (or its majority) went silent;
 4. write the queued append_entries to the sockets (they acknowledge nothing);
 5. sync every journal changed in this round: one fdatasync per group covers all its
    entries of the round, and term and vote;
@@ -60,6 +62,7 @@ from pysyncobj import FAIL_REASON, SyncObj, replicated
 from pysyncobj.node import Node
 from pysyncobj.syncobj import _COMMAND_TYPE
 
+from raft import quiesce
 from raft.config import RaftConfig, build_syncobj_conf
 from raft.errors import (
     CommandTooLarge,
@@ -185,6 +188,15 @@ class Replica:
         self.stopped = False
         # An error pysyncobj caught and logged that must stop the node (_read_snapshot).
         self.failure: BaseException | None = None
+        # Quiescence (raft/quiesce.py), tick thread only. As leader: "active", "quiescing"
+        # (QUIESCE sent, answers in quiesce_acks) or "quiesced" (not ticked). As follower:
+        # quiesced_leader is the leader's node id while quiesced (not ticked), else None.
+        self.lead_quiesce: Literal["active", "quiescing", "quiesced"] = "active"
+        self.quiesce_acks: set[str] = set()
+        self.quiesce_sent_at = 0.0
+        self.quiesce_round = 0  # echoed by QUIESCED: an answer to an older QUIESCE is ignored
+        self.quiesced_leader: str | None = None
+        self.quiesce_timeout_s = 0.0  # the follower's election timeout while quiesced
         self._status = ReplicaStatus(group_id, node.node_id, False, None, 0, 0, 0, 0)
         self.journal = DurableJournal(
             directory,
@@ -461,6 +473,104 @@ class Replica:
             sync_obj.raftCurrentTerm
         )
 
+    # --- quiescence (raft/quiesce.py; the tick thread's side) --------------------------------
+
+    @property
+    def quiesced(self) -> bool:
+        """Not ticked: a quiesced leader, or a follower quiesced under its leader."""
+        return self.lead_quiesce == "quiesced" or self.quiesced_leader is not None
+
+    @property
+    def in_quiescence(self) -> bool:
+        """Quiesced, or a leader waiting for its followers' QUIESCED answers."""
+        return self.lead_quiesce != "active" or self.quiesced_leader is not None
+
+    @property
+    def followers(self) -> list[str]:
+        return [member for member in self.members if member != self.node.node_id]
+
+    def quiesce_ready(self, is_up: Callable[[str], bool]) -> bool:
+        """Leader: idle and every connected follower holds the whole, committed log."""
+        sync_obj = self.syncobj
+        if self._pending or self._submitted or self._commands_queued():
+            return False
+        last = self.journal.last_index
+        if not self.journal.is_synced() or not (
+            sync_obj.raftCommitIndex == sync_obj.raftLastApplied == last
+        ):
+            return False
+        match_index: dict[Any, int] = sync_obj._SyncObj__raftMatchIndex
+        return all(
+            match_index.get(node, 0) >= last or not is_up(node.id)
+            for node in sync_obj._SyncObj__otherNodes
+        )
+
+    def _commands_queued(self) -> int:
+        return len(self.syncobj._SyncObj__commandsQueue._FastQueue__queue)
+
+    def accept_quiesce(self, peer_id: str, message: dict[str, Any]) -> bool:
+        """Follower: become quiesced under `peer_id` if its QUIESCE matches this log."""
+        sync_obj = self.syncobj
+        leader = sync_obj._getLeader()
+        last = message.get("last")
+        if (
+            sync_obj._isLeader()
+            or leader is None
+            or str(leader.id) != peer_id
+            or message.get("term") != sync_obj.raftCurrentTerm
+            or last != self.journal.last_index
+            or last is None
+            or self.journal.term_at(last) != message.get("last_term")
+            or sync_obj.raftCommitIndex != last
+            or self._pending
+            or self._submitted
+        ):
+            return False
+        self.quiesced_leader = peer_id
+        self.quiesce_timeout_s = float(sync_obj._SyncObj__generateRaftTimeout())
+        return True
+
+    def is_benign(self, peer_id: str, message: Any) -> bool:
+        """Whether a message leaves a quiesced (or quiescing) replica as it is."""
+        if self.quiesced_leader is not None:
+            return quiesce.is_leader_heartbeat(
+                message,
+                peer_id == self.quiesced_leader,
+                self.syncobj.raftCurrentTerm,
+                self.journal.last_index,
+            )
+        return quiesce.is_caught_up_reply(message, self.journal.last_index)
+
+    def send_control(self, kind: str, peer_ids: Iterable[str], **fields: Any) -> None:
+        message = {"type": kind, "term": self.syncobj.raftCurrentTerm, **fields}
+        wanted = set(peer_ids)
+        for node in self.syncobj._SyncObj__otherNodes:
+            if node.id in wanted:
+                self.transport.send(node, message)
+
+    def send_quiesce(self, peer_ids: Iterable[str], now: float) -> None:
+        last = self.journal.last_index
+        self.send_control(
+            quiesce.QUIESCE,
+            peer_ids,
+            last=last,
+            last_term=self.journal.term_at(last),
+            round=self.quiesce_round,
+        )
+        self.quiesce_sent_at = now
+
+    def resume_leading(self, last_heard: dict[str, float]) -> None:
+        """A quiesced leader ticks again: its followers' nodes were heard from at
+        `last_heard`, which stands in for the replies pysyncobj's step-down check counts."""
+        responses: dict[Any, float] = self.syncobj._SyncObj__lastResponseTime
+        for node in self.syncobj._SyncObj__otherNodes:
+            heard = last_heard.get(node.id)
+            if heard is not None and heard > responses.get(node, 0.0):
+                responses[node] = heard
+
+    def resume_following(self, election_deadline: float) -> None:
+        self.syncobj._SyncObj__raftElectionDeadline = election_deadline
+
     def stop(self) -> None:
         """Close the group's files and fail every proposal not answered yet (idempotent)."""
         if not self.stopped:
@@ -661,6 +771,8 @@ class RaftNode:
         for peer_id in self.network.up_peers():
             replica.transport.peer_up(peer_id)
         self._touched.add(replica)  # synced (and ticked) in this round
+        # A member that leads this group quiesced would not heartbeat the new replica.
+        replica.send_control(quiesce.WAKE, replica.followers)
         return replica
 
     def _remove_group(self, group_id: int, *, delete: bool) -> None:
@@ -672,6 +784,7 @@ class RaftNode:
         # not mistaken for it).
         self._touched.discard(replica)
         self._transfers.pop(group_id, None)
+        self._unquiesce(replica)  # its followers must not wait on this node's liveness
         replica.stop()
         if delete:
             shutil.rmtree(replica.directory)
@@ -735,7 +848,7 @@ class RaftNode:
                 self._transfers[replica.group_id] = (target, deadline)
                 leads[target] += 1
                 leads[self.node_id] -= 1
-                self._touched.add(replica)  # its timeout_now leaves in this round
+                self._touch(replica)  # its timeout_now leaves in this round
                 acted = True
         return acted
 
@@ -796,37 +909,151 @@ class RaftNode:
             if self.groups.get(replica.group_id) is not replica:
                 replica.fail_pending()  # removed: proposals that raced with its stop
             elif replica.drain_proposals():
-                self._touched.add(replica)
-        now = time.monotonic()
-        while self._due and self._due[0][0] <= now:
-            due, _, replica = heapq.heappop(self._due)
-            if replica.next_due == due and self.groups.get(replica.group_id) is replica:
-                quiet_until = replica.quiet_until(now)
-                if quiet_until is None:
-                    self._touched.add(replica)
-                else:  # an idle follower hearing from its leader: look again later
-                    replica.next_due = quiet_until
-                    heapq.heappush(self._due, (quiet_until, next(self._due_seq), replica))
+                self._touch(replica)
+        self._take_due(time.monotonic())
         touched, self._touched = self._touched, set()
-        leader_interval = self.config.heartbeat_interval_s
-        follower_interval = self.config.follower_tick_interval_s
         appended: list[_Proposal] = []
         for replica in touched:
             replica.tick()
             appended += replica.take_appended()
-            # From the end of this tick: a leader's next idle tick then finds its heartbeat
-            # due (pysyncobj sends one when heartbeat_interval_s passed since the last send).
-            interval = leader_interval if replica.status().is_leader else follower_interval
-            if replica.can_commit_more():
-                interval = 0.0  # ticked next round, after this round's sync (see the method)
-            replica.last_tick = time.monotonic()
-            replica.next_due = replica.last_tick + interval
-            heapq.heappush(self._due, (replica.next_due, next(self._due_seq), replica))
+            self._after_tick(replica)
         self._sync_and_release(touched)
         if appended:  # in the leader's journal, synced just now: wait="append" is answered
             self.settle(tuple(appended), None, None)
         self.rounds += 1
         self.ticks += len(touched)
+
+    def _take_due(self, now: float) -> None:
+        """Round step 3's choice: groups whose idle tick is due (stale heap entries skipped)."""
+        while self._due and self._due[0][0] <= now:
+            due, _, replica = heapq.heappop(self._due)
+            if replica.next_due != due or self.groups.get(replica.group_id) is not replica:
+                continue
+            if replica.quiesced:
+                wake_at = self._quiesced_wake_at(replica)
+                if wake_at is None:
+                    continue  # a one-node group: nothing to watch
+                if wake_at > now:
+                    self._push_due(replica, wake_at)
+                else:  # its leader's node went silent, or a majority of its members did
+                    self._touch(replica)
+                continue
+            quiet_until = replica.quiet_until(now)
+            if quiet_until is None:
+                self._touched.add(replica)
+            else:  # an idle follower hearing from its leader: look again later
+                self._push_due(replica, quiet_until)
+
+    def _after_tick(self, replica: Replica) -> None:
+        """Quiesce a leader that may, and schedule the replica's next look."""
+        replica.last_tick = now = time.monotonic()
+        if replica.lead_quiesce != "active" or replica.status().is_leader:
+            self._maybe_quiesce(replica, now)
+        if replica.quiesced:
+            wake_at = self._quiesced_wake_at(replica)
+            if wake_at is not None:
+                self._push_due(replica, wake_at)
+            return
+        # From the end of this tick: a leader's next idle tick then finds its heartbeat due
+        # (pysyncobj sends one when heartbeat_interval_s passed since the last send).
+        if replica.can_commit_more():
+            interval = 0.0  # ticked next round, after this round's sync (see the method)
+        elif replica.status().is_leader:
+            interval = self.config.heartbeat_interval_s
+        else:
+            interval = self.config.follower_tick_interval_s
+        self._push_due(replica, now + interval)
+
+    def _push_due(self, replica: Replica, when: float) -> None:
+        replica.next_due = when  # any older heap entry of this replica is now stale
+        heapq.heappush(self._due, (when, next(self._due_seq), replica))
+
+    # --- quiescence (raft/quiesce.py has the protocol) -------------------------------------
+
+    def _touch(self, replica: Replica) -> None:
+        """Tick this replica in this round; a quiesced one un-quiesces first."""
+        self._unquiesce(replica)
+        self._touched.add(replica)
+
+    def _unquiesce(self, replica: Replica) -> None:
+        if replica.lead_quiesce != "active":
+            if replica.lead_quiesce == "quiesced":
+                replica.resume_leading(self.network.last_heard)
+            replica.lead_quiesce = "active"
+            replica.send_control(quiesce.UNQUIESCE, replica.followers)
+        leader_id = replica.quiesced_leader
+        if leader_id is not None:
+            replica.quiesced_leader = None
+            # As if its leader's heartbeats had kept coming while its node was heard from.
+            last_heard = self.network.last_heard
+            replica.resume_following(
+                quiesce.follower_wake_at(last_heard, leader_id, replica.quiesce_timeout_s)
+            )
+
+    def _quiesced_wake_at(self, replica: Replica) -> float | None:
+        last_heard = self.network.last_heard
+        if replica.quiesced_leader is not None:
+            return quiesce.follower_wake_at(
+                last_heard, replica.quiesced_leader, replica.quiesce_timeout_s
+            )
+        return quiesce.leader_wake_at(
+            last_heard, replica.followers, len(replica.members), self.config.leader_step_down_s
+        )
+
+    def _maybe_quiesce(self, replica: Replica, now: float) -> None:
+        """After a tick of a leader (or of one that was quiescing): steps 1 and 3."""
+        ready = (
+            replica.status().is_leader
+            and replica.group_id not in self._transfers
+            and replica.quiesce_ready(self.network.is_up)
+        )
+        if not ready:
+            self._unquiesce(replica)
+            return
+        connected = [p for p in replica.followers if self.network.is_up(p)]
+        if replica.lead_quiesce == "active":
+            replica.lead_quiesce = "quiescing"
+            replica.quiesce_acks.clear()
+            replica.quiesce_round += 1
+            replica.send_quiesce(connected, now)
+        elif replica.lead_quiesce == "quiescing" and now - replica.quiesce_sent_at >= (
+            quiesce.QUIESCE_RETRY_S
+        ):
+            replica.send_quiesce([p for p in connected if p not in replica.quiesce_acks], now)
+        self._maybe_become_quiesced(replica, now)
+
+    def _maybe_become_quiesced(self, replica: Replica, now: float) -> None:
+        if replica.lead_quiesce != "quiescing":
+            return
+        if any(p not in replica.quiesce_acks and self.network.is_up(p) for p in replica.followers):
+            return
+        wake_at = self._quiesced_wake_at(replica)
+        # Not while a majority's nodes are about to count as silent: it would wake at once.
+        if wake_at is None or wake_at > now + self.config.heartbeat_interval_s:
+            replica.lead_quiesce = "quiesced"
+            if wake_at is not None:
+                self._push_due(replica, wake_at)
+
+    def _on_control(self, replica: Replica, peer_id: str, kind: str, message: Any) -> None:
+        """QUIESCE, QUIESCED and UNQUIESCE (steps 2 and 3 of raft/quiesce.py)."""
+        if kind == quiesce.QUIESCE:
+            if replica.accept_quiesce(peer_id, message):
+                fields = {"last": message["last"], "round": message.get("round")}
+                replica.send_control(quiesce.QUIESCED, [peer_id], **fields)
+                self._touched.add(replica)  # applies what it must; _after_tick parks it
+        elif kind == quiesce.QUIESCED:
+            if (
+                replica.lead_quiesce == "quiescing"
+                and message.get("term") == replica.syncobj.raftCurrentTerm
+                and message.get("last") == replica.journal.last_index
+                and message.get("round") == replica.quiesce_round
+            ):
+                replica.quiesce_acks.add(peer_id)
+                self._maybe_become_quiesced(replica, time.monotonic())
+        elif (kind == quiesce.UNQUIESCE and replica.quiesced_leader == peer_id) or (
+            kind == quiesce.WAKE and replica.lead_quiesce != "active"
+        ):
+            self._touch(replica)  # its leader resumed ticking / a member needs heartbeats
 
     def _poll_timeout(self, now: float) -> float:
         if self._ready or self._calls or self._touched:
@@ -854,6 +1081,12 @@ class RaftNode:
         if replica is None:
             self.network.stats.frames_unknown_group += 1
             return
+        kind = message.get("type") if isinstance(message, dict) else None
+        if kind in quiesce.CONTROL_TYPES:
+            self._on_control(replica, peer_id, kind, message)
+            return
+        if replica.in_quiescence and not replica.is_benign(peer_id, message):
+            self._touch(replica)  # un-quiesced, and ticked now: heartbeats resume at once
         journal = replica.journal
         message = trim_append_entries(message, journal.term_at, journal.last_index)
         replica.transport.deliver(peer_id, message)
@@ -866,6 +1099,9 @@ class RaftNode:
     def _on_peer_up(self, peer_id: str) -> None:
         for replica in self.groups.values():
             replica.transport.peer_up(peer_id)
+            # The peer may have restarted and lost its groups' state: heartbeat it again.
+            if replica.lead_quiesce != "active" and peer_id in replica.members:
+                self._touch(replica)
 
     def _on_peer_down(self, peer_id: str) -> None:
         for replica in self.groups.values():

@@ -15,6 +15,11 @@ Three pieces:
   sender. Frames for unknown groups are dropped (the group may not exist here yet);
 - `GroupTransport`: pysyncobj's Transport for one group, which only forwards to Network.
 
+Node-level liveness (for quiesced groups, raft/node.py): `Network.last_heard[peer]` is when
+a frame of any group last arrived from that peer, and a peer that was sent nothing for a
+heartbeat_interval_s gets the hello frame again as a node heartbeat (`pings_sent`). So a
+node that is alive is heard from every heartbeat_interval_s whatever its groups do.
+
 Durability rule: `Network.send` never writes to a socket. It appends the frame to the peer's
 *held* buffer; RaftNode calls `release()` after it has synced every journal changed during
 the tick, and only then do held frames move to the send buffer. So no message can leave
@@ -32,6 +37,7 @@ import pickle
 import selectors
 import socket
 import struct
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -133,6 +139,7 @@ class NetworkStats:
     frames_dropped_full: int = 0  # a peer's send buffer was full
     frames_dropped_down: int = 0  # the peer was not connected
     frames_unknown_group: int = 0
+    pings_sent: int = 0  # node heartbeats (the hello frame again), not counted in frames_sent
     connects: int = 0
     disconnects: int = 0
 
@@ -148,6 +155,7 @@ class _Outbound:
     held: bytearray = field(default_factory=bytearray)  # queued this tick, not yet durable
     out: bytearray = field(default_factory=bytearray)  # released, not yet written
     next_attempt_at: float = 0.0
+    last_sent_at: float = 0.0  # a frame queued (held or not): no node heartbeat needed
 
 
 @dataclass(slots=True, eq=False)
@@ -195,6 +203,8 @@ class Network:
             HELLO_GROUP_ID, pickle.dumps({"node_id": node_id, "version": PROTOCOL_VERSION})
         )
         self.stats = NetworkStats()
+        # peer id -> time.monotonic() of the last frame received from it (any group).
+        self.last_heard: dict[str, float] = {}
 
     # --- lifecycle --------------------------------------------------------------------------
 
@@ -253,6 +263,7 @@ class Network:
             return False
         append_frame(link.held if hold else link.out, group_id, payload)
         self.stats.frames_sent += 1
+        link.last_sent_at = time.monotonic()
         return True
 
     def write_unheld(self) -> None:
@@ -286,10 +297,15 @@ class Network:
                 self._outbound_event(obj, mask)
 
     def maintain(self, now: float) -> None:
-        """Start connections to peers that are down, at most every connect_retry_s."""
+        """Start connections to peers that are down, at most every connect_retry_s; queue a
+        node heartbeat to every connected peer sent nothing for a heartbeat_interval_s."""
         for link in self._outbound.values():
             if link.sock is None and now >= link.next_attempt_at:
                 self._connect(link, now)
+            elif link.up and now - link.last_sent_at >= self._config.heartbeat_interval_s:
+                link.out += self._hello  # leaves at the round's write_unheld()
+                link.last_sent_at = now
+                self.stats.pings_sent += 1
 
     # --- outbound ---------------------------------------------------------------------------
 
@@ -415,6 +431,8 @@ class Network:
         self._dispatch(conn)
 
     def _dispatch(self, conn: _Inbound) -> None:
+        if conn.peer_id is not None:
+            self.last_heard[conn.peer_id] = time.monotonic()
         try:
             frames = conn.decoder.frames()
         except FrameError as error:
@@ -450,6 +468,7 @@ class Network:
             if other is not conn and other.peer_id == peer_id:
                 self._close_inbound(other)  # the peer restarted and reconnected
         conn.peer_id = peer_id
+        self.last_heard[peer_id] = time.monotonic()
 
     def _close_inbound(self, conn: _Inbound) -> None:
         if self._inbound.pop(conn.sock, None) is None:

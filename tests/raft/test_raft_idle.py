@@ -1,18 +1,15 @@
 """Proves, with three real `python -m raft.demo` processes hosting 200 groups each and
-default settings, that an idle cluster stays quiet:
+default settings, that an idle cluster goes quiet (raft/quiesce.py):
 
-- no group holds a new election while idle (every term is unchanged over the window): the
-  heartbeat period and election timeouts leave room for a busy tick thread;
-- each node ticks its groups no more often than its cadence allows (a leader every
-  heartbeat_interval_s, a follower that hears from its leader about once a second,
-  FOLLOWER_QUIET_MAX_S, not every follower_tick_interval_s) and the cluster sends
-  no more frames than one heartbeat and one reply per follower per heartbeat period, with
-  a 1.5x margin: a heartbeat that triggers a tick, or a group re-ticked every round, fails
-  this at once whatever the machine's speed (counts, not timings);
-- each node uses under 40% of one core: a loose backstop against a large CPU regression
-  (measured here: 15-17% on the node leading ~190 of the 200 groups, 9-11% on the others;
-  the bound leaves room for a slower or busier machine; issue 4's target, < 10% at 1,000
-  groups, is measured by `python -m bench.raft_bench --idle`, not asserted).
+- every group quiesces on every node (its leader and both followers) within a few seconds
+  of being led;
+- then no group holds a new election (every term is unchanged over the window), no group
+  is ticked and no group frame is sent (a small allowance for stragglers): only node
+  heartbeats, at most one per peer per heartbeat_interval_s;
+- each node uses under 15% of one core: a loose backstop against a CPU regression
+  (measured here: about 1% per node at 200 groups; 2-4% at 1,000 groups with
+  `python -m bench.raft_bench --idle`, the issue's target being < 10%). Before quiesced
+  groups, heartbeats and ticks at their cadence cost 9-17% at 200 groups.
 """
 
 from __future__ import annotations
@@ -24,7 +21,6 @@ from pathlib import Path
 from raft_harness import RaftCluster
 
 from raft.config import RaftConfig
-from raft.node import FOLLOWER_QUIET_MAX_S
 
 GROUPS = 200
 IDLE_S = 4.0
@@ -35,7 +31,7 @@ def _cpu_s(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def test_two_hundred_idle_groups_tick_and_send_only_at_their_cadence(tmp_path: Path) -> None:
+def test_two_hundred_idle_groups_quiesce_and_send_only_node_heartbeats(tmp_path: Path) -> None:
     config = RaftConfig()
     with RaftCluster(tmp_path, groups=GROUPS, extra_args=["--no-values"]) as cluster:
         nodes = list(cluster.nodes.values())
@@ -52,7 +48,10 @@ def test_two_hundred_idle_groups_tick_and_send_only_at_their_cadence(tmp_path: P
                 break
             assert time.monotonic() < deadline, "not every group elected a leader"
             time.sleep(0.2)
-        time.sleep(1.0)  # start-up work (journals, first snapshots of the meta) is over
+        deadline = time.monotonic() + 15
+        while any(n.request("stats")["quiesced"] < GROUPS for n in nodes):
+            assert time.monotonic() < deadline, [n.request("stats")["quiesced"] for n in nodes]
+            time.sleep(0.2)
 
         def terms() -> list[dict[str, int]]:
             return [{g: s["term"] for g, s in n.request("states")["groups"].items()} for n in nodes]
@@ -74,18 +73,11 @@ def test_two_hundred_idle_groups_tick_and_send_only_at_their_cadence(tmp_path: P
         assert terms_after == terms_before, "an idle group held an election"
         leads = [sum(s["is_leader"] for s in n.request("states")["groups"].values()) for n in nodes]
         assert sum(leads) == GROUPS
-        frames = 0
-        for k, (before, after) in enumerate(zip(stats_before, stats_after, strict=True)):
+        for before, after in zip(stats_before, stats_after, strict=True):
             ticks_per_s = (after["ticks"] - before["ticks"]) / elapsed
-            expected = (
-                leads[k] / config.heartbeat_interval_s + (GROUPS - leads[k]) / FOLLOWER_QUIET_MAX_S
-            )
-            assert ticks_per_s <= 1.5 * expected + 20, (k, ticks_per_s, expected)
-            frames += after["frames_sent"] - before["frames_sent"]
-        # Each leader: one append_entries per follower per heartbeat, and one reply to each.
-        expected_frames_s = GROUPS * 2 * 2 / config.heartbeat_interval_s
-        assert frames / elapsed <= 1.5 * expected_frames_s + 20, (
-            frames / elapsed,
-            expected_frames_s,
-        )
-        assert max(cpu) < 40.0, cpu
+            frames_per_s = (after["frames_sent"] - before["frames_sent"]) / elapsed
+            pings_per_s = (after["pings_sent"] - before["pings_sent"]) / elapsed
+            assert ticks_per_s <= 5 and frames_per_s <= 5, (ticks_per_s, frames_per_s)
+            assert pings_per_s <= 1.5 * 2 / config.heartbeat_interval_s, pings_per_s
+            assert after["quiesced"] == GROUPS
+        assert max(cpu) < 15.0, cpu
