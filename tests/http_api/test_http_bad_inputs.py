@@ -16,9 +16,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import pytest
-from conftest import BrokerProcess
 
 from log.records import Record, encode_batch
+from tests_support import BrokerProcess
 
 RECORD_BYTES_MAX = 1024
 REQUEST_BYTES_MAX = 64 * 1024

@@ -19,7 +19,6 @@ from typing import Any
 
 import pytest
 import schemathesis
-from conftest import BrokerProcess
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from schemathesis import GenerationMode
@@ -33,6 +32,7 @@ from schemathesis.specs.openapi.checks import (
 
 from dmq.config import BrokerConfig
 from http_api.openapi import openapi_document
+from tests_support import BrokerProcess
 
 # The API's two non-JSON request bodies: a batch is opaque bytes, NDJSON is text.
 schemathesis.serializer.alias("application/vnd.dmq.batch", "application/octet-stream")
