@@ -33,7 +33,6 @@ import os
 import platform
 import shutil
 import signal
-import socket
 import statistics
 import subprocess
 import sys
@@ -46,6 +45,7 @@ from typing import Any
 
 import aiohttp
 
+from bench.loopback import common_free_port
 from dmq.client._http import RawBody
 from log.records import Record, encode_batch
 
@@ -73,24 +73,6 @@ class ClusterError(RuntimeError):
 
 
 # --------------------------------------------------------------------------- processes
-
-
-def common_free_port(hosts: Sequence[str], avoid: Sequence[int] = ()) -> int:
-    """A port free on every address in `hosts` (so every node can use the same one)."""
-    for _ in range(200):
-        with socket.socket() as probe:
-            probe.bind((hosts[0], 0))
-            port = int(probe.getsockname()[1])
-        if port in avoid:
-            continue
-        try:
-            for host in hosts[1:]:
-                with socket.socket() as other:
-                    other.bind((host, port))
-            return port
-        except OSError:
-            continue
-    raise ClusterError("no free port common to the node addresses")
 
 
 def cpu_seconds(pid: int) -> float:

@@ -37,7 +37,6 @@ import itertools
 import json
 import os
 import shutil
-import socket
 import statistics
 import subprocess
 import sys
@@ -48,6 +47,8 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from queue import Queue
 from typing import Any, TextIO
+
+from bench.loopback import common_free_port
 
 KIB = 1024
 TARGETS = {"dmq_batched_mb_s_min": 60.0, "dmq_latency_p99_ms_max": 10.0}
@@ -123,25 +124,10 @@ class Node:
         self.stop()
 
 
-def _common_free_port(hosts: list[str]) -> int:
-    for _ in range(200):
-        with socket.socket() as probe:
-            probe.bind((hosts[0], 0))
-            port = int(probe.getsockname()[1])
-        try:
-            for host in hosts[1:]:
-                with socket.socket() as other:
-                    other.bind((host, port))
-            return port
-        except OSError:
-            continue
-    raise RuntimeError("no free port common to the node addresses")
-
-
 @contextlib.contextmanager
 def cluster(work_dir: Path, stock: bool, extra_args: Sequence[str] = ()) -> Iterator[list[Node]]:
     hosts = [f"127.0.0.{11 + k}" for k in range(3)]
-    port = _common_free_port(hosts)
+    port = common_free_port(hosts)
     peers = ",".join(f"n{k + 1}={host}:{port}" for k, host in enumerate(hosts))
     nodes: list[Node] = []
     work_dir.mkdir(parents=True, exist_ok=True)

@@ -21,7 +21,6 @@ import http.client
 import json
 import os
 import signal
-import socket
 import struct
 import subprocess
 import sys
@@ -35,6 +34,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
+from bench.loopback import common_free_port as free_port_on
+
 ROOT = Path(__file__).resolve().parents[2]
 FIRST_HOST = 11  # node k (1-based) listens on 127.0.0.(10 + k)
 RETRIABLE_STATUSES = (429, 503, 504)
@@ -46,25 +47,6 @@ T = TypeVar("T")
 
 class ClusterError(AssertionError):
     """A harness wait or request did not reach its goal in time."""
-
-
-def free_port_on(hosts: list[str], avoid: Iterable[int] = ()) -> int:
-    """A port free on every host (checked by binding; the OS could still hand it out)."""
-    avoided = set(avoid)
-    for _ in range(200):
-        with socket.socket() as probe:
-            probe.bind((hosts[0], 0))
-            port = int(probe.getsockname()[1])
-        if port in avoided:
-            continue
-        try:
-            for host in hosts[1:]:
-                with socket.socket() as other:
-                    other.bind((host, port))
-            return port
-        except OSError:
-            continue
-    raise RuntimeError("no common free port")
 
 
 def wait_for(

@@ -13,13 +13,14 @@ import itertools
 import json
 import os
 import queue
-import socket
 import subprocess
 import sys
 import threading
 import time
 from pathlib import Path
 from typing import Any
+
+from bench.loopback import common_free_port as free_port_on  # re-exported for tests/raft
 
 ROOT = Path(__file__).resolve().parents[2]
 FIRST_HOST = 11  # node k listens on 127.0.0.(11 + k)
@@ -29,22 +30,6 @@ class RequestFailed(Exception):
     def __init__(self, answer: dict[str, Any]) -> None:
         super().__init__(f"{answer.get('error')}: {answer.get('message')}")
         self.error = answer.get("error")
-
-
-def free_port_on(hosts: list[str]) -> int:
-    """A port free on every host (checked by binding; the OS could still hand it out)."""
-    for _ in range(200):
-        with socket.socket() as probe:
-            probe.bind((hosts[0], 0))
-            port = int(probe.getsockname()[1])
-        try:
-            for host in hosts[1:]:
-                with socket.socket() as other:
-                    other.bind((host, port))
-            return port
-        except OSError:
-            continue
-    raise RuntimeError("no common free port")
 
 
 class NodeProcess:
