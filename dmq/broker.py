@@ -680,6 +680,7 @@ class Broker:
                 field="replication_factor",
                 limit=brokers,
             )
+        self._check_replicas(count * rf, "partitions")
         topic_config = default_topic_config(self.config)
         # Only an absent config means "defaults": `false` or `[]` is refused, not ignored.
         topic_config.update(validate_topic_config({} if config is None else config, self.config))
@@ -690,6 +691,22 @@ class Broker:
         await self._wait_for_leaders(name)
         _log.info("created topic %s with %d partitions, %d replicas each", name, count, rf)
         return self.describe_topic(name)
+
+    def _check_replicas(self, added: int, field: str) -> None:
+        """Refuse a change that would put more than replicas_per_broker_max partition
+        replicas on a broker on average (placement spreads them evenly)."""
+        brokers = len(self.config.peer_addrs)
+        limit = self.config.replicas_per_broker_max
+        existing = sum(
+            len(t.partitions) * t.replication_factor for t in self.metadata.state.topics.values()
+        )
+        if -(-(existing + added) // brokers) > limit:
+            raise errors.InvalidRequest(
+                f"{existing} partition replicas exist on {brokers} brokers; {added} more would "
+                f"exceed replicas_per_broker_max ({limit} per broker)",
+                field=field,
+                limit=limit,
+            )
 
     def _topic_ready_check(self) -> None:
         if not self.ready:
@@ -761,6 +778,7 @@ class Broker:
                 field="count",
                 limit=limits.PARTITIONS_PER_TOPIC_MAX,
             )
+        self._check_replicas((count - view.partitions) * view.replication_factor, "count")
         await self.metadata.propose(AddPartitions(name, count, wall_ms()))
         await self._reconcile()
         await self._wait_for_leaders(name)

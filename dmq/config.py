@@ -102,6 +102,10 @@ class BrokerConfig:
     waiting_fetches_max: int = field(
         default=limits.WAITING_FETCHES_MAX, metadata=_doc("long-polls parked at once before 429")
     )
+    replicas_per_broker_max: int = field(
+        default=limits.REPLICAS_PER_BROKER_MAX,
+        metadata=_doc("partition replicas per broker, on average (each holds ~6 files)"),
+    )
     record_bytes_max: int = field(
         default=log_limits.RECORD_BYTES_MAX, metadata=_doc("default max_record_bytes of topics")
     )

@@ -41,6 +41,13 @@ FETCH_RECORDS_MAX: Final = 10_000
 FETCH_RECORDS_DEFAULT: Final = 500
 WAITING_FETCHES_MAX: Final = 1_000
 
+# Partition replicas per broker (on average over the cluster, as placement spreads them
+# evenly). Each replica holds about 6 file descriptors (Raft journal, its meta file,
+# pysyncobj's notifier pipe pair, the active segment, the applied checkpoint) plus its
+# closed segments' files while read, and one Raft group's memory (journal cache up to
+# 4 MiB when busy): 2,000 replicas need a descriptor limit well above 12,000.
+REPLICAS_PER_BROKER_MAX: Final = 2_000
+
 # Topics: Kafka's name rule (legal characters, at most 249) and partition bounds.
 TOPIC_NAME_CHARS_MAX: Final = 249
 PARTITIONS_PER_TOPIC_MAX: Final = 1_000

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import resource
 import signal
 import sys
 
@@ -70,8 +71,28 @@ async def run_broker(config: BrokerConfig, stop: asyncio.Event) -> None:
     _log.info("stopped")
 
 
+def raise_open_files_limit() -> int:
+    """Lift the soft descriptor limit to the hard one (each partition replica holds about
+    six files; see replicas_per_broker_max). Returns the limit in force."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard == resource.RLIM_INFINITY or soft < hard:
+        wanted = hard if hard != resource.RLIM_INFINITY else max(soft, 1_048_576)
+        with contextlib.suppress(ValueError, OSError):
+            resource.setrlimit(resource.RLIMIT_NOFILE, (wanted, hard))
+    return resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+
+
 def serve(config: BrokerConfig) -> int:
     configure_logging(config.log_level)
+    files = raise_open_files_limit()
+    if files < 6 * config.replicas_per_broker_max + 1024:
+        _log.warning(
+            "the open files limit (%d) is below what %d replicas need (~%d): raise it "
+            "(ulimit -n) or lower replicas_per_broker_max",
+            files,
+            config.replicas_per_broker_max,
+            6 * config.replicas_per_broker_max + 1024,
+        )
 
     async def main() -> None:
         stop = asyncio.Event()

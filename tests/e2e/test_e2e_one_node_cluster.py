@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from typing import Any
 
 from tests_support import ROOT, BrokerProcess
 
@@ -114,3 +115,16 @@ def test_a_replica_whose_flushed_data_is_gone_stops_the_broker(broker: BrokerPro
     else:
         raise AssertionError("the broker started on a replica that lost flushed data")
     assert "flushed data is lost" in broker.log()
+
+
+def test_replicas_per_broker_max_bounds_create_and_add(broker_factory: Any) -> None:
+    broker = broker_factory(extra_args=["--replicas-per-broker-max", "5"]).start()
+    assert broker.json("POST", "/v1/topics", {"name": "a", "partitions": 3})[0] == 201
+    status, body = broker.json("POST", "/v1/topics", {"name": "b", "partitions": 3})
+    assert status == 400
+    assert body["error"]["details"] == {"field": "partitions", "limit": 5}
+    status, body = broker.json("POST", "/v1/topics/a/partitions", {"count": 6})
+    assert status == 400 and body["error"]["details"]["field"] == "count"
+    status, body = broker.json("POST", "/v1/topics/a/partitions", {"count": 5})
+    assert status == 200 and len(body["partitions"]) == 5
+    assert broker.json("GET", "/v1/topics/b")[0] == 404
