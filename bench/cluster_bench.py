@@ -38,7 +38,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -540,21 +540,30 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     return result
 
 
-def _complete(args: argparse.Namespace) -> argparse.Namespace:
-    """Defaults for options a caller's namespace lacks, and the --quick sizes."""
+def complete_options(
+    add: Callable[[argparse.ArgumentParser], None], args: argparse.Namespace
+) -> argparse.Namespace:
+    """A caller's namespace with the parser's defaults for what it lacks, and
+    `--durability` as a checked list (shared with bench/compare_nats.py)."""
     parser = argparse.ArgumentParser()
-    add_arguments(parser)
+    add(parser)
     full = vars(parser.parse_args([]))
     full.update({k: v for k, v in vars(args).items() if v is not None})
     done = argparse.Namespace(**full)
-    if done.quick:
-        done.runs, done.phase_seconds, done.warmup_seconds = 1, 0.7, 0.2
-        done.partitions = min(done.partitions, 100)
-        done.idle_seconds, done.settle_seconds = 2.0, 0.5
     if isinstance(done.durability, str):
         done.durability = [d.strip() for d in done.durability.split(",") if d.strip()]
     if not done.durability or any(d not in DURABILITIES for d in done.durability):
         raise ValueError(f"--durability: a comma-separated list of {', '.join(DURABILITIES)}")
+    return done
+
+
+def _complete(args: argparse.Namespace) -> argparse.Namespace:
+    """Defaults for options a caller's namespace lacks, and the --quick sizes."""
+    done = complete_options(add_arguments, args)
+    if done.quick:
+        done.runs, done.phase_seconds, done.warmup_seconds = 1, 0.7, 0.2
+        done.partitions = min(done.partitions, 100)
+        done.idle_seconds, done.settle_seconds = 2.0, 0.5
     if done.nodes < 1 or done.runs < 1:
         raise ValueError("--nodes and --runs must be >= 1")
     return done

@@ -43,13 +43,15 @@ from typing import Any
 
 from bench.cluster_bench import (
     ClusterError,
-    common_free_port,
+    complete_options,
+    create_topic,
     dmq_cluster,
     log_tail,
     percentile,
     urlopen_status,
     wait_leader,
 )
+from bench.loopback import common_free_port
 from dmq.errors import DmqError
 
 MESSAGE_BYTES = 1024
@@ -284,8 +286,6 @@ async def measure_dmq(url: str, topic: str, args: argparse.Namespace) -> dict[st
 async def _dmq_leader_url(brokers: Any, topic: str) -> str:
     import aiohttp
 
-    from bench.cluster_bench import create_topic
-
     async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=60)) as session:
         await create_topic(session, brokers[0].url, topic, 1, len(brokers))
         return str((await wait_leader(session, brokers, topic)).url)
@@ -339,17 +339,9 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def _complete(args: argparse.Namespace) -> argparse.Namespace:
-    parser = argparse.ArgumentParser()
-    add_arguments(parser)
-    full = vars(parser.parse_args([]))
-    full.update({k: v for k, v in vars(args).items() if v is not None})
-    done = argparse.Namespace(**full)
+    done = complete_options(add_arguments, args)
     if done.quick:
         done.runs, done.messages, done.latency_count = 1, 3000, 300
-    if isinstance(done.durability, str):
-        done.durability = [d.strip() for d in done.durability.split(",") if d.strip()]
-    if not done.durability or any(d not in ("fsync", "none") for d in done.durability):
-        raise ValueError("--durability: a comma-separated list of fsync, none")
     return done
 
 

@@ -28,7 +28,6 @@ import fcntl
 import logging
 import os
 import shutil
-import time
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -37,10 +36,16 @@ from typing import Any, Literal
 
 from dmq import errors, limits
 from dmq.config import BrokerConfig
-from dmq.metadata import MetadataService
+from dmq.metadata import MetadataService, wall_ms
 from dmq.partitioner import StickyPartitioner, partition_for_key
 from dmq.peers import PeerClient, fetch_batches_blocking
-from dmq.replica import TOPIC_ID_FILE, PartitionReplica, StorageThreads
+from dmq.replica import (
+    GROUPS_PER_TOPIC,
+    TOPIC_ID_FILE,
+    PartitionReplica,
+    StorageThreads,
+    raft_status_fields,
+)
 from dmq.topics import (
     check_topic_name,
     default_topic_config,
@@ -79,10 +84,6 @@ REPLICA_OPENS_CONCURRENT_MAX = 16  # replicas opened at once (start-up, large to
 STATUS_TIMEOUT_S = 2.0  # per broker, for cluster status
 LEADER_WAIT_S = 5.0  # create_topic waits at most this long for the new groups' leaders
 DURABLE_TRACE_ENV = "DMQ_DURABLE_TRACE"  # test hook of the power-loss tests
-
-
-def wall_ms() -> int:
-    return time.time_ns() // 1_000_000
 
 
 class ForwardRequest(Exception):  # noqa: N818 - a control signal, not an error
@@ -419,6 +420,14 @@ class Broker:
             raise errors.TopicNotFound(f"topic {name!r} does not exist", field="topic")
         return view
 
+    def _local_replica(self, topic: str, partition: int, topic_id: int) -> PartitionReplica | None:
+        """This broker's open replica of the partition of that topic id (a re-created
+        topic of the same name is another topic), or None."""
+        replica = self._replicas.get((topic, partition))
+        if replica is None or replica.topic_id != topic_id or replica.closed:
+            return None
+        return replica
+
     def _check_partition(self, topic: TopicView, partition: int) -> None:
         if not 0 <= partition < topic.partitions:
             raise errors.PartitionNotFound(
@@ -563,7 +572,7 @@ class Broker:
         for path in sorted(groups.iterdir()) if groups.exists() else []:
             if not path.name.isdigit() or int(path.name) == 0:
                 continue
-            topic_id, partition = divmod(int(path.name), 1024)
+            topic_id, partition = divmod(int(path.name), GROUPS_PER_TOPIC)
             if topic_id < state.next_topic_id and (topic_id, partition) not in placed:
                 _log.info("removing orphan raft group directory %s", path)
                 shutil.rmtree(path)
@@ -737,17 +746,15 @@ class Broker:
         view = self._topic(name)
         parts = []
         for p, placement in enumerate(view.info.partitions):
-            replica = self._replicas.get((name, p))
-            local = replica is not None and replica.topic_id == view.topic_id
-            leader = self._leader_of(view, p)
+            local = self._local_replica(name, p, view.topic_id)
             parts.append(
                 PartitionInfo(
                     p,
-                    leader,
+                    self._leader_of(view, p),
                     placement.replicas,
-                    replica.log_start_offset if local and replica else None,
-                    replica.high_watermark if local and replica else None,
-                    replica.log_end_offset if local and replica else None,
+                    local.log_start_offset if local else None,
+                    local.high_watermark if local else None,
+                    local.log_end_offset if local else None,
                 )
             )
         return TopicDescription(view.name, view.replication_factor, tuple(parts), view.config)
@@ -973,8 +980,8 @@ class Broker:
     async def _append_one(
         self, topic: TopicView, partition: int, batch: bytes, append_time: int | None, acks: Acks
     ) -> int | None:
-        replica = self._replicas.get((topic.name, partition))
-        if replica is not None and replica.topic_id == topic.topic_id and not replica.closed:
+        replica = self._local_replica(topic.name, partition, topic.topic_id)
+        if replica is not None:
             return await replica.append(batch, append_time, acks)
         return await self._append_remote(topic, partition, batch, append_time, acks)
 
@@ -1034,8 +1041,8 @@ class Broker:
             validate_batch(batch, self._record_limits(view))
         except log_errors.LogError as exc:
             raise translate(exc) from exc
-        replica = self._replicas.get((topic_name, partition))
-        if replica is None or replica.topic_id != topic_id or replica.closed:
+        replica = self._local_replica(topic_name, partition, topic_id)
+        if replica is None:
             raise errors.BrokerUnavailable(
                 f"no replica of {topic_name}-{partition} (topic id {topic_id}) here",
                 retry_after_ms=200,
@@ -1053,9 +1060,7 @@ class Broker:
         """
         view = self._topic(topic)
         self._check_partition(view, partition)
-        replica = self._replicas.get((topic, partition))
-        if replica is not None and (replica.topic_id != view.topic_id or replica.closed):
-            replica = None
+        replica = self._local_replica(topic, partition, view.topic_id)
         if replica is not None and replica.raft is not None and replica.raft.status().is_leader:
             return replica
         if forwarded and replica is not None:
@@ -1159,8 +1164,8 @@ class Broker:
         start_offset, up to end_offset or fetch_bytes_max; and the offset after them."""
         view = self._topic(topic)
         self._check_partition(view, partition)
-        replica = self._replicas.get((topic, partition))
-        if replica is None or replica.closed:
+        replica = self._local_replica(topic, partition, view.topic_id)
+        if replica is None:
             raise errors.BrokerUnavailable(f"no replica of {topic}-{partition} here")
         if not replica.log_start_offset <= start_offset <= replica.high_watermark:
             raise errors.OffsetOutOfRange(
@@ -1206,19 +1211,8 @@ class Broker:
         replicas = [r.status() for r in list(self._replicas.values())]
         metadata = self._metadata.replica if self._metadata is not None else None
         if metadata is not None:
-            s = metadata.status()
-            replicas.append(
-                {
-                    "group_id": 0,
-                    "topic": None,
-                    "partition": None,
-                    "is_leader": s.is_leader,
-                    "leader": s.leader_id,
-                    "term": s.term,
-                    "commit_index": s.commit_index,
-                    "last_applied": s.last_applied,
-                }
-            )
+            fields = raft_status_fields(metadata)
+            replicas.append({**fields, "group_id": 0, "topic": None, "partition": None})
         return {"node_id": self.config.node_id, "ready": self.ready, "replicas": replicas}
 
     async def cluster_status(self) -> dict[str, Any]:

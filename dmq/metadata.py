@@ -60,6 +60,7 @@ FOLLOW_RETRY_S = 0.2
 
 
 def wall_ms() -> int:
+    """The wall clock in ms: the time a proposer stamps into commands (and records)."""
     return time.time_ns() // 1_000_000
 
 
@@ -225,22 +226,40 @@ class MetadataService:
         return await self.propose(command)
 
     async def _propose_through_voter(self, command: Command) -> int:
-        last: errors.DmqError = errors.BrokerUnavailable("no metadata voter is known")
         deadline = asyncio.get_running_loop().time() + self._timeout_s
-        while asyncio.get_running_loop().time() < deadline:
-            for addr in self._voter_http():
-                try:
-                    answer = await self._peers.call(
-                        "POST",
-                        addr,
-                        "/v1/internal/metadata/propose",
-                        body=encode_command(command),
-                        timeout_s=self._timeout_s,
-                    )
-                    return int(answer["metadata_version"])
-                except errors.RetriableError as exc:
-                    last = exc
+        body = encode_command(command)
+        while True:
+            try:
+                answer = await self._call_voters("POST", "/v1/internal/metadata/propose", body=body)
+                return int(answer["metadata_version"])
+            except errors.RetriableError:
+                if asyncio.get_running_loop().time() + FOLLOW_RETRY_S >= deadline:
+                    raise
             await asyncio.sleep(FOLLOW_RETRY_S)
+
+    async def _call_voters(
+        self,
+        method: str,
+        path: str,
+        *,
+        body: bytes | None = None,
+        params: dict[str, str] | None = None,
+        wait_ms: int = 0,
+    ) -> Any:
+        """Ask each voter in turn; the first answer, or the last retriable error."""
+        last: errors.DmqError = errors.BrokerUnavailable("no metadata voter is known")
+        for addr in self._voter_http():
+            try:
+                return await self._peers.call(
+                    method,
+                    addr,
+                    path,
+                    body=body,
+                    params=params,
+                    timeout_s=wait_ms / 1000 + self._timeout_s,
+                )
+            except errors.RetriableError as exc:
+                last = exc
         raise last
 
     async def read_barrier(self) -> None:
@@ -268,23 +287,13 @@ class MetadataService:
     async def _fetch_state(
         self, *, after_version: int, wait_ms: int, linearizable: bool = False
     ) -> dict[str, Any]:
-        last: errors.DmqError = errors.BrokerUnavailable("no metadata voter is known")
-        for addr in self._voter_http():
-            params = {"after_version": str(after_version), "wait_ms": str(wait_ms)}
-            if linearizable:
-                params["consistency"] = "linearizable"
-            try:
-                answer: dict[str, Any] = await self._peers.call(
-                    "GET",
-                    addr,
-                    "/v1/internal/metadata",
-                    params=params,
-                    timeout_s=wait_ms / 1000 + self._timeout_s,
-                )
-                return answer
-            except errors.DmqError as exc:
-                last = exc
-        raise last
+        params = {"after_version": str(after_version), "wait_ms": str(wait_ms)}
+        if linearizable:
+            params["consistency"] = "linearizable"
+        answer: dict[str, Any] = await self._call_voters(
+            "GET", "/v1/internal/metadata", params=params, wait_ms=wait_ms
+        )
+        return answer
 
     def _adopt(self, doc: dict[str, Any]) -> None:
         state = state_from_json(doc["state"])

@@ -24,7 +24,6 @@ import aiohttp
 from dmq import errors
 
 FORWARDED_HEADER = "X-Dmq-Forwarded"  # set on a forwarded request: it is never forwarded again
-BATCHES_CONTENT_TYPE = "application/vnd.dmq.batches"
 # Connections kept to each other broker (forwarded appends run in parallel on them).
 CONNECTIONS_PER_PEER_MAX = 32
 

@@ -74,9 +74,14 @@ class StorageThreads:
             executor.shutdown(wait=True)
 
 
+# Raft group ids per topic id: above PARTITIONS_PER_TOPIC_MAX (1,000). Group 0 is the
+# metadata group; topic ids start at 1.
+GROUPS_PER_TOPIC = 1024
+
+
 def group_id_for(topic_id: int, partition: int) -> int:
     """A partition's Raft group id: unique per topic id, never reused (ids only grow)."""
-    return topic_id * 1024 + partition  # PARTITIONS_PER_TOPIC_MAX is 1,000
+    return topic_id * GROUPS_PER_TOPIC + partition
 
 
 class _LockedMachine:
@@ -207,26 +212,21 @@ class PartitionReplica:
             if self._log is not None:
                 self._log.close()
 
-    async def close(self, *, leave_group: bool = True) -> None:
-        """Leave the Raft group (unless the whole node already stopped), flush, close."""
+    async def close(self, *, leave_group: bool = True, delete_group: bool = False) -> None:
+        """Leave the Raft group (unless the whole node already stopped; `delete_group`:
+        and remove its directory), flush, close."""
         if self.closed:
             return
         self.closed = True
         if leave_group and self.raft is not None:
-            await self._raft_node.remove_group(self.group_id)
+            await self._raft_node.remove_group(self.group_id, delete=delete_group)
         async with self._upkeep_lock:
             await self.run(self._close_files)
         self._notify_committed()
 
     async def delete(self) -> None:
         """Close and remove the replica's files: its log and its Raft directory."""
-        if not self.closed:
-            self.closed = True
-            if self.raft is not None:
-                await self._raft_node.remove_group(self.group_id, delete=True)
-            async with self._upkeep_lock:
-                await self.run(self._close_files)
-            self._notify_committed()
+        await self.close(delete_group=True)
         await self.run(shutil.rmtree, self.directory, True)
 
     def reconfigure(self, log_config: LogConfig) -> None:
@@ -413,17 +413,24 @@ class PartitionReplica:
 
     def status(self) -> dict[str, Any]:
         """This replica's Raft and log position, for `dmq cluster status`."""
-        raft = self.raft.status() if self.raft is not None else None
         return {
+            **raft_status_fields(self.raft),
             "group_id": self.group_id,
             "topic": self.topic,
             "partition": self.partition,
-            "is_leader": bool(raft and raft.is_leader),
-            "leader": raft.leader_id if raft else None,
-            "term": raft.term if raft else 0,
-            "commit_index": raft.commit_index if raft else 0,
-            "last_applied": raft.last_applied if raft else 0,
             "log_start_offset": self.log_start_offset,
             "high_watermark": self.high_watermark,
             "log_end_offset": self.log_end_offset,
         }
+
+
+def raft_status_fields(raft: Replica | None) -> dict[str, Any]:
+    """A group replica's Raft position as `dmq cluster status` reports it."""
+    status = raft.status() if raft is not None else None
+    return {
+        "is_leader": bool(status and status.is_leader),
+        "leader": status.leader_id if status else None,
+        "term": status.term if status else 0,
+        "commit_index": status.commit_index if status else 0,
+        "last_applied": status.last_applied if status else 0,
+    }
