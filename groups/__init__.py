@@ -1,0 +1,1 @@
+"""Consumer groups: a pure, deterministic state machine (see README.md)."""
