@@ -19,6 +19,12 @@ Invariants (checked by tests/raft/test_raft_metadata.py):
 - each partition's replicas are distinct registered brokers, the first is the preferred
   leader, chosen by raft/placement.py among the live brokers at creation time.
 
+Consumer groups (groups/state.py) live in the same state (`MetadataState.groups`) and their
+commands in the same log: a group command moves `clock_ms` and the groups only, never
+`metadata_version`, and `state_to_json` (the catalogue observers follow) leaves groups out;
+the snapshot (`MetadataMachine.snapshot`) keeps them. After every topic create, delete or
+growth, apply feeds the new partition counts to the groups (`UpdateTopics`) in the same step.
+
 What this module does not check: the meaning of topic config values. raft/ may not import
 dmq/, so the Broker validates them (`dmq.topics.validate_topic_config`) before proposing;
 here config is only checked to be a flat object of ints and strings.
@@ -36,6 +42,18 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, fields, replace
 from typing import Any, Final
 
+from groups import state as groups_state
+from groups.commands import (
+    COMMAND_TYPES as GROUP_COMMAND_TYPES,
+)
+from groups.commands import (
+    GroupCommand,
+    GroupCommandDecodeError,
+    UpdateTopics,
+    decode_group_command,
+    encode_group_command,
+)
+from groups.state import GroupsState, groups_from_json, groups_to_json
 from raft.placement import PlacementError, assign_replicas
 
 # Versions of the command encoding this code can decode. A replica that meets a newer one
@@ -155,7 +173,7 @@ class ReportLeader:
     version: int = COMMAND_VERSION
 
 
-Command = (
+CatalogueCommand = (
     RegisterBroker
     | BrokerHeartbeat
     | CreateTopic
@@ -164,7 +182,9 @@ Command = (
     | AddPartitions
     | ReportLeader
 )
-COMMAND_TYPES: Final[dict[str, type[Command]]] = {
+# Consumer-group commands (groups/commands.py) ride the same group and envelope.
+Command = CatalogueCommand | GroupCommand
+COMMAND_TYPES: Final[dict[str, type[CatalogueCommand]]] = {
     cls.__name__: cls
     for cls in (
         RegisterBroker,
@@ -199,6 +219,8 @@ _FIELD_KINDS: Final = {
 
 def encode_command(command: Command) -> bytes:
     """`{"type": ..., "version": ..., "fields": {...}}` as compact, key-sorted JSON."""
+    if isinstance(command, tuple(GROUP_COMMAND_TYPES.values())):
+        return encode_group_command(command)  # type: ignore[arg-type]
     body: dict[str, Any] = {}
     for f in fields(command):
         if f.name == "version":
@@ -218,6 +240,11 @@ def decode_command(data: bytes) -> Command:
         raise CommandDecodeError(f"command is not JSON: {e}") from None
     if not isinstance(doc, dict) or set(doc) != {"type", "version", "fields"}:
         raise CommandDecodeError("command must be an object with type, version and fields")
+    if isinstance(doc["type"], str) and doc["type"] in GROUP_COMMAND_TYPES:
+        try:
+            return decode_group_command(doc)
+        except GroupCommandDecodeError as e:
+            raise CommandDecodeError(str(e)) from None
     cls = COMMAND_TYPES.get(doc["type"]) if isinstance(doc["type"], str) else None
     if cls is None:
         raise CommandDecodeError(f"unknown command type {doc['type']!r}")
@@ -302,6 +329,10 @@ class MetadataState:
     next_topic_id: int = 1  # only grows: ids are never reused
     metadata_version: int = 0  # only grows; +1 per change visible in the catalogue
     clock_ms: int = 0  # the largest now_ms applied; only grows
+    # Consumer groups and committed offsets: replicated and snapshotted with the rest, but
+    # not part of the catalogue (state_to_json): commits at a high rate must not make every
+    # observer download the catalogue again, so they leave metadata_version alone.
+    groups: GroupsState = field(default_factory=GroupsState)
 
     def live_brokers(self, now_ms: int) -> list[str]:
         """Sorted ids of the brokers heard from within broker_session_ms of `now_ms`."""
@@ -321,6 +352,7 @@ class Applied:
     metadata_version: int
     topic: TopicInfo | None = None
     broker: BrokerInfo | None = None
+    group_events: tuple[groups_state.Event, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -354,9 +386,44 @@ Result = Applied | Rejected
 
 def apply(state: MetadataState, command: Command) -> tuple[MetadataState, Result]:
     """The state after `command` and its result. Never raises for a bad command."""
-    rejected = _check_common(command)
+    if isinstance(command, tuple(GROUP_COMMAND_TYPES.values())):
+        return _apply_group(state, command)  # type: ignore[arg-type]
+    rejected = _check_common(command)  # type: ignore[arg-type]
     if rejected is not None:
         return state, rejected
+    new_state, result = _apply_catalogue(state, command)  # type: ignore[arg-type]
+    if isinstance(command, CreateTopic | DeleteTopic | AddPartitions) and isinstance(
+        result, Applied
+    ):
+        # Groups learn topics and partition counts in the same apply, so a subscription
+        # follows them at once, on every replica alike.
+        counts = tuple((t.name, len(t.partitions)) for t in new_state.topics.values())
+        groups, _ = groups_state.apply(new_state.groups, UpdateTopics(counts, new_state.clock_ms))
+        new_state = replace(new_state, groups=groups)
+    return new_state, result
+
+
+def _apply_group(state: MetadataState, command: GroupCommand) -> tuple[MetadataState, Result]:
+    if command.version not in COMMAND_VERSIONS_SUPPORTED or not _is_int(command.now_ms):
+        return state, Rejected(
+            REJECT_INVALID_COMMAND, f"version {command.version} is not supported"
+        )
+    if isinstance(command, UpdateTopics):  # derived from the catalogue, never proposed
+        return state, Rejected(REJECT_INVALID_COMMAND, "UpdateTopics is internal")
+    if command.now_ms < 0:
+        return state, Rejected(REJECT_INVALID_ARGUMENT, "now_ms must be >= 0", "now_ms")
+    now_ms = max(state.clock_ms, command.now_ms)
+    groups, events = groups_state.apply(state.groups, replace(command, now_ms=now_ms))
+    for event in events:
+        if isinstance(event, groups_state.Rejected):
+            return state, Rejected(event.code, event.message, event.field)
+    new_state = replace(state, groups=groups, clock_ms=now_ms)
+    return new_state, Applied(new_state.metadata_version, group_events=events)
+
+
+def _apply_catalogue(
+    state: MetadataState, command: CatalogueCommand
+) -> tuple[MetadataState, Result]:
     now_ms = max(state.clock_ms, command.now_ms)
     match command:
         case RegisterBroker():
@@ -376,7 +443,7 @@ def apply(state: MetadataState, command: Command) -> tuple[MetadataState, Result
     return state, Rejected(REJECT_INVALID_COMMAND, f"unknown command {type(command).__name__}")
 
 
-def _check_common(command: Command) -> Rejected | None:
+def _check_common(command: CatalogueCommand) -> Rejected | None:
     """Checks a hand-built command as decode_command checks a received one."""
     if command.version not in COMMAND_VERSIONS_SUPPORTED:
         return Rejected(REJECT_INVALID_COMMAND, f"version {command.version} is not supported")
@@ -697,7 +764,13 @@ class MetadataMachine:
         return result
 
     def snapshot(self) -> bytes:
-        return json.dumps(state_to_json(self.state), sort_keys=True, separators=(",", ":")).encode()
+        doc = state_to_json(self.state)
+        doc["groups"] = groups_to_json(self.state.groups)
+        return json.dumps(doc, sort_keys=True, separators=(",", ":")).encode()
 
     def restore(self, snapshot: bytes) -> None:
-        self.state = state_from_json(json.loads(snapshot))
+        doc = json.loads(snapshot)
+        state = state_from_json(doc)
+        if "groups" in doc:  # a snapshot from before consumer groups has none
+            state = replace(state, groups=groups_from_json(doc["groups"], state.groups.config))
+        self.state = state

@@ -1,0 +1,67 @@
+"""Proves how consumer groups ride the metadata state machine (raft/metadata.py):
+
+- a group command goes through the same envelope and apply, moves clock_ms but never
+  metadata_version (observers' catalogue long-polls are not woken by commits);
+- creating or growing a topic hands its new partitions to subscribed members in the same
+  apply, and deleting it drops the group's offsets for it;
+- the snapshot keeps the groups and restores them; the catalogue JSON leaves them out;
+- UpdateTopics cannot be proposed from outside (it is derived from the catalogue).
+"""
+
+from __future__ import annotations
+
+import json
+
+from groups.commands import CommitOffsets, JoinGroup, UpdateTopics
+from raft.metadata import (
+    AddPartitions,
+    Applied,
+    CreateTopic,
+    DeleteTopic,
+    MetadataMachine,
+    RegisterBroker,
+    Rejected,
+    encode_command,
+    state_to_json,
+)
+
+
+def _machine() -> MetadataMachine:
+    m = MetadataMachine()
+    assert isinstance(m.apply(encode_command(RegisterBroker("n1", "h:1", "r:1", 1))), Applied)
+    assert isinstance(m.apply(encode_command(CreateTopic("t", 2, 1, (), 2))), Applied)
+    return m
+
+
+def test_groups_follow_topics_and_stay_out_of_the_catalogue() -> None:
+    m = _machine()
+    version = m.state.metadata_version
+    join = JoinGroup("g", "a", "", ("t", "later"), "", 10_000, "sticky", 3)
+    result = m.apply(encode_command(join))
+    assert isinstance(result, Applied) and result.metadata_version == version
+    assert m.state.groups.groups["g"].members["a"].assigned == (("t", 0), ("t", 1))
+    commit = CommitOffsets("g", "a", 1, (("t", 1, 7),), 4)
+    assert isinstance(m.apply(encode_command(commit)), Applied)
+    assert m.state.metadata_version == version and m.state.clock_ms == 4
+    m.apply(encode_command(AddPartitions("t", 3, 5)))
+    m.apply(encode_command(CreateTopic("later", 1, 1, (), 6)))
+    assert m.state.groups.groups["g"].members["a"].assigned == (
+        ("later", 0), ("t", 0), ("t", 1), ("t", 2),
+    )  # fmt: skip
+    assert "groups" not in json.dumps(state_to_json(m.state))
+    restored = MetadataMachine()
+    restored.restore(m.snapshot())
+    assert restored.state == m.state and restored.snapshot() == m.snapshot()
+    m.apply(encode_command(DeleteTopic("t", 7)))
+    assert m.state.groups.groups["g"].committed == {}
+    assert m.state.groups.groups["g"].members["a"].assigned == (("later", 0),)
+
+
+def test_update_topics_is_internal_and_group_refusals_are_rejected_results() -> None:
+    m = _machine()
+    before = m.snapshot()
+    result = m.apply(encode_command(UpdateTopics((("t", 9),), 3)))
+    assert isinstance(result, Rejected) and result.code == "invalid_command"
+    stale = m.apply(encode_command(CommitOffsets("g", "nobody", 1, (("t", 0, 1),), 3)))
+    assert isinstance(stale, Rejected) and stale.code == "unknown_member"
+    assert m.snapshot() == before
