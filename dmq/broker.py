@@ -23,6 +23,7 @@ The cluster (issue 4) underneath:
 from __future__ import annotations
 
 import asyncio
+import base64
 import contextlib
 import fcntl
 import logging
@@ -36,6 +37,7 @@ from typing import Any, Literal
 
 from dmq import errors, limits
 from dmq.config import BrokerConfig
+from dmq.groups_service import GroupsService
 from dmq.metadata import MetadataService, wall_ms
 from dmq.partitioner import StickyPartitioner, partition_for_key
 from dmq.peers import PeerClient, fetch_batches_blocking
@@ -87,11 +89,15 @@ DURABLE_TRACE_ENV = "DMQ_DURABLE_TRACE"  # test hook of the power-loss tests
 
 
 class ForwardRequest(Exception):  # noqa: N818 - a control signal, not an error
-    """Not a DmqError: tells the HTTP layer to relay this request to `http_addr`."""
+    """Not a DmqError: tells the HTTP layer to relay this request to `http_addr`.
 
-    def __init__(self, http_addr: str) -> None:
+    `hops` is the forwarded header's value on the relayed request (consumer-group requests
+    may take two: observer -> voter -> metadata leader; everything else takes one)."""
+
+    def __init__(self, http_addr: str, hops: int = 1) -> None:
         super().__init__(http_addr)
         self.http_addr = http_addr
+        self.hops = hops
 
 
 @dataclass(frozen=True, slots=True)
@@ -236,6 +242,9 @@ class Broker:
         # data broke an invariant): dmq serve exits non-zero rather than linger half-dead.
         self.failed = asyncio.Event()
         self.failure: BaseException | None = None
+        self.groups = GroupsService(
+            lambda: self.metadata, self._http_addr_of, self._voter_http_addrs, ForwardRequest
+        )
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -287,6 +296,7 @@ class Broker:
             self._heartbeat_loop,
             self._leader_report_loop,
             self._leader_balance_loop,
+            self.groups.expiry_loop,
         ):
             self._background.append(loop.create_task(duty()))
         self.ready = True
@@ -1185,6 +1195,55 @@ class Broker:
                 next_offset = header.last_offset + 1
         return data, next_offset
 
+    # ------------------------------------------------------------------ consumer groups
+
+    async def partition_read(
+        self, topic: str, partition: int, offset: int, wait_ms: int, max_records: int
+    ) -> FetchResult:
+        """For the group fetch (dmq/groups_service.py): records from `offset`, read here or
+        at the partition leader's broker. A position outside the log (retention removed it)
+        reads from the nearest end: the log start, as Kafka's auto.offset.reset=earliest."""
+        try:
+            return await self._read_here_or_there(topic, partition, offset, wait_ms, max_records)
+        except errors.OffsetOutOfRange as exc:
+            start, end = exc.log_start_offset, exc.log_end_offset
+            moved = start if offset < start else end
+            return await self._read_here_or_there(topic, partition, moved, wait_ms, max_records)
+
+    async def _read_here_or_there(
+        self, topic: str, partition: int, offset: int, wait_ms: int, max_records: int
+    ) -> FetchResult:
+        max_bytes = min(limits.FETCH_BYTES_DEFAULT, self.config.fetch_bytes_max)
+        try:
+            return await self.fetch(
+                topic, partition, offset=offset, max_bytes=max_bytes,
+                max_records=max_records, wait_ms=wait_ms, raw=False,
+            )  # fmt: skip
+        except ForwardRequest as fwd:
+            params = {"offset": str(offset), "wait_ms": str(wait_ms), "value_encoding": "base64"}
+            params |= {"max_records": str(max_records), "max_bytes": str(max_bytes)}
+            doc = await self.peers.call(
+                "GET", fwd.http_addr, f"/v1/topics/{topic}/partitions/{partition}/records",
+                params=params, timeout_s=wait_ms / 1000 + self.timeout_s,
+            )  # fmt: skip
+            return fetch_result_from_json(topic, partition, offset, doc)
+
+    async def partition_offsets(
+        self, topic: str, partition: int, timestamp_ms: int | None = None
+    ) -> OffsetsResult:
+        """list_offsets answered here or at the partition leader's broker."""
+        try:
+            return await self.list_offsets(topic, partition, timestamp_ms)
+        except ForwardRequest as fwd:
+            params = {} if timestamp_ms is None else {"timestamp": str(timestamp_ms)}
+            doc = await self.peers.call(
+                "GET", fwd.http_addr, f"/v1/topics/{topic}/partitions/{partition}/offsets",
+                params=params, timeout_s=self.timeout_s,
+            )  # fmt: skip
+            return OffsetsResult(
+                partition, doc["log_start_offset"], doc["high_watermark"], doc["offset"]
+            )
+
     # ------------------------------------------------------------------ cluster
 
     def cluster(self) -> dict[str, Any]:
@@ -1255,6 +1314,30 @@ class Broker:
     @property
     def waiting_fetches(self) -> int:
         return self._waiting_fetches
+
+
+def fetch_result_from_json(
+    topic: str, partition: int, offset: int, doc: dict[str, Any]
+) -> FetchResult:
+    """A base64 JSON fetch answer from another broker, as the local fetch returns it."""
+
+    def raw(text: str | None) -> bytes | None:
+        return None if text is None else base64.b64decode(text)
+
+    records = [
+        Record(
+            raw(r["key"]),
+            raw(r["value"]),
+            tuple(Header(h["key"], base64.b64decode(h["value"])) for h in r["headers"]),
+            r["timestamp"],
+            r["offset"],
+        )
+        for r in doc["records"]
+    ]
+    return FetchResult(
+        topic, partition, offset, doc["next_offset"], doc["high_watermark"],
+        doc["log_start_offset"], records=records,
+    )  # fmt: skip
 
 
 def merge_group_status(answers: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:

@@ -8,8 +8,14 @@
     │   │   └── InvalidConfig        400  an unknown or out-of-range topic/broker setting
     │   ├── NotFound                 404
     │   │   ├── TopicNotFound
-    │   │   └── PartitionNotFound
+    │   │   ├── PartitionNotFound
+    │   │   └── GroupNotFound
     │   ├── TopicAlreadyExists       409
+    │   ├── GroupConflict            409  consumer groups: the member must act first
+    │   │   ├── UnknownMember        409  not (or no longer) a member: join again
+    │   │   ├── StaleGeneration      409  the partition is not this member's at that generation
+    │   │   ├── GroupNotEmpty        409  offsets can be reset only in an empty group
+    │   │   └── InconsistentAssignor 409  the group's members use another assignor
     │   ├── RecordTooLarge           413  a record, batch or body over its limit
     │   ├── UnsupportedMediaType     415
     │   ├── OffsetOutOfRange         416  body carries the valid range
@@ -72,8 +78,32 @@ class PartitionNotFound(NotFound):
     code = "partition_not_found"
 
 
+class GroupNotFound(NotFound):
+    code = "group_not_found"
+
+
 class TopicAlreadyExists(ClientError):
     code = "topic_already_exists"
+
+
+class GroupConflict(ClientError):
+    code = "group_conflict"
+
+
+class UnknownMember(GroupConflict):
+    code = "unknown_member"
+
+
+class StaleGeneration(GroupConflict):
+    code = "stale_generation"
+
+
+class GroupNotEmpty(GroupConflict):
+    code = "group_not_empty"
+
+
+class InconsistentAssignor(GroupConflict):
+    code = "inconsistent_assignor"
 
 
 class RecordTooLarge(InvalidRequest):
@@ -133,7 +163,13 @@ _ALL: tuple[type[DmqError], ...] = (
     NotFound,
     TopicNotFound,
     PartitionNotFound,
+    GroupNotFound,
     TopicAlreadyExists,
+    GroupConflict,
+    UnknownMember,
+    StaleGeneration,
+    GroupNotEmpty,
+    InconsistentAssignor,
     RecordTooLarge,
     UnsupportedMediaType,
     NotAcceptable,

@@ -52,3 +52,21 @@ REPLICAS_PER_BROKER_MAX: Final = 2_000
 TOPIC_NAME_CHARS_MAX: Final = 249
 PARTITIONS_PER_TOPIC_MAX: Final = 1_000
 TOPICS_MAX: Final = 10_000
+
+# Consumer groups (groups/README.md). These are applied inside the replicated metadata
+# state machine, so every replica must use the same values: they are the defaults of
+# groups.state.GroupsConfig (tests/dmq/test_dmq_groups_limits.py keeps the two equal) and
+# change with the code, not per broker. Each bounds the metadata snapshot.
+GROUPS_MAX: Final = 10_000
+MEMBERS_PER_GROUP_MAX: Final = 1_000
+SESSION_TIMEOUT_MS_MIN: Final = 1_000  # shorter sessions expire healthy members on a busy box
+SESSION_TIMEOUT_MS_MAX: Final = 300_000
+SESSION_TIMEOUT_MS_DEFAULT: Final = 10_000  # Kafka's consumer default is 45 s; dmq is smaller
+OFFSETS_PER_COMMIT_MAX: Final = 10_000  # one Raft entry per commit
+COMMITTED_OFFSETS_PER_GROUP_MAX: Final = 100_000
+SUBSCRIPTION_TOPICS_MAX: Final = 1_000
+TOPIC_PATTERN_CHARS_MAX: Final = 1_000  # matched against every topic name on each change
+GROUP_NAME_CHARS_MAX: Final = 249  # group names, member ids and instance ids
+# How often the metadata leader looks for expired sessions: expiry lands within
+# session_timeout_ms + this.
+GROUP_EXPIRY_CHECK_MS: Final = 200

@@ -64,6 +64,15 @@ def wall_ms() -> int:
     return time.time_ns() // 1_000_000
 
 
+GROUP_REJECT_ERRORS: dict[str, type[errors.DmqError]] = {
+    "unknown_member": errors.UnknownMember,
+    "stale_generation": errors.StaleGeneration,
+    "group_not_empty": errors.GroupNotEmpty,
+    "inconsistent_assignor": errors.InconsistentAssignor,
+    "unknown_partition": errors.PartitionNotFound,
+}
+
+
 def error_for_rejected(rejected: Rejected) -> errors.DmqError:
     """A metadata command's refusal as the user's error (the field names the input)."""
     field = rejected.field
@@ -79,6 +88,9 @@ def error_for_rejected(rejected: Rejected) -> errors.DmqError:
         return errors.InvalidRequest(rejected.message, field="replication_factor")
     if rejected.code == REJECT_TOO_MANY_TOPICS:
         return errors.InvalidRequest(rejected.message, field="name")
+    group_error = GROUP_REJECT_ERRORS.get(rejected.code)
+    if group_error is not None:  # consumer-group refusals (groups/state.py)
+        return group_error(rejected.message, field=field)
     return errors.InvalidRequest(rejected.message, field=field)
 
 

@@ -17,6 +17,7 @@ from dmq.broker import Acks, Broker, FetchResult, TopicDescription
 from http_api import codec
 from http_api.errors import REQUEST_BYTES_MAX, error_middleware
 from http_api.forward import BROKER, forward_middleware, is_forwarded
+from http_api.groups import GROUP_ROUTES
 from http_api.openapi import openapi_document
 from http_api.sendfile import FileRangesResponse
 
@@ -455,6 +456,7 @@ ROUTES: tuple[tuple[str, str, Any], ...] = (
     ("POST", "/v1/topics/{topic}/records", produce),
     ("GET", "/v1/topics/{topic}/partitions/{partition}/records", fetch),
     ("GET", "/v1/topics/{topic}/partitions/{partition}/offsets", list_offsets),
+    *GROUP_ROUTES,
     ("GET", "/v1/internal/status", internal_status),
     ("POST", "/v1/internal/partitions/{topic}/{partition}/append", internal_append),
     ("GET", "/v1/internal/partitions/{topic}/{partition}/batches", internal_batches),

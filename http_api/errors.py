@@ -30,6 +30,7 @@ STATUS_TABLE: tuple[tuple[type[errors.DmqError], int], ...] = (
     (errors.InvalidRequest, 400),
     (errors.NotFound, 404),
     (errors.TopicAlreadyExists, 409),
+    (errors.GroupConflict, 409),
     (errors.OffsetOutOfRange, 416),
     (errors.Backpressure, 429),
     (errors.RequestTimeout, 504),

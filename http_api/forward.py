@@ -33,12 +33,19 @@ async def forward_middleware(request: web.Request, handler: Handler) -> web.Stre
     try:
         return await handler(request)
     except ForwardRequest as forward:
-        return await _relay(request, forward.http_addr)
+        return await _relay(request, forward.http_addr, forward.hops)
 
 
-async def _relay(request: web.Request, http_addr: str) -> web.Response:
+def forwarded_hops(request: web.Request) -> int:
+    """How many brokers relayed this request (0: it came from a client)."""
+    raw = request.headers.get(FORWARDED_HEADER)
+    return 0 if raw is None else int(raw) if raw.isascii() and raw.isdigit() else 1
+
+
+async def _relay(request: web.Request, http_addr: str, hops: int = 1) -> web.Response:
     broker = request.app[BROKER]
     headers = {h: request.headers[h] for h in _PASSED_REQUEST_HEADERS if h in request.headers}
+    headers[FORWARDED_HEADER] = str(hops)
     body = await request.read() if request.can_read_body else None
     # A long-poll may wait fetch_wait_ms_max at the leader, then the usual request time.
     timeout_s = broker.config.fetch_wait_ms_max / 1000 + broker.timeout_s

@@ -38,13 +38,25 @@ ERROR_STATUSES: dict[int, tuple[str, tuple[str, ...], bool]] = {
         False,
     ),
     404: (
-        "no such topic, partition or route",
-        ("topic_not_found", "partition_not_found", "not_found"),
+        "no such topic, partition, group or route",
+        ("topic_not_found", "partition_not_found", "group_not_found", "not_found"),
         False,
     ),
     405: ("method not allowed on this path", ("method_not_allowed",), False),
     406: ("data that is not UTF-8 asked for as a string", ("not_acceptable",), False),
-    409: ("the topic already exists", ("topic_already_exists",), False),
+    409: (
+        "the topic already exists; or a group member must rejoin (unknown_member), catch up "
+        "(stale_generation), the group must be empty, or use the group's assignor",
+        (
+            "topic_already_exists",
+            "group_conflict",
+            "unknown_member",
+            "stale_generation",
+            "group_not_empty",
+            "inconsistent_assignor",
+        ),
+        False,
+    ),
     413: (
         "record, key, headers, batch, record count or body over its limit",
         ("record_too_large",),
@@ -88,7 +100,10 @@ def openapi_document(config: BrokerConfig) -> dict[str, Any]:
 
 
 def _paths(config: BrokerConfig) -> dict[str, Any]:
+    from http_api.openapi_groups import group_paths  # it builds on this module's helpers
+
     return {
+        **group_paths(config),
         "/healthz": {"get": _op("healthz", "The process is up", {"200": _ok("Status")})},
         "/readyz": {
             "get": _op(
@@ -529,6 +544,12 @@ def _topic_config(config: BrokerConfig, *, for_request: bool) -> dict[str, Any]:
 
 
 def _schemas(config: BrokerConfig) -> dict[str, Any]:
+    from http_api.openapi_groups import group_schemas
+
+    return {**_catalogue_schemas(config), **group_schemas(config)}
+
+
+def _catalogue_schemas(config: BrokerConfig) -> dict[str, Any]:
     header = _object({"key": {"type": "string"}, "value": _NULLABLE_STRING}, ("key",))
     return {
         "Error": _object(

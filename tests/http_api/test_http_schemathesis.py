@@ -64,6 +64,14 @@ SEEDED_TOPIC = "seeded"
 # Operations that also get cases aimed at the seeded topic's partition 0: random topic
 # names almost never exist, so without these the handlers past the 404 go untested.
 SEEDED_OPERATIONS = {"describe_topic", "alter_topic_config", "produce", "fetch", "list_offsets"}
+# A consumer group with one member on the seeded topic: group operations aimed at it reach
+# past the 404/409 of random names (heartbeat, group fetch, commit, describe with lag).
+SEEDED_GROUP = "seeded-group"
+SEEDED_GROUP_OPERATIONS = {
+    "describe_group", "heartbeat", "group_fetch", "commit_offsets", "read_group_offsets",
+    "leave_group", "reset_group_offsets",
+}  # fmt: skip
+SEEDED_MEMBER: dict[str, str] = {}
 
 
 def _seed(broker: BrokerProcess) -> None:
@@ -80,6 +88,10 @@ def _seed(broker: BrokerProcess) -> None:
     assert broker.json("POST", f"/v1/topics/{SEEDED_TOPIC}/records", body)[0] == 200
     body = {"records": records[2:], "value_encoding": "base64"}
     assert broker.json("POST", f"/v1/topics/{SEEDED_TOPIC}/records", body)[0] == 200
+    join = {"topics": [SEEDED_TOPIC], "session_timeout_ms": 300_000}
+    status, member = broker.json("POST", f"/v1/groups/{SEEDED_GROUP}/members", join)
+    assert status == 201 and len(member["assignment"]) == 2, member
+    SEEDED_MEMBER["member_id"] = member["member_id"]
 
 
 @pytest.fixture(scope="module")
@@ -131,8 +143,8 @@ def test_every_answer_conforms_and_no_5xx(api_schema: Any, operation_id: str) ->
         operation.as_strategy(GenerationMode.POSITIVE),
         operation.as_strategy(GenerationMode.NEGATIVE),
     ]
-    if operation_id in SEEDED_OPERATIONS:
-        seeded = {"topic": SEEDED_TOPIC, "partition": 0}
+    if operation_id in SEEDED_OPERATIONS | SEEDED_GROUP_OPERATIONS:
+        seeded = {"topic": SEEDED_TOPIC, "partition": 0, "group": SEEDED_GROUP, **SEEDED_MEMBER}
         fixed = {name: value for name, value in seeded.items() if f"{{{name}}}" in operation.path}
         for mode in (GenerationMode.POSITIVE, GenerationMode.NEGATIVE):
             strategies.append(operation.as_strategy(mode, path_parameters=fixed))

@@ -1,0 +1,405 @@
+"""Consumer groups on the broker: routing, sessions and the group fetch.
+
+The protocol itself is groups/ (pure); its state lives in the metadata group
+(raft/metadata.py). This service is the broker's side:
+
+1. Routing. Every group request is answered by the metadata group's leader: it holds the
+   members' last-heard times and reads the newest committed offsets. A broker that does not
+   lead the metadata group relays the request there (`ForwardRequest`); an observer first
+   relays to a voter, which relays once more to the leader (`GROUP_HOPS_MAX`).
+2. Sessions, as Kafka's group coordinator: a heartbeat is not a Raft entry. The leader
+   keeps each member's last-heard time in memory (heartbeats, fetches and commits count)
+   and proposes `ExpireMembers`, stamped with its own clock, for members silent longer than
+   their session timeout. A new leader knows no last-heard time: it starts every member's
+   session afresh at the moment it first sees it, so a leader change can delay an expiry by
+   up to one session timeout but never expires a live member.
+3. A heartbeat becomes a Raft entry only when it acknowledges a revocation
+   (`AckGeneration`), once per member per rebalance.
+4. The group fetch reads each of the member's assigned partitions from the group's
+   committed offset (the log start when none): fetch, process, commit `next_offset`. A fetch
+   also acknowledges the current generation (as a heartbeat would), so fetch + commit alone
+   is a complete consumer.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+import uuid
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any
+
+from dmq import errors, limits
+from dmq.metadata import MetadataService, wall_ms
+from groups.commands import (
+    AckGeneration,
+    CommitOffsets,
+    ExpireMembers,
+    GroupCommand,
+    JoinGroup,
+    LeaveGroup,
+    ResetOffsets,
+)
+from groups.state import Group, Member
+
+_log = logging.getLogger("dmq.groups")
+
+GROUP_HOPS_MAX = 2  # observer -> voter -> metadata leader
+
+
+@dataclass(frozen=True, slots=True)
+class MemberView:
+    group: str
+    member_id: str
+    generation: int
+    assignment: tuple[tuple[str, int], ...]
+    revoking: tuple[tuple[str, int], ...]
+    assignment_changed: bool
+    session_timeout_ms: int
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionFetch:
+    """What a group fetch read from one partition: records as the Broker's fetch returns."""
+
+    topic: str
+    partition: int
+    offset: int
+    result: Any  # dmq.broker.FetchResult
+
+
+class GroupsService:
+    def __init__(
+        self,
+        metadata: Callable[[], MetadataService],
+        http_addr_of: Callable[[str], str | None],
+        voter_http: Callable[[], list[str]],
+        forward: Callable[[str, int], BaseException],
+    ) -> None:
+        self._metadata = metadata
+        self._http_addr_of = http_addr_of
+        self._voter_http = voter_http
+        self._forward = forward  # builds the ForwardRequest the HTTP layer relays
+        self._seen: dict[tuple[str, str], float] = {}  # (group, member) -> monotonic s
+        self._was_leader = False
+
+    # --- routing --------------------------------------------------------------------------
+
+    def is_leader(self) -> bool:
+        replica = self._metadata().replica
+        return replica is not None and replica.status().is_leader
+
+    def route(self, hops: int) -> None:
+        """Return if this broker answers group requests; raise the relay (or 503) if not."""
+        if self.is_leader():
+            return
+        replica = self._metadata().replica
+        addr: str | None = None
+        if replica is not None:
+            leader = replica.status().leader_id
+            addr = None if leader is None else self._http_addr_of(leader)
+        elif self._voter_http():
+            voters = self._voter_http()
+            addr = voters[int(time.monotonic() * 1000) % len(voters)]
+        if addr is None or hops >= GROUP_HOPS_MAX:
+            raise errors.NotLeader(
+                "the metadata group has no leader reachable from here yet", retry_after_ms=200
+            )
+        raise self._forward(addr, hops + 1)
+
+    # --- proposals ------------------------------------------------------------------------
+
+    async def _propose(self, command: GroupCommand) -> None:
+        await self._metadata().propose(command)
+
+    def _touch(self, group: str, member_id: str) -> None:
+        self._seen[(group, member_id)] = time.monotonic()
+
+    def _group(self, name: str) -> Group:
+        group = self._metadata().state.groups.groups.get(name)
+        if group is None:
+            raise errors.GroupNotFound(f"group {name!r} does not exist", field="group")
+        return group
+
+    def _member(self, group_name: str, member_id: str) -> tuple[Group, Member]:
+        group = self._metadata().state.groups.groups.get(group_name)
+        member = None if group is None else group.members.get(member_id)
+        if group is None or member is None:
+            raise errors.UnknownMember(
+                f"{member_id!r} is not a member of group {group_name!r} (it left, expired or "
+                "never joined): join again"
+            )
+        return group, member
+
+    def _view(self, group: Group, member: Member, known_generation: int) -> MemberView:
+        return MemberView(
+            group.name,
+            member.member_id,
+            group.generation,
+            member.assigned,
+            member.revoking,
+            member.assignment_generation > known_generation,
+            member.session_timeout_ms,
+        )
+
+    # --- membership -----------------------------------------------------------------------
+
+    async def join(
+        self,
+        group: str,
+        *,
+        topics: tuple[str, ...],
+        topic_pattern: str,
+        session_timeout_ms: int,
+        assignor: str,
+        instance_id: str,
+    ) -> MemberView:
+        member_id = f"{instance_id or 'member'}-{uuid.uuid4().hex[:16]}"
+        await self._propose(
+            JoinGroup(
+                group,
+                member_id,
+                instance_id,
+                topics,
+                topic_pattern,
+                session_timeout_ms,
+                assignor,
+                wall_ms(),
+            )
+        )
+        self._touch(group, member_id)
+        g, m = self._member(group, member_id)
+        return self._view(g, m, -1)
+
+    async def heartbeat(self, group: str, member_id: str, generation: int) -> MemberView:
+        g, m = self._member(group, member_id)
+        self._touch(group, member_id)
+        if not 0 <= generation <= g.generation:
+            raise errors.StaleGeneration(
+                f"generation {generation} is not in [0, {g.generation}]: join again"
+            )
+        if any(0 < h.revoked_at <= generation for h in m.held):
+            await self._propose(AckGeneration(group, member_id, generation, wall_ms()))
+            g, m = self._member(group, member_id)
+        return self._view(g, m, generation)
+
+    async def leave(self, group: str, member_id: str) -> None:
+        self._member(group, member_id)
+        await self._propose(LeaveGroup(group, member_id, wall_ms()))
+        self._seen.pop((group, member_id), None)
+
+    async def commit(
+        self, group: str, member_id: str, generation: int, offsets: tuple[tuple[str, int, int], ...]
+    ) -> None:
+        if member_id:
+            self._touch(group, member_id)
+        await self._propose(CommitOffsets(group, member_id, generation, offsets, wall_ms()))
+
+    async def reset(self, group: str, offsets: tuple[tuple[str, int, int], ...]) -> None:
+        await self._propose(ResetOffsets(group, offsets, wall_ms()))
+
+    async def committed(self, group: str) -> dict[tuple[str, int], int]:
+        """Linearizable: a read barrier through the metadata group first, so every commit
+        acknowledged before this call is in the answer."""
+        await self._metadata().read_barrier()
+        found = self._metadata().state.groups.groups.get(group)
+        return {} if found is None else dict(found.committed)
+
+    async def reset_to(
+        self,
+        group: str,
+        topics: tuple[str, ...],
+        to: str | int | None,
+        explicit: tuple[tuple[str, int, int], ...],
+        partition_count: Callable[[str], int],
+        offsets_of: Callable[[str, int, int | None], Awaitable[Any]],
+    ) -> dict[tuple[str, int], int]:
+        """Reset an empty group's offsets: `explicit` ones, or every partition of `topics`
+        to "earliest", "latest" or the first offset at or after timestamp `to` (ms)."""
+        offsets = list(explicit)
+        for topic in topics:
+            for p in range(partition_count(topic)):
+                found = await offsets_of(topic, p, to if isinstance(to, int) else None)
+                if to == "earliest":
+                    offsets.append((topic, p, found.log_start_offset))
+                elif to == "latest" or found.offset is None:  # no record that late: the end
+                    offsets.append((topic, p, found.high_watermark))
+                else:
+                    offsets.append((topic, p, found.offset))
+        await self._propose(ResetOffsets(group, tuple(offsets), wall_ms()))
+        return {(t, p): o for t, p, o in offsets}
+
+    async def describe(
+        self, name: str, offsets_of: Callable[[str, int, int | None], Awaitable[Any]]
+    ) -> dict[str, Any]:
+        """Members, assignment, and per partition: member, committed offset, high watermark
+        and lag (high watermark - committed offset; from the log start when none)."""
+        group = self._group(name)
+        owner = {tp: mid for mid, m in group.members.items() for tp in m.assigned}
+        tps = sorted(set(group.target) | set(group.committed) | set(owner))
+
+        async def row(tp: tuple[str, int]) -> dict[str, Any]:
+            committed = group.committed.get(tp)
+            try:
+                found = await offsets_of(tp[0], tp[1], None)
+                hw: int | None = found.high_watermark
+                base = found.log_start_offset if committed is None else committed
+                lag: int | None = max(0, found.high_watermark - base)
+            except errors.DmqError:  # a partition without a reachable leader: unknown
+                hw = lag = None
+            return {
+                "topic": tp[0],
+                "partition": tp[1],
+                "member_id": owner.get(tp),
+                "committed_offset": committed,
+                "high_watermark": hw,
+                "lag": lag,
+            }
+
+        rows = await asyncio.gather(*(row(tp) for tp in tps))
+        return {**group_summary(group), "members": [member_json(m) for m in group.members.values()],
+                "partitions": list(rows)}  # fmt: skip
+
+    def groups(self) -> list[Group]:
+        return list(self._metadata().state.groups.groups.values())
+
+    def group(self, name: str) -> Group:
+        return self._group(name)
+
+    def touch_member(self, group: str, member_id: str) -> tuple[Group, Member]:
+        found = self._member(group, member_id)
+        self._touch(group, member_id)
+        return found
+
+    # --- sessions (metadata leader only) --------------------------------------------------
+
+    async def expiry_loop(self) -> None:
+        while True:
+            await asyncio.sleep(limits.GROUP_EXPIRY_CHECK_MS / 1000)
+            try:
+                await self.maybe_expire()
+            except errors.DmqError as exc:
+                _log.debug("expiring group members: %s", exc)
+
+    async def maybe_expire(self) -> bool:
+        """On the metadata leader: propose the expiry of members past their session."""
+        leader = self.is_leader()
+        if leader and not self._was_leader:
+            self._seen.clear()  # a new leader: every member gets a fresh session
+        self._was_leader = leader
+        if not leader:
+            return False
+        now = time.monotonic()
+        live: set[tuple[str, str]] = set()
+        expired: dict[str, list[str]] = {}
+        for group in self._metadata().state.groups.groups.values():
+            for member in group.members.values():
+                key = (group.name, member.member_id)
+                live.add(key)
+                seen = self._seen.setdefault(key, now)
+                if now - seen > member.session_timeout_ms / 1000:
+                    expired.setdefault(group.name, []).append(member.member_id)
+        for key in set(self._seen) - live:
+            del self._seen[key]
+        for name, ids in sorted(expired.items()):
+            _log.info("group %s: session expired for %s", name, ", ".join(ids))
+            with contextlib.suppress(errors.UnknownMember):  # they left meanwhile
+                await self._propose(ExpireMembers(name, tuple(ids), wall_ms()))
+        return bool(expired)
+
+    # --- the group fetch ------------------------------------------------------------------
+
+    async def fetch(
+        self,
+        group: str,
+        member_id: str,
+        wait_ms: int,
+        read: Callable[[str, int, int, int], Awaitable[Any]],
+        log_start: Callable[[str, int], Awaitable[int]],
+    ) -> tuple[MemberView, list[PartitionFetch]]:
+        """Records of the member's assigned partitions from the group's committed offsets.
+
+        `read(topic, partition, offset, wait_ms)` is the Broker's fetch. All partitions are
+        read at once without waiting; if none has records, they long-poll together and the
+        first to get records answers (the others are cancelled)."""
+        g, m = self.touch_member(group, member_id)
+        if m.revoking:
+            # Fetching is acknowledging: the answer names the current generation and serves
+            # only the member's assigned partitions, so a curl user who never heartbeats
+            # still lets revoked partitions go (its late commits of them are then refused).
+            await self._propose(AckGeneration(group, member_id, g.generation, wall_ms()))
+            g, m = self._member(group, member_id)
+        view = self._view(g, m, g.generation)
+        positions = []
+        for topic, partition in m.assigned:
+            offset = g.committed.get((topic, partition))
+            if offset is None:
+                offset = await log_start(topic, partition)
+            positions.append((topic, partition, offset))
+        found = await self._read_all(positions, 0, read)
+        if found or wait_ms == 0 or not positions:
+            return view, found
+        return view, await self._read_all(positions, wait_ms, read)
+
+    async def _read_all(
+        self,
+        positions: list[tuple[str, int, int]],
+        wait_ms: int,
+        read: Callable[[str, int, int, int], Awaitable[Any]],
+    ) -> list[PartitionFetch]:
+        async def one(topic: str, partition: int, offset: int) -> PartitionFetch:
+            return PartitionFetch(
+                topic, partition, offset, await read(topic, partition, offset, wait_ms)
+            )
+
+        tasks = [asyncio.ensure_future(one(*p)) for p in positions]
+        try:
+            if wait_ms == 0:
+                done = await asyncio.gather(*tasks)
+                return [f for f in done if f.result.records]
+            pending = set(tasks)
+            while pending:
+                finished, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
+                got = [t.result() for t in finished if t.result().result.records]
+                if got:
+                    return got
+            return []
+        finally:
+            for t in tasks:
+                t.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+
+
+def group_state(group: Group) -> str:
+    """ "empty" (no members), "reconciling" (a partition is being handed over: some member
+    still holds one it must give up, or a target partition has no holder) or "stable"."""
+    if not group.members:
+        return "empty"
+    held = {tp for m in group.members.values() for tp in m.assigned}
+    revoking = any(m.revoking for m in group.members.values())
+    return "reconciling" if revoking or held != set(group.target) else "stable"
+
+
+def group_summary(group: Group) -> dict[str, Any]:
+    return {
+        "group": group.name,
+        "state": group_state(group),
+        "generation": group.generation,
+        "assignor": group.assignor,
+        "member_count": len(group.members),
+    }
+
+
+def member_json(m: Member) -> dict[str, Any]:
+    return {
+        "member_id": m.member_id,
+        "instance_id": m.instance_id or None,
+        "topics": list(m.topics),
+        "topic_pattern": m.topic_pattern or None,
+        "session_timeout_ms": m.session_timeout_ms,
+        "assignment": [{"topic": t, "partition": p} for t, p in m.assigned],
+        "revoking": [{"topic": t, "partition": p} for t, p in m.revoking],
+    }

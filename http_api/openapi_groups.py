@@ -1,0 +1,298 @@
+"""The consumer-group part of the OpenAPI document (http_api/groups.py's routes)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from dmq import limits
+from dmq.config import BrokerConfig
+from http_api.openapi import (
+    _ENCODING,
+    _OFFSET,
+    _int,
+    _json_body,
+    _object,
+    _ok,
+    _op,
+    _query,
+    _ref,
+)
+
+_NAME = {
+    "type": "string",
+    "pattern": f"^[a-zA-Z0-9._-]{{1,{limits.GROUP_NAME_CHARS_MAX}}}$",
+}
+_GROUP = {"name": "group", "in": "path", "required": True, "schema": _NAME}
+_MEMBER = {"name": "member_id", "in": "path", "required": True, "schema": _NAME}
+_TP = _object({"topic": {"type": "string"}, "partition": _OFFSET}, ("topic", "partition"))
+_TOPIC_OFFSET = _object(
+    {"topic": {"type": "string"}, "partition": _OFFSET, "offset": _OFFSET},
+    ("topic", "partition", "offset"),
+)
+_MEMBER_FIELDS = {
+    "group": {"type": "string"},
+    "member_id": {"type": "string"},
+    "generation": _OFFSET,
+    "assignment": {"type": "array", "items": _TP, "description": "partitions to consume now"},
+    "revoking": {
+        "type": "array",
+        "items": _TP,
+        "description": "partitions to finish and let go: heartbeat with `generation` once done",
+    },
+    "assignment_changed": {
+        "type": "boolean",
+        "description": "the assignment changed since the generation the member sent",
+    },
+    "session_timeout_ms": _OFFSET,
+}
+_ERRORS = (400, 404, 409, 413, 503)
+
+
+def group_paths(config: BrokerConfig) -> dict[str, Any]:
+    return {
+        "/v1/groups": {
+            "get": _op("list_groups", "Consumer groups", {"200": _ok("GroupList")}, errors=(503,))
+        },
+        "/v1/groups/{group}": {
+            "parameters": [_GROUP],
+            "get": _op(
+                "describe_group",
+                "Members, assignment, and per partition committed offset, high watermark, lag",
+                {"200": _ok("GroupDescription")},
+                errors=(400, 404, 503),
+            ),
+        },
+        "/v1/groups/{group}/members": {
+            "parameters": [_GROUP],
+            "post": _op(
+                "join_group",
+                "Join: a new member id, the generation and the member's assignment",
+                {"201": _ok("Member")},
+                body=_json_body("JoinRequest"),
+                errors=_ERRORS,
+            ),
+        },
+        "/v1/groups/{group}/members/{member_id}": {
+            "parameters": [_GROUP, _MEMBER],
+            "delete": _op(
+                "leave_group",
+                "Leave: the member's partitions go to the others at once",
+                {"204": {"description": "left"}},
+                errors=(400, 409, 503),
+            ),
+        },
+        "/v1/groups/{group}/members/{member_id}/heartbeat": {
+            "parameters": [_GROUP, _MEMBER],
+            "post": _op(
+                "heartbeat",
+                "Keep the session; the current generation and assignment",
+                {"200": _ok("Member")},
+                body=_json_body("HeartbeatRequest"),
+                errors=_ERRORS,
+            ),
+        },
+        "/v1/groups/{group}/members/{member_id}/records": {
+            "parameters": [_GROUP, _MEMBER],
+            "get": _op(
+                "group_fetch",
+                "Records of the member's partitions from the group's committed offsets",
+                {"200": _ok("MemberRecords")},
+                parameters=[
+                    _query("wait_ms", _int(0, config.fetch_wait_ms_max, 0), "long-poll up to"),
+                    _query(
+                        "max_records",
+                        _int(1, config.fetch_records_max),
+                        "most records in the answer, over all partitions",
+                    ),
+                    _query("value_encoding", _ENCODING, "string (UTF-8) or base64"),
+                    _query(
+                        "auto_commit",
+                        {"type": "string", "enum": ["true", "false"], "default": "false"},
+                        "true: commit before answering (at-most-once)",
+                    ),
+                ],
+                errors=(400, 404, 406, 409, 503),
+            ),
+        },
+        "/v1/groups/{group}/offsets": {
+            "parameters": [_GROUP],
+            "get": _op(
+                "read_group_offsets",
+                "Committed offsets (linearizable)",
+                {"200": _ok("GroupOffsets")},
+                errors=(400, 503),
+            ),
+            "post": _op(
+                "commit_offsets",
+                "Commit offsets (the next offset to consume) as a member of a generation",
+                {"200": _ok("Committed")},
+                body=_json_body("CommitRequest"),
+                errors=_ERRORS,
+            ),
+        },
+        "/v1/groups/{group}/offsets/reset": {
+            "parameters": [_GROUP],
+            "post": _op(
+                "reset_group_offsets",
+                "Set an empty group's offsets: earliest, latest, a timestamp or given offsets",
+                {"200": _ok("GroupOffsets")},
+                body=_json_body("ResetRequest"),
+                errors=_ERRORS,
+            ),
+        },
+    }
+
+
+def group_schemas(config: BrokerConfig) -> dict[str, Any]:
+    del config
+    offsets = {
+        "type": "array",
+        "items": _TOPIC_OFFSET,
+        "minItems": 1,
+        "maxItems": limits.OFFSETS_PER_COMMIT_MAX,
+    }
+    summary = {
+        "group": {"type": "string"},
+        "state": {"type": "string", "enum": ["empty", "stable", "reconciling"]},
+        "generation": _OFFSET,
+        "assignor": {"type": "string"},
+        "member_count": _OFFSET,
+    }
+    nullable_offset = {"type": ["integer", "null"], "minimum": 0}
+    return {
+        "JoinRequest": _object(
+            {
+                "topics": {
+                    "type": "array",
+                    "items": _NAME,
+                    "minItems": 1,
+                    "maxItems": limits.SUBSCRIPTION_TOPICS_MAX,
+                },
+                "topic_pattern": {
+                    "type": "string",
+                    "minLength": 1,
+                    "maxLength": limits.TOPIC_PATTERN_CHARS_MAX,
+                    "description": "a regular expression matched against whole topic names",
+                },
+                "session_timeout_ms": _int(
+                    limits.SESSION_TIMEOUT_MS_MIN,
+                    limits.SESSION_TIMEOUT_MS_MAX,
+                    limits.SESSION_TIMEOUT_MS_DEFAULT,
+                ),
+                "assignor": {
+                    "type": "string",
+                    "enum": ["range", "roundrobin", "sticky"],
+                    "default": "sticky",
+                },
+                "instance_id": {**_NAME, "description": "a static member's stable id"},
+            }
+        ),
+        "Member": _object(_MEMBER_FIELDS, tuple(_MEMBER_FIELDS)),
+        "HeartbeatRequest": _object({"generation": _OFFSET}, ("generation",)),
+        "MemberRecords": _object(
+            {
+                **_MEMBER_FIELDS,
+                "partitions": {
+                    "type": "array",
+                    "items": _object(
+                        {
+                            "topic": {"type": "string"},
+                            "partition": _OFFSET,
+                            "offset": _OFFSET,
+                            "next_offset": {**_OFFSET, "description": "what to commit"},
+                            "high_watermark": _OFFSET,
+                            "records": {"type": "array", "items": _ref("FetchedRecord")},
+                        },
+                        (
+                            "topic",
+                            "partition",
+                            "offset",
+                            "next_offset",
+                            "high_watermark",
+                            "records",
+                        ),
+                    ),
+                },
+            },
+            (*_MEMBER_FIELDS, "partitions"),
+        ),
+        "CommitRequest": _object(
+            {
+                "member_id": {**_NAME, "description": "absent: commit for an empty group"},
+                "generation": _int(-1, 2**62),
+                "offsets": offsets,
+            },
+            ("offsets",),
+        ),
+        "Committed": _object({"committed": _OFFSET}, ("committed",)),
+        "GroupOffsets": _object(
+            {"group": {"type": "string"}, "offsets": {"type": "array", "items": _TOPIC_OFFSET}},
+            ("group", "offsets"),
+        ),
+        "ResetRequest": _object(
+            {
+                "to": {
+                    "anyOf": [
+                        {"type": "string", "enum": ["earliest", "latest"]},
+                        _object({"timestamp": _int(0, 2**63 - 1)}, ("timestamp",)),
+                        _object({"offsets": offsets}, ("offsets",)),
+                    ]
+                },
+                "topics": {"type": "array", "items": _NAME, "minItems": 1, "maxItems": 1000},
+            },
+            ("to",),
+        ),
+        "GroupList": _object(
+            {"groups": {"type": "array", "items": _object(summary, tuple(summary))}}, ("groups",)
+        ),
+        "GroupDescription": _object(
+            {
+                **summary,
+                "members": {
+                    "type": "array",
+                    "items": _object(
+                        {
+                            "member_id": {"type": "string"},
+                            "instance_id": {"type": ["string", "null"]},
+                            "topics": {"type": "array", "items": {"type": "string"}},
+                            "topic_pattern": {"type": ["string", "null"]},
+                            "session_timeout_ms": _OFFSET,
+                            "assignment": {"type": "array", "items": _TP},
+                            "revoking": {"type": "array", "items": _TP},
+                        },
+                        (
+                            "member_id",
+                            "instance_id",
+                            "topics",
+                            "topic_pattern",
+                            "session_timeout_ms",
+                            "assignment",
+                            "revoking",
+                        ),
+                    ),  # fmt: skip
+                },
+                "partitions": {
+                    "type": "array",
+                    "items": _object(
+                        {
+                            "topic": {"type": "string"},
+                            "partition": _OFFSET,
+                            "member_id": {"type": ["string", "null"]},
+                            "committed_offset": nullable_offset,
+                            "high_watermark": nullable_offset,
+                            "lag": nullable_offset,
+                        },
+                        (
+                            "topic",
+                            "partition",
+                            "member_id",
+                            "committed_offset",
+                            "high_watermark",
+                            "lag",
+                        ),
+                    ),  # fmt: skip
+                },
+            },
+            (*summary, "members", "partitions"),
+        ),
+    }
