@@ -1,0 +1,163 @@
+"""Consumer groups end to end on one real broker process, over raw HTTP (what curl sends).
+
+Proves that:
+- two members consuming a 4-partition topic with fetch + commit only (no heartbeat calls)
+  split the partitions 2/2 and together receive every record exactly once in a clean run;
+  a join does not stop the first member: it keeps the partitions that do not move;
+- a stale generation cannot commit a partition that moved (409 stale_generation), a
+  stranger cannot commit (409 unknown_member), while the member's kept partitions commit;
+- a member silent past its session timeout is expired by the broker and its partitions
+  go to the others; partitions added to a subscribed topic and topics created that match
+  a pattern subscription are assigned without a restart;
+- offsets reset only when the group is empty (409 otherwise), to earliest, latest, a
+  timestamp or given offsets; describe reports committed offset, high watermark and lag;
+- committed offsets and group state survive a broker restart.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from tests_support import BrokerProcess
+
+
+def call(broker: BrokerProcess, method: str, path: str, body: dict[str, Any] | None = None,
+         expect: int = 200) -> Any:  # fmt: skip
+    status, doc = broker.json(method, path, body)
+    assert status == expect, (method, path, status, doc)
+    return doc
+
+
+def produce(broker: BrokerProcess, topic: str, partition: int, values: list[str]) -> None:
+    records = [{"value": v, "partition": partition, "timestamp": 1_000 + i}
+               for i, v in enumerate(values)]  # fmt: skip
+    call(broker, "POST", f"/v1/topics/{topic}/records", {"records": records})
+
+
+def join(broker: BrokerProcess, group: str, **body: Any) -> dict[str, Any]:
+    doc: dict[str, Any] = call(broker, "POST", f"/v1/groups/{group}/members", body, expect=201)
+    return doc
+
+
+def poll_and_commit(broker: BrokerProcess, group: str, member: dict[str, Any]) -> list[str]:
+    """One curl-style step: fetch from the group's positions, then commit next_offset."""
+    path = f"/v1/groups/{group}/members/{member['member_id']}/records?wait_ms=200"
+    doc = call(broker, "GET", path)
+    member["generation"] = doc["generation"]
+    member["assignment"] = doc["assignment"]
+    if doc["partitions"]:
+        offsets = [{"topic": p["topic"], "partition": p["partition"], "offset": p["next_offset"]}
+                   for p in doc["partitions"]]  # fmt: skip
+        body = {"member_id": member["member_id"], "generation": doc["generation"],
+                "offsets": offsets}  # fmt: skip
+        call(broker, "POST", f"/v1/groups/{group}/offsets", body)
+    return [r["value"] for p in doc["partitions"] for r in p["records"]]
+
+
+def test_two_members_share_a_queue_exactly_once_with_fetch_and_commit_only(
+    broker: BrokerProcess,
+) -> None:
+    call(broker, "POST", "/v1/topics", {"name": "jobs", "partitions": 4}, expect=201)
+    sent = [f"job-{p}-{i}" for p in range(4) for i in range(25)]
+    for p in range(4):
+        produce(broker, "jobs", p, [v for v in sent if v.startswith(f"job-{p}-")])
+    a = join(broker, "workers", topics=["jobs"])
+    assert len(a["assignment"]) == 4
+    got_a = poll_and_commit(broker, "workers", a)  # a consumes everything it can see once
+    b = join(broker, "workers", topics=["jobs"])
+    assert b["assignment"] == []  # its partitions are still a's until a lets go
+    produce(broker, "jobs", 0, ["late-0"])
+    produce(broker, "jobs", 3, ["late-3"])
+    got_b: list[str] = []
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline and len(got_a) + len(got_b) < len(sent) + 2:
+        got_a += poll_and_commit(broker, "workers", a)
+        got_b += poll_and_commit(broker, "workers", b)
+    assert sorted(got_a + got_b) == sorted([*sent, "late-0", "late-3"])  # each exactly once
+    assert len(a["assignment"]) == len(b["assignment"]) == 2
+    assert {(x["topic"], x["partition"]) for x in a["assignment"]}.isdisjoint(
+        {(x["topic"], x["partition"]) for x in b["assignment"]}
+    )
+    desc = call(broker, "GET", "/v1/groups/workers")
+    assert desc["state"] == "stable" and desc["member_count"] == 2
+    assert all(p["lag"] == 0 and p["committed_offset"] == p["high_watermark"]
+               for p in desc["partitions"]), desc  # fmt: skip
+
+
+def test_stale_generation_and_strangers_cannot_commit(broker: BrokerProcess) -> None:
+    call(broker, "POST", "/v1/topics", {"name": "t", "partitions": 2}, expect=201)
+    a = join(broker, "g", topics=["t"], assignor="range")
+    b = join(broker, "g", topics=["t"], assignor="range")
+    hb = call(broker, "POST", f"/v1/groups/g/members/{a['member_id']}/heartbeat",
+              {"generation": b["generation"]})  # fmt: skip
+    kept = hb["assignment"][0]["partition"]
+    moved = 1 - kept
+    stale = {"member_id": a["member_id"], "generation": a["generation"]}
+    doc = call(broker, "POST", "/v1/groups/g/offsets",
+               {**stale, "offsets": [{"topic": "t", "partition": moved, "offset": 1}]},
+               expect=409)  # fmt: skip
+    assert doc["error"]["code"] == "stale_generation"
+    # The partition a kept commits even at a's old generation (KIP-848 member epochs).
+    call(broker, "POST", "/v1/groups/g/offsets",
+         {**stale, "offsets": [{"topic": "t", "partition": kept, "offset": 0}]})  # fmt: skip
+    doc = call(broker, "POST", "/v1/groups/g/offsets",
+               {"member_id": "nobody", "generation": 1,
+                "offsets": [{"topic": "t", "partition": 0, "offset": 1}]}, expect=409)  # fmt: skip
+    assert doc["error"]["code"] == "unknown_member"
+    doc = call(broker, "POST", "/v1/groups/g/members", {"topics": ["t"], "assignor": "sticky"},
+               expect=409)  # fmt: skip
+    assert doc["error"]["code"] == "inconsistent_assignor"
+    doc = call(broker, "POST", "/v1/groups/g/members", {"topics": ["t"], "session_timeout_ms": 5},
+               expect=400)  # fmt: skip
+    assert doc["error"]["details"]["field"] == "session_timeout_ms"
+    doc = call(broker, "POST", f"/v1/groups/g/members/{a['member_id']}/heartbeat",
+               {"generation": 999}, expect=409)  # fmt: skip
+    assert doc["error"]["code"] == "stale_generation"
+
+
+def test_expiry_new_partitions_patterns_reset_and_restart(broker_factory: Any) -> None:
+    broker = broker_factory().start()
+    call(broker, "POST", "/v1/topics", {"name": "ev.a", "partitions": 2}, expect=201)
+    produce(broker, "ev.a", 0, ["x", "y", "z"])
+    silent = join(broker, "p", topic_pattern=r"ev\..*", session_timeout_ms=1_000)
+    live = join(broker, "p", topic_pattern=r"ev\..*", session_timeout_ms=30_000)
+    assert len(silent["assignment"]) == 2
+    deadline = time.monotonic() + 15
+    while time.monotonic() < deadline:  # only `live` heartbeats; `silent` must expire
+        live = call(broker, "POST", f"/v1/groups/p/members/{live['member_id']}/heartbeat",
+                    {"generation": live["generation"]})  # fmt: skip
+        if len(live["assignment"]) == 2:
+            break
+        time.sleep(0.2)
+    assert len(live["assignment"]) == 2, live
+    doc = call(broker, "POST", f"/v1/groups/p/members/{silent['member_id']}/heartbeat",
+               {"generation": 1}, expect=409)  # fmt: skip
+    assert doc["error"]["code"] == "unknown_member"
+    call(broker, "POST", "/v1/topics/ev.a/partitions", {"count": 3})
+    call(broker, "POST", "/v1/topics", {"name": "ev.b", "partitions": 1}, expect=201)
+    call(broker, "POST", "/v1/topics", {"name": "other", "partitions": 1}, expect=201)
+    live = call(broker, "POST", f"/v1/groups/p/members/{live['member_id']}/heartbeat",
+                {"generation": live["generation"]})  # fmt: skip
+    assert sorted((x["topic"], x["partition"]) for x in live["assignment"]) == [
+        ("ev.a", 0), ("ev.a", 1), ("ev.a", 2), ("ev.b", 0)]  # fmt: skip
+    reset = {"to": "earliest", "topics": ["ev.a"]}
+    doc = call(broker, "POST", "/v1/groups/p/offsets/reset", reset, expect=409)
+    assert doc["error"]["code"] == "group_not_empty"
+    call(broker, "DELETE", f"/v1/groups/p/members/{live['member_id']}", expect=204)
+    doc = call(broker, "POST", "/v1/groups/p/offsets/reset", {"to": "latest", "topics": ["ev.a"]})
+    assert [o["offset"] for o in doc["offsets"]] == [3, 0, 0]
+    doc = call(broker, "POST", "/v1/groups/p/offsets/reset",
+               {"to": {"timestamp": 1_001}, "topics": ["ev.a"]})  # fmt: skip
+    assert [o["offset"] for o in doc["offsets"]] == [1, 0, 0]
+    doc = call(broker, "POST", "/v1/groups/p/offsets/reset",
+               {"to": {"offsets": [{"topic": "ev.b", "partition": 0, "offset": 0}]}})  # fmt: skip
+    desc = call(broker, "GET", "/v1/groups/p")
+    assert desc["state"] == "empty"
+    lag = {(r["topic"], r["partition"]): r["lag"] for r in desc["partitions"]}
+    assert lag == {("ev.a", 0): 2, ("ev.a", 1): 0, ("ev.a", 2): 0, ("ev.b", 0): 0}
+    before = call(broker, "GET", "/v1/groups/p/offsets")
+    broker.stop()
+    broker.start()
+    assert call(broker, "GET", "/v1/groups/p/offsets") == before
+    assert [g["group"] for g in call(broker, "GET", "/v1/groups")["groups"]] == ["p"]
