@@ -66,12 +66,14 @@ from raft.metadata import (
     BrokerHeartbeat,
     CreateTopic,
     DeleteTopic,
+    InitProducer,
     RegisterBroker,
     ReportLeader,
     TopicInfo,
     config_items,
 )
 from raft.node import RaftNode
+from raft.producers import OutOfOrderSequenceError, ProducerFencedError
 
 _log = logging.getLogger("dmq.broker")
 
@@ -98,6 +100,15 @@ class ForwardRequest(Exception):  # noqa: N818 - a control signal, not an error
         super().__init__(http_addr)
         self.http_addr = http_addr
         self.hops = hops
+
+
+@dataclass(frozen=True, slots=True)
+class ProducerSequence:
+    """An idempotent producer's fields for one batch (raft/producers.py checks them)."""
+
+    producer_id: int
+    producer_epoch: int
+    base_sequence: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -186,6 +197,10 @@ class OffsetsResult:
 
 def translate(exc: log_errors.LogError) -> errors.DmqError:
     """Storage errors at the Broker's border: log/ types never reach the user."""
+    if isinstance(exc, ProducerFencedError):
+        return errors.ProducerFenced(str(exc), field=exc.field)
+    if isinstance(exc, OutOfOrderSequenceError):
+        return errors.OutOfOrderSequence(str(exc), field=exc.field)
     if isinstance(exc, log_errors.RecordTooLargeError):
         return errors.RecordTooLarge(str(exc), field=exc.field, limit=exc.limit)
     if isinstance(exc, log_errors.InvalidRecordError):
@@ -884,9 +899,13 @@ class Broker:
         records: Sequence[ProduceRecord],
         *,
         acks: Acks = "all",
+        producer: ProducerSequence | None = None,
     ) -> list[OffsetRun]:
         """Append records (JSON/text paths): choose partitions, build one batch per
-        partition, commit them, answer one offset per record in request order."""
+        partition, commit them, answer one offset per record in request order.
+
+        With `producer` (an idempotent producer's batch) every record must go to one
+        partition: the sequence numbers are per partition."""
         if not records:
             raise errors.InvalidRequest("records must hold at least one record", field="records")
         topic = await self._topic_for_produce(topic_name)
@@ -900,9 +919,24 @@ class Broker:
             p = self._choose_partition(topic, r, sticky, i)
             ts = now if r.timestamp_ms is None else r.timestamp_ms
             by_partition.setdefault(p, []).append((i, Record(r.key, r.value, r.headers, ts)))
+        if producer is not None and len(by_partition) != 1:
+            raise errors.InvalidRequest(
+                "an idempotent produce (producer_id) must put every record on one partition: "
+                "give ?partition= or one key",
+                field="producer_id",
+            )
         batches: dict[int, bytes] = {}
         for p, items in by_partition.items():
-            batch = encode_batch([rec for _, rec in items])
+            batch = (
+                encode_batch([rec for _, rec in items])
+                if producer is None
+                else encode_batch(
+                    [rec for _, rec in items],
+                    producer_id=producer.producer_id,
+                    producer_epoch=producer.producer_epoch,
+                    base_sequence=producer.base_sequence,
+                )
+            )
             if len(batch) > self.config.batch_bytes_max:
                 raise errors.RecordTooLarge(
                     f"the records for partition {p} make a {len(batch)}-byte batch; "
@@ -1297,6 +1331,13 @@ class Broker:
             b["reachable"] = b["node_id"] in answers
         doc["groups"] = merge_group_status(answers)
         return doc
+
+    async def init_producer(self, transactional_id: str) -> tuple[int, int]:
+        """A producer id and epoch from the metadata group (idempotent producers); the same
+        transactional id gets its id back with the epoch + 1, fencing the old instance."""
+        applied = await self.metadata.propose(InitProducer(transactional_id, wall_ms()))
+        assert applied.producer is not None
+        return applied.producer
 
     async def propose_metadata_forwarded(self, command: bytes) -> int:
         """Internal: an observer's metadata command; the metadata version it produced."""

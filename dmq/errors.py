@@ -16,6 +16,8 @@
     │   │   ├── StaleGeneration      409  the partition is not this member's at that generation
     │   │   ├── GroupNotEmpty        409  offsets can be reset only in an empty group
     │   │   └── InconsistentAssignor 409  the group's members use another assignor
+    │   ├── ProducerFenced           409  a newer instance of this transactional id wrote
+    │   ├── OutOfOrderSequence       409  an idempotent producer's batch skips a sequence
     │   ├── RecordTooLarge           413  a record, batch or body over its limit
     │   ├── UnsupportedMediaType     415
     │   ├── OffsetOutOfRange         416  body carries the valid range
@@ -106,6 +108,14 @@ class InconsistentAssignor(GroupConflict):
     code = "inconsistent_assignor"
 
 
+class ProducerFenced(ClientError):
+    code = "producer_fenced"
+
+
+class OutOfOrderSequence(ClientError):
+    code = "out_of_order_sequence"
+
+
 class RecordTooLarge(InvalidRequest):
     code = "record_too_large"
 
@@ -170,6 +180,8 @@ _ALL: tuple[type[DmqError], ...] = (
     StaleGeneration,
     GroupNotEmpty,
     InconsistentAssignor,
+    ProducerFenced,
+    OutOfOrderSequence,
     RecordTooLarge,
     UnsupportedMediaType,
     NotAcceptable,

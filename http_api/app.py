@@ -16,7 +16,7 @@ from dmq import errors, limits
 from dmq.broker import Acks, Broker, FetchResult, TopicDescription
 from http_api import codec
 from http_api.errors import REQUEST_BYTES_MAX, error_middleware
-from http_api.forward import BROKER, forward_middleware, is_forwarded
+from http_api.forward import BROKER, forward_middleware, forwarded_hops, is_forwarded
 from http_api.groups import GROUP_ROUTES
 from http_api.openapi import openapi_document
 from http_api.sendfile import FileRangesResponse
@@ -206,11 +206,12 @@ async def produce(request: web.Request) -> web.Response:
     body = await request.read()
     records_max = broker.config.produce_records_max
     encoding = codec.check_encoding(request.query.get("value_encoding"))  # checked for every body
+    producer = None
     if content_type == BATCH_CONTENT_TYPE:
         offsets = await broker.produce_batch(topic, body, partition=partition, acks=acks)
     else:
         if content_type == "application/json":
-            records = codec.parse_json_body(body, records_max, encoding)
+            records, producer = codec.parse_json_produce(body, records_max, encoding)
         elif content_type == "application/x-ndjson":
             records = codec.parse_ndjson_body(body, records_max, encoding)
         elif content_type == "text/plain":
@@ -228,7 +229,7 @@ async def produce(request: web.Request) -> web.Response:
                 else type(r)(r.key, r.value, r.headers, partition, r.timestamp_ms)
                 for r in records
             ]
-        offsets = await broker.produce(topic, records, acks=acks)
+        offsets = await broker.produce(topic, records, acks=acks, producer=producer)
     # Formatted by hand: json.dumps of 1000 small dicts costs more than the append.
     entries = []
     for run in offsets:
@@ -359,6 +360,21 @@ async def _send_raw(request: web.Request, result: FetchResult) -> web.StreamResp
     )
 
 
+async def init_producer(request: web.Request) -> web.Response:
+    doc = codec.parse_json_object(await request.read())
+    tid = doc.get("transactional_id")
+    if set(doc) - {"transactional_id"}:
+        raise errors.InvalidRequest("the body takes only transactional_id", field="body")
+    if tid is not None and (not isinstance(tid, str) or not 1 <= len(tid) <= 249):
+        raise errors.InvalidRequest(
+            "transactional_id must be a string of 1-249 characters", field="transactional_id"
+        )
+    broker = _broker(request)
+    broker.groups.route(forwarded_hops(request))  # the metadata leader answers, as for groups
+    producer_id, epoch = await broker.init_producer(tid or "")
+    return _json({"producer_id": producer_id, "producer_epoch": epoch}, status=201)
+
+
 async def list_offsets(request: web.Request) -> web.Response:
     partition = _partition_param(request)
     timestamp = int_param(request, "timestamp", None, 0, 2**63 - 1)
@@ -457,6 +473,7 @@ ROUTES: tuple[tuple[str, str, Any], ...] = (
     ("GET", "/v1/topics/{topic}/partitions/{partition}/records", fetch),
     ("GET", "/v1/topics/{topic}/partitions/{partition}/offsets", list_offsets),
     *GROUP_ROUTES,
+    ("POST", "/v1/producers", init_producer),
     ("GET", "/v1/internal/status", internal_status),
     ("POST", "/v1/internal/partitions/{topic}/{partition}/append", internal_append),
     ("GET", "/v1/internal/partitions/{topic}/{partition}/batches", internal_batches),

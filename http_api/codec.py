@@ -12,7 +12,7 @@ import json
 from typing import Any
 
 from dmq import errors
-from dmq.broker import ProduceRecord
+from dmq.broker import ProduceRecord, ProducerSequence
 from dmq.types import Header, Record
 
 ENCODINGS = ("string", "base64")
@@ -139,17 +139,47 @@ def parse_json_body(
     body: bytes, records_max: int, default_encoding: str = "string"
 ) -> list[ProduceRecord]:
     """The body's own `value_encoding` wins; else the query's (`default_encoding`)."""
+    records, producer = parse_json_produce(body, records_max, default_encoding)
+    if producer is not None:
+        raise errors.InvalidRequest("producer fields are not accepted here", field="producer_id")
+    return records
+
+
+PRODUCER_FIELDS = ("producer_id", "producer_epoch", "base_sequence")
+
+
+def parse_json_produce(
+    body: bytes, records_max: int, default_encoding: str = "string"
+) -> tuple[list[ProduceRecord], ProducerSequence | None]:
+    """A JSON produce body: its records, and the idempotent producer's fields when given
+    (all three of producer_id, producer_epoch, base_sequence, or none)."""
     doc = _loads(body, "body")
     if not isinstance(doc, dict) or not isinstance(doc.get("records"), list):
         raise errors.InvalidRequest('body must be {"records": [...]}', field="records")
-    unknown = set(doc) - {"records", "value_encoding"}
+    unknown = set(doc) - {"records", "value_encoding", *PRODUCER_FIELDS}
     if unknown:
         raise errors.InvalidRequest(
             f"unknown body field {sorted(unknown)[0]!r}", field=sorted(unknown)[0]
         )
     encoding = check_encoding(doc.get("value_encoding"), default_encoding)
     _check_count(len(doc["records"]), records_max)
-    return [parse_record(r, i, encoding) for i, r in enumerate(doc["records"])]
+    records = [parse_record(r, i, encoding) for i, r in enumerate(doc["records"])]
+    given = [f for f in PRODUCER_FIELDS if doc.get(f) is not None]
+    if not given:
+        return records, None
+    bounds = {"producer_id": 2**63 - 1, "producer_epoch": 2**15 - 1, "base_sequence": 2**31 - 1}
+    for name in PRODUCER_FIELDS:
+        value = doc.get(name)
+        if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= bounds[name]:
+            raise errors.InvalidRequest(
+                f"{name} must be an integer in [0, {bounds[name]}] (give all of "
+                f"{', '.join(PRODUCER_FIELDS)} or none)",
+                field=name,
+                limit=bounds[name],
+            )
+    return records, ProducerSequence(
+        doc["producer_id"], doc["producer_epoch"], doc["base_sequence"]
+    )
 
 
 def parse_ndjson_body(body: bytes, records_max: int, encoding: str) -> list[ProduceRecord]:

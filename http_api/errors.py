@@ -31,6 +31,8 @@ STATUS_TABLE: tuple[tuple[type[errors.DmqError], int], ...] = (
     (errors.NotFound, 404),
     (errors.TopicAlreadyExists, 409),
     (errors.GroupConflict, 409),
+    (errors.ProducerFenced, 409),
+    (errors.OutOfOrderSequence, 409),
     (errors.OffsetOutOfRange, 416),
     (errors.Backpressure, 429),
     (errors.RequestTimeout, 504),

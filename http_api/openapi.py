@@ -54,6 +54,8 @@ ERROR_STATUSES: dict[int, tuple[str, tuple[str, ...], bool]] = {
             "stale_generation",
             "group_not_empty",
             "inconsistent_assignor",
+            "producer_fenced",
+            "out_of_order_sequence",
         ),
         False,
     ),
@@ -319,7 +321,7 @@ def _produce_op(config: BrokerConfig) -> dict[str, Any]:
                 },
             },
         },
-        errors=(400, 404, 413, 415, 429, 503, 504),
+        errors=(400, 404, 409, 413, 415, 429, 503, 504),
     )
 
 
@@ -745,6 +747,11 @@ def _catalogue_schemas(config: BrokerConfig) -> dict[str, Any]:
                     "maxItems": config.produce_records_max,
                 },
                 "value_encoding": _or_null(_ENCODING),
+                # An idempotent producer's batch (POST /v1/producers): all three or none,
+                # and every record on one partition.
+                "producer_id": _or_null(_int(0, INT64_MAX)),
+                "producer_epoch": _or_null(_int(0, 32_767)),
+                "base_sequence": _or_null(_int(0, 2**31 - 1)),
             },
             ("records",),
         ),

@@ -130,6 +130,19 @@ def group_paths(config: BrokerConfig) -> dict[str, Any]:
                 errors=_ERRORS,
             ),
         },
+        "/v1/producers": {
+            "post": _op(
+                "init_producer",
+                "An idempotent producer's id and epoch (the same transactional_id: its id, "
+                "epoch + 1, fencing the previous instance)",
+                {"201": _ok("Producer")},
+                body={
+                    "required": False,
+                    "content": {"application/json": {"schema": _ref("InitProducerRequest")}},
+                },
+                errors=(400, 413, 503),
+            )
+        },
         "/v1/groups/{group}/offsets/reset": {
             "parameters": [_GROUP],
             "post": _op(
@@ -223,6 +236,12 @@ def group_schemas(config: BrokerConfig) -> dict[str, Any]:
                 "offsets": offsets,
             },
             ("offsets",),
+        ),
+        "InitProducerRequest": _object(
+            {"transactional_id": {"type": "string", "minLength": 1, "maxLength": 249}}
+        ),
+        "Producer": _object(
+            {"producer_id": _OFFSET, "producer_epoch": _OFFSET}, ("producer_id", "producer_epoch")
         ),
         "Committed": _object({"committed": _OFFSET}, ("committed",)),
         "GroupOffsets": _object(

@@ -173,8 +173,19 @@ class ReportLeader:
     version: int = COMMAND_VERSION
 
 
+@dataclass(frozen=True, slots=True)
+class InitProducer:
+    """Allocate a producer id for an idempotent producer. With a `transactional_id` ("" for
+    none) the same id comes back with its epoch + 1, which fences the previous instance."""
+
+    transactional_id: str
+    now_ms: int
+    version: int = COMMAND_VERSION
+
+
 CatalogueCommand = (
-    RegisterBroker
+    InitProducer
+    | RegisterBroker
     | BrokerHeartbeat
     | CreateTopic
     | DeleteTopic
@@ -187,6 +198,7 @@ Command = CatalogueCommand | GroupCommand
 COMMAND_TYPES: Final[dict[str, type[CatalogueCommand]]] = {
     cls.__name__: cls
     for cls in (
+        InitProducer,
         RegisterBroker,
         BrokerHeartbeat,
         CreateTopic,
@@ -200,6 +212,7 @@ COMMAND_TYPES: Final[dict[str, type[CatalogueCommand]]] = {
 # The JSON kind of every command field, by name (a name has one kind in every command).
 _FIELD_KINDS: Final = {
     "broker_id": "str",
+    "transactional_id": "str",
     "http_addr": "str",
     "raft_addr": "str",
     "name": "str",
@@ -293,6 +306,8 @@ class MetadataConfig:
     # Mirror dmq/limits.py: bound the catalogue's size (its snapshot is one JSON document).
     topics_max: int = 10_000
     partitions_per_topic_max: int = 1_000
+    # Transactional ids remembered (each maps to a producer id and epoch).
+    transactional_ids_max: int = 100_000
 
 
 @dataclass(frozen=True, slots=True)
@@ -333,6 +348,9 @@ class MetadataState:
     # not part of the catalogue (state_to_json): commits at a high rate must not make every
     # observer download the catalogue again, so they leave metadata_version alone.
     groups: GroupsState = field(default_factory=GroupsState)
+    # Idempotent producers, also out of the catalogue: ids are never reused.
+    next_producer_id: int = 0
+    transactional_ids: dict[str, tuple[int, int]] = field(default_factory=dict)  # -> (id, epoch)
 
     def live_brokers(self, now_ms: int) -> list[str]:
         """Sorted ids of the brokers heard from within broker_session_ms of `now_ms`."""
@@ -353,6 +371,7 @@ class Applied:
     topic: TopicInfo | None = None
     broker: BrokerInfo | None = None
     group_events: tuple[groups_state.Event, ...] = ()
+    producer: tuple[int, int] | None = None  # InitProducer: (producer_id, producer_epoch)
 
 
 @dataclass(frozen=True, slots=True)
@@ -440,6 +459,8 @@ def _apply_catalogue(
             return _add_partitions(state, command, now_ms)
         case ReportLeader():
             return _report_leader(state, command, now_ms)
+        case InitProducer():
+            return _init_producer(state, command, now_ms)
     return state, Rejected(REJECT_INVALID_COMMAND, f"unknown command {type(command).__name__}")
 
 
@@ -685,6 +706,41 @@ def _report_leader(
     return new_state, Applied(new_state.metadata_version, topic=new_topic)
 
 
+PRODUCER_EPOCH_MAX: Final = 32_767  # the batch header's int16
+
+
+def _init_producer(
+    state: MetadataState, cmd: InitProducer, now_ms: int
+) -> tuple[MetadataState, Result]:
+    tid = cmd.transactional_id
+    if len(tid) > TOPIC_NAME_CHARS_MAX:
+        return state, Rejected(
+            REJECT_INVALID_ARGUMENT,
+            f"transactional_id is longer than {TOPIC_NAME_CHARS_MAX}",
+            "transactional_id",
+        )
+    old = state.transactional_ids.get(tid) if tid else None
+    if old is not None and old[1] < PRODUCER_EPOCH_MAX:
+        producer = (old[0], old[1] + 1)  # the same id, a newer epoch: fences the old one
+        next_id = state.next_producer_id
+    else:  # a new id (also when the epoch would overflow, as Kafka)
+        if (
+            tid
+            and old is None
+            and len(state.transactional_ids) >= state.config.transactional_ids_max
+        ):
+            return state, Rejected(
+                REJECT_INVALID_ARGUMENT,
+                f"at most {state.config.transactional_ids_max} transactional ids",
+                "transactional_id",
+            )
+        producer = (state.next_producer_id, 0)
+        next_id = state.next_producer_id + 1
+    tids = {**state.transactional_ids, tid: producer} if tid else state.transactional_ids
+    new_state = replace(state, next_producer_id=next_id, transactional_ids=tids, clock_ms=now_ms)
+    return new_state, Applied(new_state.metadata_version, producer=producer)
+
+
 # --- Snapshot -------------------------------------------------------------------------------
 
 
@@ -766,6 +822,12 @@ class MetadataMachine:
     def snapshot(self) -> bytes:
         doc = state_to_json(self.state)
         doc["groups"] = groups_to_json(self.state.groups)
+        doc["producers"] = {
+            "next_producer_id": self.state.next_producer_id,
+            "transactional_ids": {
+                t: list(p) for t, p in sorted(self.state.transactional_ids.items())
+            },
+        }
         return json.dumps(doc, sort_keys=True, separators=(",", ":")).encode()
 
     def restore(self, snapshot: bytes) -> None:
@@ -773,4 +835,13 @@ class MetadataMachine:
         state = state_from_json(doc)
         if "groups" in doc:  # a snapshot from before consumer groups has none
             state = replace(state, groups=groups_from_json(doc["groups"], state.groups.config))
+        if "producers" in doc:
+            producers = doc["producers"]
+            state = replace(
+                state,
+                next_producer_id=producers["next_producer_id"],
+                transactional_ids={
+                    t: (p[0], p[1]) for t, p in producers["transactional_ids"].items()
+                },
+            )
         self.state = state

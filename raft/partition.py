@@ -39,6 +39,12 @@ owner's `fetch_missing(from_offset, to_offset)` (raw batches with their offsets,
 with `assign_offsets=False`; the broker implements it over HTTP); and restarts a log that
 contradicts the snapshot at its log_start_offset (see `restore`).
 
+**Idempotent producers.** Before a batch with a producer id is appended, its producer's
+epoch and sequence are checked (raft/producers.py): a retry is answered with its original
+base offset and not written, a gap or an old epoch is refused. That state is rebuilt from
+the log's batch headers when the machine opens and after a restore, so it survives
+restarts and snapshots without being stored.
+
 Threading: every method runs on the RaftNode's tick thread, the one writer of the log.
 """
 
@@ -56,6 +62,7 @@ import crc32c
 from log import InvalidOffsetError, InvalidRecordError, LogError, PartitionLog, StorageError
 from log.records import read_header
 from log.segment import fsync_directory
+from raft.producers import ProducerStates
 
 PRODUCE_COMMAND_VERSION = 1
 # Batches one command carries, at most: bounds decode work (raft/ bounds the bytes).
@@ -197,6 +204,9 @@ class PartitionStateMachine:
         self.replayed_commands = 0  # skipped as already applied (a metric, and for tests)
         self._checkpoint_fd = -1  # appends one record per applied command
         self._reconcile()
+        # Idempotent producers (raft/producers.py): rebuilt from the log, never stored.
+        self.producers = ProducerStates()
+        self.producers.rebuild(log)
 
     def close(self) -> None:
         """Flush the log and the checkpoint; the log itself stays open (its owner closes it)."""
@@ -223,13 +233,20 @@ class PartitionStateMachine:
         produce = ProduceCommand.decode(command)
         results: list[int | LogError] = []
         for batch in produce.batches:
+            end_before = self.log.log_end_offset
             try:
+                header = read_header(batch, 0)
+                duplicate = self.producers.check(header, end_before)
+                if duplicate is not None:  # a producer's retry: answered, not written again
+                    results.append(duplicate)
+                    continue
                 appended = self.log.append(
                     batch, assign_offsets=True, log_append_time_ms=produce.log_append_time_ms
                 )
             except InvalidRecordError as error:
                 results.append(error)
                 continue
+            self.producers.record(header, appended.base_offset, end_before)
             results.append(appended.base_offset)
         log_end_offset = self.log.log_end_offset
         self.log.set_high_watermark(log_end_offset)
@@ -285,6 +302,7 @@ class PartitionStateMachine:
         log.set_high_watermark(log.log_end_offset)
         self.applied = wanted.applied
         self._rewrite_checkpoint(wanted.applied, log.log_end_offset)
+        self.producers.rebuild(log)
 
     def _cut_to(self, wanted: PartitionSnapshot) -> None:
         log = self.log

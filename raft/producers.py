@@ -1,0 +1,130 @@
+"""Idempotent producers: per-partition producer state, checked when a batch is applied.
+
+A batch carrying a producer id (>= 0) also carries the producer's epoch and the sequence
+number of its first record; the records are numbered on. Applied on every replica, in log
+order, so every replica accepts and refuses the same batches:
+
+1. an epoch older than the producer's known epoch is refused (`ProducerFencedError`: a
+   newer instance with the same transactional id has written here);
+2. a batch whose sequences equal one of the producer's last `PRODUCER_BATCHES_KEPT` batches
+   is a retry: it is not written again, its original base offset is the answer;
+3. otherwise, with the known epoch, its first sequence must follow the last one
+   (`OutOfOrderSequenceError` if not: a batch in between was lost, and writing this one
+   would leave a gap); a newer epoch starts over at any sequence;
+4. a producer not known here (new, or forgotten, below) is accepted at any sequence.
+
+The state is a function of the log alone, so every replica has the same:
+a producer is known while its last batch ends within `PRODUCER_WINDOW_OFFSETS` of the log
+end offset, and at most `PRODUCERS_PER_PARTITION_MAX` producers are known (the one whose
+last batch is oldest is forgotten first). A restarted replica or one restored from a
+snapshot rebuilds it by reading the batch headers of that window (`rebuild`), so the state
+survives restarts without being stored. The window is the limit of the guarantee: a retry
+arriving after more than PRODUCER_WINDOW_OFFSETS newer records, or after retention or
+compaction removed the original batch, may be written twice.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Final
+
+from log import InvalidRecordError, PartitionLog
+from log.records import BatchHeader
+
+PRODUCER_BATCHES_KEPT: Final = 5  # as Kafka: a producer has at most 5 batches in flight
+PRODUCER_WINDOW_OFFSETS: Final = 10_000_000  # how far back a retry is still recognised
+PRODUCERS_PER_PARTITION_MAX: Final = 10_000  # bounds memory: ~1 KiB each
+
+
+class ProducerFencedError(InvalidRecordError):
+    """The batch's producer epoch is older than one already written here."""
+
+
+class OutOfOrderSequenceError(InvalidRecordError):
+    """The batch's first sequence does not follow the producer's last one."""
+
+
+@dataclass(slots=True)
+class _Producer:
+    epoch: int
+    # (base_sequence, last_sequence, base_offset) of the last batches, oldest first
+    batches: deque[tuple[int, int, int]] = field(default_factory=deque)
+    last_offset: int = -1
+
+
+class ProducerStates:
+    """The producers of one partition. Not thread-safe: the tick thread owns it."""
+
+    def __init__(self) -> None:
+        self._producers: dict[int, _Producer] = {}
+
+    def __len__(self) -> int:
+        return len(self._producers)
+
+    def check(self, header: BatchHeader, log_end_offset: int) -> int | None:
+        """Before appending: the original base offset of a duplicate, None to append, or
+        raise the refusal. Changes nothing."""
+        if header.producer_id < 0:
+            return None
+        known = self._known(header.producer_id, log_end_offset)
+        if known is None:
+            return None
+        if header.producer_epoch < known.epoch:
+            raise ProducerFencedError(
+                f"producer {header.producer_id} epoch {header.producer_epoch} is fenced by "
+                f"epoch {known.epoch}",
+                field="producer_epoch",
+            )
+        if header.producer_epoch > known.epoch:
+            return None
+        last_sequence = header.base_sequence + header.record_count - 1
+        for base_seq, last_seq, base_offset in known.batches:
+            if (base_seq, last_seq) == (header.base_sequence, last_sequence):
+                return base_offset
+        expected = known.batches[-1][1] + 1 if known.batches else header.base_sequence
+        if header.base_sequence != expected:
+            raise OutOfOrderSequenceError(
+                f"producer {header.producer_id} sent sequence {header.base_sequence}; "
+                f"expected {expected}",
+                field="base_sequence",
+            )
+        return None
+
+    def record(self, header: BatchHeader, base_offset: int, log_end_offset: int) -> None:
+        """After appending a batch at `base_offset`."""
+        if header.producer_id < 0:
+            return
+        known = self._known(header.producer_id, log_end_offset)
+        if known is None or header.producer_epoch > known.epoch:
+            known = self._producers[header.producer_id] = _Producer(header.producer_epoch)
+        last_sequence = header.base_sequence + header.record_count - 1
+        known.batches.append((header.base_sequence, last_sequence, base_offset))
+        if len(known.batches) > PRODUCER_BATCHES_KEPT:
+            known.batches.popleft()
+        known.last_offset = base_offset + header.last_offset_delta
+        if len(self._producers) > PRODUCERS_PER_PARTITION_MAX:
+            oldest = min(self._producers, key=lambda p: (self._producers[p].last_offset, p))
+            del self._producers[oldest]
+
+    def _known(self, producer_id: int, log_end_offset: int) -> _Producer | None:
+        known = self._producers.get(producer_id)
+        if known is not None and known.last_offset < log_end_offset - PRODUCER_WINDOW_OFFSETS:
+            del self._producers[producer_id]  # out of the window: forgotten, as on a restart
+            return None
+        return known
+
+    def rebuild(self, log: PartitionLog) -> None:
+        """From the batch headers of the log's last PRODUCER_WINDOW_OFFSETS offsets."""
+        self._producers.clear()
+        start = log.log_end_offset - PRODUCER_WINDOW_OFFSETS
+        for segment in log.segments:
+            if segment.next_offset <= start:
+                continue
+            for entry in segment.scan(0):
+                header = entry.header
+                if header.base_offset + header.last_offset_delta >= start:
+                    self.record(header, header.base_offset, header.base_offset)
+        # Apply the window as apply would at this log end.
+        for producer_id in list(self._producers):
+            self._known(producer_id, log.log_end_offset)
