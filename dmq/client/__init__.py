@@ -32,6 +32,7 @@ as they are and checks their CRC. The modules `_producer.py`, `_consumer.py`,
 
 from dmq.client._admin import AsyncAdmin
 from dmq.client._consumer import AsyncConsumer, OffsetReset, SeekTo
+from dmq.client._group import AsyncGroupConsumer
 from dmq.client._producer import Acks, AsyncProducer, Compression
 from dmq.client._sync import Admin, Consumer, Producer
 from dmq.client._types import (
@@ -51,6 +52,7 @@ __all__ = [
     "Admin",
     "AsyncAdmin",
     "AsyncConsumer",
+    "AsyncGroupConsumer",
     "AsyncProducer",
     "BrokerInfo",
     "ClusterInfo",

@@ -21,6 +21,17 @@ How a record travels (the sync `Producer` runs exactly this on its private loop)
 5. The answer (one offset per record) resolves each record's future with its
    `RecordMetadata`; an error fails every record of the batch with the same `DmqError`.
    Retriable errors were retried first (see `_http.py`).
+
+Idempotence (`idempotent=True`, or a `transactional_id`): before its first batch the
+producer gets a producer id and epoch (`POST /v1/producers`); each batch carries them and
+the sequence number of its first record, counted per partition. A retry sends the very
+same bytes, so the partition answers a batch it already wrote with its original offsets
+and writes nothing (raft/producers.py): retries of timeouts and lost answers, even across
+a leader's crash, leave no duplicates. A batch that fails for good (its retries ran out)
+may or may not have been written; the producer then takes a new epoch (a new id without a
+transactional id) so that its next batches start a fresh sequence instead of being
+refused as out of order. Another producer started with the same transactional id fences
+this one: its batches then fail with `ProducerFenced`.
 """
 
 from __future__ import annotations
@@ -44,6 +55,7 @@ from dmq.errors import (
     DmqError,
     InvalidRequest,
     PartitionNotFound,
+    ProducerFenced,
     RecordTooLarge,
     TopicNotFound,
 )
@@ -118,6 +130,8 @@ class AsyncProducer:
         retry_backoff_ms: int = _limits.RETRY_BACKOFF_MS_DEFAULT,
         request_timeout_ms: int = _limits.REQUEST_TIMEOUT_MS_DEFAULT,
         buffer_bytes: int = _limits.BUFFER_BYTES_DEFAULT,
+        idempotent: bool = False,
+        transactional_id: str | None = None,
     ) -> None:
         if not 1 <= batch_bytes <= _limits.BATCH_BYTES_MAX:
             raise ValueError(f"batch_bytes must be in 1..{_limits.BATCH_BYTES_MAX}")
@@ -152,6 +166,11 @@ class AsyncProducer:
         self._sender: asyncio.Task[None] | None = None
         self._flushing = 0
         self._closed = False
+        self._idempotent = idempotent or transactional_id is not None
+        self._transactional_id = transactional_id
+        self._producer: tuple[int, int] | None = None  # (producer_id, epoch) once known
+        self._producer_lock = asyncio.Lock()
+        self._sequences: dict[TopicPartition, int] = {}  # the next sequence per partition
 
     @property
     def url(self) -> str:
@@ -358,13 +377,18 @@ class AsyncProducer:
             "headers": [{"key": h.key, "value": b64(h.value)} for h in record.headers],
             "timestamp": record.timestamp_ms,
         }
+        body: dict[str, Any] = {"records": [item], "value_encoding": "base64"}
+        if self._idempotent:  # one partition per idempotent request: 0 unless given
+            partition = 0 if partition is None else partition
+            producer_id, epoch = await self.producer_identity()
+            tp = TopicPartition(topic, partition)
+            sequence = self._sequences.get(tp, 0)
+            self._sequences[tp] = sequence + 1
+            body |= {"producer_id": producer_id, "producer_epoch": epoch, "base_sequence": sequence}
         if partition is not None:
             item["partition"] = partition
         response = await self._transport.request(
-            "POST",
-            topic_path(topic) + "/records",
-            params={"acks": self._acks},
-            json_body={"records": [item], "value_encoding": "base64"},
+            "POST", topic_path(topic) + "/records", params={"acks": self._acks}, json_body=body
         )
         return _metadata_from_answer(topic, response.json(), 1, None)[0]
 
@@ -439,13 +463,39 @@ class AsyncProducer:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._wake.wait(), timeout_s)
 
+    async def producer_identity(self) -> tuple[int, int]:
+        """(producer_id, producer_epoch), asked of the broker on first use."""
+        async with self._producer_lock:
+            if self._producer is None:
+                body = {} if self._transactional_id is None else {
+                    "transactional_id": self._transactional_id
+                }  # fmt: skip
+                answer = (
+                    await self._transport.request("POST", "/v1/producers", json_body=body)
+                ).json()
+                self._producer = (int(answer["producer_id"]), int(answer["producer_epoch"]))
+                self._sequences.clear()
+            return self._producer
+
+    async def _encode(self, batch: ProducerBatch[asyncio.Future[RecordMetadata]]) -> bytes:
+        try:
+            if not self._idempotent:
+                return encode_batch(batch.records, codec=self._codec)
+            producer_id, epoch = await self.producer_identity()
+            tp = batch.topic_partition
+            sequence = self._sequences.get(tp, 0)
+            self._sequences[tp] = sequence + len(batch.records)
+            return encode_batch(
+                batch.records, codec=self._codec, producer_id=producer_id,
+                producer_epoch=epoch, base_sequence=sequence,
+            )  # fmt: skip
+        except LogError as exc:
+            raise InvalidRequest(f"cannot encode the batch: {exc}", field="records") from exc
+
     async def _send_batch(self, batch: ProducerBatch[asyncio.Future[RecordMetadata]]) -> None:
         tp = batch.topic_partition
         try:
-            try:
-                body = encode_batch(batch.records, codec=self._codec)
-            except LogError as exc:
-                raise InvalidRequest(f"cannot encode the batch: {exc}", field="records") from exc
+            body = await self._encode(batch)
             response = await self._transport.request(
                 "POST",
                 topic_path(tp.topic) + "/records",
@@ -462,6 +512,8 @@ class AsyncProducer:
         except DmqError as error:
             if isinstance(error, TopicNotFound | PartitionNotFound):
                 self._metadata.pop(tp.topic, None)  # deleted or shrunk: look again
+            if self._idempotent and not isinstance(error, ProducerFenced):
+                self._producer = None  # its sequence is now unknown: start a new epoch
             for future in batch.waiters:
                 if not future.done():
                     future.set_exception(error)

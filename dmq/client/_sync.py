@@ -23,6 +23,7 @@ from typing import Any, TypeVar
 from dmq.client import _limits
 from dmq.client._admin import AsyncAdmin
 from dmq.client._consumer import AsyncConsumer, OffsetReset, SeekTo
+from dmq.client._group import AsyncGroupConsumer, Callback
 from dmq.client._producer import Acks, AsyncProducer, Bytesish, Compression, HeadersArg
 from dmq.client._types import (
     ClusterInfo,
@@ -146,6 +147,8 @@ class Producer:
         retry_backoff_ms: int = _limits.RETRY_BACKOFF_MS_DEFAULT,
         request_timeout_ms: int = _limits.REQUEST_TIMEOUT_MS_DEFAULT,
         buffer_bytes: int = _limits.BUFFER_BYTES_DEFAULT,
+        idempotent: bool = False,
+        transactional_id: str | None = None,
     ) -> None:
         self._inner = AsyncProducer(
             url,
@@ -157,6 +160,8 @@ class Producer:
             retry_backoff_ms=retry_backoff_ms,
             request_timeout_ms=request_timeout_ms,
             buffer_bytes=buffer_bytes,
+            idempotent=idempotent,
+            transactional_id=transactional_id,
         )
         self._runner = _LoopThread("dmq-producer")
         self._room = threading.BoundedSemaphore(_limits.SYNC_SENDS_PENDING_MAX)
@@ -259,6 +264,15 @@ class Consumer:
     with Consumer("http://127.0.0.1:8080", topic="orders") as consumer:
         for record in consumer.poll(timeout_ms=1000):
             print(record.offset, record.value)
+
+    With `group=` it is a member of that consumer group (`AsyncGroupConsumer`): the broker
+    assigns its partitions among `topics` (or `topic_pattern`), `poll` follows the group's
+    positions, commits (auto-commit: at-least-once) and heartbeats in the background::
+
+        with Consumer(url, group="billing", topics=["orders"]) as consumer:
+            while True:
+                for record in consumer.poll(timeout_ms=1000):
+                    handle(record)
     """
 
     def __init__(
@@ -271,7 +285,23 @@ class Consumer:
         retries: int = _limits.RETRIES_DEFAULT,
         retry_backoff_ms: int = _limits.RETRY_BACKOFF_MS_DEFAULT,
         request_timeout_ms: int = _limits.REQUEST_TIMEOUT_MS_DEFAULT,
+        group: str | None = None,
+        topics: list[str] | None = None,
+        topic_pattern: str | None = None,
+        session_timeout_ms: int = 10_000,
+        auto_commit: bool = True,
+        instance_id: str | None = None,
+        on_assign: Callback | None = None,
+        on_revoke: Callback | None = None,
     ) -> None:
+        self._group: AsyncGroupConsumer | None = None
+        if group is not None:
+            self._group = AsyncGroupConsumer(
+                url, group, topics=topics, topic_pattern=topic_pattern,
+                session_timeout_ms=session_timeout_ms, auto_commit=auto_commit,
+                instance_id=instance_id, on_assign=on_assign, on_revoke=on_revoke,
+                request_timeout_ms=request_timeout_ms,
+            )  # fmt: skip
         self._inner = AsyncConsumer(
             url,
             topic=topic,
@@ -310,12 +340,29 @@ class Consumer:
         timeout_ms: int = _limits.POLL_TIMEOUT_MS_DEFAULT,
         max_records: int = _limits.POLL_RECORDS_DEFAULT,
     ) -> list[ConsumerRecord]:
+        if self._group is not None:
+            return self._runner.run(self._group.poll(timeout_ms, max_records))
         return self._runner.run(self._inner.poll(timeout_ms, max_records))
+
+    def commit(self) -> None:
+        """Group consumers: commit the positions of the records poll returned."""
+        if self._group is None:
+            raise RuntimeError("commit needs a group consumer (group=...)")
+        self._runner.run(self._group.commit())
+
+    def group_assignment(self) -> list[TopicPartition]:
+        """Group consumers: the partitions the group gave this member."""
+        if self._group is None:
+            raise RuntimeError("group_assignment needs a group consumer (group=...)")
+        group = self._group
+        return self._runner.call(group.assignment)
 
     def close(self) -> None:
         if self._runner.stopped:
             return
         try:
+            if self._group is not None:
+                self._runner.run(self._group.close())
             self._runner.run(self._inner.close())
         finally:
             self._runner.stop()
