@@ -46,7 +46,9 @@ async def _relay(request: web.Request, http_addr: str, hops: int = 1) -> web.Res
     broker = request.app[BROKER]
     headers = {h: request.headers[h] for h in _PASSED_REQUEST_HEADERS if h in request.headers}
     headers[FORWARDED_HEADER] = str(hops)
-    body = await request.read() if request.can_read_body else None
+    # read() returns the body again when the handler already read it (can_read_body is
+    # then False): group handlers parse their body before they know where it goes.
+    body = await request.read() or None
     # A long-poll may wait fetch_wait_ms_max at the leader, then the usual request time.
     timeout_s = broker.config.fetch_wait_ms_max / 1000 + broker.timeout_s
     try:
