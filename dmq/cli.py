@@ -42,6 +42,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import IO, Any, BinaryIO, TextIO
 
+from dmq.cli_groups import add_group, consume_group
 from dmq.client import (
     AsyncAdmin,
     AsyncConsumer,
@@ -159,6 +160,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_produce(commands, url)
     _add_consume(commands, url)
     _add_cluster(commands, url)
+    add_group(commands, url, parse_time_ms)
     _add_bench(commands)
     return parser
 
@@ -287,6 +289,11 @@ def _add_consume(commands: Subparsers, url: argparse.ArgumentParser) -> None:
         "the epoch, or ISO 8601 (UTC unless an offset is given)",
     )
     consume.add_argument("--follow", action="store_true", help="keep waiting for new records")
+    consume.add_argument(
+        "--group",
+        help="consume as a member of this consumer group: its partitions, from its committed "
+        "offsets, committing as it goes (--partition and --from do not apply)",
+    )
     consume.add_argument("--max-records", type=_positive_int, help="stop after this many")
     consume.add_argument(
         "--output",
@@ -749,6 +756,9 @@ class ProgressBar:
 
 
 def _cmd_consume(args: argparse.Namespace) -> int:
+    if args.group is not None:
+        asyncio.run(consume_group(args, sys.stdout.buffer, format_record))
+        return 0
     asyncio.run(consume_records(args, sys.stdout.buffer))
     return 0
 

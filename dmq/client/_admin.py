@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from typing import Any
+from urllib.parse import quote
 
 from dmq.client import _limits
 from dmq.client._http import Transport, topic_path
@@ -111,6 +112,38 @@ class AsyncAdmin:
             "GET", f"{topic_path(topic)}/partitions/{int(partition)}/offsets", params=params
         )
         return parse_offsets(response.json(), topic)
+
+    # Consumer groups: the broker's JSON as it is (http_api/README.md, "Consumer groups").
+
+    async def list_groups(self) -> list[dict[str, Any]]:
+        response = await self._transport.request("GET", "/v1/groups")
+        groups: list[dict[str, Any]] = response.json()["groups"]
+        return groups
+
+    async def describe_group(self, group: str) -> dict[str, Any]:
+        """Members, their assignment, and per partition committed offset, high watermark, lag."""
+        response = await self._transport.request("GET", "/v1/groups/" + quote(group, safe=""))
+        doc: dict[str, Any] = response.json()
+        return doc
+
+    async def reset_group_offsets(
+        self,
+        group: str,
+        to: str | int | list[tuple[str, int, int]],
+        topics: list[str] | None = None,
+    ) -> list[tuple[str, int, int]]:
+        """Reset an empty group's offsets: to "earliest", "latest", a timestamp (ms) for every
+        partition of `topics`, or to the given (topic, partition, offset) triples."""
+        body: dict[str, Any]
+        if isinstance(to, list):
+            body = {
+                "to": {"offsets": [{"topic": t, "partition": p, "offset": o} for t, p, o in to]}
+            }
+        else:
+            body = {"to": {"timestamp": to} if isinstance(to, int) else to, "topics": topics or []}
+        path = "/v1/groups/" + quote(group, safe="") + "/offsets/reset"
+        response = await self._transport.request("POST", path, json_body=body)
+        return [(o["topic"], o["partition"], o["offset"]) for o in response.json()["offsets"]]
 
     async def cluster(self) -> ClusterInfo:
         response = await self._transport.request("GET", "/v1/cluster")
