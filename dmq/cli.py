@@ -351,6 +351,18 @@ def _add_bench(commands: Subparsers) -> None:
     broker.add_argument("--latency-seconds", type=float, default=5.0)
     broker.add_argument("--quick", action="store_true", help="one small run (CI)")
     broker.set_defaults(handler=_cmd_bench_broker)
+    # Likewise bench/groups_bench.py's add_arguments.
+    groups = kinds.add_parser(
+        "groups", help="consumer groups: commit latency and rate, member death"
+    )
+    groups.add_argument("--nodes", type=int, default=3, help="brokers of the cluster (3)")
+    groups.add_argument("--runs", type=int, default=3, help="runs; medians are shown (3)")
+    groups.add_argument("--commits", type=int, default=300, help="sequential commits (300)")
+    groups.add_argument("--seconds", type=float, default=4.0, help="per rate measure (4)")
+    groups.add_argument("--in-flight", type=int, default=32, help="concurrent commits (32)")
+    groups.add_argument("--session-ms", type=int, default=1_000, help="session timeout (1000)")
+    groups.add_argument("--quick", action="store_true", help="one small run (CI)")
+    groups.set_defaults(handler=_cmd_bench_groups)
 
 
 # --------------------------------------------------------------------------- main
@@ -423,6 +435,13 @@ def _cmd_bench_cluster(args: argparse.Namespace) -> int:
     argv += ["--quick"] if args.quick else []
     argv += ["--runs", str(args.runs)] if args.runs is not None else []
     return int(cluster_bench.main(argv))
+
+
+def _cmd_bench_groups(args: argparse.Namespace) -> int:
+    from bench import groups_bench
+
+    groups_bench.run(args)
+    return 0
 
 
 def _cmd_bench_broker(args: argparse.Namespace) -> int:
