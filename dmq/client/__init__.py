@@ -21,8 +21,13 @@ Two APIs with the same names, arguments and behaviour:
 Every error is a `dmq.errors.DmqError`: the broker's `{"error": {"code"}}` becomes its
 class (`error_for_code`), connection failures become `BrokerUnavailable` and timeouts
 `RequestTimeout`. `RetriableError`s are retried with backoff (honouring Retry-After);
-`ClientError`s never are. Delivery is at-least-once: a produce retried after a lost
-answer may be appended twice, until idempotent producers exist.
+`ClientError`s never are. A produce retried after a lost answer may be appended twice
+unless the producer is idempotent (`Producer(url, idempotent=True)` or a
+`transactional_id`): then the partition writes a retried batch once.
+
+`Consumer(url, group="g", topics=[...])` (`AsyncGroupConsumer`) is a member of a consumer
+group: the broker assigns its partitions, it heartbeats in the background and commits
+after each poll (at-least-once); see `_group.py` and groups/README.md.
 
 The producer batches records per partition and sends each batch as one binary
 RecordBatch (zstd-compressed end to end if asked); the consumer fetches stored batches

@@ -21,10 +21,9 @@ How positions move (the sync `Consumer` runs exactly this on its private loop):
 5. A 416 `offset_out_of_range` (retention deleted the data under the consumer, or a seek
    past the end) moves the partition to `auto_offset_reset`; with "none" it is raised.
 
-Consumer groups (a later issue) will add `group=` to the constructor: the group's
-assignment will call `assign`, and the group's committed offsets will replace
-`auto_offset_reset` as where a newly assigned partition starts. Nothing else here
-assumes a standalone consumer.
+Consumer groups (`_group.py`, `AsyncGroupConsumer`) drive this class: the group's
+assignment calls `assign`, and the group's committed offsets `seek` a newly assigned
+partition (`auto_offset_reset` where the group has none).
 """
 
 from __future__ import annotations

@@ -15,7 +15,8 @@ twins) goes through `Transport.request`, which:
    retries a `ClientError` or a `StorageError`.
 
 A retried produce whose first attempt did reach the broker (a timeout, a lost answer) may
-be appended twice: delivery is at-least-once until idempotent producers exist.
+be appended twice (at-least-once), unless the producer is idempotent: its retry carries
+the same producer id, epoch and sequence, and the partition writes it once.
 """
 
 from __future__ import annotations
