@@ -281,8 +281,10 @@ class GroupsService:
             await asyncio.sleep(limits.GROUP_EXPIRY_CHECK_MS / 1000)
             try:
                 await self.maybe_expire()
-            except errors.DmqError as exc:
+            except errors.DmqError as exc:  # no quorum now, say: the next check retries
                 _log.debug("expiring group members: %s", exc)
+            except Exception:  # a bug: keep expiring sessions rather than stop for good
+                _log.exception("expiring group members failed")
 
     async def maybe_expire(self) -> bool:
         """On the metadata leader: propose the expiry of members past their session."""

@@ -161,3 +161,33 @@ def test_expiry_new_partitions_patterns_reset_and_restart(broker_factory: Any) -
     broker.start()
     assert call(broker, "GET", "/v1/groups/p/offsets") == before
     assert [g["group"] for g in call(broker, "GET", "/v1/groups")["groups"]] == ["p"]
+
+
+def test_static_members_and_bad_inputs_name_the_field_and_limit(broker: BrokerProcess) -> None:
+    call(broker, "POST", "/v1/topics", {"name": "s", "partitions": 2}, expect=201)
+    first = join(broker, "st", topics=["s"], instance_id="pod-1")
+    other = join(broker, "st", topics=["s"])
+    call(broker, "POST", f"/v1/groups/st/members/{first['member_id']}/heartbeat",
+         {"generation": other["generation"]})  # fmt: skip
+    before = call(broker, "GET", "/v1/groups/st")
+    again = join(broker, "st", topics=["s"], instance_id="pod-1")  # the pod restarted
+    after = call(broker, "GET", "/v1/groups/st")
+    assert again["generation"] == before["generation"] == after["generation"]  # no rebalance
+    held = {m["member_id"]: m["assignment"] for m in after["members"]}
+    old = {m["member_id"]: m["assignment"] for m in before["members"]}
+    assert held[again["member_id"]] == old[first["member_id"]] and first["member_id"] not in held
+    doc = call(broker, "POST", f"/v1/groups/st/members/{first['member_id']}/heartbeat",
+               {"generation": 1}, expect=409)  # fmt: skip
+    assert doc["error"]["code"] == "unknown_member"  # the old incarnation is fenced
+    too_many = [{"topic": "s", "partition": 0, "offset": i} for i in range(10_001)]
+    doc = call(broker, "POST", "/v1/groups/st/offsets",
+               {"member_id": again["member_id"], "generation": 1, "offsets": too_many},
+               expect=400)  # fmt: skip
+    assert doc["error"]["details"] == {"field": "offsets", "limit": 10_000}
+    doc = call(broker, "POST", "/v1/groups/bad%20name/members", {"topics": ["s"]}, expect=400)
+    assert doc["error"]["details"]["field"] == "group"
+    doc = call(broker, "POST", "/v1/groups/st/members", {"topic_pattern": "("}, expect=400)
+    assert doc["error"]["details"]["field"] == "topic_pattern"
+    doc = call(broker, "POST", "/v1/groups/st/offsets/reset", {"to": "yesterday"}, expect=400)
+    assert doc["error"]["details"]["field"] == "to"
+    assert call(broker, "GET", "/v1/groups/nope", expect=404)["error"]["code"] == "group_not_found"
