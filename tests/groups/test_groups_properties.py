@@ -1,6 +1,7 @@
 """Proves the consumer-group state machine (groups/state.py) safe to replicate and correct:
 
-- any sequence of joins, leaves, expiries, acknowledgements, commits and topic changes keeps
+- any sequence of joins (static members among them), leaves, expiries, acknowledgements,
+  commits and topic changes keeps
   every partition held by at most one member of the group, and a target that names only
   members subscribed to the partition's topic;
 - once every member has acknowledged the current generation (what heartbeats do), every
@@ -58,12 +59,13 @@ def commands(uniform: bool) -> st.SearchStrategy[GroupCommand]:
     member = st.sampled_from(MEMBERS)
     return st.one_of(
         st.builds(
-            lambda m, s, pat: JoinGroup(
-                "g", m, "", () if pat else s, "t[01]" if pat else "", 10_000, "", 0
+            lambda m, s, pat, inst: JoinGroup(
+                "g", m, inst, () if pat else s, "t[01]" if pat else "", 10_000, "", 0
             ),
             member,
             sub,
             st.booleans() if uniform else st.just(False),
+            st.sampled_from(["", "", "static-a", "static-b"]),  # static members replace
         ),
         st.builds(lambda m: LeaveGroup("g", m, 0), member),
         st.builds(lambda ms: ExpireMembers("g", tuple(ms), 0), st.lists(member, max_size=3)),
