@@ -1,9 +1,8 @@
 """Proves the consumer-group state machine (groups/state.py) safe to replicate and correct:
 
 - any sequence of joins (static members among them), leaves, expiries, acknowledgements,
-  commits and topic changes keeps
-  every partition held by at most one member of the group, and a target that names only
-  members subscribed to the partition's topic;
+  commits and topic changes keeps every partition held by at most one member of the
+  group, and a target that names only members subscribed to the partition's topic;
 - once every member has acknowledged the current generation (what heartbeats do), every
   partition of a subscribed topic is assigned, and with identical subscriptions the counts
   differ by at most one (per topic for range, over the whole subscription for the others);
