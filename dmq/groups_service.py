@@ -48,6 +48,8 @@ from groups.state import Group, Member
 _log = logging.getLogger("dmq.groups")
 
 GROUP_HOPS_MAX = 2  # observer -> voter -> metadata leader
+# A group fetch by a member with no partition yet looks again this often within wait_ms.
+EMPTY_ASSIGNMENT_POLL_S = 0.05
 
 
 @dataclass(frozen=True, slots=True)
@@ -334,6 +336,14 @@ class GroupsService:
             # still lets revoked partitions go (its late commits of them are then refused).
             await self._propose(AckGeneration(group, member_id, g.generation, wall_ms()))
             g, m = self._member(group, member_id)
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + wait_ms / 1000
+        while not m.assigned and loop.time() < deadline:
+            # Nothing assigned yet (partitions still being handed over): wait for some
+            # rather than answer at once, so a polling client does not spin.
+            await asyncio.sleep(min(EMPTY_ASSIGNMENT_POLL_S, max(0.0, deadline - loop.time())))
+            g, m = self._member(group, member_id)
+        wait_ms = max(0, int((deadline - loop.time()) * 1000))
         view = self._view(g, m, g.generation)
         positions = []
         for topic, partition in m.assigned:
