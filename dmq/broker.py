@@ -37,6 +37,7 @@ from typing import Any, Literal
 from dmq import errors, limits
 from dmq.config import BrokerConfig
 from dmq.metadata import MetadataService, wall_ms
+from dmq.operations import OperationsService
 from dmq.partitioner import StickyPartitioner, partition_for_key
 from dmq.peers import PeerClient, fetch_batches_blocking
 from dmq.replica import (
@@ -228,6 +229,7 @@ class Broker:
         self._views: dict[str, TopicView] = {}
         self._views_version = -1
         self.peers = PeerClient()
+        self.operations = OperationsService(self)  # reassign, decommission, balance
         self.raft_node: RaftNode | None = None
         self._metadata: MetadataService | None = None
         self.cluster_id = ""
@@ -287,6 +289,7 @@ class Broker:
             self._heartbeat_loop,
             self._leader_report_loop,
             self._leader_balance_loop,
+            self.operations.run,
         ):
             self._background.append(loop.create_task(duty()))
         self.ready = True
@@ -523,6 +526,10 @@ class Broker:
         the leader first. Blocking: this node's groups wait while it copies."""
         replica = self._replicas.get((topic, partition))
         leader = replica.raft.status().leader_id if replica and replica.raft else None
+        # The placement now (a reassignment may have changed it since the replica opened).
+        info = self.metadata.state.topics.get(topic)
+        if info is not None and partition < len(info.partitions):
+            members = tuple(dict.fromkeys((*info.partitions[partition].replicas, *members)))
         order = sorted(m for m in members if m != self.config.node_id)
         if leader in order:
             order.remove(leader)

@@ -18,6 +18,7 @@ from http_api import codec
 from http_api.errors import REQUEST_BYTES_MAX, error_middleware
 from http_api.forward import BROKER, forward_middleware, is_forwarded
 from http_api.openapi import openapi_document
+from http_api.operations import OPERATIONS_ROUTES
 from http_api.sendfile import FileRangesResponse
 
 BATCH_CONTENT_TYPE = "application/vnd.dmq.batch"
@@ -460,6 +461,7 @@ ROUTES: tuple[tuple[str, str, Any], ...] = (
     ("GET", "/v1/internal/partitions/{topic}/{partition}/batches", internal_batches),
     ("POST", "/v1/internal/metadata/propose", internal_metadata_propose),
     ("GET", "/v1/internal/metadata", internal_metadata),
+    *OPERATIONS_ROUTES,
 )
 
 

@@ -36,6 +36,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, fields, replace
 from typing import Any, Final
 
+from raft import reassignment
 from raft.placement import PlacementError, assign_replicas
 
 # Versions of the command encoding this code can decode. A replica that meets a newer one
@@ -155,6 +156,52 @@ class ReportLeader:
     version: int = COMMAND_VERSION
 
 
+@dataclass(frozen=True, slots=True)
+class ReassignPartition:
+    """Start (or replace) moving a partition to `replicas` (leader first); an operation
+    that dmq/operations.py then carries out with AlterPartitionReplicas steps."""
+
+    topic: str
+    topic_id: int
+    partition: int
+    replicas: tuple[str, ...]
+    now_ms: int
+    version: int = COMMAND_VERSION
+
+
+@dataclass(frozen=True, slots=True)
+class AlterPartitionReplicas:
+    """One step of a reassignment, recorded after its Raft membership change committed:
+    `replicas` is the current set plus one broker of the target, or minus one broker not
+    in it, and a removal only once every target broker is in. Reaching the target's set
+    ends the reassignment (replicas take the target's order)."""
+
+    topic: str
+    topic_id: int
+    partition: int
+    replicas: tuple[str, ...]
+    now_ms: int
+    version: int = COMMAND_VERSION
+
+
+@dataclass(frozen=True, slots=True)
+class DecommissionBroker:
+    """The broker takes no new replicas; its replicas are moved away, then it may leave."""
+
+    broker_id: str
+    now_ms: int
+    version: int = COMMAND_VERSION
+
+
+@dataclass(frozen=True, slots=True)
+class UnregisterBroker:
+    """A decommissioned broker that holds no replica leaves the catalogue."""
+
+    broker_id: str
+    now_ms: int
+    version: int = COMMAND_VERSION
+
+
 Command = (
     RegisterBroker
     | BrokerHeartbeat
@@ -163,6 +210,10 @@ Command = (
     | AlterTopicConfig
     | AddPartitions
     | ReportLeader
+    | ReassignPartition
+    | AlterPartitionReplicas
+    | DecommissionBroker
+    | UnregisterBroker
 )
 COMMAND_TYPES: Final[dict[str, type[Command]]] = {
     cls.__name__: cls
@@ -174,6 +225,10 @@ COMMAND_TYPES: Final[dict[str, type[Command]]] = {
         AlterTopicConfig,
         AddPartitions,
         ReportLeader,
+        ReassignPartition,
+        AlterPartitionReplicas,
+        DecommissionBroker,
+        UnregisterBroker,
     )
 }
 
@@ -194,6 +249,7 @@ _FIELD_KINDS: Final = {
     "config": "config",
     "updates": "config",
     "removals": "strs",
+    "replicas": "strs",
 }
 
 
@@ -275,6 +331,7 @@ class BrokerInfo:
     raft_addr: str
     registered_ms: int
     last_heartbeat_ms: int
+    decommissioning: bool = False  # takes no new replicas; its replicas are moved away
 
 
 @dataclass(frozen=True, slots=True)
@@ -282,6 +339,11 @@ class PartitionInfo:
     replicas: tuple[str, ...]  # distinct; replicas[0] is the preferred leader
     leader: str | None = None  # the last reported leader (a hint), one of `replicas`
     leader_term: int = 0  # the Raft term of that report; 0 = none yet
+    # An ongoing reassignment: the replica set wanted (leader first), None when there is
+    # none. Invariant: replicas and target differ; replicas only ever gain a target broker
+    # or, once they hold every target broker, lose a non-target one.
+    target: tuple[str, ...] | None = None
+    reassign_started_ms: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -302,6 +364,11 @@ class MetadataState:
     next_topic_id: int = 1  # only grows: ids are never reused
     metadata_version: int = 0  # only grows; +1 per change visible in the catalogue
     clock_ms: int = 0  # the largest now_ms applied; only grows
+
+    def eligible_brokers(self, now_ms: int) -> list[str]:
+        """Live brokers that may take new replicas (not decommissioning), sorted."""
+        live = self.live_brokers(now_ms)
+        return [b for b in live if not self.brokers[b].decommissioning]
 
     def live_brokers(self, now_ms: int) -> list[str]:
         """Sorted ids of the brokers heard from within broker_session_ms of `now_ms`."""
@@ -345,6 +412,8 @@ REJECT_UNKNOWN_PARTITION: Final = "unknown_partition"
 REJECT_NOT_ENOUGH_BROKERS: Final = "not_enough_brokers"
 REJECT_TOO_MANY_TOPICS: Final = "too_many_topics"
 REJECT_STALE_LEADER: Final = "stale_leader"
+REJECT_INVALID_REPLICAS: Final = "invalid_replicas"
+REJECT_BROKER_IN_USE: Final = "broker_in_use"
 
 Result = Applied | Rejected
 
@@ -373,6 +442,10 @@ def apply(state: MetadataState, command: Command) -> tuple[MetadataState, Result
             return _add_partitions(state, command, now_ms)
         case ReportLeader():
             return _report_leader(state, command, now_ms)
+        case ReassignPartition() | AlterPartitionReplicas():
+            return reassignment.apply_partition_command(state, command, now_ms)
+        case DecommissionBroker() | UnregisterBroker():
+            return reassignment.apply_broker_command(state, command, now_ms)
     return state, Rejected(REJECT_INVALID_COMMAND, f"unknown command {type(command).__name__}")
 
 
@@ -407,6 +480,7 @@ def _register_broker(
         cmd.raft_addr,
         registered_ms=old.registered_ms if old is not None else now_ms,
         last_heartbeat_ms=now_ms,
+        decommissioning=old is not None and old.decommissioning,  # a restart keeps it
     )
     brokers = {**state.brokers, cmd.broker_id: broker}
     if old is not None and (old.http_addr, old.raft_addr) == (cmd.http_addr, cmd.raft_addr):
@@ -464,7 +538,7 @@ def _check_config(items: ConfigItems, field_name: str) -> Rejected | None:
 def _place(
     state: MetadataState, partitions: int, replication_factor: int, now_ms: int
 ) -> list[tuple[str, ...]] | Rejected:
-    live = state.live_brokers(now_ms)
+    live = state.eligible_brokers(now_ms)
     if replication_factor > len(live):
         return Rejected(
             REJECT_NOT_ENOUGH_BROKERS,
@@ -644,7 +718,16 @@ def _topic_to_json(topic: TopicInfo) -> dict[str, Any]:
         "replication_factor": topic.replication_factor,
         "config": dict(topic.config),
         "partitions": [
-            {"replicas": list(p.replicas), "leader": p.leader, "leader_term": p.leader_term}
+            {
+                "replicas": list(p.replicas),
+                "leader": p.leader,
+                "leader_term": p.leader_term,
+                **(
+                    {"target": list(p.target), "reassign_started_ms": p.reassign_started_ms}
+                    if p.target is not None
+                    else {}
+                ),
+            }
             for p in topic.partitions
         ],
         "created_ms": topic.created_ms,
@@ -665,7 +748,13 @@ def state_from_json(doc: dict[str, Any]) -> MetadataState:
             replication_factor=t["replication_factor"],
             config=_sorted_config(t["config"]),
             partitions=tuple(
-                PartitionInfo(tuple(p["replicas"]), p["leader"], p["leader_term"])
+                PartitionInfo(
+                    tuple(p["replicas"]),
+                    p["leader"],
+                    p["leader_term"],
+                    tuple(p["target"]) if p.get("target") is not None else None,
+                    p.get("reassign_started_ms", 0),
+                )
                 for p in t["partitions"]
             ),
             created_ms=t["created_ms"],
