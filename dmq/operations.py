@@ -89,6 +89,10 @@ class OperationsService:
             raise errors.PartitionNotFound(
                 f"topic {topic!r} has {len(info.partitions)} partitions", field="partition"
             )
+        brokers = self._broker.metadata.state.brokers
+        unknown = sorted(b for b in replicas if b not in brokers)
+        if unknown:
+            raise errors.InvalidRequest(f"unknown broker(s) {unknown}", field="replicas")
         applied = await self._broker.metadata.propose(
             ReassignPartition(topic, info.topic_id, partition, tuple(replicas), wall_ms())
         )
