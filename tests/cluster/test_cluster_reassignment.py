@@ -77,9 +77,7 @@ def test_reassignment_interrupted_by_kill9_of_the_new_replica_completes_after_re
         assert [o["target"] for o in ops] == [target]
         cluster[joiner].start()
         cluster.wait_ready([cluster[joiner]])
-        wait_for(
-            lambda: placements(cluster["n1"], "move")[0] == target, 60.0, "reassignment done"
-        )
+        wait_for(lambda: placements(cluster["n1"], "move")[0] == target, 60.0, "reassignment done")
         print(f"reassignment done {time.monotonic() - killed_at:.1f} s after the kill")
         assert operations(cluster["n1"])["reassignments"] == []
         acked_before_stop = sum(len(p.acked) for p in producers)
