@@ -71,6 +71,10 @@ class BrokerConfig:
     auto_create_topics: bool = field(
         default=True, metadata=_doc("create a topic on its first produce")
     )
+    join: str = field(
+        default="",
+        metadata=_doc("URL of a running broker: join its cluster (sets peers, metadata_voters)"),
+    )
     auto_balance_replicas: bool = field(
         default=True,
         metadata=_doc("move replicas so every broker holds within one of the others"),
