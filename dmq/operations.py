@@ -106,6 +106,8 @@ class OperationsService:
                 "(raft/README.md: not done yet)",
                 field="broker_id",
             )
+        if broker_id not in self._broker.metadata.state.brokers:
+            raise errors.NotFound(f"broker {broker_id!r} is not registered", field="broker_id")
         applied = await self._broker.metadata.propose(DecommissionBroker(broker_id, wall_ms()))
         assert applied.broker is not None
         return {"broker_id": broker_id, "decommissioning": applied.broker.decommissioning}
@@ -331,6 +333,11 @@ class OperationsService:
         if node is None:
             raise errors.BrokerUnavailable("the broker is starting", retry_after_ms=500)
         group_id = group_id_for(topic_id, partition)
+        if group_id not in node.groups:
+            raise errors.PartitionNotFound(
+                f"no replica of {topic}-{partition} (topic id {topic_id}) on this broker",
+                field="partition",
+            )
         try:
             if what == "progress":
                 return (await node.group_progress(group_id)).to_json()

@@ -81,7 +81,7 @@ async def decommission(request: web.Request) -> web.Response:
     return _json(await _broker(request).operations.decommission(broker_id), status=202)
 
 
-async def internal_group(request: web.Request) -> web.Response:
+async def _internal_group(request: web.Request, what: str) -> web.Response:
     raw_topic_id = request.query.get("topic_id", "")
     raw_partition = request.match_info["partition"]
     if not (raw_topic_id.isascii() and raw_topic_id.isdigit()):
@@ -90,23 +90,29 @@ async def internal_group(request: web.Request) -> web.Response:
         raise errors.InvalidRequest("partition must be an integer", field="partition")
     body = codec.parse_json_object(await request.read()) if request.method == "POST" else {}
     answer = await _broker(request).operations.local_call(
-        request.match_info["topic"],
-        int(raw_partition),
-        int(raw_topic_id),
-        request.match_info["what"],
-        body,
+        request.match_info["topic"], int(raw_partition), int(raw_topic_id), what, body
     )
     return _json(answer)
 
 
+async def internal_progress(request: web.Request) -> web.Response:
+    return await _internal_group(request, "progress")
+
+
+async def internal_membership(request: web.Request) -> web.Response:
+    return await _internal_group(request, "membership")
+
+
+async def internal_transfer(request: web.Request) -> web.Response:
+    return await _internal_group(request, "transfer")
+
+
+_GROUP = "/v1/internal/partitions/{topic}/{partition}"
 OPERATIONS_ROUTES: tuple[tuple[str, str, Any], ...] = (
     ("POST", "/v1/cluster/reassignments", reassign),
     ("GET", "/v1/cluster/operations", operations),
     ("POST", "/v1/cluster/brokers/{broker_id}/decommission", decommission),
-    ("GET", "/v1/internal/partitions/{topic}/{partition}/{what:progress}", internal_group),
-    (
-        "POST",
-        "/v1/internal/partitions/{topic}/{partition}/{what:membership|transfer}",
-        internal_group,
-    ),
+    ("GET", f"{_GROUP}/progress", internal_progress),
+    ("POST", f"{_GROUP}/membership", internal_membership),
+    ("POST", f"{_GROUP}/transfer", internal_transfer),
 )
