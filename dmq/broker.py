@@ -423,6 +423,11 @@ class Broker:
             raise errors.TopicNotFound(f"topic {name!r} does not exist", field="topic")
         return view
 
+    def partition_count(self, name: str) -> int | None:
+        """The topic's partition count in this broker's catalogue (None: no such topic)."""
+        view = self._view(name) if self._metadata is not None else None
+        return None if view is None else view.partitions
+
     def _local_replica(self, topic: str, partition: int, topic_id: int) -> PartitionReplica | None:
         """This broker's open replica of the partition of that topic id (a re-created
         topic of the same name is another topic), or None."""

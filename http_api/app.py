@@ -14,6 +14,7 @@ from aiohttp import web
 
 from dmq import errors, limits
 from dmq.broker import Acks, Broker, FetchResult, TopicDescription
+from dmq.types import PARTITION_COUNT_HEADER
 from http_api import codec
 from http_api.errors import REQUEST_BYTES_MAX, error_middleware
 from http_api.forward import BROKER, forward_middleware, is_forwarded
@@ -238,10 +239,12 @@ async def produce(request: web.Request) -> web.Response:
         else:
             start = run.base_offset
             entries.append(",".join([f"{prefix}{o}}}" for o in range(start, start + run.count)]))
+    count = broker.partition_count(topic)
     return web.Response(
         status=202 if acks == "0" else 200,
         text='{"offsets":[' + ",".join(entries) + "]}",
         content_type="application/json",
+        headers=None if count is None else {PARTITION_COUNT_HEADER: str(count)},
     )
 
 

@@ -335,7 +335,14 @@ def _operations_paths() -> dict[str, Any]:
 
 
 def _produce_op(config: BrokerConfig) -> dict[str, Any]:
-    produced = _ok("ProduceResponse")
+    count_header = {
+        "X-Dmq-Partition-Count": {
+            "description": "the topic's partition count (keyed producers re-read the topic "
+            "when it changes: added partitions move keys)",
+            "schema": {"type": "string", "pattern": "^[0-9]+$"},
+        }
+    }
+    produced = {**_ok("ProduceResponse"), "headers": count_header}
     return _op(
         "produce",
         "Append records; one offset per record, in request order",
