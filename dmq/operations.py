@@ -133,8 +133,10 @@ class OperationsService:
 
         async def add_progress(doc: dict[str, Any], info: TopicInfo, p: int) -> None:
             with contextlib.suppress(errors.DmqError):
-                progress = await self._progress(info, p, state.topics[info.name].partitions[p])
+                placement = state.topics[info.name].partitions[p]
+                progress = await self._progress(info, p, placement)
                 doc["progress"] = _progress_fraction(progress, doc["target"])
+                doc["step"] = describe_step(placement, progress)
                 doc["group"] = progress
 
         await asyncio.gather(
@@ -162,7 +164,9 @@ class OperationsService:
             "target": list(placement.target) if placement.target is not None else None,
             "started_ms": placement.reassign_started_ms,
             "done": placement.target is None,
-            "step": self._last_step.get(key, "waiting for the metadata leader"),
+            "step": "no partition leader answered",
+            # What the driver's last step did or why it will retry (on the metadata leader).
+            "last_step": self._last_step.get(key),
             "progress": 1.0 if placement.target is None else 0.0,
         }
 
@@ -170,14 +174,20 @@ class OperationsService:
 
     async def run(self) -> None:
         """The duty loop: on the metadata leader only, advance every operation."""
-        while True:
-            await asyncio.sleep(OPERATIONS_INTERVAL_S)
-            try:
-                await self._maybe_add_peers()
-                if self._leads_metadata():
-                    await self._drive()
-            except Exception:  # the next round tries again
-                _log.exception("advancing cluster operations failed")
+        try:
+            while True:
+                await asyncio.sleep(OPERATIONS_INTERVAL_S)
+                try:
+                    await self._maybe_add_peers()
+                    if self._leads_metadata():
+                        await self._drive()
+                except Exception:  # the next round tries again
+                    _log.exception("advancing cluster operations failed")
+        finally:  # the broker stops: steps in flight stop too (each is resumable)
+            for task in self._running.values():
+                task.cancel()
+            await asyncio.gather(*self._running.values(), return_exceptions=True)
+            self._running.clear()
 
     def _leads_metadata(self) -> bool:
         replica = self._broker.metadata.replica
@@ -401,6 +411,26 @@ class OperationsService:
             await self._broker.metadata.propose(
                 ReassignPartition(info.name, info.topic_id, p, target, wall_ms())
             )
+
+
+def describe_step(placement: PartitionInfo, progress: dict[str, Any]) -> str:
+    """Where a reassignment stands, from the catalogue and the partition leader's view
+    (the same reading the driver's next step starts from)."""
+    target = placement.target
+    if target is None:
+        return "done"
+    members = set(progress["members"])
+    adding = [b for b in target if b not in placement.replicas]
+    if adding:
+        pending = "recording" if adding[0] in members else "adding"
+        return f"{pending} {adding[0]}"
+    lagging = [b for b in target if not _caught_up(progress, b)]
+    if lagging:
+        return f"catching up {','.join(lagging)}"
+    leaving = [b for b in placement.replicas if b not in target]
+    if leaving and progress["leader"] == leaving[0]:
+        return f"moving leadership from {leaving[0]}"
+    return f"removing {leaving[0]}" if leaving else "finishing"
 
 
 def _caught_up(progress: dict[str, Any], member: str) -> bool:
