@@ -8,6 +8,8 @@ losing or duplicating a record (dmq/operations.py, raft/membership.py):
   catalogue and the Raft group hold exactly the target, the leaving broker's replica
   directory is deleted, every acknowledged record is read back exactly once at its offset
   and in order, and the new replica's segments are byte-identical to the others';
+- the metadata leader driving a move is killed (-9) halfway: a new one completes it while
+  the old one is down, and the old one, restarted, deletes the replica it no longer holds;
 - bad requests are refused with a 4xx naming the field.
 """
 
@@ -101,6 +103,52 @@ def test_reassignment_interrupted_by_kill9_of_the_new_replica_completes_after_re
     live_targets = DmqCluster.__new__(DmqCluster)
     live_targets.nodes = {b: cluster[b] for b in target}
     wait_identical_segments(live_targets, "move", 1)
+
+
+@pytest.mark.slow
+def test_reassignment_survives_kill9_of_the_metadata_leader_driving_it(
+    dmq_cluster: Callable[..., DmqCluster],
+) -> None:
+    """The metadata leader drives every operation. Kill -9 it (and, to hold the move
+    halfway, the receiving broker) once the new replica joined: a new metadata leader
+    takes over and completes the move while the old driver is still down; restarted, the
+    old driver deletes the replica it no longer holds."""
+    cluster = dmq_cluster(4, metadata_voters=["n1", "n2", "n3"]).start_all()
+    cluster.create_topic("drive", partitions=1, replication_factor=3)
+    [before] = placements(cluster["n1"], "drive")
+    [joiner] = [n for n in cluster.nodes if n not in before]
+    driver = cluster.metadata_leader()
+    assert driver in before  # the first three hold every replica (placement ties by id)
+    target = [joiner, *[b for b in before if b != driver]]
+    stayers = [b for b in before if b != driver]
+    producers = [Producer(cluster[b], "drive", f"p-{b}").start() for b in stayers]
+    try:
+        wait_for(lambda: all(len(p.acked) >= 10 for p in producers), 30.0, "10 acks each")
+        via = cluster[stayers[0]]
+        via.json(
+            "POST", "/v1/cluster/reassignments",
+            {"topic": "drive", "partition": 0, "replicas": target},
+        )  # fmt: skip
+        wait_for(lambda: joiner in placements(via, "drive")[0], 30.0, "joiner added")
+        cluster.kill9(joiner)
+        cluster.kill9(driver)
+        time.sleep(1.0)
+        assert set(placements(via, "drive")[0]) == set(before) | {joiner}
+        cluster[joiner].start()
+        cluster.wait_ready([cluster[joiner]])
+        wait_for(lambda: placements(via, "drive")[0] == target, 60.0, "move done, driver down")
+        assert cluster.metadata_leader() != driver and not cluster[driver].alive
+        acked = sum(len(p.acked) for p in producers)
+        wait_for(lambda: sum(len(p.acked) for p in producers) >= acked + 20, 30.0, "acks")
+    finally:
+        for producer in producers:
+            producer.finish()
+    cluster[driver].start()
+    cluster.wait_ready([cluster[driver]])
+    wait_for(lambda: not cluster[driver].partition_dir("drive", 0).exists(), 30.0, "old dir gone")
+    assert not any(p.errors for p in producers), [p.errors for p in producers]
+    check_log_against_acks(fetch_all(via, "drive", 0), producers)
+    assert operations(via)["reassignments"] == []
 
 
 def test_reassignment_requests_are_checked(dmq_cluster: Callable[..., DmqCluster]) -> None:
