@@ -14,7 +14,11 @@ import subprocess
 import sys
 from collections.abc import Callable
 
+import pytest
 from cluster_harness import ROOT, DmqCluster, placements, produce, wait_for
+
+from dmq import errors
+from dmq.client import Admin
 
 
 def dmq(*args: str, timeout_s: float = 120.0) -> str:
@@ -73,6 +77,10 @@ def test_join_reassign_and_decommission_through_the_cli(
         "n4 unregistered",
     )
     assert "no operation running" in dmq("cluster", "operations", "--url", url)
+    with Admin(url) as admin:  # the Python client's view of the same
+        assert admin.operations() == {"reassignments": [], "decommissions": []}
+        with pytest.raises(errors.NotFound):
+            admin.decommission_broker("n4")  # gone
     records = cluster["n1"].json("GET", "/v1/topics/cli/partitions/0/records?offset=0")["records"]
     assert [r["value"] for r in records] == [f"v{i}" for i in range(50)]
     assert [o for _, o in offsets] == list(range(50))
