@@ -35,7 +35,6 @@ import collections
 import contextlib
 import json
 import logging
-from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from dmq import errors
@@ -250,6 +249,12 @@ class OperationsService:
         replicas = placement.replicas
         progress = await self._progress(info, partition, placement)
         members = set(progress["members"])
+        # A member neither placed nor wanted: added by a driver that lost the metadata
+        # leadership while reading an older target. It hosts no replica: remove it.
+        strays = sorted(members - set(replicas) - set(target))
+        if strays:
+            await self._membership(info, partition, progress["leader"], "remove", strays[0])
+            return f"removed stray member {strays[0]}"
         adding = [b for b in target if b not in replicas]
         if adding:
             new = adding[0]
@@ -420,6 +425,9 @@ def describe_step(placement: PartitionInfo, progress: dict[str, Any]) -> str:
     if target is None:
         return "done"
     members = set(progress["members"])
+    strays = sorted(members - set(placement.replicas) - set(target))
+    if strays:
+        return f"removing stray member {strays[0]}"
     adding = [b for b in target if b not in placement.replicas]
     if adding:
         pending = "recording" if adding[0] in members else "adding"
@@ -493,7 +501,10 @@ def balancing_move(
     more than one; the partition chosen is the first (by topic, partition) that the
     emptiest broker does not hold. Deterministic, so two leaders in a row agree."""
     counts = replica_counts(state)
-    ranked: Callable[[str], tuple[int, str]] = lambda b: (counts[b], b)  # noqa: E731
+
+    def ranked(broker: str) -> tuple[int, str]:
+        return counts[broker], broker
+
     fullest = max(eligible, key=ranked)
     emptiest = min(eligible, key=ranked)
     if counts[fullest] - counts[emptiest] <= 1:
