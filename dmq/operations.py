@@ -12,9 +12,10 @@ one stops halfway. In short, for a partition with replicas R and target T:
    (`RaftNode.change_membership`, pysyncobj's single-server change), then the catalogue
    records R + b (`AlterPartitionReplicas`); b's broker then opens its replica, which
    catches up through Raft (entries, or a snapshot plus a copy of the log over HTTP);
-2. **catch up**: nothing is removed while any member of T is more than
-   REPLICA_LAG_ENTRIES_MAX entries behind the leader's commit index: the partition never
-   has fewer than its replication factor of replicas in sync;
+2. **catch up**: nothing is removed while any member of T is out of sync (`_caught_up`:
+   the whole log, or within REPLICA_LAG_ENTRIES_MAX entries and heard from within
+   REPLICA_LAG_TIME_MAX_S): the partition never has fewer than its replication factor
+   of replicas in sync;
 3. **move leadership** away from a leaving replica o in R - T that leads
    (`transfer_leadership` to a caught-up member of T);
 4. **remove** o: the leader removes it from the Raft group, then the catalogue records
@@ -60,9 +61,12 @@ _log = logging.getLogger("dmq.operations")
 OPERATIONS_INTERVAL_S = 0.5  # how often the metadata leader advances operations
 # Partitions moved at once (each copies its log to a new broker: disk and network bound).
 REASSIGNMENTS_CONCURRENT_MAX = 4
-# A replica within this many entries of the leader's commit index counts as in sync
-# (under load a follower is always an entry or a few behind).
+# A replica is in sync when it holds the leader's whole log, or is within this many
+# entries of the commit index (under load a follower is always an entry or a few behind)
+# and answered the leader within REPLICA_LAG_TIME_MAX_S (Kafka's replica.lag.time.max.ms:
+# a replica that stopped answering falls out of sync even if no entry was added since).
 REPLICA_LAG_ENTRIES_MAX = 64
+REPLICA_LAG_TIME_MAX_S = 1.0
 MEMBERSHIP_CHANGE_TIMEOUT_S = 10.0
 PEER_CALL_TIMEOUT_S = 5.0
 
@@ -444,10 +448,14 @@ def describe_step(placement: PartitionInfo, progress: dict[str, Any]) -> str:
 def _caught_up(progress: dict[str, Any], member: str) -> bool:
     if member == progress["leader"]:
         return True
+    if member not in progress["members"]:
+        return False
     match = int(progress["match_index"].get(member, 0))
-    return member in progress["members"] and (
-        match >= int(progress["commit_index"]) - REPLICA_LAG_ENTRIES_MAX
-    )
+    if match >= int(progress["last_index"]):
+        return True
+    age_s = float(progress.get("response_age_s", {}).get(member, float("inf")))
+    recent = age_s <= REPLICA_LAG_TIME_MAX_S
+    return recent and match >= int(progress["commit_index"]) - REPLICA_LAG_ENTRIES_MAX
 
 
 def _progress_fraction(progress: dict[str, Any], target: list[str] | None) -> float:

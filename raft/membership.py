@@ -32,6 +32,7 @@ configuration that includes the candidate, and then the members that hold it vot
 from __future__ import annotations
 
 import concurrent.futures
+import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -58,6 +59,9 @@ class GroupProgress:
     members: tuple[str, ...]  # the configuration, sorted, leader included
     match_index: dict[str, int]  # member -> highest index known replicated there
     change_pending: bool  # a membership entry appended and not yet applied
+    # member -> seconds since the leader last heard an answer from it (a quiesced group
+    # exchanges nothing: a member holding the whole log is current whatever its age).
+    response_age_s: dict[str, float]
 
     def caught_up(self, member: str, lag_entries_max: int = 0) -> bool:
         """Whether `member` holds the log up to the commit index (minus a tolerated lag)."""
@@ -75,6 +79,7 @@ class GroupProgress:
             "members": list(self.members),
             "match_index": dict(self.match_index),
             "change_pending": self.change_pending,
+            "response_age_s": {k: round(v, 3) for k, v in self.response_age_s.items()},
         }
 
 
@@ -111,6 +116,8 @@ def progress(replica: Replica) -> GroupProgress:
     _require_leader(replica)
     sync_obj = replica.syncobj
     match: dict[Any, int] = sync_obj._SyncObj__raftMatchIndex
+    responses: dict[Any, float] = sync_obj._SyncObj__lastResponseTime
+    now = time.monotonic()
     return GroupProgress(
         group_id=replica.group_id,
         leader_id=replica.node.node_id,
@@ -120,6 +127,7 @@ def progress(replica: Replica) -> GroupProgress:
         members=tuple(member_ids(replica)),
         match_index={str(node.id): int(index) for node, index in match.items()},
         change_pending=change_pending(replica),
+        response_age_s={str(node.id): max(0.0, now - at) for node, at in responses.items()},
     )
 
 

@@ -22,6 +22,7 @@ import pytest
 from cluster_harness import (
     Ack,
     DmqCluster,
+    Node,
     Producer,
     check_log_against_acks,
     fetch_all,
@@ -36,6 +37,22 @@ PRELOAD_REQUESTS = 40  # x 100 records of ~1 KiB: ~4 MB the new replica must cop
 PRELOAD_RECORDS = 100
 
 
+def preload_partition(node: Node, topic: str) -> Producer:
+    """~4 MB in partition 0, so that a new replica takes a while to catch up. The records
+    are acknowledged like any: the returned producer (never started) holds them."""
+    preload = Producer(node, topic, "preload")
+    for k in range(PRELOAD_REQUESTS):
+        values = [f"pre-{k}-{i}-" + "x" * 1000 for i in range(PRELOAD_RECORDS)]
+        sent = time.monotonic()
+        answers = produce(node, topic, [{"value": v, "partition": 0} for v in values])
+        preload.attempts += values
+        preload.acked += [
+            Ack(v, p, offset, sent, time.monotonic())
+            for v, (p, offset) in zip(values, answers, strict=True)
+        ]
+    return preload
+
+
 @pytest.mark.slow
 def test_reassignment_interrupted_by_kill9_of_the_new_replica_completes_after_restart(
     dmq_cluster: Callable[..., DmqCluster],
@@ -47,17 +64,7 @@ def test_reassignment_interrupted_by_kill9_of_the_new_replica_completes_after_re
     leader = cluster.leader_of("move", 0)
     # Move the replica of the current leader: leadership must move first.
     target = [joiner, *[b for b in before if b != leader]]
-    # The preload is acknowledged like any record: a producer that is never started.
-    preload = Producer(cluster[before[0]], "move", "preload")
-    for k in range(PRELOAD_REQUESTS):
-        values = [f"pre-{k}-{i}-" + "x" * 1000 for i in range(PRELOAD_RECORDS)]
-        sent = time.monotonic()
-        answers = produce(preload.node, "move", [{"value": v, "partition": 0} for v in values])
-        preload.attempts += values
-        preload.acked += [
-            Ack(v, p, offset, sent, time.monotonic())
-            for v, (p, offset) in zip(values, answers, strict=True)
-        ]
+    preload = preload_partition(cluster[before[0]], "move")
     stayers = [b for b in before if b != leader]
     producers = [Producer(cluster[b], "move", f"p-{b}").start() for b in stayers]
     try:
@@ -121,6 +128,7 @@ def test_reassignment_survives_kill9_of_the_metadata_leader_driving_it(
     assert driver in before  # the first three hold every replica (placement ties by id)
     target = [joiner, *[b for b in before if b != driver]]
     stayers = [b for b in before if b != driver]
+    preload = preload_partition(cluster[stayers[0]], "drive")
     producers = [Producer(cluster[b], "drive", f"p-{b}").start() for b in stayers]
     try:
         wait_for(lambda: all(len(p.acked) >= 10 for p in producers), 30.0, "10 acks each")
@@ -147,7 +155,7 @@ def test_reassignment_survives_kill9_of_the_metadata_leader_driving_it(
     cluster.wait_ready([cluster[driver]])
     wait_for(lambda: not cluster[driver].partition_dir("drive", 0).exists(), 30.0, "old dir gone")
     assert not any(p.errors for p in producers), [p.errors for p in producers]
-    check_log_against_acks(fetch_all(via, "drive", 0), producers)
+    check_log_against_acks(fetch_all(via, "drive", 0), [preload, *producers])
     assert operations(via)["reassignments"] == []
 
 

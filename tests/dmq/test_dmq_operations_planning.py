@@ -9,19 +9,22 @@ catalogue:
   the fewest replicas, never one already in the set, and gives up (None) when no broker
   is left to take it;
 - the progress of a reassignment is its slowest target member's match index against the
-  leader's commit index, and a member counts as caught up within REPLICA_LAG_ENTRIES_MAX.
+  leader's commit index; a member is in sync when it holds the whole log, or is within
+  REPLICA_LAG_ENTRIES_MAX entries and answered within REPLICA_LAG_TIME_MAX_S.
 """
 
 from __future__ import annotations
 
 import collections
 from dataclasses import replace
+from typing import Any
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from dmq.operations import (
     REPLICA_LAG_ENTRIES_MAX,
+    REPLICA_LAG_TIME_MAX_S,
     _caught_up,
     _progress_fraction,
     balancing_move,
@@ -92,14 +95,19 @@ def test_replace_brokers_in_place_by_the_least_loaded() -> None:
 
 
 def test_progress_and_catch_up() -> None:
-    progress = {
+    progress: dict[str, Any] = {
         "leader": "a",
         "members": ["a", "b", "d"],
         "commit_index": 1000,
+        "last_index": 1000,
         "match_index": {"b": 1000, "d": 250},
+        "response_age_s": {"b": 60.0, "d": 0.1},
     }
     assert _progress_fraction(progress, ["d", "a", "b"]) == 0.25
-    assert not _caught_up(progress, "d") and _caught_up(progress, "a") and _caught_up(progress, "b")
+    assert not _caught_up(progress, "d") and _caught_up(progress, "a")
+    assert _caught_up(progress, "b")  # holds the whole log: current however quiet
     progress["match_index"] = {"b": 1000, "d": 1000 - REPLICA_LAG_ENTRIES_MAX}
-    assert _caught_up(progress, "d")
+    assert _caught_up(progress, "d")  # a few entries behind, and answering
+    progress["response_age_s"]["d"] = REPLICA_LAG_TIME_MAX_S + 1
+    assert not _caught_up(progress, "d")  # behind and silent: out of sync
     assert not _caught_up(progress, "zz")  # not a member: never caught up
