@@ -24,7 +24,7 @@ import json
 import shutil
 import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -87,18 +87,23 @@ async def move(
     leader = await wait_leader(session, brokers, "big")
     target = [spare, *[r for r in replicas if r != leader.node_id]]
     await create_topic(session, url, "load", 1, 3)
-    load_leader = await wait_leader(session, brokers, "load")
     batches = [encode_batch(records(BATCH_RECORDS, k)) for k in range(8)]
-    elapsed, _, sent, _ = await closed_loop(
-        session, load_leader.url, "load", batches, args.in_flight, args.load_seconds
+    baseline_until = time.perf_counter() + args.load_seconds
+    baseline_mb_s = await _load_slices(
+        session, brokers, batches, args, lambda: time.perf_counter() < baseline_until
     )
-    baseline_mb_s = sent / 1e6 / elapsed
     body = {"topic": "big", "partition": 0, "replicas": target}
     started = time.perf_counter()
     await _json(session, "POST", f"{url}/v1/cluster/reassignments", body)
-    load = asyncio.ensure_future(_load_until_done(session, brokers, batches, args))
-    moved_s = await _wait_done(session, url, started)
-    during_mb_s = await load
+    moved: list[float] = []
+
+    async def watch() -> None:
+        moved.append(await _wait_done(session, url, started))
+
+    watcher = asyncio.ensure_future(watch())
+    during_mb_s = await _load_slices(session, brokers, batches, args, lambda: not moved)
+    await watcher
+    moved_s = moved[0]
     return {
         "fill_mb_s": fill_mb_s,
         "move_s": moved_s,
@@ -118,24 +123,22 @@ async def _wait_done(session: aiohttp.ClientSession, url: str, started: float) -
     raise ClusterError(f"the move did not finish in {MOVE_TIMEOUT_S} s")
 
 
-async def _load_until_done(
+async def _load_slices(
     session: aiohttp.ClientSession,
     brokers: list[Broker],
     batches: list[bytes],
     args: argparse.Namespace,
+    going: Callable[[], bool],
 ) -> float:
-    """The load's MB/s from the reassignment request until the move ends (in slices, so
-    a leader change of `load` does not stop it)."""
-    url = brokers[0].url
+    """The load's MB/s while `going()`: 1-second slices, each to the leader of the moment
+    (the same way for the baseline and during the move)."""
     total_bytes = 0
     start = time.perf_counter()
-    while True:
+    while going():
         leader = await wait_leader(session, brokers, "load")
         _, _, sent, _ = await closed_loop(session, leader.url, "load", batches, args.in_flight, 1.0)
         total_bytes += sent
-        ops = await _json(session, "GET", f"{url}/v1/cluster/operations")
-        if not ops["reassignments"]:
-            return total_bytes / 1e6 / (time.perf_counter() - start)
+    return total_bytes / 1e6 / (time.perf_counter() - start)
 
 
 def run(args: argparse.Namespace) -> dict[str, float]:
