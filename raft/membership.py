@@ -103,7 +103,7 @@ def change_pending(replica: Replica) -> bool:
     return index is not None and sync_obj.raftLastApplied < index
 
 
-def _require_leader(replica: Replica) -> None:
+def require_leader(replica: Replica) -> None:
     sync_obj = replica.syncobj
     if not sync_obj._isLeader():
         leader = sync_obj._getLeader()
@@ -113,7 +113,7 @@ def _require_leader(replica: Replica) -> None:
 
 def progress(replica: Replica) -> GroupProgress:
     """The leader's view (NotLeader elsewhere)."""
-    _require_leader(replica)
+    require_leader(replica)
     sync_obj = replica.syncobj
     match: dict[Any, int] = sync_obj._SyncObj__raftMatchIndex
     responses: dict[Any, float] = sync_obj._SyncObj__lastResponseTime
@@ -136,7 +136,7 @@ def start_change(
 ) -> concurrent.futures.Future[bool] | None:
     """Steps 1-3 of the module docstring. None: nothing to do (already so); else a future
     that resolves True once the change entry commits (or raises RequestDenied)."""
-    _require_leader(replica)
+    require_leader(replica)
     present = is_member(replica, node_id)
     pending = change_pending(replica)
     if (action == "add") == present:
@@ -172,7 +172,7 @@ def transfer_leadership(replica: Replica, target: str) -> None:
     """Ask pysyncobj to hand the leadership to `target` (a member holding the whole log);
     RequestDenied if it refuses (target not caught up or not connected). The caller polls
     the leader to see it done."""
-    _require_leader(replica)
+    require_leader(replica)
     if target == replica.node.node_id:
         return
     nodes = [n for n in replica.syncobj._SyncObj__otherNodes if str(n.id) == target]

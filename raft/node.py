@@ -885,6 +885,7 @@ class RaftNode:
 
         def start() -> concurrent.futures.Future[bool] | None:
             replica = self._group(group_id)
+            membership.require_leader(replica)
             if action == "add" and node_id not in self.peers:
                 raise RequestDenied(f"group {group_id}: {node_id} is not a known peer")
             done = membership.start_change(replica, action, node_id)
