@@ -39,6 +39,7 @@ from dmq import errors, limits
 from dmq.config import BrokerConfig
 from dmq.groups_service import GroupsService
 from dmq.metadata import MetadataService, wall_ms
+from dmq.operations import OperationsService
 from dmq.partitioner import StickyPartitioner, partition_for_key
 from dmq.peers import PeerClient, fetch_batches_blocking
 from dmq.replica import (
@@ -249,6 +250,7 @@ class Broker:
         self._views: dict[str, TopicView] = {}
         self._views_version = -1
         self.peers = PeerClient()
+        self.operations = OperationsService(self)  # reassign, decommission, balance
         self.raft_node: RaftNode | None = None
         self._metadata: MetadataService | None = None
         self.cluster_id = ""
@@ -312,6 +314,7 @@ class Broker:
             self._leader_report_loop,
             self._leader_balance_loop,
             self.groups.expiry_loop,
+            self.operations.run,
         ):
             self._background.append(loop.create_task(duty()))
         self.ready = True
@@ -445,6 +448,11 @@ class Broker:
             raise errors.TopicNotFound(f"topic {name!r} does not exist", field="topic")
         return view
 
+    def partition_count(self, name: str) -> int | None:
+        """The topic's partition count in this broker's catalogue (None: no such topic)."""
+        view = self._view(name) if self._metadata is not None else None
+        return None if view is None else view.partitions
+
     def _local_replica(self, topic: str, partition: int, topic_id: int) -> PartitionReplica | None:
         """This broker's open replica of the partition of that topic id (a re-created
         topic of the same name is another topic), or None."""
@@ -548,6 +556,10 @@ class Broker:
         the leader first. Blocking: this node's groups wait while it copies."""
         replica = self._replicas.get((topic, partition))
         leader = replica.raft.status().leader_id if replica and replica.raft else None
+        # The placement now (a reassignment may have changed it since the replica opened).
+        info = self.metadata.state.topics.get(topic)
+        if info is not None and partition < len(info.partitions):
+            members = tuple(dict.fromkeys((*info.partitions[partition].replicas, *members)))
         order = sorted(m for m in members if m != self.config.node_id)
         if leader in order:
             order.remove(leader)

@@ -42,6 +42,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import IO, Any, BinaryIO, TextIO
 
+from dmq import cli_cluster
 from dmq.cli_groups import add_group, consume_group
 from dmq.client import (
     AsyncAdmin,
@@ -315,6 +316,7 @@ def _add_cluster(commands: Subparsers, url: argparse.ArgumentParser) -> None:
     )
     status.add_argument("--json", action="store_true", help="print the answer as JSON")
     status.set_defaults(handler=_cmd_cluster_status)
+    cli_cluster.add_cluster_operations(actions, url)
 
 
 def _add_bench(commands: Subparsers) -> None:
@@ -408,7 +410,7 @@ def _silence_stdout() -> None:
 
 
 def _cmd_serve(args: argparse.Namespace) -> int:
-    config = load_config(vars(args), config_file=args.config)
+    config = cli_cluster.resolve_join(load_config(vars(args), config_file=args.config))
     try:  # the whole broker: only this command needs it
         server = importlib.import_module("dmq.server")
     except ImportError as exc:
@@ -495,7 +497,16 @@ def _cmd_cluster_status(args: argparse.Namespace) -> int:
             )
         )
     _print_table(rows)
+    operations = asyncio.run(_operations_of(args.url))
+    if operations["reassignments"] or operations["decommissions"]:
+        print()
+        cli_cluster.render_operations(operations, sys.stdout)
     return 0
+
+
+async def _operations_of(url: str) -> dict[str, Any]:
+    async with AsyncAdmin(url) as admin:
+        return await admin.operations()
 
 
 # --------------------------------------------------------------------------- topic

@@ -71,6 +71,14 @@ class BrokerConfig:
     auto_create_topics: bool = field(
         default=True, metadata=_doc("create a topic on its first produce")
     )
+    join: str = field(
+        default="",
+        metadata=_doc("URL of a running broker: join its cluster (sets peers, metadata_voters)"),
+    )
+    auto_balance_replicas: bool = field(
+        default=True,
+        metadata=_doc("move replicas so every broker holds within one of the others"),
+    )
     default_partitions: int = field(default=1, metadata=_doc("partitions of auto-created topics"))
     default_replication_factor: int = field(
         default=3, metadata=_doc("replicas per partition of new topics, capped at the brokers")

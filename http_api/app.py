@@ -14,11 +14,13 @@ from aiohttp import web
 
 from dmq import errors, limits
 from dmq.broker import Acks, Broker, FetchResult, TopicDescription
+from dmq.types import PARTITION_COUNT_HEADER
 from http_api import codec
 from http_api.errors import REQUEST_BYTES_MAX, error_middleware
 from http_api.forward import BROKER, forward_middleware, forwarded_hops, is_forwarded
 from http_api.groups import GROUP_ROUTES
 from http_api.openapi import openapi_document
+from http_api.operations import OPERATIONS_ROUTES
 from http_api.sendfile import FileRangesResponse
 
 BATCH_CONTENT_TYPE = "application/vnd.dmq.batch"
@@ -239,10 +241,12 @@ async def produce(request: web.Request) -> web.Response:
         else:
             start = run.base_offset
             entries.append(",".join([f"{prefix}{o}}}" for o in range(start, start + run.count)]))
+    count = broker.partition_count(topic)
     return web.Response(
         status=202 if acks == "0" else 200,
         text='{"offsets":[' + ",".join(entries) + "]}",
         content_type="application/json",
+        headers=None if count is None else {PARTITION_COUNT_HEADER: str(count)},
     )
 
 
@@ -479,6 +483,7 @@ ROUTES: tuple[tuple[str, str, Any], ...] = (
     ("GET", "/v1/internal/partitions/{topic}/{partition}/batches", internal_batches),
     ("POST", "/v1/internal/metadata/propose", internal_metadata_propose),
     ("GET", "/v1/internal/metadata", internal_metadata),
+    *OPERATIONS_ROUTES,
 )
 
 

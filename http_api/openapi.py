@@ -125,6 +125,7 @@ def _paths(config: BrokerConfig) -> dict[str, Any]:
             )
         },
         **_internal_paths(config),
+        **_operations_paths(),
         "/v1/topics": {
             "get": _op(
                 "list_topics",
@@ -276,8 +277,89 @@ def _internal_paths(config: BrokerConfig) -> dict[str, Any]:
     }
 
 
+def _operations_paths() -> dict[str, Any]:
+    """Cluster operations (http_api/operations.py, dmq/operations.py)."""
+    ids = {"type": "array", "items": {"type": "string", "minLength": 1}, "minItems": 1}
+    reassign = _object(
+        {"topic": {"type": "string"}, "partition": _int(0, 2**31 - 1), "replicas": ids},
+        ("topic", "partition", "replicas"),
+    )
+    json_object = {"application/json": {"schema": _object({}, closed=False)}}
+    group = {"parameters": [_TOPIC, _PARTITION]}
+    topic_id = [_query("topic_id", _int(1, 2**62), "the topic's id (required)")]
+    return {
+        "/v1/cluster/reassignments": {
+            "post": _op(
+                "reassign_partition",
+                "Move a partition's replicas to `replicas` (preferred leader first)",
+                {"202": _ok(_object({}, closed=False), "the operation, as recorded")},
+                body={"required": True, "content": {"application/json": {"schema": reassign}}},
+                errors=(400, 404, 413, 503, 504),
+            )
+        },
+        "/v1/cluster/operations": {
+            "get": _op(
+                "cluster_operations",
+                "Running reassignments (step, progress 0..1) and decommissions",
+                {"200": _ok(_object({}, closed=False))},
+                errors=(503,),
+            )
+        },
+        "/v1/cluster/brokers/{broker_id}/decommission": {
+            "parameters": [
+                {"name": "broker_id", "in": "path", "required": True, "schema": {"type": "string"}}
+            ],
+            "post": _op(
+                "decommission_broker",
+                "Move every replica off the broker, then remove it from the cluster",
+                {"202": _ok(_object({}, closed=False))},
+                errors=(400, 404, 503, 504),
+            ),
+        },
+        "/v1/internal/partitions/{topic}/{partition}/progress": {
+            **group,
+            "get": _op(
+                "internal_group_progress",
+                _INTERNAL + "The partition leader's view of its group's members and logs",
+                {"200": _ok(_object({}, closed=False))},
+                parameters=topic_id,
+                errors=(400, 404, 503),
+            ),
+        },
+        "/v1/internal/partitions/{topic}/{partition}/membership": {
+            **group,
+            "post": _op(
+                "internal_group_membership",
+                _INTERNAL + "Add or remove one member of the group (on its leader)",
+                {"200": _ok(_object({"changed": {"type": "boolean"}}, ("changed",)))},
+                parameters=topic_id,
+                body={"required": True, "content": json_object},
+                errors=(400, 404, 413, 503, 504),
+            ),
+        },
+        "/v1/internal/partitions/{topic}/{partition}/transfer": {
+            **group,
+            "post": _op(
+                "internal_group_transfer",
+                _INTERNAL + "Hand the group's leadership to a caught-up member",
+                {"200": _ok(_object({"requested": {"type": "boolean"}}, ("requested",)))},
+                parameters=topic_id,
+                body={"required": True, "content": json_object},
+                errors=(400, 404, 413, 503),
+            ),
+        },
+    }
+
+
 def _produce_op(config: BrokerConfig) -> dict[str, Any]:
-    produced = _ok("ProduceResponse")
+    count_header = {
+        "X-Dmq-Partition-Count": {
+            "description": "the topic's partition count (keyed producers re-read the topic "
+            "when it changes: added partitions move keys)",
+            "schema": {"type": "string", "pattern": "^[0-9]+$"},
+        }
+    }
+    produced = {**_ok("ProduceResponse"), "headers": count_header}
     return _op(
         "produce",
         "Append records; one offset per record, in request order",

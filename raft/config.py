@@ -190,8 +190,8 @@ def build_syncobj_conf(
         logCompactionMinTime=config.log_compaction_min_time_s,
         logCompactionSplit=False,
         logCompactionBatchSize=config.snapshot_chunk_bytes,
-        # Membership is fixed per group for now (the next issue changes it at run time).
-        dynamicMembershipChange=False,
+        # Members are added and removed one at a time at run time (raft/membership.py).
+        dynamicMembershipChange=True,
         onReady=None,
         onStateChanged=None,
         onCodeVersionChanged=None,

@@ -54,6 +54,7 @@ from groups.commands import (
     encode_group_command,
 )
 from groups.state import GroupsState, groups_from_json, groups_to_json
+from raft import reassignment
 from raft.placement import PlacementError, assign_replicas
 
 # Versions of the command encoding this code can decode. A replica that meets a newer one
@@ -183,6 +184,52 @@ class InitProducer:
     version: int = COMMAND_VERSION
 
 
+@dataclass(frozen=True, slots=True)
+class ReassignPartition:
+    """Start (or replace) moving a partition to `replicas` (leader first); an operation
+    that dmq/operations.py then carries out with AlterPartitionReplicas steps."""
+
+    topic: str
+    topic_id: int
+    partition: int
+    replicas: tuple[str, ...]
+    now_ms: int
+    version: int = COMMAND_VERSION
+
+
+@dataclass(frozen=True, slots=True)
+class AlterPartitionReplicas:
+    """One step of a reassignment, recorded after its Raft membership change committed:
+    `replicas` is the current set plus one broker of the target, or minus one broker not
+    in it, and a removal only once every target broker is in. Reaching the target's set
+    ends the reassignment (replicas take the target's order)."""
+
+    topic: str
+    topic_id: int
+    partition: int
+    replicas: tuple[str, ...]
+    now_ms: int
+    version: int = COMMAND_VERSION
+
+
+@dataclass(frozen=True, slots=True)
+class DecommissionBroker:
+    """The broker takes no new replicas; its replicas are moved away, then it may leave."""
+
+    broker_id: str
+    now_ms: int
+    version: int = COMMAND_VERSION
+
+
+@dataclass(frozen=True, slots=True)
+class UnregisterBroker:
+    """A decommissioned broker that holds no replica leaves the catalogue."""
+
+    broker_id: str
+    now_ms: int
+    version: int = COMMAND_VERSION
+
+
 CatalogueCommand = (
     InitProducer
     | RegisterBroker
@@ -192,6 +239,10 @@ CatalogueCommand = (
     | AlterTopicConfig
     | AddPartitions
     | ReportLeader
+    | ReassignPartition
+    | AlterPartitionReplicas
+    | DecommissionBroker
+    | UnregisterBroker
 )
 # Consumer-group commands (groups/commands.py) ride the same group and envelope.
 Command = CatalogueCommand | GroupCommand
@@ -206,6 +257,10 @@ COMMAND_TYPES: Final[dict[str, type[CatalogueCommand]]] = {
         AlterTopicConfig,
         AddPartitions,
         ReportLeader,
+        ReassignPartition,
+        AlterPartitionReplicas,
+        DecommissionBroker,
+        UnregisterBroker,
     )
 }
 
@@ -227,6 +282,7 @@ _FIELD_KINDS: Final = {
     "config": "config",
     "updates": "config",
     "removals": "strs",
+    "replicas": "strs",
 }
 
 
@@ -317,6 +373,7 @@ class BrokerInfo:
     raft_addr: str
     registered_ms: int
     last_heartbeat_ms: int
+    decommissioning: bool = False  # takes no new replicas; its replicas are moved away
 
 
 @dataclass(frozen=True, slots=True)
@@ -324,6 +381,11 @@ class PartitionInfo:
     replicas: tuple[str, ...]  # distinct; replicas[0] is the preferred leader
     leader: str | None = None  # the last reported leader (a hint), one of `replicas`
     leader_term: int = 0  # the Raft term of that report; 0 = none yet
+    # An ongoing reassignment: the replica set wanted (leader first), None when there is
+    # none. Invariant: replicas and target differ; replicas only ever gain a target broker
+    # or, once they hold every target broker, lose a non-target one.
+    target: tuple[str, ...] | None = None
+    reassign_started_ms: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -351,6 +413,11 @@ class MetadataState:
     # Idempotent producers, also out of the catalogue: ids are never reused.
     next_producer_id: int = 0
     transactional_ids: dict[str, tuple[int, int]] = field(default_factory=dict)  # -> (id, epoch)
+
+    def eligible_brokers(self, now_ms: int) -> list[str]:
+        """Live brokers that may take new replicas (not decommissioning), sorted."""
+        live = self.live_brokers(now_ms)
+        return [b for b in live if not self.brokers[b].decommissioning]
 
     def live_brokers(self, now_ms: int) -> list[str]:
         """Sorted ids of the brokers heard from within broker_session_ms of `now_ms`."""
@@ -396,6 +463,8 @@ REJECT_UNKNOWN_PARTITION: Final = "unknown_partition"
 REJECT_NOT_ENOUGH_BROKERS: Final = "not_enough_brokers"
 REJECT_TOO_MANY_TOPICS: Final = "too_many_topics"
 REJECT_STALE_LEADER: Final = "stale_leader"
+REJECT_INVALID_REPLICAS: Final = "invalid_replicas"
+REJECT_BROKER_IN_USE: Final = "broker_in_use"
 
 Result = Applied | Rejected
 
@@ -461,6 +530,10 @@ def _apply_catalogue(
             return _report_leader(state, command, now_ms)
         case InitProducer():
             return _init_producer(state, command, now_ms)
+        case ReassignPartition() | AlterPartitionReplicas():
+            return reassignment.apply_partition_command(state, command, now_ms)
+        case DecommissionBroker() | UnregisterBroker():
+            return reassignment.apply_broker_command(state, command, now_ms)
     return state, Rejected(REJECT_INVALID_COMMAND, f"unknown command {type(command).__name__}")
 
 
@@ -495,6 +568,7 @@ def _register_broker(
         cmd.raft_addr,
         registered_ms=old.registered_ms if old is not None else now_ms,
         last_heartbeat_ms=now_ms,
+        decommissioning=old is not None and old.decommissioning,  # a restart keeps it
     )
     brokers = {**state.brokers, cmd.broker_id: broker}
     if old is not None and (old.http_addr, old.raft_addr) == (cmd.http_addr, cmd.raft_addr):
@@ -552,7 +626,7 @@ def _check_config(items: ConfigItems, field_name: str) -> Rejected | None:
 def _place(
     state: MetadataState, partitions: int, replication_factor: int, now_ms: int
 ) -> list[tuple[str, ...]] | Rejected:
-    live = state.live_brokers(now_ms)
+    live = state.eligible_brokers(now_ms)
     if replication_factor > len(live):
         return Rejected(
             REJECT_NOT_ENOUGH_BROKERS,
@@ -767,7 +841,16 @@ def _topic_to_json(topic: TopicInfo) -> dict[str, Any]:
         "replication_factor": topic.replication_factor,
         "config": dict(topic.config),
         "partitions": [
-            {"replicas": list(p.replicas), "leader": p.leader, "leader_term": p.leader_term}
+            {
+                "replicas": list(p.replicas),
+                "leader": p.leader,
+                "leader_term": p.leader_term,
+                **(
+                    {"target": list(p.target), "reassign_started_ms": p.reassign_started_ms}
+                    if p.target is not None
+                    else {}
+                ),
+            }
             for p in topic.partitions
         ],
         "created_ms": topic.created_ms,
@@ -788,7 +871,13 @@ def state_from_json(doc: dict[str, Any]) -> MetadataState:
             replication_factor=t["replication_factor"],
             config=_sorted_config(t["config"]),
             partitions=tuple(
-                PartitionInfo(tuple(p["replicas"]), p["leader"], p["leader_term"])
+                PartitionInfo(
+                    tuple(p["replicas"]),
+                    p["leader"],
+                    p["leader_term"],
+                    tuple(p["target"]) if p.get("target") is not None else None,
+                    p.get("reassign_started_ms", 0),
+                )
                 for p in t["partitions"]
             ),
             created_ms=t["created_ms"],

@@ -62,7 +62,7 @@ from pysyncobj import FAIL_REASON, SyncObj, replicated
 from pysyncobj.node import Node
 from pysyncobj.syncobj import _COMMAND_TYPE
 
-from raft import quiesce
+from raft import membership, quiesce
 from raft.config import RaftConfig, build_syncobj_conf
 from raft.errors import (
     CommandTooLarge,
@@ -173,7 +173,6 @@ class Replica:
         self.node = node
         self.directory = directory
         self.machine = machine
-        self.members = members
         self._config = node.config
         self._pending: collections.deque[_Proposal] = collections.deque()  # loop -> tick thread
         self._queued = False  # in node._ready; cleared by the tick thread before draining
@@ -486,8 +485,14 @@ class Replica:
         return self.lead_quiesce != "active" or self.quiesced_leader is not None
 
     @property
+    def members(self) -> list[str]:
+        """The group's configuration as this replica knows it now (it changes at run time:
+        raft/membership.py), sorted, this node included."""
+        return membership.member_ids(self)
+
+    @property
     def followers(self) -> list[str]:
-        return [member for member in self.members if member != self.node.node_id]
+        return [str(n.id) for n in self.syncobj._SyncObj__otherNodes]
 
     def quiesce_ready(self, is_up: Callable[[str], bool]) -> bool:
         """Leader: idle and every connected follower holds the whole, committed log."""
@@ -823,7 +828,9 @@ class RaftNode:
                 leader = sync_obj._getLeader()
                 if leader is not None:
                     leads[str(leader.id)] += 1
-        fair_share = -(-len(self.groups) // len(self.peers))
+        # Nodes that are members of a group hosted here (a peer that left holds none).
+        nodes = {m for replica in self.groups.values() for m in replica.members}
+        fair_share = -(-len(self.groups) // max(1, len(nodes)))
         acted = False
         transfers = 0
         for replica in sorted(mine, key=lambda r: r.group_id):
@@ -851,6 +858,70 @@ class RaftNode:
                 self._touch(replica)  # its timeout_now leaves in this round
                 acted = True
         return acted
+
+    # --- membership (raft/membership.py) ----------------------------------------------------
+
+    async def add_peer(self, node_id: str, address: str) -> bool:
+        """Make `node_id` at `address` (its Raft host:port) reachable; True if it was new.
+
+        A broker that joins a running cluster is known to the others only from then on:
+        groups may name it as a member, and its connections are accepted."""
+
+        def add() -> bool:
+            if self.peers.get(node_id) == address:
+                return False
+            self.peers[node_id] = address
+            self.network.add_peer(node_id, address)
+            return True
+
+        return await self._on_tick_thread(add)
+
+    async def change_membership(
+        self, group_id: int, action: membership.Action, node_id: str, *, timeout_s: float
+    ) -> bool:
+        """Add or remove one member of a group this node leads; True once the change is
+        committed, False if there was nothing to do. NotLeader, RequestDenied (a change
+        pending, or the leader removing itself) or Timeout otherwise."""
+
+        def start() -> concurrent.futures.Future[bool] | None:
+            replica = self._group(group_id)
+            membership.require_leader(replica)
+            if action == "add" and node_id not in self.peers:
+                raise RequestDenied(f"group {group_id}: {node_id} is not a known peer")
+            done = membership.start_change(replica, action, node_id)
+            if done is not None:
+                self._touch(replica)  # the entry is appended (and sent) in this round
+            return done
+
+        done = await self._on_tick_thread(start)
+        if done is None:
+            return False
+        try:
+            return await asyncio.wait_for(asyncio.wrap_future(done), timeout_s)
+        except TimeoutError:
+            raise Timeout(group_id, timeout_s) from None
+
+    async def group_progress(self, group_id: int) -> membership.GroupProgress:
+        """The leader's view of a group's members and their logs (NotLeader elsewhere)."""
+        return await self._on_tick_thread(lambda: membership.progress(self._group(group_id)))
+
+    async def transfer_leadership(self, group_id: int, target: str) -> None:
+        """Ask this node's group to hand its leadership to `target` (see membership.py)."""
+
+        def transfer() -> None:
+            replica = self._group(group_id)
+            membership.transfer_leadership(replica, target)
+            deadline = time.monotonic() + 2 * self.config.election_timeout_max_s
+            self._transfers[group_id] = (target, deadline)  # no quiescing meanwhile
+            self._touch(replica)  # its timeout_now leaves in this round
+
+        await self._on_tick_thread(transfer)
+
+    def _group(self, group_id: int) -> Replica:
+        replica = self.groups.get(group_id)
+        if replica is None:
+            raise ReplicaStopped(f"group {group_id} is not open on node {self.node_id}")
+        return replica
 
     def address_of(self, node_id: str | None) -> str | None:
         return None if node_id is None else self.peers.get(node_id)
@@ -1084,6 +1155,11 @@ class RaftNode:
         kind = message.get("type") if isinstance(message, dict) else None
         if kind in quiesce.CONTROL_TYPES:
             self._on_control(replica, peer_id, kind, message)
+            return
+        if kind == "request_vote" and not membership.is_member(replica, peer_id):
+            # A replica outside the configuration (opened before its add, or removed and
+            # not yet deleted) cannot win; its vote requests would only bump the term.
+            self.network.stats.votes_dropped_non_member += 1
             return
         if replica.in_quiescence and not replica.is_benign(peer_id, message):
             self._touch(replica)  # un-quiesced, and ticked now: heartbeats resume at once

@@ -142,6 +142,7 @@ class NetworkStats:
     pings_sent: int = 0  # node heartbeats (the hello frame again), not counted in frames_sent
     connects: int = 0
     disconnects: int = 0
+    votes_dropped_non_member: int = 0  # request_vote from outside a group's configuration
 
 
 @dataclass(slots=True, eq=False)
@@ -235,6 +236,14 @@ class Network:
         # BlockingIOError: full, so a wake-up is pending anyway; OSError: closed (stopping).
         with contextlib.suppress(BlockingIOError, OSError):
             self._wake_w.send(b"\0")
+
+    def add_peer(self, peer_id: str, address: str) -> None:
+        """A peer that joined at run time (or moved): connected to at the next maintain()."""
+        old = self._outbound.get(peer_id)
+        if old is not None:
+            self._close_outbound(old, notify=True)
+        if peer_id != self.node_id:
+            self._outbound[peer_id] = _Outbound(peer_id, parse_address(address))
 
     # --- sending ----------------------------------------------------------------------------
 
@@ -531,10 +540,15 @@ class GroupTransport(Transport):  # type: ignore[misc]  # pysyncobj is untyped
         pass
 
     def addNode(self, node: Any) -> None:  # noqa: N802
+        # A member added at run time (raft/membership.py): pysyncobj sends append_entries
+        # only to nodes it was told are connected, so tell it now if the link is up.
         self._nodes[node.id] = node
+        if self._network.is_up(node.id):
+            self._onNodeConnected(node)
 
     def dropNode(self, node: Any) -> None:  # noqa: N802
-        self._nodes.pop(node.id, None)
+        if self._nodes.pop(node.id, None) is not None:
+            self._onNodeDisconnected(node)
         self._sent.pop(node.id, None)
 
     def send(self, node: Any, message: Any) -> bool:

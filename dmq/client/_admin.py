@@ -149,6 +149,29 @@ class AsyncAdmin:
         response = await self._transport.request("GET", "/v1/cluster")
         return parse_cluster(response.json())
 
+    async def operations(self) -> dict[str, Any]:
+        """Running reassignments (with progress) and decommissions (GET
+        /v1/cluster/operations)."""
+        response = await self._transport.request("GET", "/v1/cluster/operations")
+        doc: dict[str, Any] = response.json()
+        return doc
+
+    async def reassign(self, topic: str, partition: int, replicas: list[str]) -> dict[str, Any]:
+        """Move a partition to `replicas` (preferred leader first); returns the operation."""
+        body = {"topic": topic, "partition": int(partition), "replicas": list(replicas)}
+        response = await self._transport.request(
+            "POST", "/v1/cluster/reassignments", json_body=body
+        )
+        doc: dict[str, Any] = response.json()
+        return doc
+
+    async def decommission_broker(self, broker_id: str) -> dict[str, Any]:
+        """Move every replica off `broker_id`, then remove it from the cluster."""
+        path = f"/v1/cluster/brokers/{quote(broker_id, safe='')}/decommission"
+        response = await self._transport.request("POST", path)
+        doc: dict[str, Any] = response.json()
+        return doc
+
     async def cluster_status(self) -> dict[str, Any]:
         """Brokers, and per Raft group its leader, term, commit index and replica lag
         (the JSON of GET /v1/cluster/status, see http_api/README.md)."""

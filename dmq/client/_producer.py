@@ -59,6 +59,7 @@ from dmq.errors import (
     RecordTooLarge,
     TopicNotFound,
 )
+from dmq.types import PARTITION_COUNT_HEADER
 from log.errors import LogError
 from log.records import Codec, Header, Record, encode_batch
 
@@ -492,6 +493,15 @@ class AsyncProducer:
         except LogError as exc:
             raise InvalidRequest(f"cannot encode the batch: {exc}", field="records") from exc
 
+    def _maybe_forget_count(self, topic: str, raw_count: str | None) -> None:
+        """The broker said the topic has another partition count (partitions were added):
+        forget the cached one, so that the next send re-reads it and keys map with the
+        new count (records sent before keep their partitions, as in Kafka)."""
+        count = _parse_count(raw_count)
+        meta = self._metadata.get(topic)
+        if count is not None and meta is not None and meta.partition_count != count:
+            self._metadata.pop(topic, None)
+
     async def _send_batch(self, batch: ProducerBatch[asyncio.Future[RecordMetadata]]) -> None:
         tp = batch.topic_partition
         try:
@@ -506,6 +516,7 @@ class AsyncProducer:
             results = _metadata_from_answer(
                 tp.topic, response.json(), len(batch.records), tp.partition
             )
+            self._maybe_forget_count(tp.topic, response.headers.get(PARTITION_COUNT_HEADER))
             for future, metadata in zip(batch.waiters, results, strict=True):
                 if not future.done():
                     future.set_result(metadata)
@@ -521,6 +532,10 @@ class AsyncProducer:
             self._release(batch.size_bytes)
             self._in_flight.discard(tp)
             self._wake.set()
+
+
+def _parse_count(raw: str | None) -> int | None:
+    return int(raw) if raw is not None and raw.isascii() and raw.isdigit() else None
 
 
 def _metadata_from_answer(

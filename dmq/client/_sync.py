@@ -430,6 +430,15 @@ class Admin:
     def cluster_status(self) -> dict[str, Any]:
         return self._runner.run(self._inner.cluster_status())
 
+    def operations(self) -> dict[str, Any]:
+        return self._runner.run(self._inner.operations())
+
+    def reassign(self, topic: str, partition: int, replicas: list[str]) -> dict[str, Any]:
+        return self._runner.run(self._inner.reassign(topic, partition, replicas))
+
+    def decommission_broker(self, broker_id: str) -> dict[str, Any]:
+        return self._runner.run(self._inner.decommission_broker(broker_id))
+
     def close(self) -> None:
         if self._runner.stopped:
             return

@@ -12,6 +12,8 @@ directory (fixture `broker`), and stopped with SIGTERM (SIGKILL if it hangs). Pr
   to earliest;
 - Admin creates, lists, describes, alters (config and partitions) and deletes topics, and
   the broker's refusals arrive as TopicAlreadyExists, InvalidConfig, TopicNotFound;
+- a keyed producer learns that partitions were added from the next produce answer (not
+  after metadata_max_age) and maps later keys over every partition;
 - `dmq produce` then `dmq consume` (real subprocesses) round-trip lines, keys and JSON,
   and `dmq topic ...` drives the admin calls.
 
@@ -40,6 +42,7 @@ import pytest
 from dmq import errors
 from dmq.client import (
     Admin,
+    AsyncAdmin,
     AsyncConsumer,
     AsyncProducer,
     Consumer,
@@ -233,6 +236,29 @@ def test_admin_create_describe_alter_delete(broker: str) -> None:
         admin.delete_topic("admin-t")
         with pytest.raises(errors.TopicNotFound):
             admin.describe_topic("admin-t")
+
+
+def test_keyed_producer_follows_added_partitions_without_waiting_for_metadata_age(
+    broker: str,
+) -> None:
+    """Partitions added while a producer runs: the next produce answer carries the new
+    count (X-Dmq-Partition-Count), the producer re-reads the topic, and later keys map
+    over all partitions (as in Kafka, earlier records stay where they were)."""
+    keys = [b"key-%d" % i for i in range(40)]
+
+    async def scenario() -> list[RecordMetadata]:
+        async with AsyncAdmin(broker) as admin, AsyncProducer(broker, linger_ms=1) as producer:
+            await admin.create_topic("grows", partitions=2)
+            await (await producer.send("grows", b"before", key=keys[0]))
+            await admin.add_partitions("grows", 8)
+            # This answer tells the producer; the sends after it use 8 partitions.
+            await (await producer.send("grows", b"tells", key=keys[0]))
+            futures = [await producer.send("grows", b"after", key=k) for k in keys]
+            return list(await asyncio.gather(*futures))
+
+    after = asyncio.run(scenario())
+    assert [m.partition for m in after] == [partition_for_key(k, 8) for k in keys]
+    assert max(m.partition for m in after) >= 2  # the new partitions are in use
 
 
 # --------------------------------------------------------------------------- CLI

@@ -228,6 +228,15 @@ class DmqCluster:
             node.env = dict(env or {})
             self.nodes[node_id] = node
 
+    def limit_peers(self, node_ids: Iterable[str], known: Iterable[str]) -> None:
+        """Start `node_ids` knowing only `known` as peers (a cluster that others join
+        later: the joiners list everyone, the first brokers learn them from the catalogue)."""
+        known_ids = list(known)
+        peers = ",".join(f"{i}={self.nodes[i].host}:{self.raft_port}" for i in known_ids)
+        for node_id in node_ids:
+            args = self.nodes[node_id].args
+            args[args.index("--peers") + 1] = peers
+
     # --- processes ----------------------------------------------------------------------
 
     def __getitem__(self, node_id: str) -> Node:
@@ -362,6 +371,16 @@ class DmqCluster:
         for partition in range(partitions):
             self.leader_of(name, partition)
         return resp.json()
+
+
+def operations(node: Node) -> dict[str, Any]:
+    """GET /v1/cluster/operations (reassignments with progress, decommissions)."""
+    return node.json("GET", "/v1/cluster/operations")  # type: ignore[no-any-return]
+
+
+def placements(node: Node, topic: str) -> list[list[str]]:
+    """Each partition's replica list as the catalogue has it."""
+    return [p["replicas"] for p in node.json("GET", f"/v1/topics/{topic}")["partitions"]]
 
 
 @dataclass(frozen=True, slots=True)

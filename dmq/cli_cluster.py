@@ -1,0 +1,150 @@
+"""`dmq cluster ...` operations commands and `dmq serve --join` (dmq/cli.py registers them).
+
+- `dmq cluster operations [--watch]`: running reassignments with a progress bar each, and
+  decommissions with the replicas they still hold;
+- `dmq cluster reassign TOPIC PARTITION BROKER,BROKER,... [--wait]`;
+- `dmq cluster decommission-broker ID [--wait]`;
+- `dmq serve --join URL`: ask a running broker for the cluster (its brokers' Raft
+  addresses and the metadata voters) and start as a new, non-voting broker of it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import dataclasses
+import json
+import sys
+import time
+import urllib.request
+from typing import Any, TextIO
+
+from dmq.client import AsyncAdmin
+from dmq.config import BrokerConfig
+from dmq.errors import DmqError
+
+BAR_WIDTH = 30
+WATCH_INTERVAL_S = 1.0
+JOIN_TIMEOUT_S = 10.0
+
+
+def add_cluster_operations(actions: Any, url: argparse.ArgumentParser) -> None:
+    ops = actions.add_parser(
+        "operations", parents=[url], help="running reassignments and decommissions"
+    )
+    ops.add_argument("--json", action="store_true", help="print the answer as JSON")
+    ops.add_argument("--watch", action="store_true", help="redraw until none is running")
+    ops.set_defaults(handler=cmd_operations)
+    reassign = actions.add_parser(
+        "reassign", parents=[url], help="move a partition's replicas to other brokers"
+    )
+    reassign.add_argument("topic")
+    reassign.add_argument("partition", type=int)
+    reassign.add_argument("replicas", help="broker ids, comma-separated, preferred leader first")
+    reassign.add_argument("--wait", action="store_true", help="show progress until done")
+    reassign.set_defaults(handler=cmd_reassign)
+    decommission = actions.add_parser(
+        "decommission-broker",
+        parents=[url],
+        help="move a broker's replicas away, then remove it from the cluster",
+    )
+    decommission.add_argument("broker_id")
+    decommission.add_argument("--wait", action="store_true", help="show progress until done")
+    decommission.set_defaults(handler=cmd_decommission)
+
+
+def progress_bar(fraction: float, width: int = BAR_WIDTH) -> str:
+    filled = int(max(0.0, min(1.0, fraction)) * width)
+    return f"[{'#' * filled}{'.' * (width - filled)}] {fraction * 100:5.1f}%"
+
+
+def render_operations(doc: dict[str, Any], out: TextIO) -> int:
+    """Print one line per operation; returns how many are still running."""
+    running = 0
+    for op in doc["reassignments"]:
+        running += 1
+        where = f"{op['topic']}-{op['partition']}"
+        moves = f"{','.join(op['replicas'])} -> {','.join(op['target'] or op['replicas'])}"
+        out.write(f"{where:<24} {progress_bar(op['progress'])} {moves}  {op['step']}\n")
+    for d in doc["decommissions"]:
+        running += 1
+        out.write(f"broker {d['broker_id']:<17} decommissioning, {d['replicas_left']} left\n")
+    if not running:
+        out.write("no operation running\n")
+    return running
+
+
+async def _operations(url: str) -> dict[str, Any]:
+    async with AsyncAdmin(url) as admin:
+        return await admin.operations()
+
+
+def _watch(url: str, out: TextIO) -> None:
+    while True:
+        doc = asyncio.run(_operations(url))
+        out.write(f"--- {time.strftime('%H:%M:%S')}\n")
+        if not render_operations(doc, out):
+            return
+        out.flush()
+        time.sleep(WATCH_INTERVAL_S)
+
+
+def cmd_operations(args: argparse.Namespace) -> int:
+    if args.watch:
+        _watch(args.url, sys.stdout)
+        return 0
+    doc = asyncio.run(_operations(args.url))
+    if args.json:
+        print(json.dumps(doc, indent=2))
+    else:
+        render_operations(doc, sys.stdout)
+    return 0
+
+
+def cmd_reassign(args: argparse.Namespace) -> int:
+    replicas = [r.strip() for r in args.replicas.split(",") if r.strip()]
+
+    async def reassign() -> dict[str, Any]:
+        async with AsyncAdmin(args.url) as admin:
+            return await admin.reassign(args.topic, args.partition, replicas)
+
+    doc = asyncio.run(reassign())
+    print(f"reassigning {args.topic}-{args.partition}: {doc['replicas']} -> {doc['target']}")
+    if args.wait:
+        _watch(args.url, sys.stdout)
+    return 0
+
+
+def cmd_decommission(args: argparse.Namespace) -> int:
+    async def decommission() -> dict[str, Any]:
+        async with AsyncAdmin(args.url) as admin:
+            return await admin.decommission_broker(args.broker_id)
+
+    asyncio.run(decommission())
+    print(f"decommissioning {args.broker_id}: its replicas move to the other brokers")
+    if args.wait:
+        _watch(args.url, sys.stdout)
+    return 0
+
+
+def resolve_join(config: BrokerConfig) -> BrokerConfig:
+    """`--join URL`: the running cluster's peers and voters, with this broker added."""
+    if not config.join:
+        return config
+    url = config.join.rstrip("/")
+    if "://" not in url:
+        url = f"http://{url}"
+    try:
+        with urllib.request.urlopen(f"{url}/v1/cluster", timeout=JOIN_TIMEOUT_S) as resp:
+            doc = json.loads(resp.read())
+    except (OSError, ValueError) as exc:
+        raise DmqError(f"--join {config.join}: cannot read the cluster: {exc}") from exc
+    peers = {b["node_id"]: b["raft_addr"] for b in doc["brokers"]}
+    if config.node_id in peers and peers[config.node_id] != config.raft_addr:
+        raise DmqError(f"--join: broker id {config.node_id} is taken by {peers[config.node_id]}")
+    peers[config.node_id] = config.raft_addr
+    return dataclasses.replace(
+        config,
+        peers=",".join(f"{k}={v}" for k, v in sorted(peers.items())),
+        metadata_voters=",".join(doc["metadata_voters"]),
+    )

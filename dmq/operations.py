@@ -1,0 +1,525 @@
+"""Cluster operations: reassign partitions, decommission brokers, balance replicas.
+
+Every operation is state in the metadata group (raft/reassignment.py): a partition's
+`target` replica set, a broker's `decommissioning` flag. Whichever broker leads the
+metadata group drives them (`run`, every OPERATIONS_INTERVAL_S): a new metadata leader
+picks up where a crashed or restarted one stopped, because each step reads where the
+partition is (the catalogue and the partition group's own configuration) and is
+idempotent. raft/README.md ("Cluster operations") lists the steps and what happens if
+one stops halfway. In short, for a partition with replicas R and target T:
+
+1. **add** b in T - R: the partition leader adds b to the Raft group
+   (`RaftNode.change_membership`, pysyncobj's single-server change), then the catalogue
+   records R + b (`AlterPartitionReplicas`); b's broker then opens its replica, which
+   catches up through Raft (entries, or a snapshot plus a copy of the log over HTTP);
+2. **catch up**: nothing is removed while any member of T is out of sync (`_caught_up`:
+   the whole log, or within REPLICA_LAG_ENTRIES_MAX entries and heard from within
+   REPLICA_LAG_TIME_MAX_S): the partition never has fewer than its replication factor
+   of replicas in sync;
+3. **move leadership** away from a leaving replica o in R - T that leads
+   (`transfer_leadership` to a caught-up member of T);
+4. **remove** o: the leader removes it from the Raft group, then the catalogue records
+   R - o; o's broker deletes the replica's log and Raft directory (`Broker._reconcile`).
+   When R reaches T's set the reassignment ends (`target` cleared).
+
+Decommission: each partition with a replica on the broker gets a target with that broker
+replaced by the eligible broker holding the fewest replicas; once it holds none, the
+broker is unregistered (its data directory may then be deleted). Balance: when every
+eligible broker is live and no reassignment runs, a replica moves from the broker with
+the most to the one with the fewest while they differ by more than one.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import contextlib
+import json
+import logging
+from typing import TYPE_CHECKING, Any
+
+from dmq import errors
+from dmq.metadata import translate_raft_error, wall_ms
+from dmq.replica import group_id_for
+from raft import errors as raft_errors
+from raft.metadata import (
+    AlterPartitionReplicas,
+    DecommissionBroker,
+    MetadataState,
+    PartitionInfo,
+    ReassignPartition,
+    TopicInfo,
+    UnregisterBroker,
+)
+from raft.reassignment import holds_replicas
+
+if TYPE_CHECKING:
+    from dmq.broker import Broker
+
+_log = logging.getLogger("dmq.operations")
+
+OPERATIONS_INTERVAL_S = 0.5  # how often the metadata leader advances operations
+# Partitions moved at once (each copies its log to a new broker: disk and network bound).
+REASSIGNMENTS_CONCURRENT_MAX = 4
+# A replica is in sync when it holds the leader's whole log, or is within this many
+# entries of the commit index (under load a follower is always an entry or a few behind)
+# and answered the leader within REPLICA_LAG_TIME_MAX_S (Kafka's replica.lag.time.max.ms:
+# a replica that stopped answering falls out of sync even if no entry was added since).
+REPLICA_LAG_ENTRIES_MAX = 64
+REPLICA_LAG_TIME_MAX_S = 1.0
+MEMBERSHIP_CHANGE_TIMEOUT_S = 10.0
+PEER_CALL_TIMEOUT_S = 5.0
+
+
+def _key(topic: str, partition: int) -> str:
+    return f"{topic}-{partition}"
+
+
+class OperationsService:
+    """The broker's side of cluster operations (module docstring)."""
+
+    def __init__(self, broker: Broker) -> None:
+        self._broker = broker
+        self._running: dict[str, asyncio.Task[None]] = {}
+        self._last_step: dict[str, str] = {}  # partition key -> what its last step did
+
+    # ------------------------------------------------------------------ requests
+
+    async def reassign(self, topic: str, partition: int, replicas: list[str]) -> dict[str, Any]:
+        """Record a reassignment (the metadata leader then carries it out)."""
+        info = self._topic_info(topic)
+        if not 0 <= partition < len(info.partitions):
+            raise errors.PartitionNotFound(
+                f"topic {topic!r} has {len(info.partitions)} partitions", field="partition"
+            )
+        brokers = self._broker.metadata.state.brokers
+        unknown = sorted(b for b in replicas if b not in brokers)
+        if unknown:
+            raise errors.InvalidRequest(f"unknown broker(s) {unknown}", field="replicas")
+        applied = await self._broker.metadata.propose(
+            ReassignPartition(topic, info.topic_id, partition, tuple(replicas), wall_ms())
+        )
+        assert applied.topic is not None
+        return self._operation_doc(applied.topic, partition, applied.topic.partitions[partition])
+
+    async def decommission(self, broker_id: str) -> dict[str, Any]:
+        if broker_id in self._broker.config.voters:
+            raise errors.InvalidRequest(
+                f"{broker_id} is a metadata voter; the voter set is fixed by metadata_voters "
+                "(raft/README.md: not done yet)",
+                field="broker_id",
+            )
+        if broker_id not in self._broker.metadata.state.brokers:
+            raise errors.NotFound(f"broker {broker_id!r} is not registered", field="broker_id")
+        applied = await self._broker.metadata.propose(DecommissionBroker(broker_id, wall_ms()))
+        assert applied.broker is not None
+        return {"broker_id": broker_id, "decommissioning": applied.broker.decommissioning}
+
+    def _topic_info(self, topic: str) -> TopicInfo:
+        info = self._broker.metadata.state.topics.get(topic)
+        if info is None:
+            raise errors.TopicNotFound(f"topic {topic!r} does not exist", field="topic")
+        return info
+
+    # ------------------------------------------------------------------ progress
+
+    async def operations(self) -> dict[str, Any]:
+        """Every running reassignment with its progress, and every decommission."""
+        state = self._broker.metadata.state
+        moving = [
+            (info, p, placement)
+            for info in state.topics.values()
+            for p, placement in enumerate(info.partitions)
+            if placement.target is not None
+        ]
+        docs = [self._operation_doc(info, p, placement) for info, p, placement in moving]
+
+        async def add_progress(doc: dict[str, Any], info: TopicInfo, p: int) -> None:
+            with contextlib.suppress(errors.DmqError):
+                placement = state.topics[info.name].partitions[p]
+                progress = await self._progress(info, p, placement)
+                doc["progress"] = _progress_fraction(progress, doc["target"])
+                doc["step"] = describe_step(placement, progress)
+                doc["group"] = progress
+
+        await asyncio.gather(
+            *(add_progress(d, info, p) for d, (info, p, _) in zip(docs, moving, strict=True))
+        )
+        decommissions = [
+            {
+                "broker_id": b.broker_id,
+                "replicas_left": sum(
+                    b.broker_id in pl.replicas for t in state.topics.values() for pl in t.partitions
+                ),
+            }
+            for b in state.brokers.values()
+            if b.decommissioning
+        ]
+        return {"reassignments": docs, "decommissions": decommissions}
+
+    def _operation_doc(self, info: TopicInfo, p: int, placement: PartitionInfo) -> dict[str, Any]:
+        key = _key(info.name, p)
+        return {
+            "type": "reassignment",
+            "topic": info.name,
+            "partition": p,
+            "replicas": list(placement.replicas),
+            "target": list(placement.target) if placement.target is not None else None,
+            "started_ms": placement.reassign_started_ms,
+            "done": placement.target is None,
+            "step": "no partition leader answered",
+            # What the driver's last step did or why it will retry (on the metadata leader).
+            "last_step": self._last_step.get(key),
+            "progress": 1.0 if placement.target is None else 0.0,
+        }
+
+    # ------------------------------------------------------------------ the driver
+
+    async def run(self) -> None:
+        """The duty loop: on the metadata leader only, advance every operation."""
+        try:
+            while True:
+                await asyncio.sleep(OPERATIONS_INTERVAL_S)
+                try:
+                    await self._maybe_add_peers()
+                    if self._leads_metadata():
+                        await self._drive()
+                except Exception:  # the next round tries again
+                    _log.exception("advancing cluster operations failed")
+        finally:  # the broker stops: steps in flight stop too (each is resumable)
+            for task in self._running.values():
+                task.cancel()
+            await asyncio.gather(*self._running.values(), return_exceptions=True)
+            self._running.clear()
+
+    def _leads_metadata(self) -> bool:
+        replica = self._broker.metadata.replica
+        return replica is not None and replica.status().is_leader
+
+    async def _maybe_add_peers(self) -> None:
+        """Brokers registered since this one started become Raft peers (joins)."""
+        node = self._broker.raft_node
+        if node is None:
+            return
+        for b in list(self._broker.metadata.state.brokers.values()):
+            known = node.peers.get(b.broker_id) == b.raft_addr
+            if not known and await node.add_peer(b.broker_id, b.raft_addr):
+                _log.info("raft peer %s at %s added", b.broker_id, b.raft_addr)
+
+    async def _drive(self) -> None:
+        state = self._broker.metadata.state
+        await self._plan_decommissions(state)
+        state = self._broker.metadata.state
+        moving = [
+            (info, p)
+            for info in state.topics.values()
+            for p, placement in enumerate(info.partitions)
+            if placement.target is not None
+        ]
+        if not moving:
+            await self._maybe_unregister(state)
+            await self._maybe_balance(state)
+        for key in [k for k, task in self._running.items() if task.done()]:
+            del self._running[key]
+        for info, p in moving:
+            key = _key(info.name, p)
+            if key in self._running or len(self._running) >= REASSIGNMENTS_CONCURRENT_MAX:
+                continue
+            self._running[key] = asyncio.get_running_loop().create_task(
+                self._advance_logged(info.name, p)
+            )
+
+    async def _advance_logged(self, topic: str, partition: int) -> None:
+        key = _key(topic, partition)
+        try:
+            self._last_step[key] = await self._advance(topic, partition)
+        except errors.DmqError as exc:  # a leader moved, a broker is down: next round
+            self._last_step[key] = f"retrying: {exc}"
+            _log.info("reassignment of %s: %s", key, exc)
+        except Exception as exc:
+            self._last_step[key] = f"retrying: {exc!r}"
+            _log.exception("reassignment of %s failed", key)
+
+    async def _advance(self, topic: str, partition: int) -> str:
+        """One step of the partition's reassignment (module docstring); what it did."""
+        state = self._broker.metadata.state
+        info = state.topics.get(topic)
+        if info is None or partition >= len(info.partitions):
+            return "topic gone"
+        placement = info.partitions[partition]
+        target = placement.target
+        if target is None:
+            return "done"
+        replicas = placement.replicas
+        progress = await self._progress(info, partition, placement)
+        members = set(progress["members"])
+        # A member neither placed nor wanted: added by a driver that lost the metadata
+        # leadership while reading an older target. It hosts no replica: remove it.
+        strays = sorted(members - set(replicas) - set(target))
+        if strays:
+            await self._membership(info, partition, progress["leader"], "remove", strays[0])
+            return f"removed stray member {strays[0]}"
+        adding = [b for b in target if b not in replicas]
+        if adding:
+            new = adding[0]
+            if new not in members:
+                await self._membership(info, partition, progress["leader"], "add", new)
+            await self._record(info, partition, (*replicas, new))
+            return f"added {new}"
+        lagging = [b for b in target if not _caught_up(progress, b)]
+        if lagging:
+            behind = {
+                b: progress["commit_index"] - progress["match_index"].get(b, 0) for b in lagging
+            }
+            return f"catching up: {behind} entries behind"
+        leaving = [b for b in replicas if b not in target][0]
+        if progress["leader"] == leaving:
+            await self._call(
+                leaving, info, partition, "transfer", {"target": target[0]}, method="POST"
+            )
+            return f"moving leadership from {leaving} to {target[0]}"
+        if leaving in members:
+            await self._membership(info, partition, progress["leader"], "remove", leaving)
+        await self._record(info, partition, tuple(b for b in replicas if b != leaving))
+        return f"removed {leaving}"
+
+    async def _record(self, info: TopicInfo, partition: int, replicas: tuple[str, ...]) -> None:
+        await self._broker.metadata.propose(
+            AlterPartitionReplicas(info.name, info.topic_id, partition, replicas, wall_ms())
+        )
+
+    async def _membership(
+        self, info: TopicInfo, partition: int, leader: str, action: str, node_id: str
+    ) -> None:
+        body = {"action": action, "node_id": node_id}
+        await self._call(leader, info, partition, "membership", body, method="POST")
+
+    async def _progress(
+        self, info: TopicInfo, partition: int, placement: PartitionInfo
+    ) -> dict[str, Any]:
+        """The partition leader's view of its group, asking the likely leader first."""
+        candidates = list(
+            dict.fromkeys(
+                [
+                    *([placement.leader] if placement.leader else []),
+                    *placement.replicas,
+                    *(placement.target or ()),
+                ]
+            )
+        )
+        last: errors.DmqError = errors.NotLeader("no leader found", retry_after_ms=200)
+        for node_id in candidates:
+            try:
+                answer: dict[str, Any] = await self._call(
+                    node_id, info, partition, "progress", None
+                )
+                return answer
+            except errors.DmqError as exc:
+                last = exc
+        raise last
+
+    async def _call(
+        self,
+        node_id: str,
+        info: TopicInfo,
+        partition: int,
+        what: str,
+        body: dict[str, Any] | None,
+        *,
+        method: str = "GET",
+    ) -> Any:
+        """An internal partition-group call on broker `node_id` (locally if it is this one)."""
+        if node_id == self._broker.config.node_id:
+            return await self.local_call(info.name, partition, info.topic_id, what, body or {})
+        addr = self._broker.metadata.state.brokers.get(node_id)
+        if addr is None:
+            raise errors.BrokerUnavailable(f"broker {node_id} is not registered")
+        return await self._broker.peers.call(
+            method,
+            addr.http_addr,
+            f"/v1/internal/partitions/{info.name}/{partition}/{what}",
+            params={"topic_id": str(info.topic_id)},
+            body=json.dumps(body).encode() if body is not None else None,
+            content_type="application/json",
+            timeout_s=PEER_CALL_TIMEOUT_S + MEMBERSHIP_CHANGE_TIMEOUT_S,
+        )
+
+    async def local_call(
+        self, topic: str, partition: int, topic_id: int, what: str, body: dict[str, Any]
+    ) -> Any:
+        """The internal routes' one entry point: act on this broker's replica's group."""
+        node = self._broker.raft_node
+        if node is None:
+            raise errors.BrokerUnavailable("the broker is starting", retry_after_ms=500)
+        group_id = group_id_for(topic_id, partition)
+        if group_id not in node.groups:
+            raise errors.PartitionNotFound(
+                f"no replica of {topic}-{partition} (topic id {topic_id}) on this broker",
+                field="partition",
+            )
+        try:
+            if what == "progress":
+                return (await node.group_progress(group_id)).to_json()
+            if what == "membership":
+                action, node_id = body.get("action"), body.get("node_id")
+                if action not in ("add", "remove") or not isinstance(node_id, str):
+                    raise errors.InvalidRequest(
+                        "action must be add or remove, node_id a string", field="action"
+                    )
+                changed = await node.change_membership(
+                    group_id, action, node_id, timeout_s=MEMBERSHIP_CHANGE_TIMEOUT_S
+                )
+                return {"changed": changed}
+            if what == "transfer":
+                target = body.get("target")
+                if not isinstance(target, str):
+                    raise errors.InvalidRequest("target must be a broker id", field="target")
+                await node.transfer_leadership(group_id, target)
+                return {"requested": True}
+        except raft_errors.RaftError as exc:
+            raise translate_raft_error(exc, f"{topic}-{partition} {what}") from exc
+        raise errors.InvalidRequest(f"unknown internal operation {what!r}", field="operation")
+
+    # ------------------------------------------------------------------ planning
+
+    async def _plan_decommissions(self, state: MetadataState) -> None:
+        leaving = {b for b, info in state.brokers.items() if info.decommissioning}
+        if not leaving:
+            return
+        counts = replica_counts(state)
+        eligible = state.eligible_brokers(max(state.clock_ms, wall_ms()))
+        for info in state.topics.values():
+            for p, placement in enumerate(info.partitions):
+                if placement.target is not None or not leaving & set(placement.replicas):
+                    continue
+                target = replace_brokers(placement.replicas, leaving, eligible, counts)
+                if target is None:
+                    continue  # not enough eligible brokers now: a later round
+                await self._broker.metadata.propose(
+                    ReassignPartition(info.name, info.topic_id, p, target, wall_ms())
+                )
+
+    async def _maybe_unregister(self, state: MetadataState) -> None:
+        for b, info in state.brokers.items():
+            if info.decommissioning and not holds_replicas(state, b):
+                await self._broker.metadata.propose(UnregisterBroker(b, wall_ms()))
+                _log.info("broker %s decommissioned: it holds no replica and left", b)
+
+    async def _maybe_balance(self, state: MetadataState) -> None:
+        if not self._broker.config.auto_balance_replicas:
+            return
+        now_ms = max(state.clock_ms, wall_ms())
+        eligible = state.eligible_brokers(now_ms)
+        registered = [b for b, i in state.brokers.items() if not i.decommissioning]
+        if sorted(registered) != eligible or len(eligible) < 2:
+            return  # a broker is down: moving replicas now would only add load
+        move = balancing_move(state, eligible)
+        if move is not None:
+            info, p, target = move
+            _log.info("balancing: %s-%d -> %s", info.name, p, list(target))
+            await self._broker.metadata.propose(
+                ReassignPartition(info.name, info.topic_id, p, target, wall_ms())
+            )
+
+
+def describe_step(placement: PartitionInfo, progress: dict[str, Any]) -> str:
+    """Where a reassignment stands, from the catalogue and the partition leader's view
+    (the same reading the driver's next step starts from)."""
+    target = placement.target
+    if target is None:
+        return "done"
+    members = set(progress["members"])
+    strays = sorted(members - set(placement.replicas) - set(target))
+    if strays:
+        return f"removing stray member {strays[0]}"
+    adding = [b for b in target if b not in placement.replicas]
+    if adding:
+        pending = "recording" if adding[0] in members else "adding"
+        return f"{pending} {adding[0]}"
+    lagging = [b for b in target if not _caught_up(progress, b)]
+    if lagging:
+        return f"catching up {','.join(lagging)}"
+    leaving = [b for b in placement.replicas if b not in target]
+    if leaving and progress["leader"] == leaving[0]:
+        return f"moving leadership from {leaving[0]}"
+    return f"removing {leaving[0]}" if leaving else "finishing"
+
+
+def _caught_up(progress: dict[str, Any], member: str) -> bool:
+    if member == progress["leader"]:
+        return True
+    if member not in progress["members"]:
+        return False
+    match = int(progress["match_index"].get(member, 0))
+    if match >= int(progress["last_index"]):
+        return True
+    age_s = float(progress.get("response_age_s", {}).get(member, float("inf")))
+    recent = age_s <= REPLICA_LAG_TIME_MAX_S
+    return recent and match >= int(progress["commit_index"]) - REPLICA_LAG_ENTRIES_MAX
+
+
+def _progress_fraction(progress: dict[str, Any], target: list[str] | None) -> float:
+    """How far the slowest target member's log is, 0..1 (the bar of `dmq cluster status`)."""
+    if not target:
+        return 1.0
+    commit = max(1, int(progress["commit_index"]))
+    worst = min(
+        commit if b == progress["leader"] else int(progress["match_index"].get(b, 0))
+        for b in target
+    )
+    return round(min(1.0, worst / commit), 4)
+
+
+def replica_counts(state: MetadataState) -> collections.Counter[str]:
+    """Replicas per broker, counting targets of running reassignments as placed."""
+    counts: collections.Counter[str] = collections.Counter({b: 0 for b in state.brokers})
+    for info in state.topics.values():
+        for placement in info.partitions:
+            for b in placement.target if placement.target is not None else placement.replicas:
+                counts[b] += 1
+    return counts
+
+
+def replace_brokers(
+    replicas: tuple[str, ...],
+    leaving: set[str],
+    eligible: list[str],
+    counts: collections.Counter[str],
+) -> tuple[str, ...] | None:
+    """`replicas` with each leaving broker replaced by the eligible one holding the fewest
+    (ties by id), keeping positions (so a preferred leader is replaced in place)."""
+    out = list(replicas)
+    for i, b in enumerate(out):
+        if b not in leaving:
+            continue
+        choices = [e for e in eligible if e not in out]
+        if not choices:
+            return None
+        new = min(choices, key=lambda e: (counts[e], e))
+        counts[new] += 1
+        counts[b] -= 1
+        out[i] = new
+    return tuple(out)
+
+
+def balancing_move(
+    state: MetadataState, eligible: list[str]
+) -> tuple[TopicInfo, int, tuple[str, ...]] | None:
+    """One replica from the fullest eligible broker to the emptiest, if they differ by
+    more than one; the partition chosen is the first (by topic, partition) that the
+    emptiest broker does not hold. Deterministic, so two leaders in a row agree."""
+    counts = replica_counts(state)
+
+    def ranked(broker: str) -> tuple[int, str]:
+        return counts[broker], broker
+
+    fullest = max(eligible, key=ranked)
+    emptiest = min(eligible, key=ranked)
+    if counts[fullest] - counts[emptiest] <= 1:
+        return None
+    for info in sorted(state.topics.values(), key=lambda t: t.name):
+        for p, placement in enumerate(info.partitions):
+            if fullest in placement.replicas and emptiest not in placement.replicas:
+                target = tuple(emptiest if b == fullest else b for b in placement.replicas)
+                return info, p, target
+    return None

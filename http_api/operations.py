@@ -1,0 +1,118 @@
+"""HTTP routes of cluster operations (dmq/operations.py): thin, as every handler here.
+
+Public:
+
+- `POST /v1/cluster/reassignments` `{"topic", "partition", "replicas": [ids, leader first]}`
+  -> 202 with the operation (the metadata leader carries it out);
+- `GET /v1/cluster/operations` -> `{"reassignments": [...], "decommissions": [...]}`, each
+  reassignment with `step` and `progress` (0..1: the slowest new replica's log vs the
+  leader's commit index);
+- `POST /v1/cluster/brokers/{broker_id}/decommission` -> 202.
+
+Internal (one broker to another, on the partition's leader): `GET .../progress`,
+`POST .../membership` `{"action": "add"|"remove", "node_id"}`, `POST .../transfer`
+`{"target"}` under `/v1/internal/partitions/{topic}/{partition}/`, with `?topic_id=`.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from aiohttp import web
+
+from dmq import errors
+from dmq.broker import Broker
+from http_api import codec
+from http_api.forward import BROKER
+
+# A replica list longer than this is refused before it reaches the metadata group (the
+# group then checks it against the topic's replication factor).
+REASSIGN_REPLICAS_MAX = 16
+BROKER_ID_CHARS_MAX = 255
+
+
+def _json(payload: Any, status: int = 200) -> web.Response:
+    return web.Response(
+        status=status,
+        text=json.dumps(payload, separators=(",", ":")),
+        content_type="application/json",
+    )
+
+
+def _broker(request: web.Request) -> Broker:
+    return request.app[BROKER]
+
+
+def _broker_id(value: Any, field: str) -> str:
+    if not isinstance(value, str) or not 0 < len(value) <= BROKER_ID_CHARS_MAX:
+        raise errors.InvalidRequest(
+            f"{field} must be a broker id of 1-{BROKER_ID_CHARS_MAX} characters", field=field
+        )
+    return value
+
+
+async def reassign(request: web.Request) -> web.Response:
+    doc = codec.parse_json_object(await request.read())
+    unknown = sorted(set(doc) - {"topic", "partition", "replicas"})
+    if unknown:
+        raise errors.InvalidRequest(f"unknown field {unknown[0]!r}", field=unknown[0])
+    topic, partition, replicas = doc.get("topic"), doc.get("partition"), doc.get("replicas")
+    if not isinstance(topic, str):
+        raise errors.InvalidRequest("topic must be a string", field="topic")
+    if not isinstance(partition, int) or isinstance(partition, bool) or partition < 0:
+        raise errors.InvalidRequest("partition must be an integer >= 0", field="partition")
+    if not isinstance(replicas, list) or not 0 < len(replicas) <= REASSIGN_REPLICAS_MAX:
+        raise errors.InvalidRequest(
+            f"replicas must be a list of 1-{REASSIGN_REPLICAS_MAX} broker ids",
+            field="replicas",
+            limit=REASSIGN_REPLICAS_MAX,
+        )
+    ids = [_broker_id(r, "replicas") for r in replicas]
+    return _json(await _broker(request).operations.reassign(topic, partition, ids), status=202)
+
+
+async def operations(request: web.Request) -> web.Response:
+    return _json(await _broker(request).operations.operations())
+
+
+async def decommission(request: web.Request) -> web.Response:
+    broker_id = _broker_id(request.match_info["broker_id"], "broker_id")
+    return _json(await _broker(request).operations.decommission(broker_id), status=202)
+
+
+async def _internal_group(request: web.Request, what: str) -> web.Response:
+    raw_topic_id = request.query.get("topic_id", "")
+    raw_partition = request.match_info["partition"]
+    if not (raw_topic_id.isascii() and raw_topic_id.isdigit()):
+        raise errors.InvalidRequest("topic_id must be an integer", field="topic_id")
+    if not (raw_partition.isascii() and raw_partition.isdigit()):
+        raise errors.InvalidRequest("partition must be an integer", field="partition")
+    body = codec.parse_json_object(await request.read()) if request.method == "POST" else {}
+    answer = await _broker(request).operations.local_call(
+        request.match_info["topic"], int(raw_partition), int(raw_topic_id), what, body
+    )
+    return _json(answer)
+
+
+async def internal_progress(request: web.Request) -> web.Response:
+    return await _internal_group(request, "progress")
+
+
+async def internal_membership(request: web.Request) -> web.Response:
+    return await _internal_group(request, "membership")
+
+
+async def internal_transfer(request: web.Request) -> web.Response:
+    return await _internal_group(request, "transfer")
+
+
+_GROUP = "/v1/internal/partitions/{topic}/{partition}"
+OPERATIONS_ROUTES: tuple[tuple[str, str, Any], ...] = (
+    ("POST", "/v1/cluster/reassignments", reassign),
+    ("GET", "/v1/cluster/operations", operations),
+    ("POST", "/v1/cluster/brokers/{broker_id}/decommission", decommission),
+    ("GET", f"{_GROUP}/progress", internal_progress),
+    ("POST", f"{_GROUP}/membership", internal_membership),
+    ("POST", f"{_GROUP}/transfer", internal_transfer),
+)

@@ -1,0 +1,201 @@
+"""Reassignments and decommissions in the metadata state machine (pure, deterministic).
+
+A reassignment is persisted in the catalogue itself: `PartitionInfo.target` is the replica
+set wanted, `PartitionInfo.replicas` the set the partition's Raft group has (as last
+recorded). dmq/operations.py moves one towards the other, one Raft membership change at a
+time, and records each change with `AlterPartitionReplicas` once it committed. The
+invariants apply() keeps whatever commands arrive:
+
+- a step adds exactly one broker of the target, or removes exactly one broker that is not
+  in it, and removes only once every target broker is in: so a partition never has fewer
+  replicas than its target (its replication factor), and each removed replica was
+  replaced first;
+- reaching the target's set ends the reassignment: `replicas = target`, `target = None`;
+- a decommissioning broker takes no new replica (placement, targets); it may be
+  unregistered only once it holds no replica and no target names it.
+
+raft/metadata.py dispatches the four commands here; this module reads its types through
+the module object (the two import each other).
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import TYPE_CHECKING
+
+from raft import metadata as md
+
+if TYPE_CHECKING:
+    from raft.metadata import (
+        AlterPartitionReplicas,
+        DecommissionBroker,
+        MetadataState,
+        ReassignPartition,
+        Result,
+        UnregisterBroker,
+    )
+
+Outcome = tuple["MetadataState", "Result"]
+
+
+def _reject(code: str, message: str, field: str) -> md.Rejected:
+    return md.Rejected(code, message, field)
+
+
+def _check_replicas(state: MetadataState, replicas: tuple[str, ...]) -> md.Rejected | None:
+    if not replicas or len(set(replicas)) != len(replicas) or not all(replicas):
+        return _reject(
+            md.REJECT_INVALID_REPLICAS, "replicas must be distinct, non-empty ids", "replicas"
+        )
+    unknown = sorted(b for b in replicas if b not in state.brokers)
+    if unknown:
+        return _reject(md.REJECT_UNKNOWN_BROKER, f"unknown broker(s) {unknown}", "replicas")
+    return None
+
+
+def apply_partition_command(
+    state: MetadataState, cmd: ReassignPartition | AlterPartitionReplicas, now_ms: int
+) -> Outcome:
+    topic = state.topics.get(cmd.topic)
+    if topic is None or topic.topic_id != cmd.topic_id:
+        return state, _reject(
+            md.REJECT_UNKNOWN_TOPIC,
+            f"topic {cmd.topic!r} id {cmd.topic_id} does not exist",
+            "topic",
+        )
+    if not 0 <= cmd.partition < len(topic.partitions):
+        return state, _reject(
+            md.REJECT_UNKNOWN_PARTITION, f"partition {cmd.partition} does not exist", "partition"
+        )
+    rejected = _check_replicas(state, cmd.replicas)
+    if rejected is not None:
+        return state, rejected
+    old = topic.partitions[cmd.partition]
+    if isinstance(cmd, md.ReassignPartition):
+        outcome = _reassign(state, topic, old, cmd, now_ms)
+    else:
+        outcome = _step(old, cmd)
+    if isinstance(outcome, md.Rejected):
+        return state, outcome
+    partitions = list(topic.partitions)
+    partitions[cmd.partition] = outcome
+    new_topic = replace(topic, partitions=tuple(partitions))
+    new_state = replace(
+        state,
+        topics={**state.topics, cmd.topic: new_topic},
+        metadata_version=state.metadata_version + 1,
+        clock_ms=now_ms,
+    )
+    return new_state, md.Applied(new_state.metadata_version, topic=new_topic)
+
+
+def _reassign(
+    state: MetadataState,
+    topic: md.TopicInfo,
+    old: md.PartitionInfo,
+    cmd: ReassignPartition,
+    now_ms: int,
+) -> md.PartitionInfo | md.Rejected:
+    if len(cmd.replicas) != topic.replication_factor:
+        return _reject(
+            md.REJECT_INVALID_REPLICAS,
+            f"replicas must name {topic.replication_factor} brokers (the replication "
+            f"factor), not {len(cmd.replicas)}",
+            "replicas",
+        )
+    leaving = sorted(
+        b for b in cmd.replicas if state.brokers[b].decommissioning and b not in old.replicas
+    )
+    if leaving:
+        return _reject(
+            md.REJECT_INVALID_REPLICAS, f"broker(s) {leaving} are decommissioning", "replicas"
+        )
+    if set(cmd.replicas) == set(old.replicas):  # a new order only: the preferred leader
+        return replace(old, replicas=cmd.replicas, target=None, reassign_started_ms=0)
+    started = old.reassign_started_ms if old.target == cmd.replicas else now_ms
+    return replace(old, target=cmd.replicas, reassign_started_ms=started)
+
+
+def _step(old: md.PartitionInfo, cmd: AlterPartitionReplicas) -> md.PartitionInfo | md.Rejected:
+    target = old.target
+    if target is None:
+        return _reject(md.REJECT_INVALID_REPLICAS, "no reassignment in progress", "replicas")
+    added = set(cmd.replicas) - set(old.replicas)
+    removed = set(old.replicas) - set(cmd.replicas)
+    adds_one = len(added) == 1 and not removed and added <= set(target)
+    removes_one = (
+        len(removed) == 1
+        and not added
+        and not removed & set(target)
+        and set(target) <= set(old.replicas)
+    )
+    if not (adds_one or removes_one):
+        return _reject(
+            md.REJECT_INVALID_REPLICAS,
+            f"a step adds one broker of the target {list(target)} or, once all are in, "
+            f"removes one that is not: {list(old.replicas)} -> {list(cmd.replicas)}",
+            "replicas",
+        )
+    leader = old.leader if old.leader in cmd.replicas else None
+    if set(cmd.replicas) == set(target):
+        return replace(old, replicas=target, leader=leader, target=None, reassign_started_ms=0)
+    return replace(old, replicas=cmd.replicas, leader=leader)
+
+
+def apply_broker_command(
+    state: MetadataState, cmd: DecommissionBroker | UnregisterBroker, now_ms: int
+) -> Outcome:
+    broker = state.brokers.get(cmd.broker_id)
+    if broker is None:
+        return state, _reject(
+            md.REJECT_UNKNOWN_BROKER, f"broker {cmd.broker_id!r} is not registered", "broker_id"
+        )
+    if isinstance(cmd, md.DecommissionBroker):
+        if broker.decommissioning:
+            return state, md.Applied(state.metadata_version, broker=broker)  # already so
+        rejected = _check_enough_left(state, cmd.broker_id, now_ms)
+        if rejected is not None:
+            return state, rejected
+        new_broker = replace(broker, decommissioning=True)
+        brokers = {**state.brokers, cmd.broker_id: new_broker}
+    else:
+        if not broker.decommissioning:
+            return state, _reject(
+                md.REJECT_BROKER_IN_USE,
+                f"broker {cmd.broker_id!r} must be decommissioned first",
+                "broker_id",
+            )
+        if holds_replicas(state, cmd.broker_id):
+            return state, _reject(
+                md.REJECT_BROKER_IN_USE,
+                f"broker {cmd.broker_id!r} still holds replicas",
+                "broker_id",
+            )
+        new_broker = broker
+        brokers = {b: info for b, info in state.brokers.items() if b != cmd.broker_id}
+    new_state = replace(
+        state, brokers=brokers, metadata_version=state.metadata_version + 1, clock_ms=now_ms
+    )
+    return new_state, md.Applied(new_state.metadata_version, broker=new_broker)
+
+
+def _check_enough_left(state: MetadataState, broker_id: str, now_ms: int) -> md.Rejected | None:
+    """Every topic's replication factor must still fit on the brokers that stay."""
+    staying = [b for b in state.eligible_brokers(now_ms) if b != broker_id]
+    needed = max((t.replication_factor for t in state.topics.values()), default=0)
+    if needed > len(staying):
+        return _reject(
+            md.REJECT_NOT_ENOUGH_BROKERS,
+            f"a topic needs {needed} brokers; {len(staying)} live broker(s) would stay",
+            "broker_id",
+        )
+    return None
+
+
+def holds_replicas(state: MetadataState, broker_id: str) -> bool:
+    """Whether any partition has (or is moving to) a replica on `broker_id`."""
+    return any(
+        broker_id in p.replicas or (p.target is not None and broker_id in p.target)
+        for t in state.topics.values()
+        for p in t.partitions
+    )

@@ -1,0 +1,183 @@
+"""Proves, on real `dmq serve` processes, that a partition moves between brokers without
+losing or duplicating a record (dmq/operations.py, raft/membership.py):
+
+- a reassignment to a broker that holds no replica yet, with producers running through
+  the other brokers, is interrupted by kill -9 of the receiving broker once it joined the
+  partition's Raft group; while it is down the old replica is not removed (never fewer
+  than the replication factor in sync); after its restart the reassignment completes: the
+  catalogue and the Raft group hold exactly the target, the leaving broker's replica
+  directory is deleted, every acknowledged record is read back exactly once at its offset
+  and in order, and the new replica's segments are byte-identical to the others';
+- the metadata leader driving a move is killed (-9) halfway: a new one completes it while
+  the old one is down, and the old one, restarted, deletes the replica it no longer holds;
+- bad requests are refused with a 4xx naming the field.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+
+import pytest
+from cluster_harness import (
+    Ack,
+    DmqCluster,
+    Node,
+    Producer,
+    check_log_against_acks,
+    fetch_all,
+    operations,
+    placements,
+    produce,
+    wait_for,
+    wait_identical_segments,
+)
+
+PRELOAD_REQUESTS = 40  # x 100 records of ~1 KiB: ~4 MB the new replica must copy
+PRELOAD_RECORDS = 100
+
+
+def preload_partition(node: Node, topic: str) -> Producer:
+    """~4 MB in partition 0, so that a new replica takes a while to catch up. The records
+    are acknowledged like any: the returned producer (never started) holds them."""
+    preload = Producer(node, topic, "preload")
+    for k in range(PRELOAD_REQUESTS):
+        values = [f"pre-{k}-{i}-" + "x" * 1000 for i in range(PRELOAD_RECORDS)]
+        sent = time.monotonic()
+        answers = produce(node, topic, [{"value": v, "partition": 0} for v in values])
+        preload.attempts += values
+        preload.acked += [
+            Ack(v, p, offset, sent, time.monotonic())
+            for v, (p, offset) in zip(values, answers, strict=True)
+        ]
+    return preload
+
+
+@pytest.mark.slow
+def test_reassignment_interrupted_by_kill9_of_the_new_replica_completes_after_restart(
+    dmq_cluster: Callable[..., DmqCluster],
+) -> None:
+    cluster = dmq_cluster(4, metadata_voters=["n1", "n2", "n3"]).start_all()
+    cluster.create_topic("move", partitions=1, replication_factor=3)
+    [before] = placements(cluster["n1"], "move")
+    [joiner] = [n for n in cluster.nodes if n not in before]
+    leader = cluster.leader_of("move", 0)
+    # Move the replica of the current leader: leadership must move first.
+    target = [joiner, *[b for b in before if b != leader]]
+    preload = preload_partition(cluster[before[0]], "move")
+    stayers = [b for b in before if b != leader]
+    producers = [Producer(cluster[b], "move", f"p-{b}").start() for b in stayers]
+    try:
+        wait_for(lambda: all(len(p.acked) >= 10 for p in producers), 30.0, "10 acks each")
+        answer = cluster["n1"].json(
+            "POST", "/v1/cluster/reassignments",
+            {"topic": "move", "partition": 0, "replicas": target},
+        )  # fmt: skip
+        assert answer["target"] == target and not answer["done"]
+        # The new broker joined the group (the catalogue records it after the Raft add).
+        wait_for(lambda: joiner in placements(cluster["n1"], "move")[0], 30.0, "joiner added")
+        cluster.kill9(joiner)
+        killed_at = time.monotonic()
+        time.sleep(3.0)
+        # Down, it falls behind the producers: nothing may be removed meanwhile.
+        [during] = placements(cluster["n1"], "move")
+        assert set(during) == set(before) | {joiner}, during
+        ops = operations(cluster["n1"])["reassignments"]
+        assert [o["target"] for o in ops] == [target]
+        cluster[joiner].start()
+        cluster.wait_ready([cluster[joiner]])
+        wait_for(lambda: placements(cluster["n1"], "move")[0] == target, 60.0, "reassignment done")
+        print(f"reassignment done {time.monotonic() - killed_at:.1f} s after the kill")
+        assert operations(cluster["n1"])["reassignments"] == []
+        acked_before_stop = sum(len(p.acked) for p in producers)
+        wait_for(
+            lambda: sum(len(p.acked) for p in producers) >= acked_before_stop + 20,
+            30.0,
+            "20 acks after the move",
+        )
+    finally:
+        for producer in producers:
+            producer.finish()
+    assert not any(p.errors for p in producers), [p.errors for p in producers]
+    new_leader = cluster.leader_of("move", 0)
+    assert new_leader in target
+    group = cluster.group("move", 0)
+    assert sorted(r["node_id"] for r in group["replicas"]) == sorted(target)
+    wait_for(lambda: not cluster[leader].partition_dir("move", 0).exists(), 30.0, "old dir gone")
+    log = fetch_all(cluster[new_leader], "move", 0)
+    assert len(log) >= PRELOAD_REQUESTS * PRELOAD_RECORDS
+    check_log_against_acks(log, [preload, *producers])
+    live_targets = DmqCluster.__new__(DmqCluster)
+    live_targets.nodes = {b: cluster[b] for b in target}
+    wait_identical_segments(live_targets, "move", 1)
+
+
+@pytest.mark.slow
+def test_reassignment_survives_kill9_of_the_metadata_leader_driving_it(
+    dmq_cluster: Callable[..., DmqCluster],
+) -> None:
+    """The metadata leader drives every operation. Kill -9 it (and, to hold the move
+    halfway, the receiving broker) once the new replica joined: a new metadata leader
+    takes over and completes the move while the old driver is still down; restarted, the
+    old driver deletes the replica it no longer holds."""
+    cluster = dmq_cluster(4, metadata_voters=["n1", "n2", "n3"]).start_all()
+    cluster.create_topic("drive", partitions=1, replication_factor=3)
+    [before] = placements(cluster["n1"], "drive")
+    [joiner] = [n for n in cluster.nodes if n not in before]
+    driver = cluster.metadata_leader()
+    assert driver in before  # the first three hold every replica (placement ties by id)
+    target = [joiner, *[b for b in before if b != driver]]
+    stayers = [b for b in before if b != driver]
+    preload = preload_partition(cluster[stayers[0]], "drive")
+    producers = [Producer(cluster[b], "drive", f"p-{b}").start() for b in stayers]
+    try:
+        wait_for(lambda: all(len(p.acked) >= 10 for p in producers), 30.0, "10 acks each")
+        via = cluster[stayers[0]]
+        via.json(
+            "POST", "/v1/cluster/reassignments",
+            {"topic": "drive", "partition": 0, "replicas": target},
+        )  # fmt: skip
+        wait_for(lambda: joiner in placements(via, "drive")[0], 30.0, "joiner added")
+        cluster.kill9(joiner)
+        cluster.kill9(driver)
+        time.sleep(1.0)
+        assert set(placements(via, "drive")[0]) == set(before) | {joiner}
+        cluster[joiner].start()
+        cluster.wait_ready([cluster[joiner]])
+        wait_for(lambda: placements(via, "drive")[0] == target, 60.0, "move done, driver down")
+        assert cluster.metadata_leader() != driver and not cluster[driver].alive
+        acked = sum(len(p.acked) for p in producers)
+        wait_for(lambda: sum(len(p.acked) for p in producers) >= acked + 20, 30.0, "acks")
+    finally:
+        for producer in producers:
+            producer.finish()
+    cluster[driver].start()
+    cluster.wait_ready([cluster[driver]])
+    wait_for(lambda: not cluster[driver].partition_dir("drive", 0).exists(), 30.0, "old dir gone")
+    assert not any(p.errors for p in producers), [p.errors for p in producers]
+    check_log_against_acks(fetch_all(via, "drive", 0), [preload, *producers])
+    assert operations(via)["reassignments"] == []
+
+
+def test_reassignment_requests_are_checked(dmq_cluster: Callable[..., DmqCluster]) -> None:
+    cluster = dmq_cluster(3).start_all()
+    cluster.create_topic("chk", partitions=1, replication_factor=2)
+    node = cluster["n1"]
+    cases = [
+        ({"topic": "chk", "partition": 0, "replicas": ["n1"]}, 400, "replicas"),
+        ({"topic": "chk", "partition": 0, "replicas": ["n1", "n1"]}, 400, "replicas"),
+        ({"topic": "chk", "partition": 0, "replicas": ["n1", "zz"]}, 400, "replicas"),
+        ({"topic": "chk", "partition": 5, "replicas": ["n1", "n2"]}, 404, "partition"),
+        ({"topic": "nope", "partition": 0, "replicas": ["n1", "n2"]}, 404, "topic"),
+        ({"topic": "chk", "partition": 0, "replicas": "n1"}, 400, "replicas"),
+        ({"topic": "chk", "partition": 0, "replicas": ["n1"] * 17}, 400, "replicas"),
+        ({"topic": "chk", "partition": 0, "replicas": ["n1", "n2"], "x": 1}, 400, "x"),
+    ]
+    for body, status, field in cases:
+        resp = node.request("POST", "/v1/cluster/reassignments", body)
+        assert resp.status == status, (body, resp)
+        if field is not None:
+            assert resp.json()["error"]["details"]["field"] == field, (body, resp)
+    resp = node.request("POST", "/v1/cluster/brokers/n1/decommission")
+    assert resp.status == 400, resp
+    assert resp.json()["error"]["details"]["field"] == "broker_id", resp

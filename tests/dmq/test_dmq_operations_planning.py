@@ -1,0 +1,113 @@
+"""Proves the planning of cluster operations (dmq/operations.py), pure functions of a
+catalogue:
+
+- property: from any placement of partitions over a set of brokers, applying
+  `balancing_move` until it returns None ends with every broker within one replica of
+  the others, each move keeping a partition's replicas distinct and its size, and it
+  stops (the fullest broker loses one replica per move, the emptiest gains one);
+- `replace_brokers` replaces each leaving broker in place by the eligible broker holding
+  the fewest replicas, never one already in the set, and gives up (None) when no broker
+  is left to take it;
+- the progress of a reassignment is its slowest target member's match index against the
+  leader's commit index; a member is in sync when it holds the whole log, or is within
+  REPLICA_LAG_ENTRIES_MAX entries and answered within REPLICA_LAG_TIME_MAX_S.
+"""
+
+from __future__ import annotations
+
+import collections
+from dataclasses import replace
+from typing import Any
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from dmq.operations import (
+    REPLICA_LAG_ENTRIES_MAX,
+    REPLICA_LAG_TIME_MAX_S,
+    _caught_up,
+    _progress_fraction,
+    balancing_move,
+    replace_brokers,
+    replica_counts,
+)
+from raft.metadata import BrokerInfo, MetadataState, PartitionInfo, TopicInfo
+
+BROKERS = ["a", "b", "c", "d", "e", "f"]
+
+
+def _state(placements: list[tuple[str, ...]], brokers: list[str]) -> MetadataState:
+    topic = TopicInfo(
+        name="t",
+        topic_id=1,
+        replication_factor=len(placements[0]) if placements else 1,
+        config=(),
+        partitions=tuple(PartitionInfo(p) for p in placements),
+        created_ms=0,
+    )
+    return MetadataState(
+        brokers={b: BrokerInfo(b, f"{b}:1", f"{b}:2", 0, 0) for b in brokers},
+        topics={"t": topic},
+    )
+
+
+@st.composite
+def placements(draw: st.DrawFn) -> tuple[list[str], list[tuple[str, ...]]]:
+    brokers = BROKERS[: draw(st.integers(3, 6))]
+    rf = draw(st.integers(1, 3))
+    count = draw(st.integers(1, 12))
+    parts = [tuple(draw(st.permutations(brokers))[:rf]) for _ in range(count)]
+    return brokers, parts
+
+
+@settings(max_examples=200, deadline=None)
+@given(placements())
+def test_balancing_moves_end_within_one_replica(
+    case: tuple[list[str], list[tuple[str, ...]]],
+) -> None:
+    brokers, parts = case
+    state = _state(parts, brokers)
+    for _ in range(len(parts) * 3 + 1):
+        move = balancing_move(state, brokers)
+        if move is None:
+            break
+        info, p, target = move
+        old = info.partitions[p].replicas
+        assert len(target) == len(old) and len(set(target)) == len(target)
+        assert len(set(old) - set(target)) == 1
+        partitions = list(info.partitions)
+        partitions[p] = replace(partitions[p], replicas=target)
+        state = replace(state, topics={"t": replace(info, partitions=tuple(partitions))})
+    else:
+        raise AssertionError("balancing did not stop")
+    counts = replica_counts(state)
+    spread = [counts[b] for b in brokers]
+    assert max(spread) - min(spread) <= 1, counts
+
+
+def test_replace_brokers_in_place_by_the_least_loaded() -> None:
+    counts = collections.Counter({"a": 5, "b": 5, "c": 5, "d": 1, "e": 0})
+    assert replace_brokers(("a", "b", "c"), {"a"}, ["b", "c", "d", "e"], counts) == ("e", "b", "c")
+    assert counts["e"] == 1 and counts["a"] == 4
+    both = replace_brokers(("a", "b", "c"), {"a", "c"}, ["b", "d", "e"], counts)
+    assert both is not None and set(both) == {"b", "d", "e"} and both[1] == "b"
+    assert replace_brokers(("a", "b"), {"a"}, ["b"], counts) is None
+
+
+def test_progress_and_catch_up() -> None:
+    progress: dict[str, Any] = {
+        "leader": "a",
+        "members": ["a", "b", "d"],
+        "commit_index": 1000,
+        "last_index": 1000,
+        "match_index": {"b": 1000, "d": 250},
+        "response_age_s": {"b": 60.0, "d": 0.1},
+    }
+    assert _progress_fraction(progress, ["d", "a", "b"]) == 0.25
+    assert not _caught_up(progress, "d") and _caught_up(progress, "a")
+    assert _caught_up(progress, "b")  # holds the whole log: current however quiet
+    progress["match_index"] = {"b": 1000, "d": 1000 - REPLICA_LAG_ENTRIES_MAX}
+    assert _caught_up(progress, "d")  # a few entries behind, and answering
+    progress["response_age_s"]["d"] = REPLICA_LAG_TIME_MAX_S + 1
+    assert not _caught_up(progress, "d")  # behind and silent: out of sync
+    assert not _caught_up(progress, "zz")  # not a member: never caught up
