@@ -227,7 +227,7 @@ class Broker:
         self._reconcile_wanted = asyncio.Event()
         self._views: dict[str, TopicView] = {}
         self._views_version = -1
-        self.peers = PeerClient()
+        self.peers = PeerClient(local_host=config.http_host)
         self.raft_node: RaftNode | None = None
         self._metadata: MetadataService | None = None
         self.cluster_id = ""
