@@ -34,7 +34,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from dmq import errors, limits
+from dmq import errors, limits, planted
 from dmq.config import BrokerConfig
 from dmq.metadata import MetadataService, wall_ms
 from dmq.partitioner import StickyPartitioner, partition_for_key
@@ -204,7 +204,9 @@ def raft_config_for(config: BrokerConfig) -> RaftConfig:
         election_timeout_min_s=config.raft_election_timeout_min_ms / 1000,
         election_timeout_max_s=config.raft_election_timeout_max_ms / 1000,
         leader_step_down_s=max(1.5, 2 * config.raft_election_timeout_max_ms / 1000),
-        durability="none" if config.raft_durability == "none" else "fsync",
+        durability="none"
+        if config.raft_durability == "none" or planted.active("no-fsync")
+        else "fsync",
         log_compaction_min_entries=config.raft_snapshot_entries,
         batch_bytes_max=entry_bytes_max,
         append_entries_bytes_max=entry_bytes_max + 128 * 1024,
@@ -1063,7 +1065,7 @@ class Broker:
         replica = self._local_replica(topic, partition, view.topic_id)
         if replica is not None and replica.raft is not None and replica.raft.status().is_leader:
             return replica
-        if forwarded and replica is not None:
+        if (forwarded or planted.active("stale-read")) and replica is not None:
             return replica
         leader = self._leader_of(view, partition)
         addr = None if leader is None else self._http_addr_of(leader)
@@ -1114,6 +1116,8 @@ class Broker:
                 log_start_offset=replica.log_start_offset,
                 log_end_offset=replica.log_end_offset,
             )
+        if planted.active("fetch-off-by-one") and 0 < offset < replica.high_watermark:
+            offset += 1
         if offset >= replica.high_watermark and wait_ms > 0:
             if self._waiting_fetches >= self.config.waiting_fetches_max:
                 raise errors.Backpressure(

@@ -1,0 +1,105 @@
+"""The final phase: after the faults are healed, wait for every group to have a leader,
+read every partition from the beginning until every acknowledged offset is covered, then
+read each node's own replica (for the divergence check)."""
+
+from __future__ import annotations
+
+import itertools
+import time
+from typing import Any
+
+from jepsen.cluster import Cluster, HarnessError
+from jepsen.history import History
+from jepsen.workload import FORWARDED_HEADER, Client
+
+LEADERS_WAIT_S = 90.0
+FINAL_READ_S = 90.0
+CATCH_UP_WAIT_S = 30.0
+
+
+def wait_for_leaders(cluster: Cluster, timeout_s: float = LEADERS_WAIT_S) -> float:
+    """Wait until every broker is ready and every group reports a live leader; seconds."""
+    started = time.monotonic()
+    cluster.wait_ready(list(cluster.brokers.values()), timeout_s)
+    deadline = started + timeout_s
+    while time.monotonic() < deadline:
+        status = cluster.status()
+        if status is not None:
+            live = {b.node_id for b in cluster.live()}
+            groups = status.get("groups", [])
+            if groups and all(g.get("leader") in live for g in groups):
+                return time.monotonic() - started
+        time.sleep(0.5)
+    raise HarnessError(f"groups without a live leader {timeout_s} s after healing")
+
+
+def acked_ends(history: History, partitions: int) -> dict[int, int]:
+    """partition -> one past the highest acknowledged offset (0 if none)."""
+    ends = dict.fromkeys(range(partitions), 0)
+    for op in history.ops():
+        if op.f == "send" and op.type == "ok" and op.value.get("offset") is not None:
+            part = op.value["partition"]
+            ends[part] = max(ends[part], op.value["offset"] + 1)
+    return ends
+
+
+def final_reads(
+    cluster: Cluster, history: History, topic: str, partitions: int, processes: itertools.count[int]
+) -> None:
+    """Read each partition from 0 until next_offset reaches both the high watermark and
+    the highest acknowledged offset; rotate nodes on errors. Gives up after FINAL_READ_S
+    (the checker then reports what stayed unseen)."""
+    ends = acked_ends(history, partitions)
+    deadline = time.monotonic() + FINAL_READ_S
+    for partition in range(partitions):
+        client = Client(cluster, history, topic, partition)
+        client.process = next(processes)
+        client.assign(partition, 0)
+        offset = 0
+        while time.monotonic() < deadline:
+            type_, result = client.read("final-poll", partition, offset, 0)
+            if type_ != "ok":
+                time.sleep(0.2)
+                if type_ == "info":
+                    client.process = next(processes)
+                    client.assign(partition, offset)
+                continue
+            offset = result["next_offset"]
+            if offset >= result["high_watermark"] and offset >= ends[partition]:
+                break
+            if not result["records"]:
+                time.sleep(0.2)  # the acknowledged end is not readable (yet)
+
+
+def wait_caught_up(cluster: Cluster, timeout_s: float = CATCH_UP_WAIT_S) -> bool:
+    """True once every group's replicas report lag 0 (else go on: divergence is checked
+    on the common prefix)."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        status = cluster.status()
+        groups: list[dict[str, Any]] = (status or {}).get("groups", [])
+        if groups and all(r.get("lag") == 0 for g in groups for r in g.get("replicas", [])):
+            return True
+        time.sleep(0.5)
+    return False
+
+
+def replica_reads(
+    cluster: Cluster, history: History, topic: str, partitions: int, processes: itertools.count[int]
+) -> None:
+    """Each node's own replica of each partition, from 0 to its high watermark."""
+    for ix, _node in enumerate(cluster.brokers):
+        for partition in range(partitions):
+            client = Client(cluster, history, topic, ix)
+            client.process = next(processes)
+            offset = 0
+            for _ in range(10_000):
+                type_, result = client.read(
+                    "replica-read", partition, offset, 0, headers={FORWARDED_HEADER: "1"}
+                )
+                client.node_ix = ix  # stay on this node whatever happened
+                if type_ != "ok" or not result["records"]:
+                    break
+                offset = result["next_offset"]
+                if offset >= result["high_watermark"]:
+                    break
