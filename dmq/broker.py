@@ -28,6 +28,7 @@ import fcntl
 import logging
 import os
 import shutil
+import time
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -57,6 +58,7 @@ from log import limits as log_limits
 from log.partition_log import ReadResult
 from log.records import Header, Record, RecordLimits, encode_batch, iter_batches, validate_batch
 from log.segment import write_durably
+from raft import quiesce
 from raft.config import RaftConfig
 from raft.metadata import (
     AddPartitions,
@@ -69,7 +71,7 @@ from raft.metadata import (
     TopicInfo,
     config_items,
 )
-from raft.node import RaftNode
+from raft.node import RaftNode, Replica
 
 _log = logging.getLogger("dmq.broker")
 
@@ -1064,7 +1066,9 @@ class Broker:
         self._check_partition(view, partition)
         replica = self._local_replica(topic, partition, view.topic_id)
         if replica is not None and replica.raft is not None and replica.raft.status().is_leader:
-            return replica
+            if _majority_heard_lately(replica.raft):
+                return replica
+            replica = None if not forwarded else replica  # maybe deposed: ask the leader
         if (forwarded or planted.active("stale-read")) and replica is not None:
             return replica
         leader = self._leader_of(view, partition)
@@ -1259,6 +1263,21 @@ class Broker:
     @property
     def waiting_fetches(self) -> int:
         return self._waiting_fetches
+
+
+def _majority_heard_lately(raft: Replica) -> bool:
+    """A leader serves reads only while a majority of its group was heard from within half
+    an election timeout: a leader cut off from the others keeps thinking it leads for up to
+    leader_step_down_s while they elect another and commit more, and would answer stale
+    reads (found by jepsen/, seed 1). Node-level liveness, not a per-group lease: it
+    narrows that window to under an election timeout, it does not prove it closed."""
+    wake = quiesce.leader_wake_at(
+        raft.node.network.last_heard,
+        raft.followers,
+        len(raft.members),
+        raft.node.config.election_timeout_min_s / 2,
+    )
+    return wake is None or time.monotonic() < wake
 
 
 def merge_group_status(answers: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
