@@ -13,7 +13,8 @@ from jepsen.history import History
 from jepsen.workload import FORWARDED_HEADER, Client
 
 LEADERS_WAIT_S = 90.0
-FINAL_READ_S = 90.0
+FINAL_READ_S = 60.0  # per partition
+HW_STABLE_S = 10.0
 CATCH_UP_WAIT_S = 30.0
 
 
@@ -47,15 +48,17 @@ def final_reads(
     cluster: Cluster, history: History, topic: str, partitions: int, processes: itertools.count[int]
 ) -> None:
     """Read each partition from 0 until next_offset reaches both the high watermark and
-    the highest acknowledged offset; rotate nodes on errors. Gives up after FINAL_READ_S
-    (the checker then reports what stayed unseen)."""
+    the highest acknowledged offset, or the high watermark stays put for HW_STABLE_S (the
+    log ends below an ack: the checker reports it lost); rotate nodes on errors. At most
+    FINAL_READ_S per partition (what stays unread is reported unseen)."""
     ends = acked_ends(history, partitions)
-    deadline = time.monotonic() + FINAL_READ_S
     for partition in range(partitions):
         client = Client(cluster, history, topic, partition)
         client.process = next(processes)
         client.assign(partition, 0)
         offset = 0
+        deadline = time.monotonic() + FINAL_READ_S
+        stable: tuple[int, float] = (-1, time.monotonic())  # (high watermark, since)
         while time.monotonic() < deadline:
             type_, result = client.read("final-poll", partition, offset, 0)
             if type_ != "ok":
@@ -64,8 +67,12 @@ def final_reads(
                     client.process = next(processes)
                     client.assign(partition, offset)
                 continue
-            offset = result["next_offset"]
-            if offset >= result["high_watermark"] and offset >= ends[partition]:
+            offset, hw = result["next_offset"], result["high_watermark"]
+            if hw != stable[0]:
+                stable = (hw, time.monotonic())
+            if offset >= hw and (
+                offset >= ends[partition] or time.monotonic() - stable[1] > HW_STABLE_S
+            ):
                 break
             if not result["records"]:
                 time.sleep(0.2)  # the acknowledged end is not readable (yet)

@@ -8,8 +8,8 @@ no compaction in the workload), so a gap between offsets read in order is a skip
 |---|---|
 | inconsistent-offsets | one (partition, offset) read or acknowledged with two values |
 | duplicate | one value at two (partition, offset)s |
-| lost-write | an acknowledged send never read although reads covered its offset |
-| unseen | an acknowledged send never read, and no read reached its offset |
+| lost-write | an acknowledged send never read although reads got past its offset or a final poll read the whole log (up to the high watermark) |
+| unseen | an acknowledged send never read, and no read reached its offset nor the end of the log |
 | unexpected | a value read that no send ever wrote |
 | G1a | a value read whose send certainly failed (an aborted read) |
 | poll-skip | a process's poll began past the offset after its previous poll's last record |
@@ -133,7 +133,8 @@ def _check_values(
         if value in read_at:
             continue
         part, offset = int(pair.invoke.value["partition"]), pair.complete.value.get("offset")
-        covered = part in finished if offset is None else int(offset) < read_end[part]
+        # Covered: a read got past its offset, or a final poll reached the end of the log.
+        covered = part in finished or (offset is not None and int(offset) < read_end[part])
         example = {"value": value, "send": pair.complete.index, "partition": part, "offset": offset}
         verdict.flag("lost-write" if covered else "unseen", example)
     verdict.stats["recovered"] = sum(
