@@ -1059,17 +1059,20 @@ class Broker:
         """The replica that answers a read here, or ForwardRequest to the leader's broker.
 
         Reads go to the partition leader (as Kafka's do), whose high watermark is the
-        newest. A relayed request is answered by any replica here (its data is committed,
-        maybe a little behind) rather than relayed again.
+        newest, and only while it heard from a majority lately (a deposed leader that has
+        not noticed yet would answer stale reads). A relayed request that lands on a
+        broker that does not lead (the catalogue's leader report lags) is not relayed
+        again: it gets NotLeader and the client retries. Answering it from a follower's
+        replica, as before, answered stale reads (both found by jepsen/).
         """
         view = self._topic(topic)
         self._check_partition(view, partition)
         replica = self._local_replica(topic, partition, view.topic_id)
-        if replica is not None and replica.raft is not None and replica.raft.status().is_leader:
-            if _majority_heard_lately(replica.raft):
+        raft = None if replica is None else replica.raft
+        if replica is not None and raft is not None and raft.status().is_leader:
+            if _majority_heard_lately(raft):
                 return replica
-            replica = None if not forwarded else replica  # maybe deposed: ask the leader
-        if (forwarded or planted.active("stale-read")) and replica is not None:
+        elif replica is not None and planted.active("stale-read"):
             return replica
         leader = self._leader_of(view, partition)
         addr = None if leader is None else self._http_addr_of(leader)
@@ -1267,17 +1270,17 @@ class Broker:
 
 def _majority_heard_lately(raft: Replica) -> bool:
     """A leader serves reads only while a majority of its group was heard from within half
-    an election timeout: a leader cut off from the others keeps thinking it leads for up to
-    leader_step_down_s while they elect another and commit more, and would answer stale
-    reads (found by jepsen/, seed 1). Node-level liveness, not a per-group lease: it
-    narrows that window to under an election timeout, it does not prove it closed."""
+    an election timeout, counted from no later than the end of the node's last Raft round:
+    a leader cut off from the others (or paused, then resumed) keeps thinking it leads
+    until a round processes the newer term, while the others have elected another and
+    committed more, and would answer stale reads (found by jepsen/). Node-level
+    liveness, not a per-group lease: it narrows that window, it does not prove it closed."""
+    lease_s = raft.node.config.election_timeout_min_s / 2
     wake = quiesce.leader_wake_at(
-        raft.node.network.last_heard,
-        raft.followers,
-        len(raft.members),
-        raft.node.config.election_timeout_min_s / 2,
+        raft.node.network.last_heard, raft.followers, len(raft.members), lease_s
     )
-    return wake is None or time.monotonic() < wake
+    now = time.monotonic()
+    return now < raft.node.round_done_at + lease_s and (wake is None or now < wake)
 
 
 def merge_group_status(answers: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:

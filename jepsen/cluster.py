@@ -32,9 +32,10 @@ class HarnessError(RuntimeError):
 
 
 class Answer:
-    def __init__(self, status: int, body: bytes) -> None:
+    def __init__(self, status: int, body: bytes, headers: dict[str, str] | None = None) -> None:
         self.status = status
         self.body = body
+        self.headers = headers or {}
 
     def json(self) -> Any:
         return json.loads(self.body) if self.body else None
@@ -60,9 +61,9 @@ def http(
         req.add_header("Content-Type", "application/json")
     try:
         with urllib.request.urlopen(req, timeout=timeout_s) as resp:
-            return Answer(resp.status, resp.read())
+            return Answer(resp.status, resp.read(), dict(resp.headers))
     except urllib.error.HTTPError as err:
-        return Answer(err.code, err.read())
+        return Answer(err.code, err.read(), dict(err.headers))
     except urllib.error.URLError as err:
         reason = err.reason
         raise reason if isinstance(reason, OSError) else ConnectionError(str(reason)) from err

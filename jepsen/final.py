@@ -4,18 +4,20 @@ read each node's own replica (for the divergence check)."""
 
 from __future__ import annotations
 
+import hashlib
 import itertools
 import time
 from typing import Any
 
-from jepsen.cluster import Cluster, HarnessError
+from jepsen.cluster import Cluster, HarnessError, http
 from jepsen.history import History
-from jepsen.workload import FORWARDED_HEADER, Client
+from jepsen.workload import Client
 
 LEADERS_WAIT_S = 90.0
 FINAL_READ_S = 60.0  # per partition
 HW_STABLE_S = 10.0
 CATCH_UP_WAIT_S = 30.0
+REPLICA_PAGES_MAX = 100_000  # pages of fetch_bytes_max: far above any run's log
 
 
 def wait_for_leaders(cluster: Cluster, timeout_s: float = LEADERS_WAIT_S) -> float:
@@ -91,22 +93,56 @@ def wait_caught_up(cluster: Cluster, timeout_s: float = CATCH_UP_WAIT_S) -> bool
     return False
 
 
+def _replica_bytes(url: str, topic: str, partition: int, end_offset: int) -> tuple[bytes, int]:
+    """This node's own committed batches of a partition from offset 0, none starting at or
+    past end_offset (the internal catch-up read: never relayed); (bytes, next offset)."""
+    data = bytearray()
+    offset = 0
+    for _ in range(REPLICA_PAGES_MAX):
+        path = (
+            f"/v1/internal/partitions/{topic}/{partition}/batches"
+            f"?start_offset={offset}&end_offset={end_offset}"
+        )
+        answer = http(url + path, timeout_s=10.0)
+        if answer.status != 200:
+            raise HarnessError(f"{path}: {answer.status} {answer.body[:200]!r}")
+        if not answer.body:
+            break
+        data += answer.body
+        offset = int(answer.headers.get("X-Dmq-Next-Offset", offset))
+    return bytes(data), offset
+
+
 def replica_reads(
     cluster: Cluster, history: History, topic: str, partitions: int, processes: itertools.count[int]
 ) -> None:
-    """Each node's own replica of each partition, from 0 to its high watermark."""
-    for ix, _node in enumerate(cluster.brokers):
-        for partition in range(partitions):
-            client = Client(cluster, history, topic, ix)
-            client.process = next(processes)
-            offset = 0
-            for _ in range(10_000):
-                type_, result = client.read(
-                    "replica-read", partition, offset, 0, headers={FORWARDED_HEADER: "1"}
+    """Each node's own replica of each partition, compared on the bytes they all hold:
+    first each replica's end, then a SHA-256 of [0, the smallest end) on each."""
+    for partition in range(partitions):
+        ends: dict[str, int] = {}
+        for broker in cluster.live():
+            try:
+                ends[broker.node_id] = _replica_bytes(broker.url, topic, partition, 2**62)[1]
+            except (OSError, HarnessError):
+                continue  # no replica here (replication factor < nodes), or it is down
+        if not ends:
+            continue
+        common = min(ends.values())
+        for node_id in ends:
+            process = next(processes)
+            value = {"partition": partition, "end_offset": common}
+            history.add(process, "invoke", "replica-read", node_id, value)
+            try:
+                data, _ = _replica_bytes(cluster.brokers[node_id].url, topic, partition, common)
+            except (OSError, HarnessError) as error:
+                history.add(
+                    process, "fail", "replica-read", node_id, {**value, "error": repr(error)}
                 )
-                client.node_ix = ix  # stay on this node whatever happened
-                if type_ != "ok" or not result["records"]:
-                    break
-                offset = result["next_offset"]
-                if offset >= result["high_watermark"]:
-                    break
+                continue
+            done = {
+                **value,
+                "log_end": ends[node_id],
+                "bytes": len(data),
+                "sha256": hashlib.sha256(data).hexdigest(),
+            }
+            history.add(process, "ok", "replica-read", node_id, done)

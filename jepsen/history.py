@@ -24,8 +24,10 @@ Shapes of the log workload's values (partition `p`, records as `[offset, value]`
 - poll, final-poll: invoke `{"partition": p, "offset": o}`; ok adds `"records"`,
   `"next_offset"` and `"high_watermark"`.
 - assign: invoke and ok `{"partition": p, "offset": o}`: the process seeks to `o`.
-- replica-read: ok `{"partition": p, "records": [...], "high_watermark": hw}` read from
-  one node's own replica (forwarded, never relayed), for the divergence check.
+- replica-read: invoke `{"partition": p, "end_offset": e}`; ok adds `"sha256"` (of one
+  node's own committed batches of p in [0, e), read with the internal catch-up request,
+  never relayed), `"bytes"` and `"log_end"` (that replica's end); e is the smallest end
+  of all replicas, so every replica's digest covers the same offsets.
 """
 
 from __future__ import annotations

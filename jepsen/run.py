@@ -161,8 +161,11 @@ def report(
     ops = history.ops()
     verdicts: dict[str, Verdict] = {"log": check_log(ops)}
     valid = merge(verdicts)
-    if harness_error is not None and valid != "invalid":
-        valid = UNKNOWN  # an interrupted run proves nothing valid; its anomalies stand
+    if harness_error is not None:
+        # An interrupted run proves nothing valid, and without its final reads an unread
+        # ack proves nothing lost: only the other anomalies make it invalid.
+        proven = [k for v in verdicts.values() for k in v.anomalies if k != "unseen"]
+        valid = "invalid" if proven else UNKNOWN
     setup = {
         "seed": args.seed,
         "nodes": args.nodes,

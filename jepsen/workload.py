@@ -33,7 +33,6 @@ POLL_WAIT_MS = 500
 POLL_RECORDS_MAX = 100
 THINK_S = 0.01  # between a worker's operations: keeps a shared 2-core machine usable
 DEFINITE_FAILURES = frozenset({400, 404, 409, 413, 415, 416, 422, 429})
-FORWARDED_HEADER = "X-Dmq-Forwarded"  # dmq/peers.py: answer from this node's own replica
 
 
 class Client:
@@ -102,7 +101,7 @@ class Client:
                 f"/v1/topics/{self.topic}/partitions/{partition}/records"
                 f"?offset={offset}&max_records={POLL_RECORDS_MAX}&wait_ms={wait_ms}"
             )
-            answer = http(url + path, timeout_s=wait_ms / 1000 + 5.0, headers=headers)
+            answer = http(url + path, timeout_s=wait_ms / 1000 + 5.0)
             if answer.status != 200:
                 return self._outcome(answer, value, True)
             doc = answer.json()

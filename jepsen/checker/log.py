@@ -19,7 +19,7 @@ no compaction in the workload), so a gap between offsets read in order is a skip
 | nonmonotonic-send | one process's acknowledged sends to a partition got decreasing offsets |
 | realtime-send-inversion | a send acknowledged before another began got the larger offset |
 | stale-read | a poll that began after the ack of offset o started at or before o, did not return o, and answered a high watermark <= o (claiming o unwritten) |
-| replica-divergence | two nodes' own replicas hold different values at one offset |
+| replica-divergence | two nodes' own replicas hold different bytes over the offsets both hold |
 """
 
 from __future__ import annotations
@@ -281,25 +281,23 @@ def _check_stale_reads(verdict: Verdict, acked: list[Pair], reads: list[Pair]) -
 
 
 def _check_replicas(verdict: Verdict, replica_reads: list[Pair]) -> None:
-    """Every offset held by two nodes' own replicas must hold one value."""
-    held: dict[int, dict[int, dict[str, tuple[str | None, int]]]] = defaultdict(
-        lambda: defaultdict(dict)
-    )
+    """Every node's own replica must hold the same bytes over the range all of them hold
+    (the same end_offset): one SHA-256 per partition and end."""
+    digests: dict[tuple[int, int], dict[str, tuple[str, int]]] = defaultdict(dict)
     for pair in replica_reads:
         if pair.complete is None or pair.type != "ok":
             continue
-        part = int(pair.invoke.value["partition"])
-        for offset, value in _records(pair):
-            held[part][offset][str(pair.invoke.node)] = (value, pair.complete.index)
-    for part, offsets in sorted(held.items()):
-        for offset, by_node in sorted(offsets.items()):
-            if len({value for value, _ in by_node.values()}) > 1:
-                verdict.flag(
-                    "replica-divergence",
-                    {
-                        "partition": part,
-                        "offset": offset,
-                        "values": {node: value for node, (value, _) in by_node.items()},
-                        "ops": sorted(index for _, index in by_node.values()),
-                    },
-                )
+        done = pair.complete.value
+        key = (int(done["partition"]), int(done["end_offset"]))
+        digests[key][str(pair.invoke.node)] = (str(done["sha256"]), pair.complete.index)
+    for (part, end), by_node in sorted(digests.items()):
+        if len({digest for digest, _ in by_node.values()}) > 1:
+            verdict.flag(
+                "replica-divergence",
+                {
+                    "partition": part,
+                    "end_offset": end,
+                    "sha256": {node: digest[:16] for node, (digest, _) in by_node.items()},
+                    "ops": sorted(index for _, index in by_node.values()),
+                },
+            )

@@ -80,8 +80,11 @@ class H:
         self._add(proc, "ok", "assign", {"partition": part, "offset": offset}, None)
         return self
 
-    def replica(self, node: str, part: int, records: list[tuple[int, str]]) -> H:
-        self.poll(100 + int(node[1:]), part, 0, records, f="replica-read", node=node)
+    def replica(self, node: str, part: int, end: int, sha256: str) -> H:
+        value = {"partition": part, "end_offset": end}
+        proc = 100 + int(node[1:])
+        self._add(proc, "invoke", "replica-read", value, node)
+        self._add(proc, "ok", "replica-read", {**value, "sha256": sha256}, node)
         return self
 
 
@@ -130,8 +133,9 @@ GOLDEN: dict[str, H] = {
         base().poll(5, 0, 1, [(1, "b")], hw=2, node="n3"), [(0, "a"), (1, "b"), (2, "c")]
     ),
     "replica-divergence": final(base(), [(0, "a"), (1, "b"), (2, "c")])
-    .replica("n1", 0, [(0, "a"), (1, "b"), (2, "c")])
-    .replica("n2", 0, [(0, "a"), (1, "c")]),
+    .replica("n1", 0, 3, "5e1f")
+    .replica("n2", 0, 3, "77ab")
+    .replica("n3", 0, 3, "5e1f"),
 }
 
 
@@ -156,7 +160,8 @@ def test_valid_history_with_info_sends_empty_polls_and_seeks_passes() -> None:
     h.assign(5, 0, 1).poll(5, 0, 1, [(1, "b"), (2, "d")])  # a seek back
     h.poll(6, 1, 0, [(0, "e")]).poll(7, 1, 1, [], hw=1)
     final(h, [(0, "a"), (1, "b"), (2, "d")], hw=3)
-    h.replica("n1", 0, [(0, "a"), (1, "b"), (2, "d")]).replica("n2", 0, [(0, "a")])
+    h.replica("n1", 0, 3, "5e1f").replica("n2", 0, 3, "5e1f")
+    h.replica("n1", 1, 1, "0c2d").replica("n3", 1, 1, "0c2d")
     verdict = check_log(h.ops)
     assert verdict.valid == VALID, verdict.anomalies
     assert verdict.stats["recovered"] == 1
