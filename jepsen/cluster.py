@@ -9,7 +9,9 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import random
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -19,7 +21,6 @@ from http.client import HTTPException
 from pathlib import Path
 from typing import Any
 
-from bench.loopback import common_free_port
 from dmq.planted import PLANTED_BUG_ENV
 
 FIRST_HOST = 11  # node k (1-based) listens on 127.0.0.(10 + k)
@@ -27,8 +28,38 @@ DURABLE_TRACE_ENV = "DMQ_DURABLE_TRACE"  # dmq/broker.py: the power-loss test ho
 RETRIABLE = (429, 503, 504)
 
 
+PORT_TRIES_MAX = 500
+PORT_FLOOR = 10_000
+
+
 class HarnessError(RuntimeError):
     """The harness could not do its part (exit code 2): not a verdict on dmq."""
+
+
+def listen_ports(hosts: list[str], count: int, seed: int) -> list[int]:
+    """`count` ports free on every host, below the kernel's ephemeral range: a broker
+    restarted after a kill must get its port back, and an ephemeral port is handed to
+    any outgoing connection meanwhile (other clusters' nodes on these addresses bind
+    their own address with port 0)."""
+    low = 32_768
+    with contextlib.suppress(OSError, ValueError):
+        low = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    rng = random.Random(seed ^ os.getpid())
+    found: list[int] = []
+    for _ in range(PORT_TRIES_MAX):
+        port = rng.randrange(PORT_FLOOR, low)
+        if port in found:
+            continue
+        try:
+            for host in hosts:
+                with socket.socket() as probe:
+                    probe.bind((host, port))
+        except OSError:
+            continue
+        found.append(port)
+        if len(found) == count:
+            return found
+    raise HarnessError(f"no {count} ports free on {', '.join(hosts)} below {low}")
 
 
 class Answer:
@@ -136,14 +167,18 @@ class Cluster:
     """n brokers in `directory` (data dirs and logs), all started with the same env."""
 
     def __init__(
-        self, directory: Path, n: int, *, planted_bug: str | None, durable_trace: bool
+        self,
+        directory: Path,
+        n: int,
+        *,
+        planted_bug: str | None,
+        durable_trace: bool,
+        seed: int = 0,
     ) -> None:
         directory.mkdir(parents=True, exist_ok=True)
         ids = [f"n{k + 1}" for k in range(n)]
         self.hosts = {i: f"127.0.0.{FIRST_HOST + k}" for k, i in enumerate(ids)}
-        hosts = list(self.hosts.values())
-        self.http_port = common_free_port(hosts)
-        self.raft_port = common_free_port(hosts, avoid=[self.http_port])
+        self.http_port, self.raft_port = listen_ports(list(self.hosts.values()), 2, seed)
         peers = ",".join(f"{i}={h}:{self.raft_port}" for i, h in self.hosts.items())
         env = {DURABLE_TRACE_ENV: "1"} if durable_trace else {}
         if planted_bug:

@@ -131,7 +131,11 @@ def run(args: argparse.Namespace) -> int:
     args.dir.mkdir(parents=True, exist_ok=True)
     history = History(args.dir / "history.jsonl")
     cluster = Cluster(
-        args.dir, args.nodes, planted_bug=args.planted_bug, durable_trace="power" in args.nemesis
+        args.dir,
+        args.nodes,
+        planted_bug=args.planted_bug,
+        durable_trace="power" in args.nemesis,
+        seed=args.seed,
     )
     nemesis = Nemesis(cluster, history, args.nemesis, args.seed, TOPIC, args.partitions)
     harness_error: str | None = None
