@@ -14,10 +14,12 @@ $(STAMP): pyproject.toml
 	touch $(STAMP)
 
 # Debian packages the tests use (curl for the README examples, nats-server for the
-# NATS comparison benchmark and its smoke test). Installed only if missing.
+# NATS comparison benchmark and its smoke test, iptables for the jepsen/ partitions).
+# Installed only if missing.
 system-deps:
-	@command -v curl >/dev/null 2>&1 && command -v nats-server >/dev/null 2>&1 || \
-		{ apt-get update -qq && apt-get install -y -qq curl nats-server; }
+	@command -v curl >/dev/null 2>&1 && command -v nats-server >/dev/null 2>&1 && \
+		command -v iptables >/dev/null 2>&1 || \
+		{ apt-get update -qq && apt-get install -y -qq curl nats-server iptables; }
 
 run: $(STAMP)
 	$(BIN)/dmq serve
@@ -35,6 +37,12 @@ bench: $(STAMP) system-deps
 	$(BIN)/dmq bench broker
 	$(BIN)/dmq bench --nodes 3
 	$(BIN)/python -m bench.compare_nats
+
+# The Jepsen harness (jepsen/README.md): 5 brokers, every fault, 2 minutes. Override with
+# e.g. `make jepsen JEPSEN_ARGS="--nodes 3 --nemesis partition --seed 7"`.
+JEPSEN_ARGS ?= --nodes 5 --nemesis partition,kill,pause,power --time-limit-s 120
+jepsen: $(STAMP) system-deps
+	$(BIN)/python -m jepsen.run $(JEPSEN_ARGS)
 
 clean:
 	rm -rf $(VENV) dmq-data .pytest_cache .hypothesis

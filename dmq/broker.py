@@ -29,13 +29,14 @@ import fcntl
 import logging
 import os
 import shutil
+import time
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from dmq import errors, limits
+from dmq import errors, limits, planted
 from dmq.config import BrokerConfig
 from dmq.groups_service import GroupsService
 from dmq.metadata import MetadataService, wall_ms
@@ -60,6 +61,7 @@ from log import limits as log_limits
 from log.partition_log import ReadResult
 from log.records import Header, Record, RecordLimits, encode_batch, iter_batches, validate_batch
 from log.segment import write_durably
+from raft import quiesce
 from raft.config import RaftConfig
 from raft.metadata import (
     AddPartitions,
@@ -73,7 +75,7 @@ from raft.metadata import (
     TopicInfo,
     config_items,
 )
-from raft.node import RaftNode
+from raft.node import RaftNode, Replica
 from raft.producers import OutOfOrderSequenceError, ProducerFencedError
 
 _log = logging.getLogger("dmq.broker")
@@ -226,7 +228,9 @@ def raft_config_for(config: BrokerConfig) -> RaftConfig:
         election_timeout_min_s=config.raft_election_timeout_min_ms / 1000,
         election_timeout_max_s=config.raft_election_timeout_max_ms / 1000,
         leader_step_down_s=max(1.5, 2 * config.raft_election_timeout_max_ms / 1000),
-        durability="none" if config.raft_durability == "none" else "fsync",
+        durability="none"
+        if config.raft_durability == "none" or planted.active("no-fsync")
+        else "fsync",
         log_compaction_min_entries=config.raft_snapshot_entries,
         batch_bytes_max=entry_bytes_max,
         append_entries_bytes_max=entry_bytes_max + 128 * 1024,
@@ -249,7 +253,7 @@ class Broker:
         self._reconcile_wanted = asyncio.Event()
         self._views: dict[str, TopicView] = {}
         self._views_version = -1
-        self.peers = PeerClient()
+        self.peers = PeerClient(local_host=config.http_host)
         self.operations = OperationsService(self)  # reassign, decommission, balance
         self.raft_node: RaftNode | None = None
         self._metadata: MetadataService | None = None
@@ -1111,15 +1115,20 @@ class Broker:
         """The replica that answers a read here, or ForwardRequest to the leader's broker.
 
         Reads go to the partition leader (as Kafka's do), whose high watermark is the
-        newest. A relayed request is answered by any replica here (its data is committed,
-        maybe a little behind) rather than relayed again.
+        newest, and only while it heard from a majority lately (a deposed leader that has
+        not noticed yet would answer stale reads). A relayed request that lands on a
+        broker that does not lead (the catalogue's leader report lags) is not relayed
+        again: it gets NotLeader and the client retries. Answering it from a follower's
+        replica, as before, answered stale reads (both found by jepsen/).
         """
         view = self._topic(topic)
         self._check_partition(view, partition)
         replica = self._local_replica(topic, partition, view.topic_id)
-        if replica is not None and replica.raft is not None and replica.raft.status().is_leader:
-            return replica
-        if forwarded and replica is not None:
+        raft = None if replica is None else replica.raft
+        if replica is not None and raft is not None and raft.status().is_leader:
+            if _majority_heard_lately(raft):
+                return replica
+        elif replica is not None and planted.active("stale-read"):
             return replica
         leader = self._leader_of(view, partition)
         addr = None if leader is None else self._http_addr_of(leader)
@@ -1170,6 +1179,8 @@ class Broker:
                 log_start_offset=replica.log_start_offset,
                 log_end_offset=replica.log_end_offset,
             )
+        if planted.active("fetch-off-by-one") and 0 < offset < replica.high_watermark:
+            offset += 1
         if offset >= replica.high_watermark and wait_ms > 0:
             if self._waiting_fetches >= self.config.waiting_fetches_max:
                 raise errors.Backpressure(
@@ -1391,6 +1402,21 @@ def fetch_result_from_json(
         topic, partition, offset, doc["next_offset"], doc["high_watermark"],
         doc["log_start_offset"], records=records,
     )  # fmt: skip
+
+
+def _majority_heard_lately(raft: Replica) -> bool:
+    """A leader serves reads only while a majority of its group was heard from within half
+    an election timeout, counted from no later than the end of the node's last Raft round:
+    a leader cut off from the others (or paused, then resumed) keeps thinking it leads
+    until a round processes the newer term, while the others have elected another and
+    committed more, and would answer stale reads (found by jepsen/). Node-level
+    liveness, not a per-group lease: it narrows that window, it does not prove it closed."""
+    lease_s = raft.node.config.election_timeout_min_s / 2
+    wake = quiesce.leader_wake_at(
+        raft.node.network.last_heard, raft.followers, len(raft.members), lease_s
+    )
+    now = time.monotonic()
+    return now < raft.node.round_done_at + lease_s and (wake is None or now < wake)
 
 
 def merge_group_status(answers: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:

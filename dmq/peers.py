@@ -39,12 +39,19 @@ def _error_from(status: int, body: bytes) -> errors.DmqError:
 class PeerClient:
     """Async calls to other brokers; one aiohttp session for all of them."""
 
-    def __init__(self) -> None:
+    def __init__(self, local_host: str = "") -> None:
         self._session: aiohttp.ClientSession | None = None
+        # Calls leave from this broker's own HTTP address when it has a specific one, as
+        # Raft's do from its Raft address: peers and the fault harness (jepsen/, which cuts
+        # links by address) see which broker is calling, not the loopback default.
+        wildcard = local_host in ("", "0.0.0.0", "::", "[::]", "localhost")
+        self._local_addr = None if wildcard else (local_host.strip("[]"), 0)
 
     async def start(self) -> None:
         self._session = aiohttp.ClientSession(
-            connector=aiohttp.TCPConnector(limit_per_host=CONNECTIONS_PER_PEER_MAX),
+            connector=aiohttp.TCPConnector(
+                limit_per_host=CONNECTIONS_PER_PEER_MAX, local_addr=self._local_addr
+            ),
             headers={FORWARDED_HEADER: "1"},
         )
 

@@ -32,6 +32,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, Literal, TypeVar
 
+from dmq import planted
 from dmq.errors import Backpressure, BrokerUnavailable
 from dmq.metadata import translate_raft_error
 from log import compaction
@@ -266,7 +267,9 @@ class PartitionReplica:
         self._inflight_bytes += len(batch)
         try:
             result = await self.raft.propose(
-                command, timeout_s=self._timeout_s, wait="append" if acks == "1" else "apply"
+                command,
+                timeout_s=self._timeout_s,
+                wait="append" if acks == "1" or planted.active("ack-before-commit") else "apply",
             )
         except raft_errors.RaftError as exc:
             raise translate_raft_error(exc, f"partition {self.name}") from exc

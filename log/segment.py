@@ -324,11 +324,14 @@ class Segment:
             expected_min_offset = header.next_offset
             position += header.size_bytes
         cut = file_bytes - position
-        self.flushed_bytes = self.size_bytes
         if cut:
             os.ftruncate(self.fd, position)
-            os.fsync(self.fd)
-            self._maybe_trace_durable()
+        # A crashed process's writes may sit in the page cache only: make them durable
+        # before counting them as flushed (the applied checkpoint vouches for them next,
+        # and a power cut after it would otherwise leave the log shorter than it says).
+        os.fsync(self.fd)
+        self.flushed_bytes = self.size_bytes
+        self._maybe_trace_durable()
         return cut
 
     def load_closed(self) -> bool:

@@ -682,6 +682,9 @@ class RaftNode:
         self.stopping = False
         self.rounds = 0
         self.ticks = 0
+        # When the last round ended: what it read was applied to every status by then
+        # (the broker's read lease counts from it, not from a newer last_heard).
+        self.round_done_at = time.monotonic()
         self.syncs = 0
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
@@ -993,6 +996,7 @@ class RaftNode:
             self.settle(tuple(appended), None, None)
         self.rounds += 1
         self.ticks += len(touched)
+        self.round_done_at = time.monotonic()
 
     def _take_due(self, now: float) -> None:
         """Round step 3's choice: groups whose idle tick is due (stale heap entries skipped)."""

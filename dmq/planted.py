@@ -1,0 +1,37 @@
+"""Planted bugs: deliberate faults the Jepsen harness (jepsen/) must catch.
+
+A planted bug is off unless the environment variable `DMQ_PLANTED_BUG` names it when the
+broker starts (`python -m jepsen.run --planted-bug NAME` sets it on every broker it
+starts). Each hook in the broker is one or two lines that call `active(NAME)`; with the
+variable unset they change nothing. Never set it outside the harness.
+
+| name | hook | what goes wrong |
+|---|---|---|
+| `ack-before-commit` | dmq/replica.py `append` | acks=all answers once the leader's own journal has the entry (without an offset, as acks=1), before a majority does: a failover loses acknowledged records |
+| `no-fsync` | dmq/broker.py `raft_config_for` | the Raft journals are never fdatasync'ed (as `--raft-durability none`, whatever the flag says): a power loss drops acknowledged records |
+| `stale-read` | dmq/broker.py `_serving_replica` | any broker with a replica serves fetches from it, even a follower that is behind or cut off: reads miss acknowledged records |
+| `fetch-off-by-one` | dmq/broker.py `fetch` | a fetch from offset o > 0 reads from o + 1: one record is skipped |
+"""
+
+from __future__ import annotations
+
+import os
+
+PLANTED_BUG_ENV = "DMQ_PLANTED_BUG"
+
+PLANTED_BUGS: tuple[str, ...] = (
+    "ack-before-commit",
+    "fetch-off-by-one",
+    "no-fsync",
+    "stale-read",
+)
+
+# Read once: the harness sets the variable before the broker process starts.
+_ACTIVE = os.environ.get(PLANTED_BUG_ENV, "")
+
+
+def active(name: str) -> bool:
+    """True if the planted bug `name` is switched on in this process."""
+    if name not in PLANTED_BUGS:
+        raise ValueError(f"unknown planted bug {name!r}; known: {', '.join(PLANTED_BUGS)}")
+    return name == _ACTIVE

@@ -1,0 +1,1 @@
+"""Fault injection and consistency checking for dmq (README.md): real brokers, HTTP only."""

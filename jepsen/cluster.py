@@ -1,0 +1,245 @@
+"""The brokers under test: `python -m dmq serve` processes on their own loopback
+addresses (node k on 127.0.0.(10 + k)), one HTTP port and one Raft port common to all,
+as tests/cluster does. The harness reaches them over HTTP only (urllib); it touches their
+files only to simulate a power loss (nemesis.py).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import random
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from http.client import HTTPException
+from pathlib import Path
+from typing import Any
+
+from dmq.planted import PLANTED_BUG_ENV
+
+FIRST_HOST = 11  # node k (1-based) listens on 127.0.0.(10 + k)
+DURABLE_TRACE_ENV = "DMQ_DURABLE_TRACE"  # dmq/broker.py: the power-loss test hook
+RETRIABLE = (429, 503, 504)
+
+
+PORT_TRIES_MAX = 500
+PORT_FLOOR = 10_000
+
+
+class HarnessError(RuntimeError):
+    """The harness could not do its part (exit code 2): not a verdict on dmq."""
+
+
+def listen_ports(hosts: list[str], count: int, seed: int) -> list[int]:
+    """`count` ports free on every host, below the kernel's ephemeral range: a broker
+    restarted after a kill must get its port back, and an ephemeral port is handed to
+    any outgoing connection meanwhile (other clusters' nodes on these addresses bind
+    their own address with port 0)."""
+    low = 32_768
+    with contextlib.suppress(OSError, ValueError):
+        low = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    rng = random.Random(seed ^ os.getpid())
+    found: list[int] = []
+    for _ in range(PORT_TRIES_MAX):
+        port = rng.randrange(PORT_FLOOR, low)
+        if port in found:
+            continue
+        try:
+            for host in hosts:
+                with socket.socket() as probe:
+                    probe.bind((host, port))
+        except OSError:
+            continue
+        found.append(port)
+        if len(found) == count:
+            return found
+    raise HarnessError(f"no {count} ports free on {', '.join(hosts)} below {low}")
+
+
+class Answer:
+    def __init__(self, status: int, body: bytes, headers: dict[str, str] | None = None) -> None:
+        self.status = status
+        self.body = body
+        self.headers = headers or {}
+
+    def json(self) -> Any:
+        return json.loads(self.body) if self.body else None
+
+    def error_code(self) -> str:
+        with contextlib.suppress(ValueError, KeyError, TypeError):
+            return str(json.loads(self.body)["error"]["code"])
+        return ""
+
+
+def http(
+    url: str,
+    method: str = "GET",
+    body: Any = None,
+    timeout_s: float = 5.0,
+    headers: dict[str, str] | None = None,
+) -> Answer:
+    """One request; HTTP errors come back as an Answer, connection failures raise OSError
+    (ConnectionRefusedError when nothing listens)."""
+    data = json.dumps(body).encode() if body is not None else None
+    req = urllib.request.Request(url, data=data, method=method, headers=headers or {})
+    if data is not None:
+        req.add_header("Content-Type", "application/json")
+    try:
+        with urllib.request.urlopen(req, timeout=timeout_s) as resp:
+            return Answer(resp.status, resp.read(), dict(resp.headers))
+    except urllib.error.HTTPError as err:
+        return Answer(err.code, err.read(), dict(err.headers))
+    except urllib.error.URLError as err:
+        reason = err.reason
+        raise reason if isinstance(reason, OSError) else ConnectionError(str(reason)) from err
+    except HTTPException as err:
+        raise ConnectionError(repr(err)) from err
+
+
+class Broker:
+    """One `dmq serve` process (it may be down, or stopped by SIGSTOP)."""
+
+    def __init__(self, node_id: str, host: str, data_dir: Path, log_path: Path) -> None:
+        self.node_id = node_id
+        self.host = host
+        self.data_dir = data_dir
+        self.log_path = log_path
+        self.args: list[str] = []
+        self.env: dict[str, str] = {}
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.paused = False
+        self.url = ""
+
+    @property
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def start(self) -> None:
+        if self.alive:
+            return
+        env = {**os.environ, **self.env}
+        env.pop("DMQ_URL", None)
+        with open(self.log_path, "ab") as log:
+            log.write(f"==== start {time.strftime('%H:%M:%S')}\n".encode())
+            log.flush()
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", "dmq", "serve", *self.args],
+                env=env,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+            )
+        self.paused = False
+
+    def kill9(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            if self.paused:
+                self.proc.send_signal(signal.SIGCONT)
+            self.proc.kill()
+            self.proc.wait(30)
+        self.paused = False
+
+    def pause(self) -> None:
+        if self.alive and not self.paused:
+            assert self.proc is not None
+            self.proc.send_signal(signal.SIGSTOP)
+            self.paused = True
+
+    def resume(self) -> None:
+        if self.alive and self.paused:
+            assert self.proc is not None
+            self.proc.send_signal(signal.SIGCONT)
+        self.paused = False
+
+    def ready(self) -> bool:
+        try:
+            return self.alive and http(self.url + "/readyz", timeout_s=1.0).status == 200
+        except OSError:
+            return False
+
+
+class Cluster:
+    """n brokers in `directory` (data dirs and logs), all started with the same env."""
+
+    def __init__(
+        self,
+        directory: Path,
+        n: int,
+        *,
+        planted_bug: str | None,
+        durable_trace: bool,
+        seed: int = 0,
+    ) -> None:
+        directory.mkdir(parents=True, exist_ok=True)
+        ids = [f"n{k + 1}" for k in range(n)]
+        self.hosts = {i: f"127.0.0.{FIRST_HOST + k}" for k, i in enumerate(ids)}
+        self.http_port, self.raft_port = listen_ports(list(self.hosts.values()), 2, seed)
+        peers = ",".join(f"{i}={h}:{self.raft_port}" for i, h in self.hosts.items())
+        env = {DURABLE_TRACE_ENV: "1"} if durable_trace else {}
+        if planted_bug:
+            env[PLANTED_BUG_ENV] = planted_bug
+        self.brokers: dict[str, Broker] = {}
+        for node_id, host in self.hosts.items():
+            broker = Broker(node_id, host, directory / node_id, directory / f"{node_id}.log")
+            broker.args = [
+                "--node-id", node_id, "--data-dir", str(broker.data_dir),
+                "--http-addr", f"{host}:{self.http_port}",
+                "--raft-addr", f"{host}:{self.raft_port}", "--peers", peers,
+            ]  # fmt: skip
+            broker.env = env
+            broker.url = f"http://{host}:{self.http_port}"
+            self.brokers[node_id] = broker
+
+    @property
+    def ports(self) -> tuple[int, int]:
+        return self.http_port, self.raft_port
+
+    def start_all(self, timeout_s: float = 90.0) -> None:
+        for broker in self.brokers.values():
+            broker.start()
+        self.wait_ready(list(self.brokers.values()), timeout_s)
+
+    def wait_ready(self, brokers: list[Broker], timeout_s: float) -> None:
+        deadline = time.monotonic() + timeout_s
+        waiting = [b for b in brokers if not b.paused]
+        while waiting:
+            for broker in list(waiting):
+                if not broker.alive:
+                    raise HarnessError(f"{broker.node_id} exited; see {broker.log_path}")
+                if broker.ready():
+                    waiting.remove(broker)
+            if waiting and time.monotonic() > deadline:
+                raise HarnessError(f"{[b.node_id for b in waiting]} not ready in {timeout_s} s")
+            time.sleep(0.2)
+
+    def live(self) -> list[Broker]:
+        return [b for b in self.brokers.values() if b.alive and not b.paused]
+
+    def status(self) -> dict[str, Any] | None:
+        """/v1/cluster/status from the first live broker that answers, else None."""
+        for broker in self.live():
+            try:
+                answer = http(broker.url + "/v1/cluster/status", timeout_s=3.0)
+            except OSError:
+                continue
+            if answer.status == 200:
+                return answer.json()  # type: ignore[no-any-return]
+        return None
+
+    def leader_of(self, topic: str | None, partition: int | None) -> str | None:
+        """The reported leader of a partition's group (topic None: the metadata group)."""
+        status = self.status()
+        for group in (status or {}).get("groups", []):
+            if group["topic"] == topic and (topic is None or group["partition"] == partition):
+                return group.get("leader")  # type: ignore[no-any-return]
+        return None
+
+    def close(self) -> None:
+        for broker in self.brokers.values():
+            with contextlib.suppress(Exception):
+                broker.kill9()

@@ -1,0 +1,148 @@
+"""The final phase: after the faults are healed, wait for every group to have a leader,
+read every partition from the beginning until every acknowledged offset is covered, then
+read each node's own replica (for the divergence check)."""
+
+from __future__ import annotations
+
+import hashlib
+import itertools
+import time
+from typing import Any
+
+from jepsen.cluster import Cluster, HarnessError, http
+from jepsen.history import History
+from jepsen.workload import Client
+
+LEADERS_WAIT_S = 90.0
+FINAL_READ_S = 60.0  # per partition
+HW_STABLE_S = 10.0
+CATCH_UP_WAIT_S = 30.0
+REPLICA_PAGES_MAX = 100_000  # pages of fetch_bytes_max: far above any run's log
+
+
+def wait_for_leaders(cluster: Cluster, timeout_s: float = LEADERS_WAIT_S) -> float:
+    """Wait until every broker is ready and every group reports a live leader; seconds."""
+    started = time.monotonic()
+    cluster.wait_ready(list(cluster.brokers.values()), timeout_s)
+    deadline = started + timeout_s
+    while time.monotonic() < deadline:
+        status = cluster.status()
+        if status is not None:
+            live = {b.node_id for b in cluster.live()}
+            groups = status.get("groups", [])
+            if groups and all(g.get("leader") in live for g in groups):
+                return time.monotonic() - started
+        time.sleep(0.5)
+    raise HarnessError(f"groups without a live leader {timeout_s} s after healing")
+
+
+def acked_ends(history: History, partitions: int) -> dict[int, int]:
+    """partition -> one past the highest acknowledged offset (0 if none)."""
+    ends = dict.fromkeys(range(partitions), 0)
+    for op in history.ops():
+        if op.f == "send" and op.type == "ok" and op.value.get("offset") is not None:
+            part = op.value["partition"]
+            ends[part] = max(ends[part], op.value["offset"] + 1)
+    return ends
+
+
+def final_reads(
+    cluster: Cluster, history: History, topic: str, partitions: int, processes: itertools.count[int]
+) -> None:
+    """Read each partition from 0 until next_offset reaches both the high watermark and
+    the highest acknowledged offset, or the high watermark stays put for HW_STABLE_S (the
+    log ends below an ack: the checker reports it lost); rotate nodes on errors. At most
+    FINAL_READ_S per partition (what stays unread is reported unseen)."""
+    ends = acked_ends(history, partitions)
+    for partition in range(partitions):
+        client = Client(cluster, history, topic, partition)
+        client.process = next(processes)
+        client.assign(partition, 0)
+        offset = 0
+        deadline = time.monotonic() + FINAL_READ_S
+        stable: tuple[int, float] = (-1, time.monotonic())  # (high watermark, since)
+        while time.monotonic() < deadline:
+            type_, result = client.read("final-poll", partition, offset, 0)
+            if type_ != "ok":
+                time.sleep(0.2)
+                if type_ == "info":
+                    client.process = next(processes)
+                    client.assign(partition, offset)
+                continue
+            offset, hw = result["next_offset"], result["high_watermark"]
+            if hw != stable[0]:
+                stable = (hw, time.monotonic())
+            if offset >= hw and (
+                offset >= ends[partition] or time.monotonic() - stable[1] > HW_STABLE_S
+            ):
+                break
+            if not result["records"]:
+                time.sleep(0.2)  # the acknowledged end is not readable (yet)
+
+
+def wait_caught_up(cluster: Cluster, timeout_s: float = CATCH_UP_WAIT_S) -> bool:
+    """True once every group's replicas report lag 0 (else go on: divergence is checked
+    on the common prefix)."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        status = cluster.status()
+        groups: list[dict[str, Any]] = (status or {}).get("groups", [])
+        if groups and all(r.get("lag") == 0 for g in groups for r in g.get("replicas", [])):
+            return True
+        time.sleep(0.5)
+    return False
+
+
+def _replica_bytes(url: str, topic: str, partition: int, end_offset: int) -> tuple[bytes, int]:
+    """This node's own committed batches of a partition from offset 0, none starting at or
+    past end_offset (the internal catch-up read: never relayed); (bytes, next offset)."""
+    data = bytearray()
+    offset = 0
+    for _ in range(REPLICA_PAGES_MAX):
+        path = (
+            f"/v1/internal/partitions/{topic}/{partition}/batches"
+            f"?start_offset={offset}&end_offset={end_offset}"
+        )
+        answer = http(url + path, timeout_s=10.0)
+        if answer.status != 200:
+            raise HarnessError(f"{path}: {answer.status} {answer.body[:200]!r}")
+        if not answer.body:
+            break
+        data += answer.body
+        offset = int(answer.headers.get("X-Dmq-Next-Offset", offset))
+    return bytes(data), offset
+
+
+def replica_reads(
+    cluster: Cluster, history: History, topic: str, partitions: int, processes: itertools.count[int]
+) -> None:
+    """Each node's own replica of each partition, compared on the bytes they all hold:
+    first each replica's end, then a SHA-256 of [0, the smallest end) on each."""
+    for partition in range(partitions):
+        ends: dict[str, int] = {}
+        for broker in cluster.live():
+            try:
+                ends[broker.node_id] = _replica_bytes(broker.url, topic, partition, 2**62)[1]
+            except (OSError, HarnessError):
+                continue  # no replica here (replication factor < nodes), or it is down
+        if not ends:
+            continue
+        common = min(ends.values())
+        for node_id in ends:
+            process = next(processes)
+            value = {"partition": partition, "end_offset": common}
+            history.add(process, "invoke", "replica-read", node_id, value)
+            try:
+                data, _ = _replica_bytes(cluster.brokers[node_id].url, topic, partition, common)
+            except (OSError, HarnessError) as error:
+                history.add(
+                    process, "fail", "replica-read", node_id, {**value, "error": repr(error)}
+                )
+                continue
+            done = {
+                **value,
+                "log_end": ends[node_id],
+                "bytes": len(data),
+                "sha256": hashlib.sha256(data).hexdigest(),
+            }
+            history.add(process, "ok", "replica-read", node_id, done)

@@ -1,0 +1,317 @@
+"""Faults: partitions (iptables), kill -9 and restart, SIGSTOP/SIGCONT, power loss.
+
+Partitions are DROP rules in an iptables chain of this run's own (`DMQJ-<pid>-<n>`),
+jumped to from INPUT (loopback packets pass OUTPUT then INPUT, so one hook sees both
+directions). Every rule matches the two hosts *and* this cluster's ports (source or
+destination: the Raft and HTTP listeners), so other clusters on the same loopback
+addresses, and the clients on 127.0.0.1, keep their traffic. The chain is removed by
+`close()` (the runner calls it in `finally`, also on Ctrl-C), and chains left by a
+harness process that no longer exists are removed at start.
+
+A power loss kills every broker (-9) and cuts each Raft journal and segment file back to
+the last length the broker recorded as flushed (DMQ_DURABLE_TRACE=1, see
+tests/cluster/test_cluster_power_loss.py): exactly what a power cut may drop.
+
+Leader transfers are not offered: dmq has no HTTP request that moves a leadership (the
+brokers only balance leaders among themselves, raft/README.md).
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+import random
+import re
+import subprocess
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from jepsen.cluster import Broker, Cluster, HarnessError
+from jepsen.history import NEMESIS, History
+
+FAULTS = ("partition", "kill", "pause", "power")
+CHAIN_PREFIX = "DMQJ-"
+# The brokers' file names and trace format (raft/journal.py, log/segment.py); jepsen/ may
+# not import those layers, tests/jepsen checks the copies.
+JOURNAL_FILE = "journal"
+JOURNAL_TRACE_FILE = "journal.durable"
+JOURNAL_HEADER_BYTES = 16
+SEGMENT_TRACE_SUFFIX = ".durable"
+
+_chains = itertools.count()
+
+
+def _iptables(*args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+    try:
+        done = subprocess.run(["iptables", "-w", *args], capture_output=True, text=True)
+    except FileNotFoundError as error:
+        raise HarnessError("iptables is not installed (make system-deps)") from error
+    if check and done.returncode != 0:
+        raise HarnessError(f"iptables {' '.join(args)}: {done.stderr.strip()}")
+    return done
+
+
+def _remove_chain(chain: str) -> None:
+    while _iptables("-D", "INPUT", "-j", chain, check=False).returncode == 0:
+        pass
+    _iptables("-F", chain, check=False)
+    _iptables("-X", chain, check=False)
+
+
+def remove_stale_chains() -> list[str]:
+    """Remove chains whose harness process is gone (a run killed hard); return them."""
+    listing = _iptables("-S").stdout
+    stale = []
+    for match in re.finditer(rf"^-N ({CHAIN_PREFIX}(\d+)-\d+)$", listing, re.M):
+        chain, pid = match.group(1), int(match.group(2))
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            _remove_chain(chain)
+            stale.append(chain)
+        except PermissionError:
+            pass  # someone else's live process
+    return stale
+
+
+class Net:
+    """This run's iptables chain: cut and heal links between brokers' hosts."""
+
+    def __init__(self, ports: tuple[int, ...]) -> None:
+        self.ports = ",".join(str(p) for p in ports)
+        self.chain = f"{CHAIN_PREFIX}{os.getpid()}-{next(_chains)}"
+        self.created = False
+
+    def setup(self) -> None:
+        remove_stale_chains()
+        _iptables("-N", self.chain)
+        self.created = True
+        _iptables("-I", "INPUT", "-j", self.chain)
+
+    def cut(self, a: str, b: str) -> None:
+        for src, dst in ((a, b), (b, a)):
+            _iptables(
+                "-A", self.chain, "-s", src, "-d", dst, "-p", "tcp",
+                "-m", "multiport", "--ports", self.ports, "-j", "DROP",
+            )  # fmt: skip
+
+    def heal(self) -> None:
+        if self.created:
+            _iptables("-F", self.chain)
+
+    def close(self) -> None:
+        if self.created:
+            _remove_chain(self.chain)
+            self.created = False
+
+
+def _last_traced(trace: Path, default: int, size: int) -> int:
+    """The last durable length a trace records; after a journal rewrite only later lines
+    describe the file (a rewritten journal was synced whole)."""
+    lines = trace.read_text().split() if trace.exists() else []
+    if "rewrite" in lines:
+        lines = lines[len(lines) - lines[::-1].index("rewrite") :]
+        default = size
+    return min(int(lines[-1]) if lines else default, size)
+
+
+def cut_to_durable(data_dir: Path) -> int:
+    """Truncate every journal and segment to its last traced durable length; bytes cut."""
+    cut = 0
+    files = [
+        (j, j.with_name(JOURNAL_TRACE_FILE), JOURNAL_HEADER_BYTES)
+        for j in data_dir.glob(f"raft/groups/*/{JOURNAL_FILE}")
+    ] + [
+        (s, s.with_name(s.name + SEGMENT_TRACE_SUFFIX), 0)
+        for s in data_dir.glob("partitions/*/*.log")
+    ]
+    for path, trace, default in files:
+        size = path.stat().st_size
+        durable = _last_traced(trace, default, size)
+        os.truncate(path, durable)
+        cut += size - durable
+    return cut
+
+
+@dataclass
+class Fault:
+    kind: str
+    variant: str
+    targets: list[str]
+    start: float
+    stop: float | None = None
+    detail: dict[str, Any] = field(default_factory=dict)
+
+
+class Nemesis:
+    """Starts and stops faults on a cluster, logging each in the history."""
+
+    def __init__(
+        self,
+        cluster: Cluster,
+        history: History,
+        kinds: list[str],
+        seed: int,
+        topic: str,
+        partitions: int,
+    ) -> None:
+        unknown = set(kinds) - set(FAULTS)
+        if unknown:
+            raise HarnessError(f"unknown nemesis {sorted(unknown)}; known: {', '.join(FAULTS)}")
+        self.cluster = cluster
+        self.history = history
+        self.kinds = kinds
+        self.rng = random.Random(seed * 7919 + 1)
+        self.topic = topic
+        self.partitions = partitions
+        self.net = Net(cluster.ports) if "partition" in kinds else None
+        self.active: list[Fault] = []
+        self.windows: list[Fault] = []
+
+    @property
+    def ids(self) -> list[str]:
+        return list(self.cluster.brokers)
+
+    def setup(self) -> None:
+        if self.net is not None:
+            self.net.setup()
+
+    def close(self) -> None:
+        try:
+            self.heal_all()
+        finally:
+            if self.net is not None:
+                self.net.close()
+
+    def _leader(self) -> str | None:
+        part = self.rng.randrange(self.partitions)
+        leader = self.cluster.leader_of(self.topic, part)
+        return leader if leader in self.cluster.brokers else None
+
+    def _some(self, k: int) -> list[str]:
+        return self.rng.sample(self.ids, k)
+
+    def start_random(self) -> None:
+        """Start one fault, or two of different kinds (power loss alone)."""
+        kinds = [self.rng.choice(self.kinds)]
+        if len(self.kinds) > 1 and kinds[0] != "power" and self.rng.random() < 0.3:
+            other = [k for k in self.kinds if k not in (kinds[0], "power")]
+            if other:
+                kinds.append(self.rng.choice(other))
+        for kind in kinds:
+            getattr(self, f"_start_{kind}")()
+
+    def _record(self, fault: Fault, f: str) -> None:
+        value = {
+            "kind": fault.kind,
+            "variant": fault.variant,
+            "targets": fault.targets,
+            **fault.detail,
+        }
+        self.history.add(NEMESIS, "info", f, None, value)
+
+    def _begin(self, kind: str, variant: str, targets: list[str], **detail: Any) -> Fault:
+        fault = Fault(kind, variant, targets, self.history.now(), detail=detail)
+        self.active.append(fault)
+        self.windows.append(fault)
+        self._record(fault, f"start-{kind}")
+        return fault
+
+    # --- partitions -----------------------------------------------------------------
+
+    def _grudge(self, variant: str) -> tuple[list[list[str]], list[str]]:
+        """Links to cut, and the nodes the variant is about."""
+        ids = self.ids
+        n = len(ids)
+        shuffled = self.rng.sample(ids, n)
+        if variant in ("one", "leader", "metadata-leader"):
+            if variant == "one":
+                alone = shuffled[0]
+            else:
+                found = (
+                    self._leader() if variant == "leader" else self.cluster.leader_of(None, None)
+                )
+                alone = found if found in ids else shuffled[0]
+            return [[alone, other] for other in ids if other != alone], [alone]
+        if variant == "majority-minority":
+            minority = shuffled[: (n - 1) // 2]
+            return [[a, b] for a in minority for b in ids if b not in minority], minority
+        if variant == "ring":  # each node sees its two ring neighbours: a majority of 5
+            return [
+                [shuffled[i], shuffled[j]]
+                for i in range(n)
+                for j in range(i + 1, n)
+                if (j - i) % n not in (1, n - 1)
+            ], shuffled
+        # bridge: two halves that only the middle node links
+        half = (n - 1) // 2
+        left, bridge, right = shuffled[:half], shuffled[half], shuffled[half + 1 :]
+        return [[a, b] for a in left for b in right], [bridge]
+
+    def _start_partition(self) -> None:
+        assert self.net is not None
+        variants = ["one", "majority-minority", "bridge", "leader", "metadata-leader"]
+        if len(self.ids) >= 5:
+            variants.append("ring")
+        variant = self.rng.choice(variants)
+        cuts, about = self._grudge(variant)
+        for a, b in cuts:
+            self.net.cut(self.cluster.hosts[a], self.cluster.hosts[b])
+        self._begin("partition", variant, about, cuts=cuts)
+
+    # --- processes ------------------------------------------------------------------
+
+    def _pick(self, variant: str, candidates: list[str]) -> list[str]:
+        if variant == "all":
+            return candidates
+        if variant == "leader":
+            leader = self._leader()
+            return [leader] if leader in candidates else candidates[:1]
+        k = 1 if variant == "one" else (len(self.ids) - 1) // 2
+        return self.rng.sample(candidates, min(k, len(candidates)))
+
+    def _free(self) -> list[str]:
+        """Nodes no other active process fault holds."""
+        held = {t for f in self.active if f.kind != "partition" for t in f.targets}
+        return [i for i in self.ids if i not in held and self.cluster.brokers[i].alive]
+
+    def _start_kill(self) -> None:
+        variant = self.rng.choice(["one", "minority", "leader", "all"])
+        targets = self._pick(variant, self._free())
+        for node_id in targets:
+            self.cluster.brokers[node_id].kill9()
+        self._begin("kill", variant, targets)
+
+    def _start_pause(self) -> None:
+        variant = self.rng.choice(["one", "minority", "leader"])
+        targets = self._pick(variant, self._free())
+        for node_id in targets:
+            self.cluster.brokers[node_id].pause()
+        self._begin("pause", variant, targets)
+
+    def _start_power(self) -> None:
+        targets = self._free()
+        for node_id in targets:
+            self.cluster.brokers[node_id].kill9()
+        cut = sum(cut_to_durable(self.cluster.brokers[i].data_dir) for i in targets)
+        self._begin(
+            "power", "all" if len(targets) == len(self.ids) else "some", targets, bytes_cut=cut
+        )
+
+    # --- healing --------------------------------------------------------------------
+
+    def heal_all(self) -> None:
+        """Stop every active fault: heal the network, resume, restart."""
+        for fault in self.active:
+            if fault.kind == "partition" and self.net is not None:
+                self.net.heal()
+            for node_id in fault.targets:
+                broker: Broker = self.cluster.brokers[node_id]
+                if fault.kind == "pause":
+                    broker.resume()
+                elif fault.kind in ("kill", "power"):
+                    broker.start()
+            fault.stop = self.history.now()
+            self._record(fault, f"stop-{fault.kind}")
+        self.active = []

@@ -1,0 +1,199 @@
+"""`python -m jepsen.run`: start a cluster, run the log workload under faults, heal, read
+everything back, check the history, write results.
+
+    python -m jepsen.run --nodes 5 --nemesis partition,kill,pause --time-limit-s 120 --seed 7
+
+Exit status: 0 valid, 1 invalid, 2 unknown or a harness error. The run's directory holds
+history.jsonl, results.json, latency.png and each broker's log and data; the last line
+printed is the summary, with the seed that reproduces the run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+import random
+import signal
+import sys
+import threading
+import time
+import traceback
+from pathlib import Path
+from typing import Any
+
+from dmq.planted import PLANTED_BUGS
+from jepsen import final
+from jepsen.checker import UNKNOWN, Verdict, merge
+from jepsen.checker.log import check_log
+from jepsen.cluster import RETRIABLE, Cluster, HarnessError, http
+from jepsen.history import History
+from jepsen.nemesis import FAULTS, Nemesis
+from jepsen.report import plot, results, summary_line
+from jepsen.workload import Client, Worker
+
+TOPIC = "jepsen"
+EXIT = {"valid": 0, "invalid": 1, "unknown": 2}
+STORE = Path("jepsen") / "store"
+
+
+def parse(argv: list[str] | None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="python -m jepsen.run", description=__doc__.split("\n")[0])
+    p.add_argument("--nodes", type=int, default=3, choices=(3, 5))
+    p.add_argument(
+        "--nemesis", default="partition,kill", help=f"comma list of {', '.join(FAULTS)}, or none"
+    )
+    p.add_argument("--time-limit-s", type=float, default=60.0)
+    p.add_argument("--seed", type=int, default=None, help="default: a random one, printed")
+    p.add_argument("--planted-bug", choices=PLANTED_BUGS, default=None)
+    p.add_argument(
+        "--fault-interval-s", type=float, nargs=2, default=(10.0, 15.0), metavar=("MIN", "MAX")
+    )
+    p.add_argument("--partitions", type=int, default=2)
+    p.add_argument("--replication-factor", type=int, default=3)
+    p.add_argument("--workers-per-node", type=int, default=2)
+    p.add_argument("--dir", type=Path, default=None, help="default: jepsen/store/<time>-seed<seed>")
+    args = p.parse_args(argv)
+    args.nemesis = [] if args.nemesis in ("", "none") else args.nemesis.split(",")
+    if args.seed is None:
+        args.seed = random.randrange(1 << 31)
+    if args.dir is None:
+        args.dir = STORE / f"{time.strftime('%Y%m%dT%H%M%S')}-seed{args.seed}"
+    return args
+
+
+def create_topic(cluster: Cluster, partitions: int, rf: int, timeout_s: float = 60.0) -> None:
+    body = {"name": TOPIC, "partitions": partitions, "replication_factor": rf}
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        try:
+            answer = http(cluster.brokers["n1"].url + "/v1/topics", "POST", body, timeout_s=10.0)
+            if answer.status in (201, 409):
+                return
+            if answer.status not in RETRIABLE:
+                raise HarnessError(f"create topic: {answer.status} {answer.body[:200]!r}")
+        except OSError:
+            pass
+        time.sleep(0.5)
+    raise HarnessError(f"create topic: not within {timeout_s} s")
+
+
+def run_phases(
+    args: argparse.Namespace, cluster: Cluster, history: History, nemesis: Nemesis
+) -> None:
+    """Start, workload under faults, heal, wait for leaders, final reads."""
+    nemesis.setup()
+    cluster.start_all()
+    create_topic(cluster, args.partitions, min(args.replication_factor, args.nodes))
+    final.wait_for_leaders(cluster)
+    processes = itertools.count()
+    stop = threading.Event()
+    workers = [
+        Worker(
+            Client(cluster, history, TOPIC, k),
+            processes,
+            args.partitions,
+            args.seed * 1000 + k,
+            stop,
+        )
+        for k in range(args.nodes * args.workers_per_node)
+    ]
+    for worker in workers:
+        worker.start()
+    rng = random.Random(args.seed)
+    end = time.monotonic() + args.time_limit_s
+    try:
+        faulty = False
+        while time.monotonic() < end:
+            pause_s = rng.uniform(*args.fault_interval_s)
+            time.sleep(max(0.0, min(pause_s, end - time.monotonic())))
+            if faulty or not nemesis.kinds:
+                nemesis.heal_all()
+                faulty = False
+            elif end - time.monotonic() > args.fault_interval_s[0] / 2:
+                nemesis.start_random()
+                faulty = True
+    finally:
+        stop.set()
+        for worker in workers:
+            worker.join(60)
+    nemesis.heal_all()
+    errors = [w.error for w in workers if w.error is not None]
+    if errors:
+        raise HarnessError(f"a worker failed: {errors[0]!r}")
+    final.wait_for_leaders(cluster)
+    final.final_reads(cluster, history, TOPIC, args.partitions, processes)
+    final.wait_caught_up(cluster)
+    final.replica_reads(cluster, history, TOPIC, args.partitions, processes)
+
+
+def run(args: argparse.Namespace) -> int:
+    args.dir.mkdir(parents=True, exist_ok=True)
+    history = History(args.dir / "history.jsonl")
+    cluster = Cluster(
+        args.dir,
+        args.nodes,
+        planted_bug=args.planted_bug,
+        durable_trace="power" in args.nemesis,
+        seed=args.seed,
+    )
+    nemesis = Nemesis(cluster, history, args.nemesis, args.seed, TOPIC, args.partitions)
+    harness_error: str | None = None
+    previous = signal.signal(signal.SIGTERM, _interrupt)
+    try:
+        run_phases(args, cluster, history, nemesis)
+    except (Exception, KeyboardInterrupt) as error:
+        harness_error = f"{type(error).__name__}: {error}"
+        traceback.print_exc()
+    finally:
+        try:
+            nemesis.close()
+        finally:
+            cluster.close()
+            history.close()
+            signal.signal(signal.SIGTERM, previous)
+    return report(args, history, nemesis, harness_error)
+
+
+def _interrupt(*_: Any) -> None:
+    raise KeyboardInterrupt("SIGTERM")
+
+
+def report(
+    args: argparse.Namespace, history: History, nemesis: Nemesis, harness_error: str | None
+) -> int:
+    ops = history.ops()
+    verdicts: dict[str, Verdict] = {"log": check_log(ops)}
+    valid = merge(verdicts)
+    if harness_error is not None:
+        # An interrupted run proves nothing valid, and without its final reads an unread
+        # ack proves nothing lost: only the other anomalies make it invalid.
+        proven = [k for v in verdicts.values() for k in v.anomalies if k != "unseen"]
+        valid = "invalid" if proven else UNKNOWN
+    setup = {
+        "seed": args.seed,
+        "nodes": args.nodes,
+        "nemesis": args.nemesis,
+        "time_limit_s": args.time_limit_s,
+        "planted_bug": args.planted_bug,
+        "partitions": args.partitions,
+        "harness_error": harness_error,
+    }
+    doc = results(verdicts, valid, ops, nemesis.windows, setup)
+    (args.dir / "results.json").write_text(json.dumps(doc, indent=2) + "\n")
+    try:
+        plot(ops, nemesis.windows, args.dir / "latency.png")
+    except Exception as error:  # a plot is a help, never the verdict
+        print(f"jepsen: no plot: {error!r}", file=sys.stderr)
+    print(summary_line(doc, args.dir), flush=True)
+    if valid != "valid":
+        print(f"jepsen: reproduce with --seed {args.seed}", flush=True)
+    return EXIT[valid]
+
+
+def main(argv: list[str] | None = None) -> int:
+    return run(parse(argv))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,176 @@
+"""The log workload: client processes sending unique values and polling partitions, then
+the final phase (heal, wait for leaders, read everything, read each replica).
+
+Operations and their outcomes (jepsen/history.py has the value shapes):
+- send: one record, acks=all, to a chosen partition. ok on 200 (with its offset); fail only
+  when it certainly had no effect (connection refused, a 4xx, 429 backpressure); else info
+  (timeout, reset, 5xx: the proposal may still commit).
+- poll: a long-poll (wait_ms) from the process's position; the position moves to the
+  answer's next_offset. assign: the process seeks a partition (back to 0, or anywhere it
+  has been). Reads have no effect, so an error is fail, a timeout info.
+
+Group operations (subscribe, group-poll, commit, read-committed) will be further
+`Client` methods and `OPS` entries; their checkers exist (checker/wgl.py, checker/queue.py).
+
+A worker is bound to a node and moves to the next one after a fail or info, so a dead
+node does not starve it; after an info it continues as a new process.
+"""
+
+from __future__ import annotations
+
+import itertools
+import random
+import threading
+import time
+import traceback
+from typing import Any
+
+from jepsen.cluster import Answer, Cluster, HarnessError, http
+from jepsen.history import History
+
+SEND_TIMEOUT_S = 10.0  # above the broker's request_timeout: most outcomes are known
+POLL_WAIT_MS = 500
+POLL_RECORDS_MAX = 100
+THINK_S = 0.01  # between a worker's operations: keeps a shared 2-core machine usable
+DEFINITE_FAILURES = frozenset({400, 404, 409, 413, 415, 416, 422, 429})
+
+
+class Client:
+    """One worker's operations against the brokers, each logged as invoke + completion."""
+
+    def __init__(self, cluster: Cluster, history: History, topic: str, node_ix: int) -> None:
+        self.cluster = cluster
+        self.history = history
+        self.topic = topic
+        self.node_ix = node_ix
+        self.process = -1
+
+    @property
+    def node(self) -> str:
+        ids = list(self.cluster.brokers)
+        return ids[self.node_ix % len(ids)]
+
+    def _call(self, f: str, value: dict[str, Any], request: Any) -> tuple[str, Any]:
+        """Invoke, run request() -> (type, result), complete; move on after fail/info."""
+        node = self.node
+        self.history.add(self.process, "invoke", f, node, value)
+        try:
+            type_, result = request(self.cluster.brokers[node].url)
+        except ConnectionRefusedError as error:
+            type_, result = "fail", {**value, "error": repr(error)}
+        except OSError as error:
+            type_, result = "info", {**value, "error": repr(error)}
+        self.history.add(self.process, type_, f, node, result)
+        if type_ != "ok":
+            self.node_ix += 1
+        return type_, result
+
+    @staticmethod
+    def _outcome(answer: Answer, value: dict[str, Any], definite: bool) -> tuple[str, Any]:
+        error = {**value, "status": answer.status, "error": answer.error_code()}
+        return ("fail" if definite else "info"), error
+
+    def send(self, partition: int, payload: str) -> tuple[str, Any]:
+        value = {"partition": partition, "value": payload}
+
+        def request(url: str) -> tuple[str, Any]:
+            body = {"records": [{"value": payload, "partition": partition}]}
+            path = f"/v1/topics/{self.topic}/records?acks=all"
+            answer = http(url + path, "POST", body, timeout_s=SEND_TIMEOUT_S)
+            if answer.status == 200:
+                [placed] = answer.json()["offsets"]
+                if placed["partition"] != partition:
+                    raise HarnessError(f"sent to {partition}, placed in {placed}")
+                return "ok", {**value, "offset": placed["offset"]}
+            return self._outcome(answer, value, answer.status in DEFINITE_FAILURES)
+
+        return self._call("send", value, request)
+
+    def read(
+        self,
+        f: str,
+        partition: int,
+        offset: int,
+        wait_ms: int,
+        headers: dict[str, str] | None = None,
+    ) -> tuple[str, Any]:
+        value = {"partition": partition, "offset": offset}
+
+        def request(url: str) -> tuple[str, Any]:
+            path = (
+                f"/v1/topics/{self.topic}/partitions/{partition}/records"
+                f"?offset={offset}&max_records={POLL_RECORDS_MAX}&wait_ms={wait_ms}"
+            )
+            answer = http(url + path, timeout_s=wait_ms / 1000 + 5.0)
+            if answer.status != 200:
+                return self._outcome(answer, value, True)
+            doc = answer.json()
+            return "ok", {
+                **value,
+                "records": [[r["offset"], r["value"]] for r in doc["records"]],
+                "next_offset": doc["next_offset"],
+                "high_watermark": doc["high_watermark"],
+            }
+
+        return self._call(f, value, request)
+
+    def assign(self, partition: int, offset: int) -> None:
+        """Seek: local to the client, logged so the checker knows where polls resume."""
+        value = {"partition": partition, "offset": offset}
+        self.history.add(self.process, "invoke", "assign", None, value)
+        self.history.add(self.process, "ok", "assign", None, value)
+
+
+class Worker(threading.Thread):
+    """Random sends, polls and seeks until stopped."""
+
+    def __init__(
+        self,
+        client: Client,
+        processes: itertools.count[int],
+        partitions: int,
+        seed: int,
+        stop: threading.Event,
+    ) -> None:
+        super().__init__(name=f"worker-{client.node_ix}", daemon=True)
+        self.client = client
+        self.processes = processes
+        self.partitions = partitions
+        self.rng = random.Random(seed)
+        self.stop = stop
+        self.positions = dict.fromkeys(range(partitions), 0)
+        self.seen: dict[int, int] = dict.fromkeys(range(partitions), 0)  # furthest position
+        self.error: BaseException | None = None
+
+    def _new_process(self) -> None:
+        self.client.process = next(self.processes)
+        for partition, offset in self.positions.items():
+            self.client.assign(partition, offset)
+
+    def run(self) -> None:
+        try:
+            self._new_process()
+            sent = 0
+            while not self.stop.is_set():
+                partition = self.rng.randrange(self.partitions)
+                roll = self.rng.random()
+                if roll < 0.55:
+                    type_, _ = self.client.send(partition, f"{self.client.process}-{sent}")
+                    sent += 1
+                elif roll < 0.97:
+                    at = self.positions[partition]
+                    type_, result = self.client.read("poll", partition, at, POLL_WAIT_MS)
+                    if type_ == "ok":
+                        self.positions[partition] = result["next_offset"]
+                        self.seen[partition] = max(self.seen[partition], result["next_offset"])
+                else:
+                    type_ = "ok"
+                    target = self.rng.choice([0, self.rng.randrange(self.seen[partition] + 1)])
+                    self.positions[partition] = target
+                    self.client.assign(partition, target)
+                if type_ == "info":
+                    self._new_process()
+                time.sleep(THINK_S if type_ == "ok" else 0.1)
+        except BaseException as error:  # reported by the runner: a harness error
+            traceback.print_exc()
+            self.error = error
