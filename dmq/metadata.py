@@ -100,6 +100,12 @@ def translate_raft_error(exc: raft_errors.RaftError, what: str) -> errors.DmqErr
         return errors.Backpressure(f"{what}: too many proposals in flight", retry_after_ms=100)
     if isinstance(exc, raft_errors.CommandTooLarge):
         return errors.RecordTooLarge(f"{what}: {exc}", field="records")
+    if isinstance(exc, raft_errors.StoppedInFlight):
+        return errors.RequestTimeout(
+            f"{what}: this broker stopped while the request was in flight; the outcome is "
+            "unknown",
+            retry_after_ms=1000,
+        )
     if isinstance(exc, raft_errors.ReplicaStopped):
         return errors.BrokerUnavailable(f"{what}: this broker is stopping", retry_after_ms=1000)
     if isinstance(exc, raft_errors.NotApplied):  # NotLeader, Discarded, RequestDenied

@@ -76,8 +76,14 @@ class PeerClient:
         params: dict[str, str] | None = None,
         body: bytes | None = None,
         content_type: str = "application/octet-stream",
+        retry_safe: bool = True,
     ) -> Any:
-        """One request; the decoded JSON answer, or the broker's error raised."""
+        """One request; the decoded JSON answer, or the broker's error raised.
+
+        A failure before the request left (no connection) is BrokerUnavailable: another
+        broker may be asked. A failure after it may have arrived (reset, timeout) is too
+        when `retry_safe`; otherwise RequestTimeout, because the peer may have acted on it
+        and asking again could do it twice (an append would store the batch twice)."""
         headers = {"Content-Type": content_type} if body is not None else None
         try:
             async with self.session.request(
@@ -92,7 +98,16 @@ class PeerClient:
                 if resp.status >= 400:
                     raise _error_from(resp.status, raw)
                 return json.loads(raw) if raw else None
+        except aiohttp.ClientConnectorError as exc:
+            raise errors.BrokerUnavailable(
+                f"broker at {http_addr} could not be reached: {exc!r}", retry_after_ms=200
+            ) from exc
         except (aiohttp.ClientError, TimeoutError, ConnectionError) as exc:
+            if not retry_safe:
+                raise errors.RequestTimeout(
+                    f"broker at {http_addr} did not answer: {exc!r}; the outcome is unknown",
+                    retry_after_ms=200,
+                ) from exc
             raise errors.BrokerUnavailable(
                 f"broker at {http_addr} did not answer: {exc!r}", retry_after_ms=200
             ) from exc
@@ -120,6 +135,7 @@ class PeerClient:
             params=params,
             body=batch,
             timeout_s=timeout_s,
+            retry_safe=False,
         )
         base = answer.get("base_offset")
         return None if base is None else int(base)

@@ -14,6 +14,8 @@ log/errors.py) and the Broker translates it into dmq/errors.py at its own border
     │   └── Timeout                 no answer within the deadline
     ├── CommandTooLarge             the command is over batch_bytes_max (the caller's fault)
     └── ReplicaStopped              the node or group is shutting down (or crashed)
+        └── StoppedInFlight         ... after the command reached pysyncobj: it may still
+                                    commit on the others (also an OutcomeUnknown)
 
 `retriable` is True for the whole NotApplied branch: the same command may be proposed again
 without risk of applying it twice. OutcomeUnknown errors need an idempotent command (for
@@ -93,3 +95,8 @@ class CommandTooLarge(RaftError):
 
 class ReplicaStopped(RaftError):
     """The node or the group was stopped (or its tick thread died) before the command applied."""
+
+
+class StoppedInFlight(ReplicaStopped, OutcomeUnknown):
+    """The group stopped after the command was handed to pysyncobj: it may be in the
+    others' logs and commit there, so a retry could apply it twice."""

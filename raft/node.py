@@ -72,6 +72,7 @@ from raft.errors import (
     QueueFull,
     RaftError,
     ReplicaStopped,
+    StoppedInFlight,
     RequestDenied,
     Timeout,
 )
@@ -582,7 +583,7 @@ class Replica:
             self.stopped = True
             self.syncobj.destroy()  # autoTick=False: destroys transport and journal at once
             _close_pysyncobj_files(self.syncobj)
-        stopped = self._stopped_error()
+        stopped = StoppedInFlight(f"group {self.group_id}: stopped on node {self.node.node_id}")
         for batch in list(self._submitted):
             self.node.settle(batch, None, stopped)
         self._submitted.clear()
