@@ -1,0 +1,275 @@
+"""Binary fetch answers (application/vnd.dmq.batches) straight into Arrow record batches.
+
+The hot path of the Spark source. The client's `Consumer` decodes every record into a
+Python object; here a fetch answer becomes columns without one object per record:
+
+1. walk the stored batches (57-byte big-endian header, log/README.md "RecordBatch format"),
+   check each batch's CRC-32C over everything after the CRC field, skip control batches;
+2. decompress a zstd records section (bounded by UNCOMPRESSED_BYTES_MAX);
+3. walk the records' varints, appending key and value bytes to one data buffer per column,
+   their end positions to an int32 offsets buffer, and offset and timestamp to int64
+   buffers; only the records in [start_offset, end_offset) are kept;
+4. wrap the buffers as Arrow arrays (`pa.Array.from_buffers`, no copy) in the Spark schema.
+
+spark_io/ may not import log/ (tests/test_layering.py: it is a client of the HTTP API),
+so the format is read here a second time; tests/spark_io/test_arrow_decode.py checks it
+against log.records with hypothesis.
+"""
+
+from __future__ import annotations
+
+import struct
+from array import array
+from dataclasses import dataclass, field
+
+import crc32c
+import pyarrow as pa
+import zstandard
+
+from dmq.errors import StorageError
+
+_HEADER = struct.Struct(">qibIhiqqqhii")
+HEADER_BYTES = _HEADER.size  # 57
+LENGTH_PREFIX_BYTES = 12  # base_offset + batch_length, not counted in batch_length
+CRC_START = 17
+MAGIC = 1
+CODEC_MASK = 0x07
+CODEC_NONE, CODEC_ZSTD = 0, 4
+TIMESTAMP_TYPE_BIT = 0x08
+CONTROL_BIT = 0x20
+# The broker refuses batches that decompress to more (log/limits.py
+# BATCH_UNCOMPRESSED_BYTES_MAX); the same bound keeps a corrupt frame from allocating more.
+UNCOMPRESSED_BYTES_MAX = 64 * 1024 * 1024
+US_PER_MS = 1000
+
+
+def _varint(buf: bytes | memoryview, pos: int) -> tuple[int, int]:
+    """A zigzag varint at pos: (value, next position)."""
+    z = 0
+    shift = 0
+    while True:
+        b = buf[pos]
+        pos += 1
+        z |= (b & 0x7F) << shift
+        if b < 0x80:
+            return (z >> 1) ^ -(z & 1), pos
+        shift += 7
+        if shift > 63:
+            raise ValueError("varint longer than 10 bytes")
+
+
+@dataclass(slots=True)
+class _BinaryColumn:
+    """A nullable binary column being built: data, int32 end offsets, validity."""
+
+    data: bytearray = field(default_factory=bytearray)
+    offsets: array[int] = field(default_factory=lambda: array("i", [0]))
+    valid: list[bool] = field(default_factory=list)
+    nulls: int = 0
+
+    def append(self, section: bytes | memoryview, pos: int, length: int) -> int:
+        if length >= 0:
+            self.data += section[pos : pos + length]
+            self.valid.append(True)
+            pos += length
+        elif length == -1:
+            self.valid.append(False)
+            self.nulls += 1
+        else:
+            raise ValueError(f"negative length {length}")
+        self.offsets.append(len(self.data))
+        return pos
+
+    def to_arrow(self) -> pa.Array:
+        n = len(self.valid)
+        validity = None
+        if self.nulls:
+            validity = pa.array(self.valid, pa.bool_()).buffers()[1]
+        return pa.Array.from_buffers(
+            pa.binary(),
+            n,
+            [validity, pa.py_buffer(self.offsets), pa.py_buffer(self.data)],
+            null_count=self.nulls,
+        )
+
+
+@dataclass(slots=True)
+class Columns:
+    """The columns of one Arrow batch in the making, for one topic partition."""
+
+    topic: str
+    partition: int
+    with_headers: bool
+    keys: _BinaryColumn = field(default_factory=_BinaryColumn)
+    values: _BinaryColumn = field(default_factory=_BinaryColumn)
+    offsets: array[int] = field(default_factory=lambda: array("q"))
+    timestamps_us: array[int] = field(default_factory=lambda: array("q"))
+    timestamp_types: array[int] = field(default_factory=lambda: array("i"))
+    headers: list[list[tuple[str, bytes]] | None] = field(default_factory=list)
+
+    def __len__(self) -> int:
+        return len(self.offsets)
+
+    def to_record_batch(self, schema: pa.Schema) -> pa.RecordBatch:
+        """The batch in `schema` (the Spark schema's Arrow form, from `dmq_arrow_schema`)."""
+        n = len(self.offsets)
+        arrays: list[pa.Array] = [
+            self.keys.to_arrow(),
+            self.values.to_arrow(),
+            pa.repeat(pa.scalar(self.topic, pa.string()), n),
+            pa.repeat(pa.scalar(self.partition, pa.int32()), n),
+            pa.Array.from_buffers(pa.int64(), n, [None, pa.py_buffer(self.offsets)]),
+            pa.Array.from_buffers(
+                schema.field("timestamp").type, n, [None, pa.py_buffer(self.timestamps_us)]
+            ),
+            pa.Array.from_buffers(pa.int32(), n, [None, pa.py_buffer(self.timestamp_types)]),
+        ]
+        if self.with_headers:
+            arrays.append(pa.array(self.headers, schema.field("headers").type))
+        return pa.RecordBatch.from_arrays(arrays, schema=schema)
+
+
+def decode_into(
+    columns: Columns, body: bytes | memoryview, start_offset: int, end_offset: int
+) -> int:
+    """Append the records of a binary fetch answer whose offsets are in
+    [start_offset, end_offset) to `columns`; return the offset after the last batch seen
+    (start_offset if the answer holds none).
+
+    Raises StorageError naming the partition when a batch fails its framing or CRC check:
+    such data is never handed to Spark.
+    """
+    view = memoryview(body)
+    pos = 0
+    next_offset = start_offset
+    walked_to = 0  # the offset after the previous batch
+    try:
+        while pos < len(view):
+            header = _HEADER.unpack_from(view, pos)
+            base_offset, batch_length, magic, crc, attributes, last_delta = header[:6]
+            size = batch_length + LENGTH_PREFIX_BYTES
+            if magic != MAGIC or batch_length < HEADER_BYTES - LENGTH_PREFIX_BYTES:
+                raise ValueError(f"bad batch framing at byte {pos} (magic {magic})")
+            if pos + size > len(view):
+                raise ValueError(f"batch at byte {pos} is cut by the end of the answer")
+            if base_offset < walked_to:  # the base offset is not under the CRC
+                raise ValueError(f"batch offsets go back from {walked_to} to {base_offset}")
+            batch = view[pos : pos + size]
+            pos += size
+            walked_to = base_offset + last_delta + 1
+            next_offset = max(next_offset, walked_to)
+            if base_offset + last_delta < start_offset:
+                continue
+            if base_offset >= end_offset:
+                break
+            # Checked before the control bit is trusted: a flipped bit there would
+            # otherwise hide a data batch.
+            if crc32c.crc32c(batch[CRC_START:]) != crc:
+                raise ValueError(f"CRC-32C mismatch in the batch at offset {base_offset}")
+            if attributes & CONTROL_BIT:
+                continue
+            _decode_records(columns, batch, header, start_offset, end_offset)
+    except (ValueError, IndexError, struct.error, UnicodeDecodeError, zstandard.ZstdError) as exc:
+        raise StorageError(
+            f"a batch fetched from {columns.topic}-{columns.partition} at offset "
+            f"{start_offset} fails its checks: {exc}"
+        ) from exc
+    return next_offset
+
+
+def _section(batch: memoryview, attributes: int) -> bytes | memoryview:
+    section = batch[HEADER_BYTES:]
+    codec = attributes & CODEC_MASK
+    if codec == CODEC_NONE:
+        return section
+    if codec != CODEC_ZSTD:
+        raise ValueError(f"unknown codec {codec}")
+    declared = zstandard.frame_content_size(section)
+    if declared > UNCOMPRESSED_BYTES_MAX:
+        raise ValueError(f"zstd frame declares {declared} bytes")
+    return zstandard.ZstdDecompressor().decompress(
+        section, max_output_size=UNCOMPRESSED_BYTES_MAX
+    )
+
+
+def _decode_records(
+    columns: Columns,
+    batch: memoryview,
+    header: tuple[int, ...],
+    start_offset: int,
+    end_offset: int,
+) -> None:
+    """Step 3 of the module docstring for one batch. One- and two-byte varints (nearly
+    all of them) are decoded inline: this loop is the per-record cost of the source."""
+    base_offset, attributes = header[0], header[4]
+    first_ts, max_ts, record_count = header[6], header[7], header[11]
+    section = _section(batch, attributes)
+    log_append = 1 if attributes & TIMESTAMP_TYPE_BIT else 0
+    keys, values, offsets = columns.keys, columns.values, columns.offsets
+    timestamps, types, headers = columns.timestamps_us, columns.timestamp_types, columns.headers
+    with_headers = columns.with_headers
+    end = len(section)
+    pos = 0
+    for _ in range(record_count):
+        b = section[pos]
+        if b < 0x80:
+            length = (b >> 1) ^ -(b & 1)
+            pos += 1
+        else:
+            length, pos = _varint(section, pos)
+        record_end = pos + length
+        if length < 0 or record_end > end:
+            raise ValueError("record length runs past the records section")
+        ts_delta, pos = _varint(section, pos + 1)  # + 1: record attributes
+        b = section[pos]
+        if b < 0x80:
+            offset = base_offset + ((b >> 1) ^ -(b & 1))
+            pos += 1
+        else:
+            delta, pos = _varint(section, pos)
+            offset = base_offset + delta
+        if offset < start_offset or offset >= end_offset:
+            pos = record_end
+            continue
+        b = section[pos]
+        if b < 0x80:
+            key_len = (b >> 1) ^ -(b & 1)
+            pos += 1
+        else:
+            key_len, pos = _varint(section, pos)
+        pos = keys.append(section, pos, key_len)
+        b = section[pos]
+        if b < 0x80:
+            value_len = (b >> 1) ^ -(b & 1)
+            pos += 1
+        elif section[pos + 1] < 0x80:
+            z = (b & 0x7F) | (section[pos + 1] << 7)
+            value_len = (z >> 1) ^ -(z & 1)
+            pos += 2
+        else:
+            value_len, pos = _varint(section, pos)
+        pos = values.append(section, pos, value_len)
+        if with_headers:
+            headers.append(_headers(section, pos))
+        pos = record_end
+        offsets.append(offset)
+        timestamps.append((max_ts if log_append else first_ts + ts_delta) * US_PER_MS)
+        types.append(log_append)
+    if pos != end:
+        raise ValueError("bytes left after the last record")
+
+
+def _headers(section: bytes | memoryview, pos: int) -> list[tuple[str, bytes]] | None:
+    """A record's headers; None when it has none (as Spark's Kafka source)."""
+    count, pos = _varint(section, pos)
+    if count == 0:
+        return None
+    headers: list[tuple[str, bytes]] = []
+    for _ in range(count):
+        key_len, pos = _varint(section, pos)
+        key = bytes(section[pos : pos + key_len]).decode("utf-8")
+        pos += key_len
+        value_len, pos = _varint(section, pos)
+        headers.append((key, bytes(section[pos : pos + value_len])))
+        pos += value_len
+    return headers
