@@ -22,10 +22,12 @@ def produce(
     first: int = 0,
     timestamp_ms: int | None = None,
     value_bytes: int = 0,
+    one_batch_each: bool = False,
 ) -> Produced:
     """`count` records spread round the partitions: varied keys (some null), values (some
     empty, some tombstones), headers (some none) and increasing timestamps, 10 ms apart,
-    from an hour ago by default (older ones would fall to the broker's 7-day retention)."""
+    from an hour ago by default (older ones would fall to the broker's 7-day retention).
+    `one_batch_each` waits for each record before sending the next (one stored batch each)."""
     if timestamp_ms is None:
         timestamp_ms = int(time.time() * 1000) - 3_600_000
     sent = []
@@ -42,6 +44,8 @@ def produce(
                 timestamp_ms=ts,
             )  # fmt: skip
             sent.append((future, key, value, headers, ts))
+            if one_batch_each:
+                future.result()
         producer.flush()
     produced: Produced = {}
     for future, key, value, headers, ts in sent:
@@ -51,11 +55,21 @@ def produce(
     return produced
 
 
+def select(df: Any) -> Any:
+    """The columns `rows_of` needs, from a DataFrame in the dmq schema with headers."""
+    return df.selectExpr(*COLUMNS.split(", "))
+
+
 def rows(df: Any) -> Produced:
     """A DataFrame in the dmq schema (with headers) as the same mapping `produce` returns;
     fails on a record read twice."""
+    return rows_of(select(df).collect())
+
+
+def rows_of(collected: list[Any]) -> Produced:
+    """Rows collected from `select(df)` as `produce`'s mapping; fails on a duplicate."""
     result: Produced = {}
-    for r in df.selectExpr(*COLUMNS.split(", ")).collect():
+    for r in collected:
         where = (r["topic"], r["partition"], r["offset"])
         assert where not in result, f"{where} read twice"
         assert r["timestampType"] == 0
