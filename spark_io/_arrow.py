@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 
 import crc32c
 import pyarrow as pa
+import pyarrow.compute as pc
 import zstandard
 
 from dmq.errors import StorageError
@@ -59,49 +60,48 @@ def _varint(buf: bytes | memoryview, pos: int) -> tuple[int, int]:
 
 
 @dataclass(slots=True)
-class _BinaryColumn:
-    """A nullable binary column being built: data, int32 end offsets, validity."""
+class _Spans:
+    """A nullable binary column as spans of the answer's bytes, gathered in C at the end.
 
-    data: bytearray = field(default_factory=bytearray)
-    offsets: array[int] = field(default_factory=lambda: array("i", [0]))
-    valid: list[bool] = field(default_factory=list)
-    nulls: int = 0
+    `bounds` holds each element's start and end, interleaved: read as Arrow offsets over
+    the data buffer, element 2i is record i's bytes and element 2i+1 the bytes between
+    it and the next (varints, other fields); `pc.take` of the even elements then copies
+    the records' bytes into a compact column. A null is an empty span listed in `nulls`.
+    """
 
-    def append(self, section: bytes | memoryview, pos: int, length: int) -> int:
-        if length >= 0:
-            self.data += section[pos : pos + length]
-            self.valid.append(True)
-            pos += length
-        elif length == -1:
-            self.valid.append(False)
-            self.nulls += 1
-        else:
-            raise ValueError(f"negative length {length}")
-        self.offsets.append(len(self.data))
-        return pos
+    bounds: array[int] = field(default_factory=lambda: array("i"))
+    nulls: list[int] = field(default_factory=list)
 
-    def to_arrow(self) -> pa.Array:
-        n = len(self.valid)
-        validity = None
-        if self.nulls:
-            validity = pa.array(self.valid, pa.bool_()).buffers()[1]
+    def to_arrow(self, data: pa.Buffer) -> pa.Array:
+        n = len(self.bounds) // 2
+        if n == 0:
+            return pa.array([], pa.binary())
+        spread = pa.Array.from_buffers(
+            pa.binary(), 2 * n - 1, [None, pa.py_buffer(self.bounds), data]
+        )
+        packed = pc.take(spread, pa.array(array("i", range(0, 2 * n - 1, 2)), pa.int32()))
+        if not self.nulls:
+            return packed
+        valid = [True] * n
+        for i in self.nulls:
+            valid[i] = False
+        validity = pa.array(valid, pa.bool_()).buffers()[1]
         return pa.Array.from_buffers(
-            pa.binary(),
-            n,
-            [validity, pa.py_buffer(self.offsets), pa.py_buffer(self.data)],
-            null_count=self.nulls,
+            pa.binary(), n, [validity, *packed.buffers()[1:]], null_count=len(self.nulls)
         )
 
 
 @dataclass(slots=True)
 class Columns:
-    """The columns of one Arrow batch in the making, for one topic partition."""
+    """The columns of one Arrow batch in the making: one fetch answer of one partition."""
 
     topic: str
     partition: int
     with_headers: bool
-    keys: _BinaryColumn = field(default_factory=_BinaryColumn)
-    values: _BinaryColumn = field(default_factory=_BinaryColumn)
+    body: bytes | memoryview = b""  # the answer; keys and values are spans of body + extra
+    extra: bytearray = field(default_factory=bytearray)  # decompressed records sections
+    keys: _Spans = field(default_factory=_Spans)
+    values: _Spans = field(default_factory=_Spans)
     offsets: array[int] = field(default_factory=lambda: array("q"))
     timestamps_us: array[int] = field(default_factory=lambda: array("q"))
     timestamp_types: array[int] = field(default_factory=lambda: array("i"))
@@ -111,11 +111,12 @@ class Columns:
         return len(self.offsets)
 
     def to_record_batch(self, schema: pa.Schema) -> pa.RecordBatch:
-        """The batch in `schema` (the Spark schema's Arrow form, from `dmq_arrow_schema`)."""
+        """The batch in `schema` (the Spark schema's Arrow form, source.arrow_schema)."""
         n = len(self.offsets)
+        data = pa.py_buffer(bytes(self.body) + self.extra if self.extra else self.body)
         arrays: list[pa.Array] = [
-            self.keys.to_arrow(),
-            self.values.to_arrow(),
+            self.keys.to_arrow(data),
+            self.values.to_arrow(data),
             pa.repeat(pa.scalar(self.topic, pa.string()), n),
             pa.repeat(pa.scalar(self.partition, pa.int32()), n),
             pa.Array.from_buffers(pa.int64(), n, [None, pa.py_buffer(self.offsets)]),
@@ -129,32 +130,33 @@ class Columns:
         return pa.RecordBatch.from_arrays(arrays, schema=schema)
 
 
-def decode_into(
-    columns: Columns, body: bytes | memoryview, start_offset: int, end_offset: int
-) -> int:
-    """Append the records of a binary fetch answer whose offsets are in
-    [start_offset, end_offset) to `columns`; return the offset after the last batch seen
+def decode_into(columns: Columns, body: bytes, start_offset: int, end_offset: int) -> int:
+    """Fill `columns` (new, empty) with the records of a binary fetch answer whose offsets
+    are in [start_offset, end_offset); return the offset after the last batch walked
     (start_offset if the answer holds none).
 
     Raises StorageError naming the partition when a batch fails its framing or CRC check:
     such data is never handed to Spark.
     """
+    if columns.body or len(columns):
+        raise ValueError("decode_into fills a new Columns")
+    columns.body = body
     view = memoryview(body)
     pos = 0
     next_offset = start_offset
     walked_to = 0  # the offset after the previous batch
     try:
-        while pos < len(view):
-            header = _HEADER.unpack_from(view, pos)
+        while pos < len(body):
+            header = _HEADER.unpack_from(body, pos)
             base_offset, batch_length, magic, crc, attributes, last_delta = header[:6]
             size = batch_length + LENGTH_PREFIX_BYTES
             if magic != MAGIC or batch_length < HEADER_BYTES - LENGTH_PREFIX_BYTES:
                 raise ValueError(f"bad batch framing at byte {pos} (magic {magic})")
-            if pos + size > len(view):
+            if pos + size > len(body):
                 raise ValueError(f"batch at byte {pos} is cut by the end of the answer")
             if base_offset < walked_to:  # the base offset is not under the CRC
                 raise ValueError(f"batch offsets go back from {walked_to} to {base_offset}")
-            batch = view[pos : pos + size]
+            batch_pos = pos
             pos += size
             walked_to = base_offset + last_delta + 1
             next_offset = max(next_offset, walked_to)
@@ -164,11 +166,15 @@ def decode_into(
                 break
             # Checked before the control bit is trusted: a flipped bit there would
             # otherwise hide a data batch.
-            if crc32c.crc32c(batch[CRC_START:]) != crc:
+            if crc32c.crc32c(view[batch_pos + CRC_START : pos]) != crc:
                 raise ValueError(f"CRC-32C mismatch in the batch at offset {base_offset}")
             if attributes & CONTROL_BIT:
                 continue
-            _decode_records(columns, batch, header, start_offset, end_offset)
+            if attributes & CODEC_MASK == CODEC_NONE:
+                section = _Section(body, batch_pos + HEADER_BYTES, pos, 0)
+            else:
+                section = _decompressed(columns, view[batch_pos + HEADER_BYTES : pos], attributes)
+            _decode_records(columns, section, header, start_offset, end_offset)
     except (ValueError, IndexError, struct.error, UnicodeDecodeError, zstandard.ZstdError) as exc:
         raise StorageError(
             f"a batch fetched from {columns.topic}-{columns.partition} at offset "
@@ -177,80 +183,121 @@ def decode_into(
     return next_offset
 
 
-def _section(batch: memoryview, attributes: int) -> bytes | memoryview:
-    section = batch[HEADER_BYTES:]
+@dataclass(frozen=True, slots=True)
+class _Section:
+    """A records section: buf[start:end]; its bytes sit at buf position + shift in the
+    column data (body + extra)."""
+
+    buf: bytes
+    start: int
+    end: int
+    shift: int
+
+
+def _decompressed(columns: Columns, compressed: memoryview, attributes: int) -> _Section:
     codec = attributes & CODEC_MASK
-    if codec == CODEC_NONE:
-        return section
     if codec != CODEC_ZSTD:
         raise ValueError(f"unknown codec {codec}")
-    declared = zstandard.frame_content_size(section)
+    declared = zstandard.frame_content_size(compressed)
     if declared > UNCOMPRESSED_BYTES_MAX:
         raise ValueError(f"zstd frame declares {declared} bytes")
-    return zstandard.ZstdDecompressor().decompress(
-        section, max_output_size=UNCOMPRESSED_BYTES_MAX
+    section = zstandard.ZstdDecompressor().decompress(
+        compressed, max_output_size=UNCOMPRESSED_BYTES_MAX
     )
+    shift = len(columns.body) + len(columns.extra)
+    columns.extra += section
+    return _Section(section, 0, len(section), shift)
 
 
 def _decode_records(
     columns: Columns,
-    batch: memoryview,
+    section: _Section,
     header: tuple[int, ...],
     start_offset: int,
     end_offset: int,
 ) -> None:
-    """Step 3 of the module docstring for one batch. One- and two-byte varints (nearly
-    all of them) are decoded inline: this loop is the per-record cost of the source."""
+    """Step 3 of the module docstring for one batch: record spans, offsets, timestamps.
+    One- and two-byte varints (nearly all of them) are decoded inline, and the key
+    and value are not copied here (_Spans): this loop is the per-record cost of the
+    source."""
     base_offset, attributes = header[0], header[4]
     first_ts, max_ts, record_count = header[6], header[7], header[11]
-    section = _section(batch, attributes)
     log_append = 1 if attributes & TIMESTAMP_TYPE_BIT else 0
-    keys, values, offsets = columns.keys, columns.values, columns.offsets
+    key_bounds, value_bounds = columns.keys.bounds, columns.values.bounds
+    offsets = columns.offsets
     timestamps, types, headers = columns.timestamps_us, columns.timestamp_types, columns.headers
     with_headers = columns.with_headers
-    end = len(section)
-    pos = 0
+    buf, pos, end, shift = section.buf, section.start, section.end, section.shift
     for _ in range(record_count):
-        b = section[pos]
+        b = buf[pos]
         if b < 0x80:
             length = (b >> 1) ^ -(b & 1)
             pos += 1
+        elif buf[pos + 1] < 0x80:
+            z = (b & 0x7F) | (buf[pos + 1] << 7)
+            length = (z >> 1) ^ -(z & 1)
+            pos += 2
         else:
-            length, pos = _varint(section, pos)
+            length, pos = _varint(buf, pos)
         record_end = pos + length
         if length < 0 or record_end > end:
             raise ValueError("record length runs past the records section")
-        ts_delta, pos = _varint(section, pos + 1)  # + 1: record attributes
-        b = section[pos]
+        b = buf[pos + 1]  # after the record attributes: the timestamp delta
+        if b < 0x80:
+            ts_delta = (b >> 1) ^ -(b & 1)
+            pos += 2
+        else:
+            ts_delta, pos = _varint(buf, pos + 1)
+        b = buf[pos]
         if b < 0x80:
             offset = base_offset + ((b >> 1) ^ -(b & 1))
             pos += 1
+        elif buf[pos + 1] < 0x80:
+            z = (b & 0x7F) | (buf[pos + 1] << 7)
+            offset = base_offset + ((z >> 1) ^ -(z & 1))
+            pos += 2
         else:
-            delta, pos = _varint(section, pos)
+            delta, pos = _varint(buf, pos)
             offset = base_offset + delta
         if offset < start_offset or offset >= end_offset:
             pos = record_end
             continue
-        b = section[pos]
+        b = buf[pos]
         if b < 0x80:
             key_len = (b >> 1) ^ -(b & 1)
             pos += 1
         else:
-            key_len, pos = _varint(section, pos)
-        pos = keys.append(section, pos, key_len)
-        b = section[pos]
+            key_len, pos = _varint(buf, pos)
+        key_bounds.append(pos + shift)
+        if key_len >= 0:
+            pos += key_len
+        elif key_len == -1:
+            columns.keys.nulls.append(len(offsets))
+        else:
+            raise ValueError(f"key length {key_len}")
+        key_bounds.append(pos + shift)
+        b = buf[pos]
         if b < 0x80:
             value_len = (b >> 1) ^ -(b & 1)
             pos += 1
-        elif section[pos + 1] < 0x80:
-            z = (b & 0x7F) | (section[pos + 1] << 7)
+        elif buf[pos + 1] < 0x80:
+            z = (b & 0x7F) | (buf[pos + 1] << 7)
             value_len = (z >> 1) ^ -(z & 1)
             pos += 2
         else:
-            value_len, pos = _varint(section, pos)
-        pos = values.append(section, pos, value_len)
+            value_len, pos = _varint(buf, pos)
+        value_bounds.append(pos + shift)
+        if value_len >= 0:
+            pos += value_len
+        elif value_len == -1:
+            columns.values.nulls.append(len(offsets))
+        else:
+            raise ValueError(f"value length {value_len}")
+        value_bounds.append(pos + shift)
+        if pos >= record_end:
+            raise ValueError("record fields run past the record's length")
         if with_headers:
-            headers.append(_headers(section, pos))
+            headers.append(_headers(buf, pos))
         pos = record_end
         offsets.append(offset)
         timestamps.append((max_ts if log_append else first_ts + ts_delta) * US_PER_MS)
@@ -259,7 +306,7 @@ def _decode_records(
         raise ValueError("bytes left after the last record")
 
 
-def _headers(section: bytes | memoryview, pos: int) -> list[tuple[str, bytes]] | None:
+def _headers(section: bytes, pos: int) -> list[tuple[str, bytes]] | None:
     """A record's headers; None when it has none (as Spark's Kafka source)."""
     count, pos = _varint(section, pos)
     if count == 0:
