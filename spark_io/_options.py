@@ -91,7 +91,7 @@ def _bool(opts: Mapping[str, str], name: str, default: bool) -> bool:
     return raw.lower() == "true"
 
 
-def _boundary(opts: Mapping[str, str], which: str, default: int, streaming: bool) -> Boundary:
+def _boundary(opts: Mapping[str, str], which: str, default: int) -> Boundary:
     offsets_name, ts_name = f"{which}Offsets", f"{which}Timestamp"
     raw, ts = opts.get(offsets_name.lower()), _int(opts, ts_name, 0)
     if raw is not None and ts is not None:
@@ -152,8 +152,8 @@ def read_options(options: Mapping[str, str], streaming: bool) -> ReadOptions:
         urls=urls_option(opts),
         topics=topics,
         topic_pattern=pattern,
-        starting=_boundary(opts, "starting", LATEST if streaming else EARLIEST, streaming),
-        ending=_boundary(opts, "ending", LATEST, streaming),
+        starting=_boundary(opts, "starting", LATEST if streaming else EARLIEST),
+        ending=_boundary(opts, "ending", LATEST),
         min_partitions=_int(opts, "minPartitions", 1),
         max_offsets_per_trigger=_int(opts, "maxOffsetsPerTrigger", 1),
         fail_on_data_loss=_bool(opts, "failOnDataLoss", True),

@@ -194,17 +194,30 @@ def _check_partitions_kept(start: OffsetMap, states: list[PartitionState], fail:
 
 
 def _rate_limit(froms: list[int], ends: list[int], max_rows: int) -> list[int]:
-    """At most max_rows offsets in all, shared in proportion to each partition's backlog
-    (Spark's Kafka source: rateLimit); every partition with a backlog moves by one at
-    least so that none starves, and no end goes below its start."""
+    """At most max_rows offsets in all: one for each partition with a backlog when the
+    limit allows (so that none starves behind large ones), the rest shared in proportion
+    to what each has left (as Spark's Kafka source), rounded down, and what rounding
+    leaves one offset at a time to the partitions with nothing yet, then to the largest
+    backlogs. No end goes below its start or past its high watermark."""
     backlog = [e - f for f, e in zip(froms, ends, strict=True)]
     total = sum(backlog)
     if total <= max_rows:
         return ends
-    return [
-        f + (min(b, max(1, b * max_rows // total)) if b else 0)
-        for f, b in zip(froms, backlog, strict=True)
-    ]
+    shares = [min(b, 1) for b in backlog]
+    if sum(shares) > max_rows:
+        shares = [0] * len(backlog)
+    rest = [b - s for b, s in zip(backlog, shares, strict=True)]
+    rows, rest_total = max_rows - sum(shares), sum(rest)  # rest_total > rows >= 0
+    shares = [s + r * rows // rest_total for s, r in zip(shares, rest, strict=True)]
+    left = max_rows - sum(shares)
+    order = sorted(range(len(shares)), key=lambda i: (shares[i] > 0, shares[i] - backlog[i]))
+    for i in order:
+        if left == 0:
+            break
+        if backlog[i] > shares[i]:
+            shares[i] += 1
+            left -= 1
+    return [f + share for f, share in zip(froms, shares, strict=True)]
 
 
 class DmqBatchWriter(DataSourceArrowWriter):
