@@ -14,10 +14,12 @@ $(STAMP): pyproject.toml
 	touch $(STAMP)
 
 # Debian packages the tests use (curl for the README examples, nats-server for the
-# NATS comparison benchmark and its smoke test). Installed only if missing.
+# NATS comparison benchmark and its smoke test, a Java 17 runtime for the Spark tests
+# of spark_io/). Installed only if missing.
 system-deps:
-	@command -v curl >/dev/null 2>&1 && command -v nats-server >/dev/null 2>&1 || \
-		{ apt-get update -qq && apt-get install -y -qq curl nats-server; }
+	@command -v curl >/dev/null 2>&1 && command -v nats-server >/dev/null 2>&1 && \
+		command -v java >/dev/null 2>&1 || \
+		{ apt-get update -qq && apt-get install -y -qq curl nats-server openjdk-17-jre-headless; }
 
 run: $(STAMP)
 	$(BIN)/dmq serve
