@@ -36,6 +36,7 @@ bench: $(STAMP) system-deps
 	$(BIN)/dmq bench log
 	$(BIN)/dmq bench broker
 	$(BIN)/dmq bench --nodes 3
+	$(BIN)/dmq bench spark
 	$(BIN)/python -m bench.compare_nats
 
 clean:
