@@ -98,8 +98,10 @@ class Columns:
     topic: str
     partition: int
     with_headers: bool
-    body: bytes | memoryview = b""  # the answer; keys and values are spans of body + extra
-    extra: bytearray = field(default_factory=bytearray)  # decompressed records sections
+    # Keys and values are spans of one data buffer: the answer itself (body), or, when it
+    # holds a compressed batch, `extra`: every records section, decompressed, in order.
+    body: bytes = b""
+    extra: bytearray = field(default_factory=bytearray)
     keys: _Spans = field(default_factory=_Spans)
     values: _Spans = field(default_factory=_Spans)
     offsets: array[int] = field(default_factory=lambda: array("q"))
@@ -113,7 +115,7 @@ class Columns:
     def to_record_batch(self, schema: pa.Schema) -> pa.RecordBatch:
         """The batch in `schema` (the Spark schema's Arrow form, source.arrow_schema)."""
         n = len(self.offsets)
-        data = pa.py_buffer(bytes(self.body) + self.extra if self.extra else self.body)
+        data = pa.py_buffer(self.extra if self.extra else self.body)
         arrays: list[pa.Array] = [
             self.keys.to_arrow(data),
             self.values.to_arrow(data),
@@ -140,40 +142,22 @@ def decode_into(columns: Columns, body: bytes, start_offset: int, end_offset: in
     """
     if columns.body or len(columns):
         raise ValueError("decode_into fills a new Columns")
-    columns.body = body
-    view = memoryview(body)
-    pos = 0
-    next_offset = start_offset
-    walked_to = 0  # the offset after the previous batch
     try:
-        while pos < len(body):
-            header = _HEADER.unpack_from(body, pos)
-            base_offset, batch_length, magic, crc, attributes, last_delta = header[:6]
-            size = batch_length + LENGTH_PREFIX_BYTES
-            if magic != MAGIC or batch_length < HEADER_BYTES - LENGTH_PREFIX_BYTES:
-                raise ValueError(f"bad batch framing at byte {pos} (magic {magic})")
-            if pos + size > len(body):
-                raise ValueError(f"batch at byte {pos} is cut by the end of the answer")
-            if base_offset < walked_to:  # the base offset is not under the CRC
-                raise ValueError(f"batch offsets go back from {walked_to} to {base_offset}")
-            batch_pos = pos
-            pos += size
-            walked_to = base_offset + last_delta + 1
-            next_offset = max(next_offset, walked_to)
-            if base_offset + last_delta < start_offset:
-                continue
-            if base_offset >= end_offset:
-                break
-            # Checked before the control bit is trusted: a flipped bit there would
-            # otherwise hide a data batch.
-            if crc32c.crc32c(view[batch_pos + CRC_START : pos]) != crc:
-                raise ValueError(f"CRC-32C mismatch in the batch at offset {base_offset}")
-            if attributes & CONTROL_BIT:
-                continue
-            if attributes & CODEC_MASK == CODEC_NONE:
-                section = _Section(body, batch_pos + HEADER_BYTES, pos, 0)
+        batches, next_offset = _checked_batches(body, start_offset, end_offset)
+        # Spans must increase through the data buffer: with a compressed batch in the
+        # answer, every section is copied into `extra` in order and the body left out.
+        copy = any(header[4] & CODEC_MASK != CODEC_NONE for _, _, header in batches)
+        columns.body = b"" if copy else body
+        view = memoryview(body)
+        for section_start, section_end, header in batches:
+            if header[4] & CODEC_MASK != CODEC_NONE:
+                section = _decompressed(columns, view[section_start:section_end], header[4])
+            elif copy:
+                shift = len(columns.extra) - section_start
+                columns.extra += view[section_start:section_end]
+                section = _Section(body, section_start, section_end, shift)
             else:
-                section = _decompressed(columns, view[batch_pos + HEADER_BYTES : pos], attributes)
+                section = _Section(body, section_start, section_end, 0)
             _decode_records(columns, section, header, start_offset, end_offset)
     except (ValueError, IndexError, struct.error, UnicodeDecodeError, zstandard.ZstdError) as exc:
         raise StorageError(
@@ -183,10 +167,48 @@ def decode_into(columns: Columns, body: bytes, start_offset: int, end_offset: in
     return next_offset
 
 
+def _checked_batches(
+    body: bytes, start_offset: int, end_offset: int
+) -> tuple[list[tuple[int, int, tuple[int, ...]]], int]:
+    """Step 1 of the module docstring: the (section start, section end, header) of each
+    data batch holding offsets in [start_offset, end_offset), framing and CRC checked,
+    and the offset after the last batch walked."""
+    view = memoryview(body)
+    batches: list[tuple[int, int, tuple[int, ...]]] = []
+    pos = 0
+    next_offset = start_offset
+    walked_to = 0  # the offset after the previous batch
+    while pos < len(body):
+        header = _HEADER.unpack_from(body, pos)
+        base_offset, batch_length, magic, crc, attributes, last_delta = header[:6]
+        size = batch_length + LENGTH_PREFIX_BYTES
+        if magic != MAGIC or batch_length < HEADER_BYTES - LENGTH_PREFIX_BYTES:
+            raise ValueError(f"bad batch framing at byte {pos} (magic {magic})")
+        if pos + size > len(body):
+            raise ValueError(f"batch at byte {pos} is cut by the end of the answer")
+        if base_offset < walked_to:  # the base offset is not under the CRC
+            raise ValueError(f"batch offsets go back from {walked_to} to {base_offset}")
+        batch_pos = pos
+        pos += size
+        walked_to = base_offset + last_delta + 1
+        next_offset = max(next_offset, walked_to)
+        if base_offset + last_delta < start_offset:
+            continue
+        if base_offset >= end_offset:
+            break
+        # Checked before the control bit is trusted: a flipped bit there would
+        # otherwise hide a data batch.
+        if crc32c.crc32c(view[batch_pos + CRC_START : pos]) != crc:
+            raise ValueError(f"CRC-32C mismatch in the batch at offset {base_offset}")
+        if not attributes & CONTROL_BIT:
+            batches.append((batch_pos + HEADER_BYTES, pos, header))
+    return batches, next_offset
+
+
 @dataclass(frozen=True, slots=True)
 class _Section:
     """A records section: buf[start:end]; its bytes sit at buf position + shift in the
-    column data (body + extra)."""
+    column data (the body, or extra)."""
 
     buf: bytes
     start: int
@@ -204,7 +226,7 @@ def _decompressed(columns: Columns, compressed: memoryview, attributes: int) -> 
     section = zstandard.ZstdDecompressor().decompress(
         compressed, max_output_size=UNCOMPRESSED_BYTES_MAX
     )
-    shift = len(columns.body) + len(columns.extra)
+    shift = len(columns.extra)
     columns.extra += section
     return _Section(section, 0, len(section), shift)
 
