@@ -1,18 +1,26 @@
-"""The planning arithmetic of spark_io, without Spark or a broker.
+"""The planning arithmetic and the data-loss decision of spark_io, without Spark or a broker.
 
 Proves with hypothesis that `split` (minPartitions) covers every offset range exactly once
 with at least minPartitions tasks when there are enough offsets, and that `_rate_limit`
 (maxOffsetsPerTrigger) never moves a partition backwards or past its high watermark,
 stays within the limit, uses all of it when there is that much to read, and moves every
-partition with a backlog when the limit allows one offset each.
+partition with a backlog when the limit allows one offset each; and that a 416 under a
+task raises DataLossError (failOnDataLoss=true) or logs a warning on the `spark_io` logger
+and moves on to log_start_offset (false), except for a partition new since the query
+started, which is read from its first record without complaint.
 """
 
 from __future__ import annotations
 
+import logging
+
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from dmq.errors import OffsetOutOfRange
 from spark_io._plan import OffsetRange, split
+from spark_io._read import DataLossError, _after_loss
 from spark_io.source import _rate_limit
 
 ranges = st.lists(
@@ -61,3 +69,21 @@ def test_rate_limit_stays_between_start_and_end_within_the_limit(
     with_backlog = sum(1 for f, e in zip(froms, ends, strict=True) if e > f)
     if with_backlog <= max_rows:
         assert all(x > f for f, x, e in zip(froms, limited, ends, strict=True) if e > f)
+
+
+def test_data_loss_raises_or_logs_a_warning_and_moves_to_log_start(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    task = OffsetRange("orders", 2, 10, 50)
+    gone = OffsetOutOfRange("below", offset=10, log_start_offset=30, log_end_offset=60)
+
+    with pytest.raises(DataLossError, match='failOnDataLoss to "false"'):
+        _after_loss(task, 10, gone, fail=True)
+    with caplog.at_level(logging.WARNING, logger="spark_io"):
+        assert _after_loss(task, 10, gone, fail=False) == 30
+    assert "orders/2: offsets 10 to 30 were removed" in caplog.text
+    # A partition new since the query started is read from its first record: no loss.
+    caplog.clear()
+    new = OffsetRange("orders", 3, 0, 50, from_earliest=True)
+    assert _after_loss(new, 0, gone, fail=True) == 30
+    assert caplog.text == ""
