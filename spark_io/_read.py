@@ -15,16 +15,22 @@
 from __future__ import annotations
 
 import logging
+import queue
+import threading
 from collections.abc import Iterator
+from typing import TypeVar
 
 import pyarrow as pa
 
-from dmq.errors import OffsetOutOfRange
+from dmq.errors import OffsetOutOfRange, StorageError
 from spark_io._arrow import Columns, decode_into
 from spark_io._brokers import Brokers
 from spark_io._plan import OffsetRange
 
 log = logging.getLogger("spark_io")
+T = TypeVar("T")
+# Fetch answers held ahead of the decoder per task: each up to fetchMaxBytes (8 MiB).
+PREFETCH_ANSWERS = 1
 
 
 class DataLossError(RuntimeError):
@@ -51,7 +57,22 @@ def read_range(
     include_headers: bool,
     fail_on_data_loss: bool,
 ) -> Iterator[pa.RecordBatch]:
-    """Steps 1-3 for one task: the records of task.topic/partition in [start, end)."""
+    """Steps 1-3 for one task: the records of task.topic/partition in [start, end).
+    Fetches run one answer ahead in a thread (`_prefetched`), so that the broker's work
+    and the network overlap the decoding of the previous answer."""
+    fetches = _fetches(urls, task, fetch_bytes, fail_on_data_loss)
+    for offset, body in _prefetched(fetches):
+        columns = Columns(task.topic, task.partition, include_headers)
+        decode_into(columns, body, offset, task.end)
+        if len(columns):
+            yield columns.to_record_batch(schema)
+
+
+def _fetches(
+    urls: tuple[str, ...], task: OffsetRange, fetch_bytes: int, fail_on_data_loss: bool
+) -> Iterator[tuple[int, bytes]]:
+    """Steps 1 and 3: (fetch offset, answer) in order until the end of the range; the
+    next offset is the answer's X-Dmq-Next-Offset (every binary answer has it)."""
     offset = task.start
     with Brokers(urls) as brokers:
         while offset < task.end:
@@ -60,10 +81,9 @@ def read_range(
             except OffsetOutOfRange as error:
                 offset = _after_loss(task, offset, error, fail_on_data_loss)
                 continue
-            columns = Columns(task.topic, task.partition, include_headers)
-            after = decode_into(columns, fetched.body, offset, task.end)
-            if fetched.next_offset is not None:
-                after = max(after, fetched.next_offset)
+            after = fetched.next_offset
+            if after is None:
+                raise StorageError("a binary fetch answer without X-Dmq-Next-Offset")
             if after <= offset:
                 data_loss(
                     f"{task.topic}/{task.partition}: no records from offset {offset} to "
@@ -71,9 +91,54 @@ def read_range(
                     fail_on_data_loss,
                 )
                 return
-            if len(columns):
-                yield columns.to_record_batch(schema)
+            yield offset, fetched.body
             offset = after
+
+
+_DONE = object()
+
+
+def _prefetched(items: Iterator[T], depth: int = PREFETCH_ANSWERS) -> Iterator[T]:
+    """`items`, produced by a thread up to `depth` ahead; its exception is raised here.
+    Closing this generator (Spark stops reading early) stops the thread."""
+    slots: queue.Queue[object] = queue.Queue(maxsize=depth)
+    stop = threading.Event()
+
+    def put(item: object) -> bool:
+        while not stop.is_set():
+            try:
+                slots.put(item, timeout=0.1)
+                return True
+            except queue.Full:
+                continue
+        return False
+
+    def pump() -> None:
+        try:
+            for item in items:
+                if not put(item):
+                    return
+            put(_DONE)
+        except BaseException as error:  # handed to the reader, which raises it
+            put(error)
+        finally:
+            close = getattr(items, "close", None)
+            if close is not None:
+                close()
+
+    thread = threading.Thread(target=pump, name="dmq-prefetch", daemon=True)
+    thread.start()
+    try:
+        while True:
+            item = slots.get()
+            if item is _DONE:
+                return
+            if isinstance(item, BaseException):
+                raise item
+            yield item  # type: ignore[misc]
+    finally:
+        stop.set()
+        thread.join()
 
 
 def _after_loss(task: OffsetRange, offset: int, error: OffsetOutOfRange, fail: bool) -> int:

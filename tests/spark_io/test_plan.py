@@ -7,12 +7,15 @@ stays within the limit, uses all of it when there is that much to read, and move
 partition with a backlog when the limit allows one offset each; and that a 416 under a
 task raises DataLossError (failOnDataLoss=true) or logs a warning on the `spark_io` logger
 and moves on to log_start_offset (false), except for a partition new since the query
-started, which is read from its first record without complaint.
+started, which is read from its first record without complaint; and that the fetch
+prefetcher keeps order, hands its thread's error to the reader and stops when closed.
 """
 
 from __future__ import annotations
 
 import logging
+import threading
+from collections.abc import Iterator
 
 import pytest
 from hypothesis import given
@@ -20,7 +23,7 @@ from hypothesis import strategies as st
 
 from dmq.errors import OffsetOutOfRange
 from spark_io._plan import OffsetRange, split
-from spark_io._read import DataLossError, _after_loss
+from spark_io._read import DataLossError, _after_loss, _prefetched
 from spark_io.source import _rate_limit
 
 ranges = st.lists(
@@ -87,3 +90,22 @@ def test_data_loss_raises_or_logs_a_warning_and_moves_to_log_start(
     new = OffsetRange("orders", 3, 0, 50, from_earliest=True)
     assert _after_loss(new, 0, gone, fail=True) == 30
     assert caplog.text == ""
+
+
+def test_prefetched_keeps_order_raises_errors_and_stops_when_closed() -> None:
+    def numbers(fail_at: int | None) -> Iterator[int]:
+        for i in range(100):
+            if i == fail_at:
+                raise DataLossError(f"gone at {i}")
+            yield i
+
+    assert list(_prefetched(numbers(None))) == list(range(100))
+    got: list[int] = []
+    with pytest.raises(DataLossError, match="gone at 7"):
+        got.extend(_prefetched(numbers(7)))
+    assert got == list(range(7))
+
+    reader = _prefetched(numbers(None))
+    assert next(reader) == 0
+    reader.close()  # as Spark does when it stops reading early (a limit)
+    assert not any(t.name == "dmq-prefetch" for t in threading.enumerate())
