@@ -1,7 +1,8 @@
 """Reading one offset range in a Spark task: binary fetches into Arrow record batches.
 
 1. Fetch from the next offset (`format=binary`, up to fetchMaxBytes, no long-poll: the
-   range ends at or below a high watermark the driver saw, so its records exist).
+   range ends at or below a high watermark the driver saw, so its records exist), in a
+   thread that keeps PREFETCH_ANSWERS answers ahead of the decoder.
 2. Decode the answer into Arrow columns (spark_io/_arrow.py) and yield one RecordBatch per
    answer; the next offset is the answer's X-Dmq-Next-Offset (which steps over offsets
    compaction removed).
