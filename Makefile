@@ -14,12 +14,12 @@ $(STAMP): pyproject.toml
 	touch $(STAMP)
 
 # Debian packages the tests use (curl for the README examples, nats-server for the
-# NATS comparison benchmark and its smoke test, iptables for the jepsen/ partitions).
-# Installed only if missing.
+# NATS comparison benchmark and its smoke test, iptables for the jepsen/ partitions, a
+# Java 17 runtime for the Spark tests of spark_io/). Installed only if missing.
 system-deps:
 	@command -v curl >/dev/null 2>&1 && command -v nats-server >/dev/null 2>&1 && \
-		command -v iptables >/dev/null 2>&1 || \
-		{ apt-get update -qq && apt-get install -y -qq curl nats-server iptables; }
+		command -v iptables >/dev/null 2>&1 && command -v java >/dev/null 2>&1 || \
+		{ apt-get update -qq && apt-get install -y -qq curl nats-server iptables openjdk-17-jre-headless; }
 
 run: $(STAMP)
 	$(BIN)/dmq serve
@@ -36,6 +36,7 @@ bench: $(STAMP) system-deps
 	$(BIN)/dmq bench log
 	$(BIN)/dmq bench broker
 	$(BIN)/dmq bench --nodes 3
+	$(BIN)/dmq bench spark
 	$(BIN)/python -m bench.compare_nats
 
 # The Jepsen harness (jepsen/README.md): 5 brokers, every fault, 2 minutes. Override with

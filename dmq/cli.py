@@ -13,6 +13,7 @@
     dmq bench --nodes 3 [--quick] [--runs N]       a 3-node cluster against one node
     dmq bench log [--quick] [--dir DIR] [--total-mb MB] [--runs N] ...
     dmq bench broker [--quick] [--runs N] [--total-mb MB] [--rate N] ...
+    dmq bench spark [--quick] [--runs N] [--total-mb MB] [--batch-records N]
 
 Commands that talk to a broker take `--url` (before or after the command; default: the
 environment variable DMQ_URL, else http://127.0.0.1:8080) and go through `dmq.client`.
@@ -365,6 +366,18 @@ def _add_bench(commands: Subparsers) -> None:
     groups.add_argument("--session-ms", type=int, default=1_000, help="session timeout (1000)")
     groups.add_argument("--quick", action="store_true", help="one small run (CI)")
     groups.set_defaults(handler=_cmd_bench_groups)
+    # Likewise bench/spark_bench.py's add_arguments (needs the spark extra).
+    spark = kinds.add_parser(
+        "spark", help="Spark reading a topic through spark_io, against a Parquet file"
+    )
+    spark.add_argument("--dir", type=Path, help="create the work directory inside DIR")
+    spark.add_argument("--total-mb", type=int, default=256, help="MiB of records in the topic")
+    spark.add_argument(
+        "--batch-records", type=int, default=100_000, help="maxOffsetsPerTrigger (100000)"
+    )
+    spark.add_argument("--runs", type=int, default=3, help="runs; medians are shown")
+    spark.add_argument("--quick", action="store_true", help="CI-sized run")
+    spark.set_defaults(handler=_cmd_bench_spark)
 
 
 # --------------------------------------------------------------------------- main
@@ -430,7 +443,7 @@ def _cmd_bench_log(args: argparse.Namespace) -> int:
 
 def _cmd_bench_cluster(args: argparse.Namespace) -> int:
     if args.nodes is None:
-        raise UsageError("dmq bench needs --nodes N, or one of: log, broker")
+        raise UsageError("dmq bench needs --nodes N, or one of: log, broker, spark")
     from bench import cluster_bench
 
     argv = ["--nodes", str(args.nodes)]
@@ -450,6 +463,20 @@ def _cmd_bench_broker(args: argparse.Namespace) -> int:
     from bench import broker_bench
 
     broker_bench.run(args)
+    return 0
+
+
+def _cmd_bench_spark(args: argparse.Namespace) -> int:
+    try:
+        from bench import spark_bench
+    except ImportError as exc:
+        raise UsageError(
+            f"dmq bench spark needs the spark extra (pip install 'dmq[spark]'): {exc}"
+        ) from exc
+    try:
+        spark_bench.run(args)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from exc
     return 0
 
 

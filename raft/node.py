@@ -72,8 +72,8 @@ from raft.errors import (
     QueueFull,
     RaftError,
     ReplicaStopped,
-    StoppedInFlight,
     RequestDenied,
+    StoppedInFlight,
     Timeout,
 )
 from raft.journal import DurableJournal, JournalCorrupt
