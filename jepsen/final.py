@@ -46,6 +46,16 @@ def acked_ends(history: History, partitions: int) -> dict[int, int]:
     return ends
 
 
+def read_ends(history: History, partitions: int) -> dict[int, int]:
+    """partition -> the furthest next_offset the final reads reached (0 if none)."""
+    ends = dict.fromkeys(range(partitions), 0)
+    for op in history.ops():
+        if op.f == "final-poll" and op.type == "ok":
+            part = op.value["partition"]
+            ends[part] = max(ends[part], op.value["next_offset"])
+    return ends
+
+
 def final_reads(
     cluster: Cluster, history: History, topic: str, partitions: int, processes: itertools.count[int]
 ) -> None:
