@@ -265,8 +265,8 @@ class Nemesis:
     def _pick(self, variant: str, candidates: list[str]) -> list[str]:
         if variant == "all":
             return candidates
-        if variant == "leader":
-            leader = self._leader()
+        if variant in ("leader", "metadata-leader"):
+            leader = self._leader() if variant == "leader" else self.cluster.leader_of(None, None)
             return [leader] if leader in candidates else candidates[:1]
         k = 1 if variant == "one" else (len(self.ids) - 1) // 2
         return self.rng.sample(candidates, min(k, len(candidates)))
@@ -277,14 +277,14 @@ class Nemesis:
         return [i for i in self.ids if i not in held and self.cluster.brokers[i].alive]
 
     def _start_kill(self) -> None:
-        variant = self.rng.choice(["one", "minority", "leader", "all"])
+        variant = self.rng.choice(["one", "minority", "leader", "metadata-leader", "all"])
         targets = self._pick(variant, self._free())
         for node_id in targets:
             self.cluster.brokers[node_id].kill9()
         self._begin("kill", variant, targets)
 
     def _start_pause(self) -> None:
-        variant = self.rng.choice(["one", "minority", "leader"])
+        variant = self.rng.choice(["one", "minority", "leader", "metadata-leader"])
         targets = self._pick(variant, self._free())
         for node_id in targets:
             self.cluster.brokers[node_id].pause()
