@@ -55,6 +55,11 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--replication-factor", type=int, default=3)
     p.add_argument("--workers-per-node", type=int, default=2)
     p.add_argument(
+        "--idempotent",
+        action="store_true",
+        help="sends carry a producer id and per-partition sequences; unknown outcomes are retried",
+    )
+    p.add_argument(
         "--group-workers",
         type=int,
         default=None,
@@ -100,7 +105,7 @@ def run_phases(
     stop = threading.Event()
     workers: list[Worker | GroupWorker] = [
         Worker(
-            Client(cluster, history, TOPIC, k),
+            Client(cluster, history, TOPIC, k, idempotent=args.idempotent),
             processes,
             args.partitions,
             args.seed * 1000 + k,
@@ -198,6 +203,7 @@ def report(
         "planted_bug": args.planted_bug,
         "partitions": args.partitions,
         "group_workers": args.group_workers,
+        "idempotent": args.idempotent,
         "harness_error": harness_error,
     }
     doc = results(verdicts, valid, ops, nemesis.windows, setup)
