@@ -143,6 +143,9 @@ def run_phases(
     if errors:
         raise HarnessError(f"a worker failed: {errors[0]!r}")
     final.wait_for_leaders(cluster)
+    if "reassign" in args.nemesis:
+        final.wait_operations(cluster)
+        final.wait_for_leaders(cluster)
     final.final_reads(cluster, history, TOPIC, args.partitions, processes)
     if args.group_workers:
         final_drain(cluster, history, TOPIC, final.read_ends(history, args.partitions), processes)
