@@ -1,6 +1,6 @@
 """Proves the harness end to end on real `dmq serve` processes:
 
-- a short run (3 nodes, partitions and kill -9, ~45 s of faults) of `python -m jepsen.run`
+- a short run (3 nodes, partitions and kill -9, ~35 s of faults) of `python -m jepsen.run`
   is valid, with something at stake (hundreds of acknowledged sends, group commits and
   reads of committed offsets, faults that happened), the group checkers included (every
   acknowledged send consumed by the group), writes history.jsonl, results.json and latency.png, and leaves no iptables
@@ -67,7 +67,7 @@ def run_harness(tmp_path: Path, *args: str, timeout_s: float) -> tuple[int, dict
 def test_short_run_with_partitions_and_kills_is_valid(tmp_path: Path) -> None:
     code, doc, out, pid = run_harness(
         tmp_path,
-        *("--nodes", "3", "--nemesis", "partition,kill", "--time-limit-s", "45"),
+        *("--nodes", "3", "--nemesis", "partition,kill", "--time-limit-s", "35"),
         *("--seed", "11", "--fault-interval-s", "6", "9"),
         timeout_s=400,
     )
