@@ -210,7 +210,7 @@ class GroupsService:
         acknowledged before this call is in the answer."""
         await self._metadata().read_barrier()
         found = self._metadata().state.groups.groups.get(group)
-        return planted.volatile_view(group, {} if found is None else found.committed)
+        return dict(planted.volatile_view(group, {} if found is None else found.committed))
 
     async def reset_to(
         self,
