@@ -32,7 +32,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
-from dmq import errors, limits
+from dmq import errors, limits, planted
 from dmq.metadata import MetadataService, wall_ms
 from groups.commands import (
     AckGeneration,
@@ -198,6 +198,8 @@ class GroupsService:
     ) -> None:
         if member_id:
             self._touch(group, member_id)
+        if planted.volatile_commit(group, offsets):  # planted bug volatile-offsets
+            return
         await self._propose(CommitOffsets(group, member_id, generation, offsets, wall_ms()))
 
     async def reset(self, group: str, offsets: tuple[tuple[str, int, int], ...]) -> None:
@@ -208,7 +210,7 @@ class GroupsService:
         acknowledged before this call is in the answer."""
         await self._metadata().read_barrier()
         found = self._metadata().state.groups.groups.get(group)
-        return {} if found is None else dict(found.committed)
+        return dict(planted.volatile_view(group, {} if found is None else found.committed))
 
     async def reset_to(
         self,
@@ -347,7 +349,7 @@ class GroupsService:
         view = self._view(g, m, g.generation)
         positions = []
         for topic, partition in m.assigned:
-            offset = g.committed.get((topic, partition))
+            offset = planted.volatile_view(group, g.committed).get((topic, partition))
             if offset is None:
                 offset = await log_start(topic, partition)
             positions.append((topic, partition, offset))

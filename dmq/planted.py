@@ -11,11 +11,13 @@ variable unset they change nothing. Never set it outside the harness.
 | `no-fsync` | dmq/broker.py `raft_config_for` | the Raft journals are never fdatasync'ed (as `--raft-durability none`, whatever the flag says): a power loss drops acknowledged records |
 | `stale-read` | dmq/broker.py `_serving_replica` | any broker with a replica serves fetches from it, even a follower that is behind or cut off: reads miss acknowledged records |
 | `fetch-off-by-one` | dmq/broker.py `fetch` | a fetch from offset o > 0 reads from o + 1: one record is skipped |
+| `volatile-offsets` | dmq/groups_service.py `commit`, `committed`, `fetch` | a commit is acknowledged once it is in the answering broker's memory (`volatile_commit`), never proposed to the metadata group: a restart or a new metadata leader forgets it |
 """
 
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 
 PLANTED_BUG_ENV = "DMQ_PLANTED_BUG"
 
@@ -24,6 +26,7 @@ PLANTED_BUGS: tuple[str, ...] = (
     "fetch-off-by-one",
     "no-fsync",
     "stale-read",
+    "volatile-offsets",
 )
 
 # Read once: the harness sets the variable before the broker process starts.
@@ -35,3 +38,29 @@ def active(name: str) -> bool:
     if name not in PLANTED_BUGS:
         raise ValueError(f"unknown planted bug {name!r}; known: {', '.join(PLANTED_BUGS)}")
     return name == _ACTIVE
+
+
+# volatile-offsets: (group, topic, partition) -> offset, in this process only.
+_VOLATILE: dict[tuple[str, str, int], int] = {}
+
+
+def volatile_commit(group: str, offsets: tuple[tuple[str, int, int], ...]) -> bool:
+    """With volatile-offsets on: keep the commit in memory only and return True (the
+    caller acknowledges it without proposing it); else False."""
+    if not active("volatile-offsets"):
+        return False
+    _VOLATILE.update(((group, t, p), o) for t, p, o in offsets)
+    return True
+
+
+def volatile_view(
+    group: str, committed: Mapping[tuple[str, int], int]
+) -> Mapping[tuple[str, int], int]:
+    """The committed offsets as the buggy broker sees them: its memory over the state.
+    With the bug off nothing is ever kept, and `committed` is returned as it is (no copy
+    on the group fetch's path)."""
+    if not _VOLATILE:
+        return committed
+    found = dict(committed)
+    found.update(((t, p), o) for (g, t, p), o in _VOLATILE.items() if g == group)
+    return found

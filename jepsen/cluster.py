@@ -44,7 +44,9 @@ def listen_ports(hosts: list[str], count: int, seed: int) -> list[int]:
     low = 32_768
     with contextlib.suppress(OSError, ValueError):
         low = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
-    rng = random.Random(seed ^ os.getpid())
+    # Seeded by the string, not seed ^ pid: runs started together (consecutive pids) with
+    # seeds 1 and 3 drew the same ports from seed ^ pid and one could not start.
+    rng = random.Random(f"{seed}:{os.getpid()}")
     found: list[int] = []
     for _ in range(PORT_TRIES_MAX):
         port = rng.randrange(PORT_FLOOR, low)

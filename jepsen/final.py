@@ -16,6 +16,7 @@ from jepsen.workload import Client
 LEADERS_WAIT_S = 90.0
 FINAL_READ_S = 60.0  # per partition
 HW_STABLE_S = 10.0
+OPERATIONS_WAIT_S = 90.0
 CATCH_UP_WAIT_S = 30.0
 REPLICA_PAGES_MAX = 100_000  # pages of fetch_bytes_max: far above any run's log
 
@@ -36,6 +37,26 @@ def wait_for_leaders(cluster: Cluster, timeout_s: float = LEADERS_WAIT_S) -> flo
     raise HarnessError(f"groups without a live leader {timeout_s} s after healing")
 
 
+def wait_operations(cluster: Cluster, timeout_s: float = OPERATIONS_WAIT_S) -> float:
+    """Wait until no reassignment is running (GET /v1/cluster/operations); seconds. A
+    move that does not finish on a healed cluster is a harness error (unknown)."""
+    started = time.monotonic()
+    left: Any = None
+    while time.monotonic() < started + timeout_s:
+        for broker in cluster.live():
+            try:
+                answer = http(broker.url + "/v1/cluster/operations", timeout_s=5.0)
+            except OSError:
+                continue
+            if answer.status == 200:
+                left = answer.json().get("reassignments", [])
+                if not left:
+                    return time.monotonic() - started
+                break
+        time.sleep(0.5)
+    raise HarnessError(f"reassignments still running {timeout_s} s after healing: {left}")
+
+
 def acked_ends(history: History, partitions: int) -> dict[int, int]:
     """partition -> one past the highest acknowledged offset (0 if none)."""
     ends = dict.fromkeys(range(partitions), 0)
@@ -43,6 +64,16 @@ def acked_ends(history: History, partitions: int) -> dict[int, int]:
         if op.f == "send" and op.type == "ok" and op.value.get("offset") is not None:
             part = op.value["partition"]
             ends[part] = max(ends[part], op.value["offset"] + 1)
+    return ends
+
+
+def read_ends(history: History, partitions: int) -> dict[int, int]:
+    """partition -> the furthest next_offset the final reads reached (0 if none)."""
+    ends = dict.fromkeys(range(partitions), 0)
+    for op in history.ops():
+        if op.f == "final-poll" and op.type == "ok":
+            part = op.value["partition"]
+            ends[part] = max(ends[part], op.value["next_offset"])
     return ends
 
 

@@ -12,8 +12,13 @@ A power loss kills every broker (-9) and cuts each Raft journal and segment file
 the last length the broker recorded as flushed (DMQ_DURABLE_TRACE=1, see
 tests/cluster/test_cluster_power_loss.py): exactly what a power cut may drop.
 
-Leader transfers are not offered: dmq has no HTTP request that moves a leadership (the
-brokers only balance leaders among themselves, raft/README.md).
+A reassignment (`reassign`) asks for a partition to move (`POST /v1/cluster/reassignments`)
+to a rotated replica set: with as many nodes as replicas, the same brokers with the next
+one first (a preferred-leader change: the brokers' leader balancing then moves the
+leadership there, dmq's public way to transfer a leader); with more nodes, every replica
+shifted to the next node (replicas added, caught up, leadership moved, replicas removed,
+raft/README.md "Cluster operations"). It runs on its own, in the metadata group, while the
+other faults strike; nothing is undone at its stop.
 """
 
 from __future__ import annotations
@@ -27,10 +32,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from jepsen.cluster import Broker, Cluster, HarnessError
+from jepsen.cluster import Broker, Cluster, HarnessError, http
 from jepsen.history import NEMESIS, History
 
-FAULTS = ("partition", "kill", "pause", "power")
+FAULTS = ("partition", "kill", "pause", "power", "reassign")
 CHAIN_PREFIX = "DMQJ-"
 # The brokers' file names and trace format (raft/journal.py, log/segment.py); jepsen/ may
 # not import those layers, tests/jepsen checks the copies.
@@ -199,6 +204,9 @@ class Nemesis:
             other = [k for k in self.kinds if k not in (kinds[0], "power")]
             if other:
                 kinds.append(self.rng.choice(other))
+        others = [k for k in self.kinds if k not in ("reassign", "power")]
+        if kinds == ["reassign"] and others:  # a move is meant to run through a fault
+            kinds.append(self.rng.choice(others))
         for kind in kinds:
             getattr(self, f"_start_{kind}")()
 
@@ -265,26 +273,26 @@ class Nemesis:
     def _pick(self, variant: str, candidates: list[str]) -> list[str]:
         if variant == "all":
             return candidates
-        if variant == "leader":
-            leader = self._leader()
+        if variant in ("leader", "metadata-leader"):
+            leader = self._leader() if variant == "leader" else self.cluster.leader_of(None, None)
             return [leader] if leader in candidates else candidates[:1]
         k = 1 if variant == "one" else (len(self.ids) - 1) // 2
         return self.rng.sample(candidates, min(k, len(candidates)))
 
     def _free(self) -> list[str]:
         """Nodes no other active process fault holds."""
-        held = {t for f in self.active if f.kind != "partition" for t in f.targets}
+        held = {t for f in self.active if f.kind in ("kill", "pause", "power") for t in f.targets}
         return [i for i in self.ids if i not in held and self.cluster.brokers[i].alive]
 
     def _start_kill(self) -> None:
-        variant = self.rng.choice(["one", "minority", "leader", "all"])
+        variant = self.rng.choice(["one", "minority", "leader", "metadata-leader", "all"])
         targets = self._pick(variant, self._free())
         for node_id in targets:
             self.cluster.brokers[node_id].kill9()
         self._begin("kill", variant, targets)
 
     def _start_pause(self) -> None:
-        variant = self.rng.choice(["one", "minority", "leader"])
+        variant = self.rng.choice(["one", "minority", "leader", "metadata-leader"])
         targets = self._pick(variant, self._free())
         for node_id in targets:
             self.cluster.brokers[node_id].pause()
@@ -297,6 +305,53 @@ class Nemesis:
         cut = sum(cut_to_durable(self.cluster.brokers[i].data_dir) for i in targets)
         self._begin(
             "power", "all" if len(targets) == len(self.ids) else "some", targets, bytes_cut=cut
+        )
+
+    # --- membership -----------------------------------------------------------------
+
+    def _ask(self, path: str, body: Any = None) -> tuple[int, Any]:
+        """The first live broker's answer (status, JSON) to a request; (0, error) if none."""
+        last: Any = "no live broker"
+        for node_id in self.rng.sample(self.ids, len(self.ids)):
+            if not self.cluster.brokers[node_id].alive:
+                continue
+            try:
+                answer = http(
+                    self.cluster.brokers[node_id].url + path,
+                    "GET" if body is None else "POST",
+                    body,
+                    timeout_s=5.0,
+                )
+            except OSError as error:
+                last = repr(error)
+                continue
+            if answer.status < 500:
+                return answer.status, answer.json() if answer.body else None
+            last = answer.error_code()
+        return 0, last
+
+    def _start_reassign(self) -> None:
+        part = self.rng.randrange(self.partitions)
+        status, doc = self._ask(f"/v1/topics/{self.topic}")
+        if status != 200:
+            self._begin("reassign", "none", [], partition=part, error=f"{status} {doc}")
+            return
+        replicas: list[str] = doc["partitions"][part]["replicas"]
+        ids = sorted(self.ids)
+        if len(replicas) >= len(ids):
+            variant, target = "rotate-leader", replicas[1:] + replicas[:1]
+        else:
+            variant, target = "move", [ids[(ids.index(r) + 1) % len(ids)] for r in replicas]
+        body = {"topic": self.topic, "partition": part, "replicas": target}
+        status, answer = self._ask("/v1/cluster/reassignments", body)
+        self._begin(
+            "reassign",
+            variant,
+            target,
+            partition=part,
+            replicas=replicas,
+            status=status,
+            answer=answer if status != 202 else None,
         )
 
     # --- healing --------------------------------------------------------------------

@@ -12,7 +12,13 @@ from jepsen.history import Op, pairs
 from jepsen.nemesis import Fault
 
 EXAMPLES_MAX = 3
-COLOURS = {"partition": "tab:red", "kill": "tab:purple", "pause": "tab:orange", "power": "tab:gray"}
+COLOURS = {
+    "partition": "tab:red",
+    "kill": "tab:purple",
+    "pause": "tab:orange",
+    "power": "tab:gray",
+    "reassign": "tab:green",
+}
 
 
 def percentiles(values: list[float]) -> dict[str, float]:

@@ -25,8 +25,10 @@ from typing import Any
 from dmq.planted import PLANTED_BUGS
 from jepsen import final
 from jepsen.checker import UNKNOWN, Verdict, merge
+from jepsen.checker.groups import check_groups
 from jepsen.checker.log import check_log
 from jepsen.cluster import RETRIABLE, Cluster, HarnessError, http
+from jepsen.groups import GroupClient, GroupWorker, final_drain
 from jepsen.history import History
 from jepsen.nemesis import FAULTS, Nemesis
 from jepsen.report import plot, results, summary_line
@@ -52,9 +54,22 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--partitions", type=int, default=2)
     p.add_argument("--replication-factor", type=int, default=3)
     p.add_argument("--workers-per-node", type=int, default=2)
+    p.add_argument(
+        "--idempotent",
+        action="store_true",
+        help="sends carry a producer id and per-partition sequences; unknown outcomes are retried",
+    )
+    p.add_argument(
+        "--group-workers",
+        type=int,
+        default=None,
+        help="consumer-group members (default: --nodes; 0: none)",
+    )
     p.add_argument("--dir", type=Path, default=None, help="default: jepsen/store/<time>-seed<seed>")
     args = p.parse_args(argv)
     args.nemesis = [] if args.nemesis in ("", "none") else args.nemesis.split(",")
+    if args.group_workers is None:
+        args.group_workers = args.nodes
     if args.seed is None:
         args.seed = random.randrange(1 << 31)
     if args.dir is None:
@@ -88,15 +103,21 @@ def run_phases(
     final.wait_for_leaders(cluster)
     processes = itertools.count()
     stop = threading.Event()
-    workers = [
+    workers: list[Worker | GroupWorker] = [
         Worker(
-            Client(cluster, history, TOPIC, k),
+            Client(cluster, history, TOPIC, k, idempotent=args.idempotent),
             processes,
             args.partitions,
             args.seed * 1000 + k,
             stop,
         )
         for k in range(args.nodes * args.workers_per_node)
+    ]
+    workers += [
+        GroupWorker(
+            GroupClient(cluster, history, TOPIC, k), processes, args.seed * 1000 + 500 + k, stop
+        )
+        for k in range(args.group_workers)
     ]
     for worker in workers:
         worker.start()
@@ -122,7 +143,12 @@ def run_phases(
     if errors:
         raise HarnessError(f"a worker failed: {errors[0]!r}")
     final.wait_for_leaders(cluster)
+    if "reassign" in args.nemesis:
+        final.wait_operations(cluster)
+        final.wait_for_leaders(cluster)
     final.final_reads(cluster, history, TOPIC, args.partitions, processes)
+    if args.group_workers:
+        final_drain(cluster, history, TOPIC, final.read_ends(history, args.partitions), processes)
     final.wait_caught_up(cluster)
     final.replica_reads(cluster, history, TOPIC, args.partitions, processes)
 
@@ -164,6 +190,8 @@ def report(
 ) -> int:
     ops = history.ops()
     verdicts: dict[str, Verdict] = {"log": check_log(ops)}
+    if args.group_workers:
+        verdicts.update(check_groups(ops))
     valid = merge(verdicts)
     if harness_error is not None:
         # An interrupted run proves nothing valid, and without its final reads an unread
@@ -177,6 +205,8 @@ def report(
         "time_limit_s": args.time_limit_s,
         "planted_bug": args.planted_bug,
         "partitions": args.partitions,
+        "group_workers": args.group_workers,
+        "idempotent": args.idempotent,
         "harness_error": harness_error,
     }
     doc = results(verdicts, valid, ops, nemesis.windows, setup)

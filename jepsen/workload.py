@@ -33,17 +33,29 @@ POLL_WAIT_MS = 500
 POLL_RECORDS_MAX = 100
 THINK_S = 0.01  # between a worker's operations: keeps a shared 2-core machine usable
 DEFINITE_FAILURES = frozenset({400, 404, 409, 413, 415, 416, 422, 429})
+IDEMPOTENT_ATTEMPTS = 4  # an idempotent send is retried (same sequence) while unknown
+RETRY_PAUSE_S = 0.3
 
 
 class Client:
     """One worker's operations against the brokers, each logged as invoke + completion."""
 
-    def __init__(self, cluster: Cluster, history: History, topic: str, node_ix: int) -> None:
+    def __init__(
+        self,
+        cluster: Cluster,
+        history: History,
+        topic: str,
+        node_ix: int,
+        idempotent: bool = False,
+    ) -> None:
         self.cluster = cluster
         self.history = history
         self.topic = topic
         self.node_ix = node_ix
         self.process = -1
+        self.idempotent = idempotent
+        self.producer: tuple[int, int] | None = None  # (producer_id, epoch)
+        self.sequences: dict[int, int] = {}  # partition -> next sequence
 
     @property
     def node(self) -> str:
@@ -70,21 +82,86 @@ class Client:
         error = {**value, "status": answer.status, "error": answer.error_code()}
         return ("fail" if definite else "info"), error
 
+    def _attempt(self, url: str, partition: int, payload: str) -> tuple[str, Any]:
+        """One produce request: ("ok", offset) or (fail/info, the error)."""
+        body: dict[str, Any] = {"records": [{"value": payload, "partition": partition}]}
+        if self.producer is not None:
+            body.update(
+                producer_id=self.producer[0],
+                producer_epoch=self.producer[1],
+                base_sequence=self.sequences.get(partition, 0),
+            )
+        path = f"/v1/topics/{self.topic}/records?acks=all"
+        answer = http(url + path, "POST", body, timeout_s=SEND_TIMEOUT_S)
+        if answer.status == 200:
+            [placed] = answer.json()["offsets"]
+            if placed["partition"] != partition:
+                raise HarnessError(f"sent to {partition}, placed in {placed}")
+            return "ok", placed["offset"]
+        definite = answer.status in DEFINITE_FAILURES
+        return ("fail" if definite else "info"), {
+            "status": answer.status,
+            "error": answer.error_code(),
+        }
+
+    def _init_producer(self, url: str) -> None:
+        """POST /v1/producers (relayed to the metadata leader); OSError or a non-201 is a
+        failed send that sent nothing."""
+        answer = http(url + "/v1/producers", "POST", {}, timeout_s=SEND_TIMEOUT_S)
+        if answer.status != 201:
+            raise ConnectionRefusedError(f"producer id: {answer.status} {answer.error_code()}")
+        doc = answer.json()
+        self.producer, self.sequences = (doc["producer_id"], doc["producer_epoch"]), {}
+
     def send(self, partition: int, payload: str) -> tuple[str, Any]:
+        """acks=all. Idempotent: the same record and sequence are retried (rotating
+        nodes) while the outcome is unknown; still unknown after IDEMPOTENT_ATTEMPTS, or
+        refused after an unknown attempt, is info and the producer is dropped (a new id
+        next time, as the process after an info is new)."""
         value = {"partition": partition, "value": payload}
 
         def request(url: str) -> tuple[str, Any]:
-            body = {"records": [{"value": payload, "partition": partition}]}
-            path = f"/v1/topics/{self.topic}/records?acks=all"
-            answer = http(url + path, "POST", body, timeout_s=SEND_TIMEOUT_S)
-            if answer.status == 200:
-                [placed] = answer.json()["offsets"]
-                if placed["partition"] != partition:
-                    raise HarnessError(f"sent to {partition}, placed in {placed}")
-                return "ok", {**value, "offset": placed["offset"]}
-            return self._outcome(answer, value, answer.status in DEFINITE_FAILURES)
+            if not self.idempotent:
+                type_, got = self._attempt(url, partition, payload)
+                return (
+                    (type_, {**value, "offset": got})
+                    if type_ == "ok"
+                    else (type_, {**value, **got})
+                )
+            if self.producer is None:
+                self._init_producer(url)
+            return self._send_idempotent(value, partition, payload)
 
         return self._call("send", value, request)
+
+    def _send_idempotent(
+        self, value: dict[str, Any], partition: int, payload: str
+    ) -> tuple[str, Any]:
+        unknown, attempts = False, 0
+        got: Any = {}
+        while attempts < IDEMPOTENT_ATTEMPTS:
+            url = self.cluster.brokers[self.node_at(attempts)].url
+            attempts += 1
+            try:
+                outcome, got = self._attempt(url, partition, payload)
+            except ConnectionRefusedError as error:  # this attempt sent nothing: go on
+                outcome, got = "refused", {"error": repr(error)}
+            except OSError as error:
+                outcome, got = "info", {"error": repr(error)}
+            if outcome == "ok":
+                self.sequences[partition] = self.sequences.get(partition, 0) + 1
+                return "ok", {**value, "offset": got, "attempts": attempts}
+            unknown = unknown or outcome == "info"
+            if outcome == "fail":
+                break  # a definite refusal (4xx) of this attempt
+            time.sleep(RETRY_PAUSE_S)
+        if unknown:
+            self.producer = None  # its sequence may be used or not: start afresh
+        return ("info" if unknown else "fail"), {**value, **got, "attempts": attempts}
+
+    def node_at(self, shift: int) -> str:
+        ids = list(self.cluster.brokers)
+        return ids[(self.node_ix + shift) % len(ids)]
 
     def read(
         self,

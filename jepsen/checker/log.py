@@ -74,6 +74,9 @@ def check_log(ops: Iterable[Op]) -> Verdict:
         sends=len(sends),
         sends_ok=len(acked),
         sends_info=sum(p.type == "info" for p in sends),
+        sends_retried=sum(
+            p.complete is not None and p.complete.value.get("attempts", 1) > 1 for p in sends
+        ),
         sends_fail=sum(p.type == "fail" for p in sends),
         polls=sum(p.invoke.f == "poll" for p in all_pairs),
         polls_ok=sum(p.invoke.f == "poll" for p in reads),

@@ -1,8 +1,9 @@
 """Proves the harness end to end on real `dmq serve` processes:
 
-- a short run (3 nodes, partitions and kill -9, ~45 s of faults) of `python -m jepsen.run`
-  is valid, with something at stake (hundreds of acknowledged sends, faults that
-  happened), writes history.jsonl, results.json and latency.png, and leaves no iptables
+- a short run (3 nodes, partitions and kill -9, ~35 s of faults) of `python -m jepsen.run`
+  is valid, with something at stake (hundreds of acknowledged sends, group commits and
+  reads of committed offsets, faults that happened), the group checkers included (every
+  acknowledged send consumed by the group), writes history.jsonl, results.json and latency.png, and leaves no iptables
   chain behind;
 - the same pipeline fails (exit 1) on a build with a planted bug (fetch-off-by-one, caught
   without faults);
@@ -66,7 +67,7 @@ def run_harness(tmp_path: Path, *args: str, timeout_s: float) -> tuple[int, dict
 def test_short_run_with_partitions_and_kills_is_valid(tmp_path: Path) -> None:
     code, doc, out, pid = run_harness(
         tmp_path,
-        *("--nodes", "3", "--nemesis", "partition,kill", "--time-limit-s", "45"),
+        *("--nodes", "3", "--nemesis", "partition,kill", "--time-limit-s", "35"),
         *("--seed", "11", "--fault-interval-s", "6", "9"),
         timeout_s=400,
     )
@@ -74,6 +75,10 @@ def test_short_run_with_partitions_and_kills_is_valid(tmp_path: Path) -> None:
     assert doc["valid"] == "valid" and doc["anomalies"] == {}
     stats = doc["checkers"]["log"]["stats"]
     assert stats["sends_ok"] > 200 and stats["records_read"] > 200, stats
+    offsets, queue = doc["checkers"]["group-offsets"], doc["checkers"]["group-queue"]
+    assert offsets["valid"] == queue["valid"] == "valid"
+    assert offsets["stats"]["commits_ok"] > 20 and offsets["stats"]["reads_ok"] > 5, offsets
+    assert queue["stats"]["dequeued"] >= queue["stats"]["acknowledged"] == stats["sends_ok"]
     assert {u["fault"].split("/")[0] for u in doc["unavailability"]} <= {"partition", "kill"}
     assert len(doc["unavailability"]) >= 2, "faults must have happened"
     assert (tmp_path / "latency.png").stat().st_size > 10_000

@@ -6,6 +6,8 @@
 - a chain left by a harness process that no longer exists is removed at the next setup;
 - the power-loss cut truncates each journal and segment to the last traced durable
   length (after a journal rewrite, only later trace lines count);
+- two runs started together (consecutive pids) draw different ports (seed ^ pid did not:
+  seeds 1 and 3 at pids 1000 and 1002 collided and a broker could not start);
 - the file names and header size copied from raft/ and log/ (jepsen/ may not import
   them) still match.
 """
@@ -125,3 +127,13 @@ def test_an_unknown_fault_is_a_harness_error(kind: str, tmp_path: Path) -> None:
     cluster = Cluster(tmp_path, 3, planted_bug=None, durable_trace=False)
     with pytest.raises(HarnessError, match="unknown nemesis"):
         nemesis.Nemesis(cluster, History(), [kind], 1, "t", 1)
+
+
+def test_runs_started_together_draw_different_ports(monkeypatch: pytest.MonkeyPatch) -> None:
+    from jepsen import cluster
+
+    drawn = []
+    for seed, pid in ((1, 1000), (3, 1002)):  # 1 ^ 1000 == 3 ^ 1002
+        monkeypatch.setattr(cluster.os, "getpid", lambda pid=pid: pid)
+        drawn.append(cluster.listen_ports(["127.0.0.1"], 2, seed))
+    assert not set(drawn[0]) & set(drawn[1]), drawn
