@@ -3,7 +3,8 @@
 
 - once decommissioned (`dmq cluster decommission-partition`, then the same over HTTP again,
   through a broker that does not lead the metadata group) it takes no new record: an explicit produce to it answers 409 partition_decommissioned
-  naming the field, and keyed and keyless records all land on the active partitions;
+  naming the field, and keyed and keyless records all land on the active partitions, those
+  the broker places and those the Python client (which maps keys itself) places;
 - it stays readable: every record acknowledged before is fetched back, and a consumer
   group keeps it assigned and commits offsets on it; /v1/cluster/operations and
   `dmq cluster operations` show it;
@@ -31,6 +32,8 @@ from cluster_harness import (
     retry,
     wait_for,
 )
+
+from dmq.client import Producer
 
 GONE_TIMEOUT_S = 120.0  # retention check every 0.5 s, then the driver's round, loaded VM
 
@@ -79,6 +82,10 @@ def test_a_decommissioned_partition_stays_readable_then_goes(
     keyed = produce(via, "t", [{"key": f"k{i}", "value": f"v{i}"} for i in range(60)])
     keyless = produce(via, "t", [{"value": f"n{i}"} for i in range(30)])
     assert {p for p, _ in keyed + keyless} == {0, 2}, "records went to partition 1"
+    with Producer(url, linger_ms=5) as client:  # the Python client maps keys itself
+        sent = [client.send("t", b"c", key=b"key-%d" % i) for i in range(40)]
+        sent += [client.send("t", b"c") for _ in range(10)]
+        assert {f.result(30).partition for f in sent} == {0, 2}
 
     assert [v for _, _, v in fetch_all(via, "t", 1)] == [f"old-{i}" for i in range(20)]
     assert [o for _, o in before] == list(range(20))
