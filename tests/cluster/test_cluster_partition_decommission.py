@@ -10,7 +10,8 @@
   `dmq cluster operations` show it;
 - once retention empties its log, it goes: the catalogue marks it gone, every broker
   deletes its replica directory, a fetch answers 410 partition_gone, the group stops
-  assigning it and forgets its offset; a later partition added takes a new number.
+  assigning it and forgets its offset, a reset of the group's offsets skips it; a later
+  partition added takes a new number.
 """
 
 from __future__ import annotations
@@ -129,5 +130,9 @@ def test_a_decommissioned_partition_stays_readable_then_goes(
     assert [p["status"] for p in grown["partitions"]] == ["active", "gone", "active", "active"]
     spread = produce(via, "t", [{"key": f"k{i}", "value": f"w{i}"} for i in range(80)])
     assert {p for p, _ in spread} == {0, 2, 3}
+    ok(retry(lambda: via.request("DELETE", f"/v1/groups/g/members/{m['member_id']}"), 20), 204)
+    reset = {"to": "earliest", "topics": ["t"]}
+    reset_to = ok(retry(lambda: via.request("POST", "/v1/groups/g/offsets/reset", reset), 20))
+    assert [o["partition"] for o in reset_to["offsets"]] == [0, 2, 3], reset_to
     again = via.request("POST", path)
     assert again.status == 410 and again.json()["error"]["code"] == "partition_gone", again
