@@ -91,6 +91,9 @@ class OperationsService:
         self._broker = broker
         self._running: dict[str, asyncio.Task[None]] = {}
         self._last_step: dict[str, str] = {}  # partition key -> what its last step did
+        # Checks of decommissioned partitions' logs, off the driver's round: a broker that
+        # hangs must not hold up reassignments.
+        self._removals: asyncio.Task[None] | None = None
 
     # ------------------------------------------------------------------ requests
 
@@ -181,14 +184,16 @@ class OperationsService:
             for b in state.brokers.values()
             if b.decommissioning
         ]
-        draining = [
-            await self._partition_decommission_doc(info, p)
-            for info, p in decommissioned_partitions(state)
-        ]
+        draining = await asyncio.gather(
+            *(
+                self._partition_decommission_doc(info, p)
+                for info, p in decommissioned_partitions(state)
+            )
+        )
         return {
             "reassignments": docs,
             "decommissions": decommissions,
-            "partition_decommissions": draining,
+            "partition_decommissions": list(draining),
         }
 
     async def _partition_decommission_doc(self, info: TopicInfo, p: int) -> dict[str, Any]:
@@ -238,7 +243,13 @@ class OperationsService:
         finally:  # the broker stops: steps in flight stop too (each is resumable)
             for task in self._running.values():
                 task.cancel()
-            await asyncio.gather(*self._running.values(), return_exceptions=True)
+            if self._removals is not None:
+                self._removals.cancel()
+            await asyncio.gather(
+                *self._running.values(),
+                *([self._removals] if self._removals else []),
+                return_exceptions=True,
+            )
             self._running.clear()
 
     def _leads_metadata(self) -> bool:
@@ -268,7 +279,10 @@ class OperationsService:
         if not moving:
             await self._maybe_unregister(state)
             await self._maybe_balance(state)
-        await self._maybe_remove_partitions(state)
+        if self._removals is None or self._removals.done():
+            self._removals = asyncio.get_running_loop().create_task(
+                self._remove_partitions_logged(state)
+            )
         for key in [k for k, task in self._running.items() if task.done()]:
             del self._running[key]
         for info, p in moving:
@@ -460,6 +474,14 @@ class OperationsService:
                 await self._broker.metadata.propose(
                     ReassignPartition(info.name, info.topic_id, p, target, wall_ms())
                 )
+
+    async def _remove_partitions_logged(self, state: MetadataState) -> None:
+        try:
+            await self._maybe_remove_partitions(state)
+        except errors.DmqError as exc:  # the metadata leader moved, a broker is down: later
+            _log.info("removing decommissioned partitions: %s", exc)
+        except Exception:
+            _log.exception("removing decommissioned partitions failed")
 
     async def _maybe_remove_partitions(self, state: MetadataState) -> None:
         """Decommissioned partitions whose leader's log is empty go (RemovePartition)."""
