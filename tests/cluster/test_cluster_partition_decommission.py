@@ -9,7 +9,7 @@
   group keeps it assigned and commits offsets on it; /v1/cluster/operations and
   `dmq cluster operations` show it;
 - once retention empties its log, it goes: the catalogue marks it gone, every broker
-  deletes its replica directory, a fetch answers 410 partition_gone, the group stops
+  deletes its replica directory (one that was killed -9 meanwhile, once restarted), a fetch answers 410 partition_gone, the group stops
   assigning it and forgets its offset, a reset of the group's offsets skips it; a later
   partition added takes a new number.
 """
@@ -101,6 +101,9 @@ def test_a_decommissioned_partition_stays_readable_then_goes(
     assert [p["status"] for p in describe["partitions"]] == ["active", "decommissioned", "active"]
     dirs = [n.partition_dir("t", 1) for n in cluster.live()]
     assert all(d.exists() for d in dirs)
+    # A broker down while the partition goes deletes its copy once it is back.
+    victim = next(n.node_id for n in cluster.live() if n.node_id not in (leader, via.node_id))
+    cluster.kill9(victim)
 
     # Retention empties the log (the active segment too, once all of it expired).
     ok(via.request("PATCH", "/v1/topics/t/config", {"config": {"retention_ms": 1000}}))
@@ -113,7 +116,11 @@ def test_a_decommissioned_partition_stays_readable_then_goes(
         wait_for(gone, GONE_TIMEOUT_S, "partition 1 gone after retention emptied it")
     except AssertionError as error:
         raise AssertionError(f"{error}; operations: {operations(via)}") from None
-    wait_for(lambda: not any(d.exists() for d in dirs), 30.0, "replica directories deleted")
+    left = cluster[victim].partition_dir("t", 1)
+    assert left.exists()
+    wait_for(lambda: not any(d.exists() for d in dirs if d != left), 30.0, "replicas deleted")
+    cluster.restart(victim)
+    wait_for(lambda: not left.exists(), 30.0, f"{victim}'s replica deleted after its restart")
     query = urllib.parse.urlencode({"offset": 0})
     fetched = via.request("GET", f"/v1/topics/t/partitions/1/records?{query}")
     assert fetched.status == 410 and fetched.json()["error"]["code"] == "partition_gone", fetched
