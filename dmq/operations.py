@@ -448,7 +448,12 @@ class OperationsService:
 
     def _local_log(self, topic: str, partition: int, topic_id: int) -> dict[str, Any]:
         replica = self._broker.local_replica(topic, partition, topic_id)
-        if replica is None or replica.raft is None:
+        if replica is None:  # the group id matched, but not this topic's name
+            raise errors.PartitionNotFound(
+                f"no replica of {topic}-{partition} (topic id {topic_id}) on this broker",
+                field="partition",
+            )
+        if replica.raft is None:
             raise errors.BrokerUnavailable(f"{topic}-{partition} is opening", retry_after_ms=500)
         return {
             "leader": replica.raft.status().is_leader,
