@@ -64,6 +64,8 @@ from log.segment import write_durably
 from raft import quiesce
 from raft.config import RaftConfig
 from raft.metadata import (
+    PARTITION_ACTIVE,
+    PARTITION_GONE,
     AddPartitions,
     AlterTopicConfig,
     BrokerHeartbeat,
@@ -147,6 +149,7 @@ class PartitionInfo:
     log_start_offset: int | None
     high_watermark: int | None
     log_end_offset: int | None
+    status: str = PARTITION_ACTIVE  # or decommissioned (no new records), gone
 
 
 @dataclass(frozen=True, slots=True)
@@ -174,6 +177,9 @@ class TopicView:
     replication_factor: int
     config: dict[str, Any]
     info: TopicInfo
+    # Partitions taking new records (not decommissioned or gone), ascending: keyed and
+    # sticky choices map onto these (raft/README.md, "Decommission a partition").
+    active: tuple[int, ...] = ()
 
 
 @dataclass(slots=True)
@@ -440,6 +446,7 @@ class Broker:
                 info.replication_factor,
                 dict(info.config),
                 info,
+                tuple(p for p, pl in enumerate(info.partitions) if pl.status == PARTITION_ACTIVE),
             )
             self._views[name] = view
         return view
@@ -457,6 +464,10 @@ class Broker:
         view = self._view(name) if self._metadata is not None else None
         return None if view is None else view.partitions
 
+    def local_replica(self, topic: str, partition: int, topic_id: int) -> PartitionReplica | None:
+        """This broker's open replica of that partition, or None (cluster operations)."""
+        return self._local_replica(topic, partition, topic_id)
+
     def _local_replica(self, topic: str, partition: int, topic_id: int) -> PartitionReplica | None:
         """This broker's open replica of the partition of that topic id (a re-created
         topic of the same name is another topic), or None."""
@@ -472,6 +483,27 @@ class Broker:
                 field="partition",
                 limit=topic.partitions - 1,
             )
+        if topic.info.partitions[partition].status == PARTITION_GONE:
+            raise errors.PartitionGone(
+                f"partition {partition} of {topic.name!r} was decommissioned and is gone "
+                "(retention removed its records)",
+                field="partition",
+            )
+
+    @staticmethod
+    def _check_writable(topic: TopicView, partition: int, field: str) -> None:
+        """Decommissioned (or gone) partitions take no new records."""
+        status = topic.info.partitions[partition].status
+        if status != PARTITION_ACTIVE:
+            raise errors.PartitionDecommissioned(
+                f"partition {partition} of {topic.name!r} is {status}: it takes no new "
+                f"records (active partitions: {list(topic.active)})",
+                field=field,
+            )
+
+    def _sticky_partition(self, topic: TopicView) -> int:
+        """The sticky partition of the current batch, among the active ones."""
+        return topic.active[self._sticky.partition(len(topic.active))]
 
     # ------------------------------------------------------------------ replicas
 
@@ -796,6 +828,7 @@ class Broker:
                     local.log_start_offset if local else None,
                     local.high_watermark if local else None,
                     local.log_end_offset if local else None,
+                    placement.status,
                 )
             )
         return TopicDescription(view.name, view.replication_factor, tuple(parts), view.config)
@@ -870,9 +903,12 @@ class Broker:
                     field=f"records[{i}].partition",
                     limit=topic.partitions - 1,
                 )
+            self._check_writable(topic, record.partition, f"records[{i}].partition")
             return record.partition
         if record.key is not None:
-            return partition_for_key(record.key, topic.partitions)
+            # Over the active partitions only: with none decommissioned this is Kafka's
+            # murmur2 % partitions; decommissioning one remaps keys (raft/README.md).
+            return topic.active[partition_for_key(record.key, len(topic.active))]
         return sticky
 
     @staticmethod
@@ -926,7 +962,7 @@ class Broker:
             raise errors.InvalidRequest("records must hold at least one record", field="records")
         topic = await self._topic_for_produce(topic_name)
         limit = topic.config["max_record_bytes"]
-        sticky = self._sticky.partition(topic.partitions)
+        sticky = self._sticky_partition(topic)
         self._sticky.next_batch()
         now = wall_ms()
         by_partition: dict[int, list[tuple[int, Record]]] = {}
@@ -991,7 +1027,7 @@ class Broker:
         except log_errors.LogError as exc:
             raise translate(exc) from exc
         if partition is None:
-            partition = self._sticky.partition(topic.partitions)
+            partition = self._sticky_partition(topic)
             self._sticky.next_batch()
         elif not 0 <= partition < topic.partitions:
             raise errors.PartitionNotFound(
@@ -999,6 +1035,7 @@ class Broker:
                 field="partition",
                 limit=topic.partitions - 1,
             )
+        self._check_writable(topic, partition, "partition")
         base = (await self._append_batches(topic, {partition: batch}, acks))[partition]
         return [OffsetRun(partition, base, header.record_count)]
 

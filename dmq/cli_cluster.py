@@ -51,6 +51,14 @@ def add_cluster_operations(actions: Any, url: argparse.ArgumentParser) -> None:
     decommission.add_argument("broker_id")
     decommission.add_argument("--wait", action="store_true", help="show progress until done")
     decommission.set_defaults(handler=cmd_decommission)
+    retire = actions.add_parser(
+        "decommission-partition",
+        parents=[url],
+        help="stop a partition taking records; it goes once retention empties it",
+    )
+    retire.add_argument("topic")
+    retire.add_argument("partition", type=int)
+    retire.set_defaults(handler=cmd_decommission_partition)
 
 
 def progress_bar(fraction: float, width: int = BAR_WIDTH) -> str:
@@ -69,6 +77,11 @@ def render_operations(doc: dict[str, Any], out: TextIO) -> int:
     for d in doc["decommissions"]:
         running += 1
         out.write(f"broker {d['broker_id']:<17} decommissioning, {d['replicas_left']} left\n")
+    for d in doc.get("partition_decommissions", []):
+        running += 1
+        where = f"{d['topic']}-{d['partition']}"
+        left = "?" if d["offsets_left"] is None else d["offsets_left"]
+        out.write(f"{where:<24} decommissioned, {left} offsets until retention empties it\n")
     if not running:
         out.write("no operation running\n")
     return running
@@ -124,6 +137,19 @@ def cmd_decommission(args: argparse.Namespace) -> int:
     print(f"decommissioning {args.broker_id}: its replicas move to the other brokers")
     if args.wait:
         _watch(args.url, sys.stdout)
+    return 0
+
+
+def cmd_decommission_partition(args: argparse.Namespace) -> int:
+    async def retire() -> dict[str, Any]:
+        async with AsyncAdmin(args.url) as admin:
+            return await admin.decommission_partition(args.topic, args.partition)
+
+    asyncio.run(retire())
+    print(
+        f"{args.topic}-{args.partition} decommissioned: no new records; readable until "
+        "retention empties it, then removed"
+    )
     return 0
 
 

@@ -9,6 +9,7 @@
     │   ├── NotFound                 404
     │   │   ├── TopicNotFound
     │   │   ├── PartitionNotFound
+    │   │   │   └── PartitionGone    410  decommissioned and removed (the number stays taken)
     │   │   └── GroupNotFound
     │   ├── TopicAlreadyExists       409
     │   ├── GroupConflict            409  consumer groups: the member must act first
@@ -16,6 +17,7 @@
     │   │   ├── StaleGeneration      409  the partition is not this member's at that generation
     │   │   ├── GroupNotEmpty        409  offsets can be reset only in an empty group
     │   │   └── InconsistentAssignor 409  the group's members use another assignor
+    │   ├── PartitionDecommissioned  409  the partition takes no new records (still readable)
     │   ├── ProducerFenced           409  a newer instance of this transactional id wrote
     │   ├── OutOfOrderSequence       409  an idempotent producer's batch skips a sequence
     │   ├── RecordTooLarge           413  a record, batch or body over its limit
@@ -80,6 +82,10 @@ class PartitionNotFound(NotFound):
     code = "partition_not_found"
 
 
+class PartitionGone(PartitionNotFound):
+    code = "partition_gone"
+
+
 class GroupNotFound(NotFound):
     code = "group_not_found"
 
@@ -106,6 +112,10 @@ class GroupNotEmpty(GroupConflict):
 
 class InconsistentAssignor(GroupConflict):
     code = "inconsistent_assignor"
+
+
+class PartitionDecommissioned(ClientError):
+    code = "partition_decommissioned"
 
 
 class ProducerFenced(ClientError):
@@ -186,6 +196,8 @@ _ALL: tuple[type[DmqError], ...] = (
     UnsupportedMediaType,
     NotAcceptable,
     OffsetOutOfRange,
+    PartitionGone,
+    PartitionDecommissioned,
     RetriableError,
     NotLeader,
     BrokerUnavailable,

@@ -224,8 +224,11 @@ class GroupsService:
         """Reset an empty group's offsets: `explicit` ones, or every partition of `topics`
         to "earliest", "latest" or the first offset at or after timestamp `to` (ms)."""
         offsets = list(explicit)
+        gone = self._metadata().state.groups.gone  # decommissioned and removed: no log
         for topic in topics:
             for p in range(partition_count(topic)):
+                if (topic, p) in gone:
+                    continue
                 found = await offsets_of(topic, p, to if isinstance(to, int) else None)
                 if to == "earliest":
                     offsets.append((topic, p, found.log_start_offset))

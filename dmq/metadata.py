@@ -30,6 +30,7 @@ from dmq.peers import PeerClient
 from raft import errors as raft_errors
 from raft.metadata import (
     REJECT_NOT_ENOUGH_BROKERS,
+    REJECT_PARTITION_GONE,
     REJECT_TOO_MANY_TOPICS,
     REJECT_TOPIC_EXISTS,
     REJECT_UNKNOWN_BROKER,
@@ -82,6 +83,8 @@ def error_for_rejected(rejected: Rejected) -> errors.DmqError:
         return errors.TopicNotFound(rejected.message, field="topic")
     if rejected.code == REJECT_UNKNOWN_PARTITION:
         return errors.PartitionNotFound(rejected.message, field="partition")
+    if rejected.code == REJECT_PARTITION_GONE:
+        return errors.PartitionGone(rejected.message, field="partition")
     if rejected.code == REJECT_UNKNOWN_BROKER:
         return errors.BrokerUnavailable(rejected.message, retry_after_ms=500)
     if rejected.code == REJECT_NOT_ENOUGH_BROKERS:

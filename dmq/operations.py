@@ -22,6 +22,12 @@ one stops halfway. In short, for a partition with replicas R and target T:
    R - o; o's broker deletes the replica's log and Raft directory (`Broker._reconcile`).
    When R reaches T's set the reassignment ends (`target` cleared).
 
+Decommission a partition: `DecommissionPartition` stops it taking new records (produce
+answers 409 partition_decommissioned; keyed and sticky choices use the active partitions
+only); it stays readable. Once its leader's log is empty (retention removed every record:
+log_start_offset == log_end_offset) the driver proposes `RemovePartition`: the catalogue
+keeps the number as gone, every broker deletes its replica, groups stop assigning it.
+
 Decommission: each partition with a replica on the broker gets a target with that broker
 replaced by the eligible broker holding the fewest replicas; once it holds none, the
 broker is unregistered (its data directory may then be deleted). Balance: when every
@@ -43,11 +49,14 @@ from dmq.metadata import translate_raft_error, wall_ms
 from dmq.replica import group_id_for
 from raft import errors as raft_errors
 from raft.metadata import (
+    PARTITION_DECOMMISSIONED,
     AlterPartitionReplicas,
     DecommissionBroker,
+    DecommissionPartition,
     MetadataState,
     PartitionInfo,
     ReassignPartition,
+    RemovePartition,
     TopicInfo,
     UnregisterBroker,
 )
@@ -82,6 +91,9 @@ class OperationsService:
         self._broker = broker
         self._running: dict[str, asyncio.Task[None]] = {}
         self._last_step: dict[str, str] = {}  # partition key -> what its last step did
+        # Checks of decommissioned partitions' logs, off the driver's round: a broker that
+        # hangs must not hold up reassignments.
+        self._removals: asyncio.Task[None] | None = None
 
     # ------------------------------------------------------------------ requests
 
@@ -114,6 +126,23 @@ class OperationsService:
         applied = await self._broker.metadata.propose(DecommissionBroker(broker_id, wall_ms()))
         assert applied.broker is not None
         return {"broker_id": broker_id, "decommissioning": applied.broker.decommissioning}
+
+    async def decommission_partition(self, topic: str, partition: int) -> dict[str, Any]:
+        """Stop the partition taking new records; the driver removes it once empty."""
+        info = self._topic_info(topic)
+        if not 0 <= partition < len(info.partitions):
+            raise errors.PartitionNotFound(
+                f"topic {topic!r} has {len(info.partitions)} partitions", field="partition"
+            )
+        applied = await self._broker.metadata.propose(
+            DecommissionPartition(topic, info.topic_id, partition, wall_ms())
+        )
+        assert applied.topic is not None
+        return {
+            "topic": topic,
+            "partition": partition,
+            "status": applied.topic.partitions[partition].status,
+        }
 
     def _topic_info(self, topic: str) -> TopicInfo:
         info = self._broker.metadata.state.topics.get(topic)
@@ -155,7 +184,32 @@ class OperationsService:
             for b in state.brokers.values()
             if b.decommissioning
         ]
-        return {"reassignments": docs, "decommissions": decommissions}
+        draining = await asyncio.gather(
+            *(
+                self._partition_decommission_doc(info, p)
+                for info, p in decommissioned_partitions(state)
+            )
+        )
+        return {
+            "reassignments": docs,
+            "decommissions": decommissions,
+            "partition_decommissions": list(draining),
+        }
+
+    async def _partition_decommission_doc(self, info: TopicInfo, p: int) -> dict[str, Any]:
+        """A decommissioned partition waiting for retention to empty it."""
+        doc: dict[str, Any] = {
+            "type": "partition_decommission",
+            "topic": info.name,
+            "partition": p,
+            "status": info.partitions[p].status,
+            "offsets_left": None,  # unknown while no leader answers
+            "last_step": self._last_step.get(_key(info.name, p)),
+        }
+        with contextlib.suppress(errors.DmqError):
+            log = await self._leader_log(info, p, info.partitions[p])
+            doc["offsets_left"] = log["log_end_offset"] - log["log_start_offset"]
+        return doc
 
     def _operation_doc(self, info: TopicInfo, p: int, placement: PartitionInfo) -> dict[str, Any]:
         key = _key(info.name, p)
@@ -189,7 +243,13 @@ class OperationsService:
         finally:  # the broker stops: steps in flight stop too (each is resumable)
             for task in self._running.values():
                 task.cancel()
-            await asyncio.gather(*self._running.values(), return_exceptions=True)
+            if self._removals is not None:
+                self._removals.cancel()
+            await asyncio.gather(
+                *self._running.values(),
+                *([self._removals] if self._removals else []),
+                return_exceptions=True,
+            )
             self._running.clear()
 
     def _leads_metadata(self) -> bool:
@@ -219,6 +279,10 @@ class OperationsService:
         if not moving:
             await self._maybe_unregister(state)
             await self._maybe_balance(state)
+        if self._removals is None or self._removals.done():
+            self._removals = asyncio.get_running_loop().create_task(
+                self._remove_partitions_logged(state)
+            )
         for key in [k for k, task in self._running.items() if task.done()]:
             del self._running[key]
         for info, p in moving:
@@ -360,6 +424,8 @@ class OperationsService:
         try:
             if what == "progress":
                 return (await node.group_progress(group_id)).to_json()
+            if what == "log":
+                return self._local_log(topic, partition, topic_id)
             if what == "membership":
                 action, node_id = body.get("action"), body.get("node_id")
                 if action not in ("add", "remove") or not isinstance(node_id, str):
@@ -380,6 +446,21 @@ class OperationsService:
             raise translate_raft_error(exc, f"{topic}-{partition} {what}") from exc
         raise errors.InvalidRequest(f"unknown internal operation {what!r}", field="operation")
 
+    def _local_log(self, topic: str, partition: int, topic_id: int) -> dict[str, Any]:
+        replica = self._broker.local_replica(topic, partition, topic_id)
+        if replica is None:  # the group id matched, but not this topic's name
+            raise errors.PartitionNotFound(
+                f"no replica of {topic}-{partition} (topic id {topic_id}) on this broker",
+                field="partition",
+            )
+        if replica.raft is None:
+            raise errors.BrokerUnavailable(f"{topic}-{partition} is opening", retry_after_ms=500)
+        return {
+            "leader": replica.raft.status().is_leader,
+            "log_start_offset": replica.log_start_offset,
+            "log_end_offset": replica.log_end_offset,
+        }
+
     # ------------------------------------------------------------------ planning
 
     async def _plan_decommissions(self, state: MetadataState) -> None:
@@ -398,6 +479,55 @@ class OperationsService:
                 await self._broker.metadata.propose(
                     ReassignPartition(info.name, info.topic_id, p, target, wall_ms())
                 )
+
+    async def _remove_partitions_logged(self, state: MetadataState) -> None:
+        try:
+            await self._maybe_remove_partitions(state)
+        except errors.DmqError as exc:  # the metadata leader moved, a broker is down: later
+            _log.info("removing decommissioned partitions: %s", exc)
+        except Exception:
+            _log.exception("removing decommissioned partitions failed")
+
+    async def _maybe_remove_partitions(self, state: MetadataState) -> None:
+        """Decommissioned partitions whose leader's log is empty go (RemovePartition)."""
+        for info, p in decommissioned_partitions(state):
+            placement = info.partitions[p]
+            if placement.target is not None:
+                continue  # being moved: removed once the move ends
+            key = _key(info.name, p)
+            try:
+                log = await self._leader_log(info, p, placement)
+            except errors.DmqError as exc:
+                self._last_step[key] = f"retrying: {exc}"
+                continue
+            if log["log_start_offset"] < log["log_end_offset"]:
+                self._last_step[key] = (
+                    f"draining: {log['log_end_offset'] - log['log_start_offset']} offsets "
+                    "left until retention removes them"
+                )
+                continue
+            await self._broker.metadata.propose(
+                RemovePartition(info.name, info.topic_id, p, wall_ms())
+            )
+            self._last_step.pop(key, None)
+            _log.info("partition %s decommissioned and empty: removed", key)
+
+    async def _leader_log(
+        self, info: TopicInfo, partition: int, placement: PartitionInfo
+    ) -> dict[str, Any]:
+        """The partition leader's log offsets (a follower's may lag behind retention)."""
+        last: errors.DmqError = errors.NotLeader("no leader found", retry_after_ms=200)
+        for node_id in dict.fromkeys(
+            [*([placement.leader] if placement.leader else []), *placement.replicas]
+        ):
+            try:
+                answer: dict[str, Any] = await self._call(node_id, info, partition, "log", None)
+            except errors.DmqError as exc:
+                last = exc
+                continue
+            if answer["leader"]:
+                return answer
+        raise last
 
     async def _maybe_unregister(self, state: MetadataState) -> None:
         for b, info in state.brokers.items():
@@ -420,6 +550,16 @@ class OperationsService:
             await self._broker.metadata.propose(
                 ReassignPartition(info.name, info.topic_id, p, target, wall_ms())
             )
+
+
+def decommissioned_partitions(state: MetadataState) -> list[tuple[TopicInfo, int]]:
+    """(topic, partition) of every partition decommissioned and not yet gone, sorted."""
+    return [
+        (info, p)
+        for info in sorted(state.topics.values(), key=lambda t: t.name)
+        for p, placement in enumerate(info.partitions)
+        if placement.status == PARTITION_DECOMMISSIONED
+    ]
 
 
 def describe_step(placement: PartitionInfo, progress: dict[str, Any]) -> str:

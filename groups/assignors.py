@@ -12,18 +12,22 @@ every input is sorted first), so every replica computes the same assignment.
   and the number of partitions that change member is the least any such balance needs.
 
 An assignor returns a map {(topic, partition): member_id} covering every partition that
-has at least one subscribed member, and only those.
+has at least one subscribed member and is not in `gone` (decommissioned and removed
+partitions: their numbers stay taken, so counts alone do not say which exist), and only
+those.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Set
 from typing import Final
 
 TopicPartition = tuple[str, int]
 Assignment = dict[TopicPartition, str]
 # member_id -> the subscribed topics that exist, with their partition counts.
 Subscriptions = Mapping[str, Mapping[str, int]]
+Gone = Set[TopicPartition]
+NONE_GONE: Final[frozenset[TopicPartition]] = frozenset()
 
 RANGE: Final = "range"
 ROUND_ROBIN: Final = "roundrobin"
@@ -31,18 +35,19 @@ STICKY: Final = "sticky"
 ASSIGNORS: Final = (RANGE, ROUND_ROBIN, STICKY)
 
 
-def _eligible(subscriptions: Subscriptions) -> dict[TopicPartition, list[str]]:
+def _eligible(subscriptions: Subscriptions, gone: Gone) -> dict[TopicPartition, list[str]]:
     """Every subscribed partition -> the sorted members subscribed to its topic."""
     out: dict[TopicPartition, list[str]] = {}
     for member in sorted(subscriptions):
         for topic, count in subscriptions[member].items():
             for p in range(count):
-                out.setdefault((topic, p), []).append(member)
+                if (topic, p) not in gone:
+                    out.setdefault((topic, p), []).append(member)
     return {tp: out[tp] for tp in sorted(out)}
 
 
 def assign_range(
-    subscriptions: Subscriptions, previous: Mapping[TopicPartition, str]
+    subscriptions: Subscriptions, previous: Mapping[TopicPartition, str], gone: Gone = NONE_GONE
 ) -> Assignment:
     del previous  # range is not sticky
     by_topic: dict[str, tuple[int, list[str]]] = {}
@@ -52,23 +57,24 @@ def assign_range(
     out: Assignment = {}
     for topic in sorted(by_topic):
         count, members = by_topic[topic]
-        base, extra = divmod(count, len(members))
-        p = 0
+        existing = [p for p in range(count) if (topic, p) not in gone]
+        base, extra = divmod(len(existing), len(members))
+        i_next = 0
         for i, member in enumerate(members):
             for _ in range(base + (1 if i < extra else 0)):
-                out[(topic, p)] = member
-                p += 1
+                out[(topic, existing[i_next])] = member
+                i_next += 1
     return out
 
 
 def assign_round_robin(
-    subscriptions: Subscriptions, previous: Mapping[TopicPartition, str]
+    subscriptions: Subscriptions, previous: Mapping[TopicPartition, str], gone: Gone = NONE_GONE
 ) -> Assignment:
     del previous
     members = sorted(subscriptions)
     out: Assignment = {}
     turn = 0
-    for tp, eligible in _eligible(subscriptions).items():
+    for tp, eligible in _eligible(subscriptions, gone).items():
         # The next member in the global rotation that subscribes to this topic.
         allowed = set(eligible)
         while members[turn % len(members)] not in allowed:
@@ -79,9 +85,9 @@ def assign_round_robin(
 
 
 def assign_sticky(
-    subscriptions: Subscriptions, previous: Mapping[TopicPartition, str]
+    subscriptions: Subscriptions, previous: Mapping[TopicPartition, str], gone: Gone = NONE_GONE
 ) -> Assignment:
-    eligible = _eligible(subscriptions)
+    eligible = _eligible(subscriptions, gone)
     members = sorted(subscriptions)
     if not members or not eligible:
         return {}
@@ -114,5 +120,5 @@ def assign_sticky(
 
 
 ASSIGNOR_FUNCTIONS: Final[
-    dict[str, Callable[[Subscriptions, Mapping[TopicPartition, str]], Assignment]]
+    dict[str, Callable[[Subscriptions, Mapping[TopicPartition, str], Gone], Assignment]]
 ] = {RANGE: assign_range, ROUND_ROBIN: assign_round_robin, STICKY: assign_sticky}

@@ -28,14 +28,17 @@ class GroupCommandDecodeError(ValueError):
 @dataclass(frozen=True, slots=True)
 class UpdateTopics:
     """The catalogue's topics and partition counts, applied after every topic change, so
-    subscriptions follow created, grown and deleted topics without a restart."""
+    subscriptions follow created, grown and deleted topics without a restart. `gone`:
+    the (topic, partition) pairs decommissioned and removed, never assigned again."""
 
     topics: tuple[tuple[str, int], ...]
     now_ms: int
     version: int = COMMAND_VERSION
+    gone: tuple[tuple[str, int], ...] = ()
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "topics", tuple(sorted((str(n), c) for n, c in self.topics)))
+        object.__setattr__(self, "gone", tuple(sorted((str(n), p) for n, p in self.gone)))
 
 
 @dataclass(frozen=True, slots=True)
@@ -160,7 +163,7 @@ def _is_int(value: Any) -> bool:
 
 
 def field_kind(command_type: type[GroupCommand], name: str) -> str:
-    if command_type is UpdateTopics and name == "topics":
+    if command_type is UpdateTopics and name in ("topics", "gone"):
         return "counts"
     return _FIELD_KINDS[name]
 

@@ -117,6 +117,8 @@ class GroupsState:
     config: GroupsConfig = field(default_factory=GroupsConfig)
     topics: dict[str, int] = field(default_factory=dict)  # name -> partitions (catalogue)
     groups: dict[str, Group] = field(default_factory=dict)  # read-only once built
+    # Decommissioned and removed partitions (catalogue): never assigned, no offsets.
+    gone: frozenset[TopicPartition] = frozenset()
 
 
 # --- events ---------------------------------------------------------------------------------
@@ -197,10 +199,17 @@ def subscribed_topics(member: Member, topics: dict[str, int]) -> dict[str, int]:
     return {t: topics[t] for t in member.topics if t in topics}
 
 
-def _settle(group: Group, topics: dict[str, int], membership_changed: bool, now_ms: int) -> Group:
+def _settle(
+    group: Group,
+    topics: dict[str, int],
+    membership_changed: bool,
+    now_ms: int,
+    gone: frozenset[TopicPartition],
+) -> Group:
     """Steps 1-4 of the rebalance; the group unchanged if nothing moved."""
     subs = {m: subscribed_topics(member, topics) for m, member in sorted(group.members.items())}
-    target: Assignment = ASSIGNOR_FUNCTIONS[group.assignor](subs, group.target) if subs else {}
+    assignor = ASSIGNOR_FUNCTIONS[group.assignor]
+    target: Assignment = assignor(subs, group.target, gone) if subs else {}
     generation = group.generation + 1
     members = _reconcile(group.members, target, generation)
     if not membership_changed and target == group.target and members == group.members:
@@ -252,13 +261,19 @@ def _with_group(state: GroupsState, group: Group) -> GroupsState:
 
 def _update_topics(state: GroupsState, cmd: UpdateTopics) -> Result:
     topics = dict(cmd.topics)
-    new_state = replace(state, topics=topics)
+    gone = frozenset(cmd.gone)
+    new_state = replace(state, topics=topics, gone=gone)
     events: list[Event] = []
     for group in state.groups.values():
-        # Offsets of deleted partitions go: a re-created topic starts from its own beginning.
-        committed = {tp: o for tp, o in group.committed.items() if tp[1] < topics.get(tp[0], 0)}
+        # Offsets of deleted (or gone) partitions go: a re-created topic starts from its
+        # own beginning.
+        committed = {
+            tp: o
+            for tp, o in group.committed.items()
+            if tp[1] < topics.get(tp[0], 0) and tp not in gone
+        }
         changed = replace(group, committed=committed)
-        settled = _settle(changed, topics, False, cmd.now_ms) if group.members else changed
+        settled = _settle(changed, topics, False, cmd.now_ms, gone) if group.members else changed
         if settled != group:
             new_state = _with_group(new_state, settled)
             events.extend(_events_for(group, settled))
@@ -372,7 +387,7 @@ def _join(state: GroupsState, cmd: JoinGroup) -> Result:
             f"at most {state.config.members_per_group_max} members per group",
         )
     members[cmd.member_id] = member
-    settled = _settle(replace(group, members=members), state.topics, True, cmd.now_ms)
+    settled = _settle(replace(group, members=members), state.topics, True, cmd.now_ms, state.gone)
     events.extend(_events_for(old, settled))
     return _with_group(state, settled), tuple(events)
 
@@ -399,7 +414,7 @@ def _remove(
             state, REJECT_UNKNOWN_MEMBER, f"no such member of group {name!r}", "member_id"
         )
     members = {k: v for k, v in group.members.items() if k not in gone}
-    settled = _settle(replace(group, members=members), state.topics, True, now_ms)
+    settled = _settle(replace(group, members=members), state.topics, True, now_ms, state.gone)
     events: list[Event] = [MemberRemoved(name, m, reason) for m in gone]
     events.extend(_events_for(group, settled))
     return _with_group(state, settled), tuple(events)
@@ -433,7 +448,7 @@ def _ack(state: GroupsState, cmd: AckGeneration) -> Result:
     if held == member.held:
         return state, ()
     members = {**group.members, member.member_id: replace(member, held=held)}
-    settled = _settle(replace(group, members=members), state.topics, False, cmd.now_ms)
+    settled = _settle(replace(group, members=members), state.topics, False, cmd.now_ms, state.gone)
     return _with_group(state, settled), _events_for(group, settled)
 
 
@@ -443,7 +458,7 @@ def _check_offsets(state: GroupsState, offsets: tuple[OffsetItem, ...]) -> Rejec
         return Rejected(REJECT_INVALID_ARGUMENT, f"give 1 to {limit} offsets", "offsets")
     seen = set()
     for i, (topic, partition, offset) in enumerate(offsets):
-        if not 0 <= partition < state.topics.get(topic, 0):
+        if not 0 <= partition < state.topics.get(topic, 0) or (topic, partition) in state.gone:
             return Rejected(
                 REJECT_UNKNOWN_PARTITION,
                 f"offsets[{i}]: topic {topic!r} has no partition {partition}",
@@ -556,6 +571,7 @@ def _reset(state: GroupsState, cmd: ResetOffsets) -> Result:
 def groups_to_json(state: GroupsState) -> dict[str, Any]:
     return {
         "topics": [[t, n] for t, n in sorted(state.topics.items())],
+        **({"gone": [[t, p] for t, p in sorted(state.gone)]} if state.gone else {}),
         "groups": [_group_to_json(g) for _, g in sorted(state.groups.items())],
     }
 
@@ -613,4 +629,5 @@ def groups_from_json(doc: dict[str, Any], config: GroupsConfig | None = None) ->
         config=config or GroupsConfig(),
         topics={t: n for t, n in doc["topics"]},
         groups=groups,
+        gone=frozenset((t, p) for t, p in doc.get("gone", ())),
     )

@@ -84,6 +84,7 @@ def _description(d: TopicDescription) -> dict[str, Any]:
                 "log_start_offset": p.log_start_offset,
                 "high_watermark": p.high_watermark,
                 "log_end_offset": p.log_end_offset,
+                "status": p.status,
             }
             for p in d.partitions
         ],

@@ -56,7 +56,13 @@ ERROR_STATUSES: dict[int, tuple[str, tuple[str, ...], bool]] = {
             "inconsistent_assignor",
             "producer_fenced",
             "out_of_order_sequence",
+            "partition_decommissioned",
         ),
+        False,
+    ),
+    410: (
+        "the partition was decommissioned and removed (its number is never reused)",
+        ("partition_gone",),
         False,
     ),
     413: (
@@ -192,7 +198,7 @@ def _paths(config: BrokerConfig) -> dict[str, Any]:
                 parameters=[
                     _query("timestamp", _int(0, INT64_MAX), "milliseconds since the epoch")
                 ],
-                errors=(400, 404, 503),
+                errors=(400, 404, 410, 503),
             ),
         },
     }
@@ -305,6 +311,16 @@ def _operations_paths() -> dict[str, Any]:
                 errors=(503,),
             )
         },
+        "/v1/topics/{topic}/partitions/{partition}/decommission": {
+            "parameters": [_TOPIC, _PARTITION],
+            "post": _op(
+                "decommission_partition",
+                "Stop the partition taking new records; it stays readable until retention "
+                "empties it, then it is removed (its number is never reused)",
+                {"202": _ok(_object({}, closed=False))},
+                errors=(400, 404, 410, 503, 504),
+            ),
+        },
         "/v1/cluster/brokers/{broker_id}/decommission": {
             "parameters": [
                 {"name": "broker_id", "in": "path", "required": True, "schema": {"type": "string"}}
@@ -314,6 +330,16 @@ def _operations_paths() -> dict[str, Any]:
                 "Move every replica off the broker, then remove it from the cluster",
                 {"202": _ok(_object({}, closed=False))},
                 errors=(400, 404, 503, 504),
+            ),
+        },
+        "/v1/internal/partitions/{topic}/{partition}/log": {
+            **group,
+            "get": _op(
+                "internal_replica_log",
+                _INTERNAL + "This broker's replica: whether it leads, its log's start and end",
+                {"200": _ok(_object({}, closed=False))},
+                parameters=topic_id,
+                errors=(400, 404, 503),
             ),
         },
         "/v1/internal/partitions/{topic}/{partition}/progress": {
@@ -432,7 +458,7 @@ def _fetch_op(config: BrokerConfig) -> dict[str, Any]:
             }
         },
         parameters=_fetch_parameters(config),
-        errors=(400, 404, 406, 416, 429, 503),
+        errors=(400, 404, 406, 410, 416, 429, 503),
     )
 
 
@@ -784,6 +810,12 @@ def _catalogue_schemas(config: BrokerConfig) -> dict[str, Any]:
                             "log_start_offset": _or_null(_OFFSET),
                             "high_watermark": _or_null(_OFFSET),
                             "log_end_offset": _or_null(_OFFSET),
+                            "status": {
+                                "type": "string",
+                                "enum": ["active", "decommissioned", "gone"],
+                                "description": "decommissioned: no new records, readable; "
+                                "gone: removed, its number never reused",
+                            },
                         },
                         (
                             "partition",
@@ -792,6 +824,7 @@ def _catalogue_schemas(config: BrokerConfig) -> dict[str, Any]:
                             "log_start_offset",
                             "high_watermark",
                             "log_end_offset",
+                            "status",
                         ),
                     ),
                 },

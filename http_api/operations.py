@@ -7,9 +7,12 @@ Public:
 - `GET /v1/cluster/operations` -> `{"reassignments": [...], "decommissions": [...]}`, each
   reassignment with `step` and `progress` (0..1: the slowest new replica's log vs the
   leader's commit index);
-- `POST /v1/cluster/brokers/{broker_id}/decommission` -> 202.
+- `POST /v1/cluster/brokers/{broker_id}/decommission` -> 202;
+- `POST /v1/topics/{topic}/partitions/{partition}/decommission` -> 202 (no new records;
+  removed once retention empties it; `partition_decommissions` in the operations).
 
 Internal (one broker to another, on the partition's leader): `GET .../progress`,
+`GET .../log` (the replica's leadership and log offsets, for partition decommission),
 `POST .../membership` `{"action": "add"|"remove", "node_id"}`, `POST .../transfer`
 `{"target"}` under `/v1/internal/partitions/{topic}/{partition}/`, with `?topic_id=`.
 """
@@ -81,6 +84,15 @@ async def decommission(request: web.Request) -> web.Response:
     return _json(await _broker(request).operations.decommission(broker_id), status=202)
 
 
+async def decommission_partition(request: web.Request) -> web.Response:
+    raw = request.match_info["partition"]
+    if not (raw.isascii() and raw.isdigit()) or len(raw) > 10:
+        raise errors.InvalidRequest("partition must be an integer >= 0", field="partition")
+    topic = request.match_info["topic"]
+    answer = await _broker(request).operations.decommission_partition(topic, int(raw))
+    return _json(answer, status=202)
+
+
 async def _internal_group(request: web.Request, what: str) -> web.Response:
     raw_topic_id = request.query.get("topic_id", "")
     raw_partition = request.match_info["partition"]
@@ -99,6 +111,10 @@ async def internal_progress(request: web.Request) -> web.Response:
     return await _internal_group(request, "progress")
 
 
+async def internal_log(request: web.Request) -> web.Response:
+    return await _internal_group(request, "log")
+
+
 async def internal_membership(request: web.Request) -> web.Response:
     return await _internal_group(request, "membership")
 
@@ -112,7 +128,9 @@ OPERATIONS_ROUTES: tuple[tuple[str, str, Any], ...] = (
     ("POST", "/v1/cluster/reassignments", reassign),
     ("GET", "/v1/cluster/operations", operations),
     ("POST", "/v1/cluster/brokers/{broker_id}/decommission", decommission),
+    ("POST", "/v1/topics/{topic}/partitions/{partition}/decommission", decommission_partition),
     ("GET", f"{_GROUP}/progress", internal_progress),
+    ("GET", f"{_GROUP}/log", internal_log),
     ("POST", f"{_GROUP}/membership", internal_membership),
     ("POST", f"{_GROUP}/transfer", internal_transfer),
 )

@@ -17,7 +17,8 @@ Invariants (checked by tests/raft/test_raft_metadata.py):
 - topic ids are never reused (`next_topic_id` only grows), so a re-created topic is
   distinguishable from a deleted one of the same name;
 - each partition's replicas are distinct registered brokers, the first is the preferred
-  leader, chosen by raft/placement.py among the live brokers at creation time.
+  leader, chosen by raft/placement.py among the live brokers at creation time; a gone
+  partition (decommissioned, then emptied by retention) has none, and keeps its number.
 
 Consumer groups (groups/state.py) live in the same state (`MetadataState.groups`) and their
 commands in the same log: a group command moves `clock_ms` and the groups only, never
@@ -213,6 +214,30 @@ class AlterPartitionReplicas:
 
 
 @dataclass(frozen=True, slots=True)
+class DecommissionPartition:
+    """The partition takes no new records; it stays readable until retention empties it
+    (raft/reassignment.py)."""
+
+    topic: str
+    topic_id: int
+    partition: int
+    now_ms: int
+    version: int = COMMAND_VERSION
+
+
+@dataclass(frozen=True, slots=True)
+class RemovePartition:
+    """A decommissioned partition whose log retention emptied goes: no replicas, status
+    gone; its number is never reused."""
+
+    topic: str
+    topic_id: int
+    partition: int
+    now_ms: int
+    version: int = COMMAND_VERSION
+
+
+@dataclass(frozen=True, slots=True)
 class DecommissionBroker:
     """The broker takes no new replicas; its replicas are moved away, then it may leave."""
 
@@ -243,6 +268,8 @@ CatalogueCommand = (
     | AlterPartitionReplicas
     | DecommissionBroker
     | UnregisterBroker
+    | DecommissionPartition
+    | RemovePartition
 )
 # Consumer-group commands (groups/commands.py) ride the same group and envelope.
 Command = CatalogueCommand | GroupCommand
@@ -261,6 +288,8 @@ COMMAND_TYPES: Final[dict[str, type[CatalogueCommand]]] = {
         AlterPartitionReplicas,
         DecommissionBroker,
         UnregisterBroker,
+        DecommissionPartition,
+        RemovePartition,
     )
 }
 
@@ -386,6 +415,14 @@ class PartitionInfo:
     # or, once they hold every target broker, lose a non-target one.
     target: tuple[str, ...] | None = None
     reassign_started_ms: int = 0
+    # PARTITION_ACTIVE, then PARTITION_DECOMMISSIONED (no new records, still readable),
+    # then PARTITION_GONE (no replicas; the number stays taken). Never goes back.
+    status: str = "active"
+
+
+PARTITION_ACTIVE: Final = "active"
+PARTITION_DECOMMISSIONED: Final = "decommissioned"
+PARTITION_GONE: Final = "gone"
 
 
 @dataclass(frozen=True, slots=True)
@@ -465,6 +502,9 @@ REJECT_TOO_MANY_TOPICS: Final = "too_many_topics"
 REJECT_STALE_LEADER: Final = "stale_leader"
 REJECT_INVALID_REPLICAS: Final = "invalid_replicas"
 REJECT_BROKER_IN_USE: Final = "broker_in_use"
+REJECT_PARTITION_DECOMMISSIONED: Final = "partition_decommissioned"
+REJECT_PARTITION_GONE: Final = "partition_gone"
+REJECT_LAST_PARTITION: Final = "last_active_partition"
 
 Result = Applied | Rejected
 
@@ -480,13 +520,20 @@ def apply(state: MetadataState, command: Command) -> tuple[MetadataState, Result
     if rejected is not None:
         return state, rejected
     new_state, result = _apply_catalogue(state, command)  # type: ignore[arg-type]
-    if isinstance(command, CreateTopic | DeleteTopic | AddPartitions) and isinstance(
-        result, Applied
-    ):
-        # Groups learn topics and partition counts in the same apply, so a subscription
-        # follows them at once, on every replica alike.
+    if isinstance(
+        command, CreateTopic | DeleteTopic | AddPartitions | RemovePartition
+    ) and isinstance(result, Applied):
+        # Groups learn topics, partition counts and gone partitions in the same apply, so
+        # a subscription follows them at once, on every replica alike.
         counts = tuple((t.name, len(t.partitions)) for t in new_state.topics.values())
-        groups, _ = groups_state.apply(new_state.groups, UpdateTopics(counts, new_state.clock_ms))
+        gone = tuple(
+            (t.name, p)
+            for t in new_state.topics.values()
+            for p, placement in enumerate(t.partitions)
+            if placement.status == PARTITION_GONE
+        )
+        update = UpdateTopics(counts, new_state.clock_ms, gone=gone)
+        groups, _ = groups_state.apply(new_state.groups, update)
         new_state = replace(new_state, groups=groups)
     return new_state, result
 
@@ -534,6 +581,8 @@ def _apply_catalogue(
             return reassignment.apply_partition_command(state, command, now_ms)
         case DecommissionBroker() | UnregisterBroker():
             return reassignment.apply_broker_command(state, command, now_ms)
+        case DecommissionPartition() | RemovePartition():
+            return reassignment.apply_partition_lifecycle(state, command, now_ms)
     return state, Rejected(REJECT_INVALID_COMMAND, f"unknown command {type(command).__name__}")
 
 
@@ -850,6 +899,7 @@ def _topic_to_json(topic: TopicInfo) -> dict[str, Any]:
                     if p.target is not None
                     else {}
                 ),
+                **({"status": p.status} if p.status != PARTITION_ACTIVE else {}),
             }
             for p in topic.partitions
         ],
@@ -877,6 +927,7 @@ def state_from_json(doc: dict[str, Any]) -> MetadataState:
                     p["leader_term"],
                     tuple(p["target"]) if p.get("target") is not None else None,
                     p.get("reassign_started_ms", 0),
+                    p.get("status", PARTITION_ACTIVE),
                 )
                 for p in t["partitions"]
             ),

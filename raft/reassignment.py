@@ -14,7 +14,12 @@ invariants apply() keeps whatever commands arrive:
 - a decommissioning broker takes no new replica (placement, targets); it may be
   unregistered only once it holds no replica and no target names it.
 
-raft/metadata.py dispatches the four commands here; this module reads its types through
+Partition decommission (`DecommissionPartition`, `RemovePartition`): active ->
+decommissioned (takes no new records, stays readable; refused for a topic's last active
+partition) -> gone (no replicas, its number never reused; only once decommissioned and
+not being moved). Whether the log is empty is the driver's check, outside apply.
+
+raft/metadata.py dispatches the six commands here; this module reads its types through
 the module object (the two import each other).
 """
 
@@ -29,8 +34,10 @@ if TYPE_CHECKING:
     from raft.metadata import (
         AlterPartitionReplicas,
         DecommissionBroker,
+        DecommissionPartition,
         MetadataState,
         ReassignPartition,
+        RemovePartition,
         Result,
         UnregisterBroker,
     )
@@ -71,6 +78,8 @@ def apply_partition_command(
     if rejected is not None:
         return state, rejected
     old = topic.partitions[cmd.partition]
+    if old.status == md.PARTITION_GONE:
+        return state, _gone(cmd.topic, cmd.partition)
     if isinstance(cmd, md.ReassignPartition):
         outcome = _reassign(state, topic, old, cmd, now_ms)
     else:
@@ -140,6 +149,63 @@ def _step(old: md.PartitionInfo, cmd: AlterPartitionReplicas) -> md.PartitionInf
     if set(cmd.replicas) == set(target):
         return replace(old, replicas=target, leader=leader, target=None, reassign_started_ms=0)
     return replace(old, replicas=cmd.replicas, leader=leader)
+
+
+def _gone(topic: str, partition: int) -> md.Rejected:
+    return _reject(
+        md.REJECT_PARTITION_GONE,
+        f"partition {partition} of {topic!r} was decommissioned and is gone",
+        "partition",
+    )
+
+
+def apply_partition_lifecycle(
+    state: MetadataState, cmd: DecommissionPartition | RemovePartition, now_ms: int
+) -> Outcome:
+    topic = state.topics.get(cmd.topic)
+    if topic is None or topic.topic_id != cmd.topic_id:
+        return state, _reject(
+            md.REJECT_UNKNOWN_TOPIC,
+            f"topic {cmd.topic!r} id {cmd.topic_id} does not exist",
+            "topic",
+        )
+    if not 0 <= cmd.partition < len(topic.partitions):
+        return state, _reject(
+            md.REJECT_UNKNOWN_PARTITION, f"partition {cmd.partition} does not exist", "partition"
+        )
+    old = topic.partitions[cmd.partition]
+    if old.status == md.PARTITION_GONE:
+        return state, _gone(cmd.topic, cmd.partition)
+    if isinstance(cmd, md.DecommissionPartition):
+        if old.status == md.PARTITION_DECOMMISSIONED:
+            return state, md.Applied(state.metadata_version, topic=topic)  # already so
+        active = sum(p.status == md.PARTITION_ACTIVE for p in topic.partitions)
+        if active <= 1:
+            return state, _reject(
+                md.REJECT_LAST_PARTITION,
+                f"partition {cmd.partition} is the last active partition of {cmd.topic!r}: "
+                "add partitions first, or delete the topic",
+                "partition",
+            )
+        new = replace(old, status=md.PARTITION_DECOMMISSIONED)
+    else:
+        if old.status != md.PARTITION_DECOMMISSIONED or old.target is not None:
+            return state, _reject(
+                md.REJECT_INVALID_ARGUMENT,
+                f"partition {cmd.partition} must be decommissioned and not moving to be removed",
+                "partition",
+            )
+        new = replace(old, status=md.PARTITION_GONE, replicas=(), leader=None)
+    partitions = list(topic.partitions)
+    partitions[cmd.partition] = new
+    new_topic = replace(topic, partitions=tuple(partitions))
+    new_state = replace(
+        state,
+        topics={**state.topics, cmd.topic: new_topic},
+        metadata_version=state.metadata_version + 1,
+        clock_ms=now_ms,
+    )
+    return new_state, md.Applied(new_state.metadata_version, topic=new_topic)
 
 
 def apply_broker_command(

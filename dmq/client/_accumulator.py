@@ -10,7 +10,8 @@ Partition choice, as the broker's (dmq/partitioner.py):
 
 1. an explicit `partition` is used as given;
 2. a keyed record goes to `partition_for_key(key, partition_count)`, as Kafka's default
-   partitioner;
+   partitioner; once partitions are decommissioned, to `active[partition_for_key(key,
+   len(active))]` over the partitions still taking records (raft/README.md);
 3. an unkeyed record goes to its topic's sticky partition, which moves round-robin each
    time a batch that took sticky records closes, so unkeyed records fill whole batches.
 """
@@ -18,6 +19,7 @@ Partition choice, as the broker's (dmq/partitioner.py):
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Generic, TypeVar
 
@@ -79,6 +81,7 @@ class RecordAccumulator(Generic[W]):
         partition_count: int,
         partition: int | None,
         now_s: float,
+        active: Sequence[int] | None = None,
     ) -> tuple[TopicPartition, bool]:
         """Add a record to its partition's open batch.
 
@@ -86,7 +89,10 @@ class RecordAccumulator(Generic[W]):
         must see (a batch closed, or a new one opened and so a new linger deadline).
         """
         sticky = partition is None and record.key is None
-        tp = TopicPartition(topic, self._choose(topic, record.key, partition, partition_count))
+        # Keyed and sticky records go to the partitions taking records (all of them unless
+        # some were decommissioned): partition i of `choices`.
+        choices: Sequence[int] = active if active else range(partition_count)
+        tp = TopicPartition(topic, self._choose(topic, record.key, partition, choices))
         size = record_size_bytes(record)
         changed = False
         batch = self._open.get(tp)
@@ -94,7 +100,8 @@ class RecordAccumulator(Generic[W]):
             self._close(tp)
             changed = True
             if sticky:  # closing moved the sticky partition: follow it
-                tp = TopicPartition(topic, self._sticky_for(topic).partition(partition_count))
+                sticky_at = self._sticky_for(topic).partition(len(choices))
+                tp = TopicPartition(topic, choices[sticky_at])
                 batch = self._open.get(tp)
                 if batch is not None and batch.size_bytes + size > self._batch_bytes:
                     self._close(tp)
@@ -110,12 +117,14 @@ class RecordAccumulator(Generic[W]):
             self._close(tp)
         return tp, changed
 
-    def _choose(self, topic: str, key: bytes | None, partition: int | None, count: int) -> int:
+    def _choose(
+        self, topic: str, key: bytes | None, partition: int | None, choices: Sequence[int]
+    ) -> int:
         if partition is not None:
             return partition
         if key is not None:
-            return partition_for_key(key, count)
-        return self._sticky_for(topic).partition(count)
+            return choices[partition_for_key(key, len(choices))]
+        return choices[self._sticky_for(topic).partition(len(choices))]
 
     def _sticky_for(self, topic: str) -> StickyPartitioner:
         sticky = self._sticky.get(topic)

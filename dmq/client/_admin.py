@@ -165,6 +165,13 @@ class AsyncAdmin:
         doc: dict[str, Any] = response.json()
         return doc
 
+    async def decommission_partition(self, topic: str, partition: int) -> dict[str, Any]:
+        """Stop the partition taking new records; it goes once retention empties it."""
+        path = f"{topic_path(topic)}/partitions/{int(partition)}/decommission"
+        response = await self._transport.request("POST", path)
+        doc: dict[str, Any] = response.json()
+        return doc
+
     async def decommission_broker(self, broker_id: str) -> dict[str, Any]:
         """Move every replica off `broker_id`, then remove it from the cluster."""
         path = f"/v1/cluster/brokers/{quote(broker_id, safe='')}/decommission"

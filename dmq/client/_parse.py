@@ -42,6 +42,7 @@ def parse_partition(obj: Any, where: str) -> PartitionInfo:
         log_start_offset=_optional_int(obj, "log_start_offset", where),
         high_watermark=_optional_int(obj, "high_watermark", where),
         log_end_offset=_optional_int(obj, "log_end_offset", where),
+        status=str(obj.get("status", "active")) if isinstance(obj, dict) else "active",
     )
 
 

@@ -54,6 +54,7 @@ from dmq.errors import (
     Backpressure,
     DmqError,
     InvalidRequest,
+    PartitionDecommissioned,
     PartitionNotFound,
     ProducerFenced,
     RecordTooLarge,
@@ -107,6 +108,7 @@ def normalise_acks(acks: Acks) -> str:
 class _TopicMetadata:
     partition_count: int
     fetched_s: float
+    active: tuple[int, ...] = ()  # partitions taking records; () = all
 
 
 class AsyncProducer:
@@ -262,6 +264,7 @@ class AsyncProducer:
             partition_count=count,
             partition=partition,
             now_s=asyncio.get_running_loop().time(),
+            active=meta.active if (meta := self._metadata.get(topic)) is not None else None,
         )
         self._ensure_sender()
         if changed:
@@ -345,7 +348,10 @@ class AsyncProducer:
         count = description.partition_count
         if count < 1:
             raise DmqError(f"topic {topic!r} is described with no partitions")
-        self._metadata[topic] = _TopicMetadata(count, asyncio.get_running_loop().time())
+        active = tuple(p.partition for p in description.partitions if p.status == "active")
+        self._metadata[topic] = _TopicMetadata(
+            count, asyncio.get_running_loop().time(), active if len(active) < count else ()
+        )
         return count
 
     def _maybe_refresh_in_background(self, topic: str, meta: _TopicMetadata) -> None:
@@ -521,8 +527,8 @@ class AsyncProducer:
                 if not future.done():
                     future.set_result(metadata)
         except DmqError as error:
-            if isinstance(error, TopicNotFound | PartitionNotFound):
-                self._metadata.pop(tp.topic, None)  # deleted or shrunk: look again
+            if isinstance(error, TopicNotFound | PartitionNotFound | PartitionDecommissioned):
+                self._metadata.pop(tp.topic, None)  # deleted, shrunk or retired: look again
             if self._idempotent and not isinstance(error, ProducerFenced):
                 self._producer = None  # its sequence is now unknown: start a new epoch
             for future in batch.waiters:

@@ -436,6 +436,9 @@ class Admin:
     def reassign(self, topic: str, partition: int, replicas: list[str]) -> dict[str, Any]:
         return self._runner.run(self._inner.reassign(topic, partition, replicas))
 
+    def decommission_partition(self, topic: str, partition: int) -> dict[str, Any]:
+        return self._runner.run(self._inner.decommission_partition(topic, partition))
+
     def decommission_broker(self, broker_id: str) -> dict[str, Any]:
         return self._runner.run(self._inner.decommission_broker(broker_id))
 

@@ -51,6 +51,7 @@ class PartitionInfo:
     log_start_offset: int | None
     high_watermark: int | None  # first offset not yet committed: consumers read below it
     log_end_offset: int | None  # next offset to assign
+    status: str = "active"  # decommissioned: takes no new records; gone: removed
 
 
 @dataclass(frozen=True, slots=True)

@@ -2,7 +2,9 @@
 
 Proves, with no network and no clock (time is passed in), that `RecordAccumulator`:
 - sends an explicit partition as given and a keyed record to Kafka's murmur2 partition
-  (`dmq.partitioner.partition_for_key`), whatever the sticky partition is;
+  (`dmq.partitioner.partition_for_key`), whatever the sticky partition is; with some
+  partitions decommissioned, keyed and unkeyed records go to the active ones only, keys
+  mapped as the broker maps them;
 - keeps unkeyed records on one sticky partition until that batch closes, then moves
   round-robin, so N batches of unkeyed records spread evenly over N partitions;
 - closes a batch before the record that would take it past batch_bytes, puts a record
@@ -40,6 +42,23 @@ def test_explicit_partition_and_keyed_records_go_where_the_broker_would_put_them
         key = f"key-{i}".encode()
         tp, _ = acc.append("t", rec(key=key), i, partition_count=7, partition=None, now_s=0.0)
         assert tp.partition == partition_for_key(key, 7)
+
+
+def test_with_decommissioned_partitions_records_go_to_the_active_ones_only() -> None:
+    acc: RecordAccumulator[int] = RecordAccumulator(batch_bytes=64, linger_ms=5)
+    active = (0, 2, 5)  # of 6: partitions 1, 3 and 4 take no new records
+    unkeyed = []
+    for i in range(60):
+        key = f"key-{i}".encode()
+        tp, _ = acc.append(
+            "t", rec(key=key), i, partition_count=6, partition=None, now_s=0.0, active=active
+        )
+        assert tp.partition == active[partition_for_key(key, 3)]  # as the broker maps it
+        tp, _ = acc.append(
+            "t", rec(b"x" * 40), i, partition_count=6, partition=None, now_s=0.0, active=active
+        )
+        unkeyed.append(tp.partition)
+    assert set(unkeyed) == set(active)  # the sticky partition moves over the active ones
 
 
 def test_unkeyed_records_stick_to_one_partition_per_batch_then_move_round_robin() -> None:

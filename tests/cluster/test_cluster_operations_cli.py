@@ -78,7 +78,11 @@ def test_join_reassign_and_decommission_through_the_cli(
     )
     assert "no operation running" in dmq("cluster", "operations", "--url", url)
     with Admin(url) as admin:  # the Python client's view of the same
-        assert admin.operations() == {"reassignments": [], "decommissions": []}
+        assert admin.operations() == {
+            "reassignments": [],
+            "decommissions": [],
+            "partition_decommissions": [],
+        }
         with pytest.raises(errors.NotFound):
             admin.decommission_broker("n4")  # gone
     records = cluster["n1"].json("GET", "/v1/topics/cli/partitions/0/records?offset=0")["records"]
