@@ -35,9 +35,7 @@ COMPACTED = LogConfig(
     flush=FlushPolicy(interval_records=None),
     cleanup_policy=CleanupPolicy.COMPACT,
 )
-RETAINED = LogConfig(
-    segment_bytes=700, flush=FlushPolicy(interval_records=None), retention_bytes=0
-)
+RETAINED = LogConfig(segment_bytes=700, flush=FlushPolicy(interval_records=None), retention_bytes=0)
 
 Batch = tuple[int, int, int, int]  # producer_id, epoch, base_sequence, record_count
 
