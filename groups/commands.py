@@ -42,8 +42,8 @@ class UpdateTopics:
 class JoinGroup:
     """A new member (or a static member's new incarnation, by `instance_id`) joins.
 
-    `topics` or `topic_pattern` (a regular expression matched against whole topic names)
-    is the subscription; "" means none. `instance_id` "" means a dynamic member."""
+    `topics` or `topic_pattern` (an RE2 regular expression matched against whole topic
+    names, in linear time) is the subscription; "" means none. `instance_id` "" means a dynamic member."""
 
     group: str
     member_id: str

@@ -29,9 +29,12 @@ Invariants (tests/groups/test_groups_properties.py):
 
 from __future__ import annotations
 
+import functools
 import re
 from dataclasses import dataclass, field, replace
 from typing import Any, Final
+
+import re2
 
 from groups.assignors import ASSIGNOR_FUNCTIONS, STICKY, Assignment, TopicPartition
 from groups.commands import (
@@ -48,6 +51,13 @@ from groups.commands import (
 
 OFFSET_MAX: Final = 2**63 - 1
 _NAME = re.compile(r"^[a-zA-Z0-9._-]+$")
+# topic_pattern runs inside replicated apply, against every topic on every change: RE2
+# matches in time linear in the name (no backtracking), so no pattern can stall the
+# metadata replicas (a Python `re` pattern like (a+)+c doubles its time per character).
+# RE2 refuses what needs backtracking (backreferences, lookaround) when the member joins.
+_PATTERN_OPTIONS = re2.Options()
+_PATTERN_OPTIONS.log_errors = False
+_PATTERN_OPTIONS.max_mem = 1 << 20  # bytes of compiled program per pattern (1,000 chars)
 
 
 @dataclass(frozen=True, slots=True)
@@ -192,9 +202,20 @@ def apply(state: GroupsState, command: GroupCommand) -> Result:
 def subscribed_topics(member: Member, topics: dict[str, int]) -> dict[str, int]:
     """The existing topics `member` subscribes to, with their partition counts."""
     if member.topic_pattern:
-        pattern = re.compile(member.topic_pattern)
+        pattern = _compile_pattern(member.topic_pattern)
+        if pattern is None:  # unreachable for a joined member: refused at join
+            return {}
         return {t: n for t, n in sorted(topics.items()) if pattern.fullmatch(t)}
     return {t: topics[t] for t in member.topics if t in topics}
+
+
+@functools.lru_cache(maxsize=1024)
+def _compile_pattern(pattern: str) -> Any:
+    """The compiled RE2 pattern, None if RE2 refuses it (same answer on every replica)."""
+    try:
+        return re2.compile(pattern, options=_PATTERN_OPTIONS)
+    except re2.error:
+        return None
 
 
 def _settle(group: Group, topics: dict[str, int], membership_changed: bool, now_ms: int) -> Group:
@@ -297,13 +318,13 @@ def _check_join(state: GroupsState, cmd: JoinGroup) -> Rejected | None:
             f"topic_pattern is longer than {c.topic_pattern_chars_max} characters",
             "topic_pattern",
         )
-    if cmd.topic_pattern:
-        try:
-            re.compile(cmd.topic_pattern)
-        except re.error as e:
-            return Rejected(
-                REJECT_INVALID_ARGUMENT, f"topic_pattern is not a regex: {e}", "topic_pattern"
-            )
+    if cmd.topic_pattern and _compile_pattern(cmd.topic_pattern) is None:
+        return Rejected(
+            REJECT_INVALID_ARGUMENT,
+            "topic_pattern is not a regular expression RE2 accepts (RE2 syntax: no "
+            "backreferences or lookaround, matched in linear time)",
+            "topic_pattern",
+        )
     if not c.session_timeout_ms_min <= cmd.session_timeout_ms <= c.session_timeout_ms_max:
         return Rejected(
             REJECT_INVALID_ARGUMENT,

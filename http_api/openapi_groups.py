@@ -185,7 +185,10 @@ def group_schemas(config: BrokerConfig) -> dict[str, Any]:
                     "type": "string",
                     "minLength": 1,
                     "maxLength": limits.TOPIC_PATTERN_CHARS_MAX,
-                    "description": "a regular expression matched against whole topic names",
+                    "description": (
+                        "an RE2 regular expression matched against whole topic names "
+                        "(linear time; no backreferences or lookaround)"
+                    ),
                 },
                 "session_timeout_ms": _int(
                     limits.SESSION_TIMEOUT_MS_MIN,
