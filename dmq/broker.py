@@ -260,7 +260,11 @@ class Broker:
         self.failed = asyncio.Event()
         self.failure: BaseException | None = None
         self.groups = GroupsService(
-            lambda: self.metadata, self._http_addr_of, self._voter_http_addrs, ForwardRequest
+            lambda: self.metadata,
+            self._http_addr_of,
+            self._voter_http_addrs,
+            ForwardRequest,
+            rebalance_timeout_ms=config.group_rebalance_timeout_ms,
         )
 
     # ------------------------------------------------------------------ lifecycle

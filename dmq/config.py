@@ -83,6 +83,12 @@ class BrokerConfig:
     default_replication_factor: int = field(
         default=3, metadata=_doc("replicas per partition of new topics, capped at the brokers")
     )
+    group_rebalance_timeout_ms: int = field(
+        default=limits.GROUP_REBALANCE_TIMEOUT_MS_DEFAULT,
+        metadata=_doc(
+            "a group member that does not acknowledge a revocation within this is expired, ms"
+        ),
+    )
     # Limits (dmq/limits.py explains each cost).
     request_bytes_max: int = field(
         default=limits.REQUEST_BYTES_MAX, metadata=_doc("largest HTTP request body, bytes")

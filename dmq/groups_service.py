@@ -12,9 +12,14 @@ The protocol itself is groups/ (pure); its state lives in the metadata group
    and proposes `ExpireMembers`, stamped with its own clock, for members silent longer than
    their session timeout. A new leader knows no last-heard time: it starts every member's
    session afresh at the moment it first sees it, so a leader change can delay an expiry by
-   up to one session timeout but never expires a live member.
+   up to one session timeout. The silence is checked again just before each proposal; a
+   call that arrives while the expiry commits is answered, and the member's next call
+   gets 409 unknown_member.
 3. A heartbeat becomes a Raft entry only when it acknowledges a revocation
-   (`AckGeneration`), once per member per rebalance.
+   (`AckGeneration`), once per member per rebalance. A member that keeps heartbeating but
+   does not acknowledge a revocation within `rebalance_timeout_ms` (KIP-848's rebalance
+   timeout) is expired too, so that the partitions can move: the leader notes when it
+   first saw the member's oldest unacknowledged revocation.
 4. The group fetch reads each of the member's assigned partitions from the group's
    committed offset (the log start when none): fetch, process, commit `next_offset`. A fetch
    also acknowledges the current generation (as a heartbeat would), so fetch + commit alone
@@ -80,12 +85,18 @@ class GroupsService:
         http_addr_of: Callable[[str], str | None],
         voter_http: Callable[[], list[str]],
         forward: Callable[[str, int], BaseException],
+        *,
+        rebalance_timeout_ms: int = limits.GROUP_REBALANCE_TIMEOUT_MS_DEFAULT,
     ) -> None:
         self._metadata = metadata
         self._http_addr_of = http_addr_of
         self._voter_http = voter_http
         self._forward = forward  # builds the ForwardRequest the HTTP layer relays
         self._seen: dict[tuple[str, str], float] = {}  # (group, member) -> monotonic s
+        self._rebalance_timeout_s = rebalance_timeout_ms / 1000
+        # (group, member) -> (its oldest unacknowledged revocation's generation, monotonic s
+        # when this leader first saw it)
+        self._revoking: dict[tuple[str, str], tuple[int, float]] = {}
         self._was_leader = False
 
     # --- routing --------------------------------------------------------------------------
@@ -289,14 +300,30 @@ class GroupsService:
                 _log.exception("expiring group members failed")
 
     async def maybe_expire(self) -> bool:
-        """On the metadata leader: propose the expiry of members past their session."""
+        """On the metadata leader: propose the expiry of members past their session, or
+        holding a revocation unacknowledged past the rebalance timeout."""
         leader = self.is_leader()
         if leader and not self._was_leader:
             self._seen.clear()  # a new leader: every member gets a fresh session
+            self._revoking.clear()
         self._was_leader = leader
         if not leader:
             return False
-        now = time.monotonic()
+        expired = self._overdue(time.monotonic())
+        for name, ids in sorted(expired.items()):
+            # Proposals take time: drop those heard from since (a heartbeat in between).
+            again = self._overdue(time.monotonic()).get(name, [])
+            ids = [m for m in ids if m in again]
+            if not ids:
+                continue
+            _log.info("group %s: expiring %s", name, ", ".join(ids))
+            with contextlib.suppress(errors.UnknownMember):  # they left meanwhile
+                await self._propose(ExpireMembers(name, tuple(ids), wall_ms()))
+        return bool(expired)
+
+    def _overdue(self, now: float) -> dict[str, list[str]]:
+        """Members silent past their session, or past the rebalance timeout with a
+        revocation they have not acknowledged; forgets members that are gone."""
         live: set[tuple[str, str]] = set()
         expired: dict[str, list[str]] = {}
         for group in self._metadata().state.groups.groups.values():
@@ -304,15 +331,24 @@ class GroupsService:
                 key = (group.name, member.member_id)
                 live.add(key)
                 seen = self._seen.setdefault(key, now)
-                if now - seen > member.session_timeout_ms / 1000:
+                silent = now - seen > member.session_timeout_ms / 1000
+                if silent or self._revocation_overdue(key, member, now):
                     expired.setdefault(group.name, []).append(member.member_id)
         for key in set(self._seen) - live:
             del self._seen[key]
-        for name, ids in sorted(expired.items()):
-            _log.info("group %s: session expired for %s", name, ", ".join(ids))
-            with contextlib.suppress(errors.UnknownMember):  # they left meanwhile
-                await self._propose(ExpireMembers(name, tuple(ids), wall_ms()))
-        return bool(expired)
+        for key in set(self._revoking) - live:
+            del self._revoking[key]
+        return expired
+
+    def _revocation_overdue(self, key: tuple[str, str], member: Member, now: float) -> bool:
+        oldest = min((h.revoked_at for h in member.held if h.revoked_at), default=0)
+        if not oldest:
+            self._revoking.pop(key, None)
+            return False
+        known = self._revoking.get(key)
+        if known is None or known[0] != oldest:
+            known = self._revoking[key] = (oldest, now)
+        return now - known[1] > self._rebalance_timeout_s
 
     # --- the group fetch ------------------------------------------------------------------
 

@@ -70,3 +70,9 @@ GROUP_NAME_CHARS_MAX: Final = 249  # group names, member ids and instance ids
 # How often the metadata leader looks for expired sessions: expiry lands within
 # session_timeout_ms + this.
 GROUP_EXPIRY_CHECK_MS: Final = 200
+# How long a member may keep partitions revoked from it before the metadata leader expires
+# it (KIP-848's rebalance timeout; Kafka derives it from max.poll.interval.ms, 5 minutes):
+# a member that heartbeats but never acknowledges a revocation would otherwise hold the
+# partitions forever. Per broker (BrokerConfig.group_rebalance_timeout_ms): only the
+# leader's clock decides, and it proposes the expiry as a command.
+GROUP_REBALANCE_TIMEOUT_MS_DEFAULT: Final = 300_000

@@ -11,14 +11,19 @@ Proves that:
   a pattern subscription are assigned without a restart;
 - offsets reset only when the group is empty (409 otherwise), to earliest, latest, a
   timestamp or given offsets; describe reports committed offset, high watermark and lag;
-- committed offsets and group state survive a broker restart.
+- committed offsets and group state survive a broker restart;
+- a member that heartbeats but never acknowledges a revocation is expired once the
+  broker's rebalance timeout passes (well inside its session), so its partitions move; a
+  client that stops calling poll for max_poll_interval_ms leaves, and rejoins on poll.
 """
 
 from __future__ import annotations
 
+import asyncio
 import time
 from typing import Any
 
+from dmq.client import AsyncGroupConsumer
 from tests_support import BrokerProcess
 
 
@@ -191,3 +196,43 @@ def test_static_members_and_bad_inputs_name_the_field_and_limit(broker: BrokerPr
     doc = call(broker, "POST", "/v1/groups/st/offsets/reset", {"to": "yesterday"}, expect=400)
     assert doc["error"]["details"]["field"] == "to"
     assert call(broker, "GET", "/v1/groups/nope", expect=404)["error"]["code"] == "group_not_found"
+
+
+def test_unacknowledged_revocations_expire_and_a_client_that_stops_polling_leaves(
+    broker_factory: Any,
+) -> None:
+    broker = broker_factory(extra_args=["--group-rebalance-timeout-ms", "1500"]).start()
+    call(broker, "POST", "/v1/topics", {"name": "held", "partitions": 2}, expect=201)
+    stuck = join(broker, "r", topics=["held"], session_timeout_ms=60_000)
+    assert len(stuck["assignment"]) == 2
+    other = join(broker, "r", topics=["held"], session_timeout_ms=60_000)
+    start = time.monotonic()
+    stuck_status = 200
+    while time.monotonic() - start < 20 and len(other["assignment"]) < 2:
+        # `stuck` keeps its session alive with its first generation: it never acks.
+        stuck_status, _ = broker.json(
+            "POST", f"/v1/groups/r/members/{stuck['member_id']}/heartbeat",
+            {"generation": stuck["generation"]},
+        )  # fmt: skip
+        other = call(broker, "POST", f"/v1/groups/r/members/{other['member_id']}/heartbeat",
+                     {"generation": other["generation"]})  # fmt: skip
+        time.sleep(0.2)
+    assert len(other["assignment"]) == 2, other  # within the timeout, not the 60 s session
+    assert stuck_status == 409
+    assert time.monotonic() - start < 15
+
+    async def slow_poller() -> tuple[int, int]:
+        consumer = AsyncGroupConsumer(broker.url, "q", topics=["held"], session_timeout_ms=5_000,
+                                      heartbeat_interval_ms=200, max_poll_interval_ms=1_000)  # fmt: skip
+        async with consumer:
+            await consumer.poll(100)
+            first = consumer.member_id
+            members_before = len(call(broker, "GET", "/v1/groups/q")["members"])
+            await asyncio.sleep(2.5)  # processing longer than max_poll_interval_ms
+            status, doc = broker.json("GET", "/v1/groups/q")  # 404: empty, nothing committed
+            members_after = len(doc["members"]) if status == 200 else 0
+            await consumer.poll(100)
+            assert consumer.member_id not in (None, first)  # joined again as a new member
+            return members_before, members_after
+
+    assert asyncio.run(asyncio.wait_for(slow_poller(), 30)) == (1, 0)
