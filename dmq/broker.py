@@ -265,6 +265,7 @@ class Broker:
             self._voter_http_addrs,
             ForwardRequest,
             rebalance_timeout_ms=config.group_rebalance_timeout_ms,
+            offsets_retention_ms=config.group_offsets_retention_ms,
         )
 
     # ------------------------------------------------------------------ lifecycle

@@ -89,6 +89,12 @@ class BrokerConfig:
             "a group member that does not acknowledge a revocation within this is expired, ms"
         ),
     )
+    group_offsets_retention_ms: int = field(
+        default=limits.GROUP_OFFSETS_RETENTION_MS_DEFAULT,
+        metadata=_doc(
+            "an empty group and its committed offsets go this long after its last change, ms"
+        ),
+    )
     # Limits (dmq/limits.py explains each cost).
     request_bytes_max: int = field(
         default=limits.REQUEST_BYTES_MAX, metadata=_doc("largest HTTP request body, bytes")

@@ -42,13 +42,15 @@ from dmq.metadata import MetadataService, wall_ms
 from groups.commands import (
     AckGeneration,
     CommitOffsets,
+    DeleteGroup,
+    ExpireGroups,
     ExpireMembers,
     GroupCommand,
     JoinGroup,
     LeaveGroup,
     ResetOffsets,
 )
-from groups.state import Group, Member
+from groups.state import Group, Member, expired_groups
 
 _log = logging.getLogger("dmq.groups")
 
@@ -87,6 +89,7 @@ class GroupsService:
         forward: Callable[[str, int], BaseException],
         *,
         rebalance_timeout_ms: int = limits.GROUP_REBALANCE_TIMEOUT_MS_DEFAULT,
+        offsets_retention_ms: int = limits.GROUP_OFFSETS_RETENTION_MS_DEFAULT,
     ) -> None:
         self._metadata = metadata
         self._http_addr_of = http_addr_of
@@ -94,6 +97,7 @@ class GroupsService:
         self._forward = forward  # builds the ForwardRequest the HTTP layer relays
         self._seen: dict[tuple[str, str], float] = {}  # (group, member) -> monotonic s
         self._rebalance_timeout_s = rebalance_timeout_ms / 1000
+        self._offsets_retention_ms = offsets_retention_ms
         # (group, member) -> (its oldest unacknowledged revocation's generation, monotonic s
         # when this leader first saw it)
         self._revoking: dict[tuple[str, str], tuple[int, float]] = {}
@@ -199,6 +203,11 @@ class GroupsService:
             g, m = self._member(group, member_id)
         return self._view(g, m, generation)
 
+    async def delete_group(self, group: str) -> None:
+        """Forget an empty group and its committed offsets (409 group_not_empty if not)."""
+        self._group(group)
+        await self._propose(DeleteGroup(group, wall_ms()))
+
     async def leave(self, group: str, member_id: str) -> None:
         self._member(group, member_id)
         await self._propose(LeaveGroup(group, member_id, wall_ms()))
@@ -294,6 +303,7 @@ class GroupsService:
             await asyncio.sleep(limits.GROUP_EXPIRY_CHECK_MS / 1000)
             try:
                 await self.maybe_expire()
+                await self.maybe_expire_groups()
             except errors.DmqError as exc:  # no quorum now, say: the next check retries
                 _log.debug("expiring group members: %s", exc)
             except Exception:  # a bug: keep expiring sessions rather than stop for good
@@ -320,6 +330,18 @@ class GroupsService:
             with contextlib.suppress(errors.UnknownMember):  # they left meanwhile
                 await self._propose(ExpireMembers(name, tuple(ids), wall_ms()))
         return bool(expired)
+
+    async def maybe_expire_groups(self) -> bool:
+        """On the metadata leader: propose forgetting empty groups past the offsets
+        retention (apply checks again with the stamped time)."""
+        if not self.is_leader():
+            return False
+        now_ms = wall_ms()
+        state = self._metadata().state.groups
+        if not expired_groups(state, self._offsets_retention_ms, now_ms):
+            return False
+        await self._propose(ExpireGroups(self._offsets_retention_ms, now_ms))
+        return True
 
     def _overdue(self, now: float) -> dict[str, list[str]]:
         """Members silent past their session, or past the rebalance timeout with a

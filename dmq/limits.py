@@ -76,3 +76,7 @@ GROUP_EXPIRY_CHECK_MS: Final = 200
 # partitions forever. Per broker (BrokerConfig.group_rebalance_timeout_ms): only the
 # leader's clock decides, and it proposes the expiry as a command.
 GROUP_REBALANCE_TIMEOUT_MS_DEFAULT: Final = 300_000
+# A group with no members is forgotten, committed offsets included, this long after its
+# last change (commit, reset, the last member leaving): Kafka's offsets.retention.minutes,
+# 7 days. Per broker (BrokerConfig.group_offsets_retention_ms); the leader proposes it.
+GROUP_OFFSETS_RETENTION_MS_DEFAULT: Final = 7 * 24 * 3600 * 1000

@@ -117,6 +117,27 @@ class ResetOffsets:
     version: int = COMMAND_VERSION
 
 
+@dataclass(frozen=True, slots=True)
+class DeleteGroup:
+    """Forget a group and its committed offsets; only when it has no members (as Kafka's
+    DeleteGroups)."""
+
+    group: str
+    now_ms: int
+    version: int = COMMAND_VERSION
+
+
+@dataclass(frozen=True, slots=True)
+class ExpireGroups:
+    """Forget every group that has had no members and no change (commit, reset, join) for
+    `retention_ms` (Kafka's offsets.retention.minutes). Proposed by the metadata leader,
+    stamped with its clock; apply decides from `now_ms`, the same on every replica."""
+
+    retention_ms: int
+    now_ms: int
+    version: int = COMMAND_VERSION
+
+
 GroupCommand = (
     UpdateTopics
     | JoinGroup
@@ -125,6 +146,8 @@ GroupCommand = (
     | AckGeneration
     | CommitOffsets
     | ResetOffsets
+    | DeleteGroup
+    | ExpireGroups
 )
 COMMAND_TYPES: Final[dict[str, type[GroupCommand]]] = {
     cls.__name__: cls
@@ -136,6 +159,8 @@ COMMAND_TYPES: Final[dict[str, type[GroupCommand]]] = {
         AckGeneration,
         CommitOffsets,
         ResetOffsets,
+        DeleteGroup,
+        ExpireGroups,
     )
 }
 
@@ -151,6 +176,7 @@ _FIELD_KINDS: Final = {
     "session_timeout_ms": "int",
     "generation": "int",
     "now_ms": "int",
+    "retention_ms": "int",
     "offsets": "offsets",
 }
 

@@ -40,6 +40,8 @@ from groups.assignors import ASSIGNOR_FUNCTIONS, STICKY, Assignment, TopicPartit
 from groups.commands import (
     AckGeneration,
     CommitOffsets,
+    DeleteGroup,
+    ExpireGroups,
     ExpireMembers,
     GroupCommand,
     JoinGroup,
@@ -139,6 +141,12 @@ class GenerationChanged:
 
 
 @dataclass(frozen=True, slots=True)
+class GroupDeleted:
+    group: str
+    reason: str  # "deleted" | "expired"
+
+
+@dataclass(frozen=True, slots=True)
 class MemberRemoved:
     group: str
     member_id: str
@@ -158,7 +166,7 @@ class Rejected:
     field: str | None = None
 
 
-Event = GenerationChanged | MemberRemoved | OffsetsCommitted | Rejected
+Event = GenerationChanged | GroupDeleted | MemberRemoved | OffsetsCommitted | Rejected
 
 REJECT_INVALID_ARGUMENT: Final = "invalid_argument"
 REJECT_UNKNOWN_MEMBER: Final = "unknown_member"
@@ -168,6 +176,7 @@ REJECT_INCONSISTENT_ASSIGNOR: Final = "inconsistent_assignor"
 REJECT_TOO_MANY_GROUPS: Final = "too_many_groups"
 REJECT_TOO_MANY_MEMBERS: Final = "too_many_members"
 REJECT_UNKNOWN_PARTITION: Final = "unknown_partition"
+REJECT_UNKNOWN_GROUP: Final = "group_not_found"
 
 Result = tuple[GroupsState, tuple[Event, ...]]
 
@@ -196,6 +205,10 @@ def apply(state: GroupsState, command: GroupCommand) -> Result:
             return _commit(state, command)
         case ResetOffsets():
             return _reset(state, command)
+        case DeleteGroup():
+            return _delete_group(state, command)
+        case ExpireGroups():
+            return _expire_groups(state, command)
     return _reject(state, REJECT_INVALID_ARGUMENT, f"unknown command {type(command).__name__}")
 
 
@@ -424,6 +437,42 @@ def _remove(
     events: list[Event] = [MemberRemoved(name, m, reason) for m in gone]
     events.extend(_events_for(group, settled))
     return _with_group(state, settled), tuple(events)
+
+
+def _delete_group(state: GroupsState, cmd: DeleteGroup) -> Result:
+    group = state.groups.get(cmd.group)
+    if group is None:
+        return _reject(state, REJECT_UNKNOWN_GROUP, f"group {cmd.group!r} does not exist", "group")
+    if group.members:
+        return _reject(
+            state,
+            REJECT_GROUP_NOT_EMPTY,
+            f"group {cmd.group!r} has {len(group.members)} members: only an empty group can "
+            "be deleted",
+            "group",
+        )
+    groups = {k: v for k, v in state.groups.items() if k != cmd.group}
+    return replace(state, groups=groups), (GroupDeleted(cmd.group, "deleted"),)
+
+
+def expired_groups(state: GroupsState, retention_ms: int, now_ms: int) -> tuple[str, ...]:
+    """Groups without members unchanged for `retention_ms` at `now_ms` (what the metadata
+    leader looks for before proposing ExpireGroups, and what apply removes)."""
+    return tuple(
+        name
+        for name, g in sorted(state.groups.items())
+        if not g.members and g.changed_ms <= now_ms - retention_ms
+    )
+
+
+def _expire_groups(state: GroupsState, cmd: ExpireGroups) -> Result:
+    if cmd.retention_ms < 0:
+        return _reject(state, REJECT_INVALID_ARGUMENT, "retention_ms must be >= 0", "retention_ms")
+    gone = set(expired_groups(state, cmd.retention_ms, cmd.now_ms))
+    if not gone:
+        return state, ()
+    groups = {k: v for k, v in state.groups.items() if k not in gone}
+    return replace(state, groups=groups), tuple(GroupDeleted(g, "expired") for g in sorted(gone))
 
 
 def _member(state: GroupsState, name: str, member_id: str) -> tuple[Group, Member] | Rejected:

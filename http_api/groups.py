@@ -282,6 +282,12 @@ async def list_groups(request: web.Request) -> web.Response:
     return _json({"groups": [group_summary(g) for g in sorted(groups, key=lambda g: g.name)]})
 
 
+async def delete_group(request: web.Request) -> web.Response:
+    group = _name(request.match_info["group"], "group")
+    await _routed(request).groups.delete_group(group)
+    return web.Response(status=204)
+
+
 async def describe_group(request: web.Request) -> web.Response:
     group = _name(request.match_info["group"], "group")
     broker = _routed(request)
@@ -291,6 +297,7 @@ async def describe_group(request: web.Request) -> web.Response:
 GROUP_ROUTES: tuple[tuple[str, str, Any], ...] = (
     ("GET", "/v1/groups", list_groups),
     ("GET", "/v1/groups/{group}", describe_group),
+    ("DELETE", "/v1/groups/{group}", delete_group),
     ("POST", "/v1/groups/{group}/members", join),
     ("POST", "/v1/groups/{group}/members/{member_id}/heartbeat", heartbeat),
     ("DELETE", "/v1/groups/{group}/members/{member_id}", leave),

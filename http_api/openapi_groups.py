@@ -61,6 +61,12 @@ def group_paths(config: BrokerConfig) -> dict[str, Any]:
                 {"200": _ok("GroupDescription")},
                 errors=(400, 404, 503),
             ),
+            "delete": _op(
+                "delete_group",
+                "Forget an empty group and its committed offsets (409 while it has members)",
+                {"204": {"description": "deleted"}},
+                errors=(400, 404, 409, 503),
+            ),
         },
         "/v1/groups/{group}/members": {
             "parameters": [_GROUP],

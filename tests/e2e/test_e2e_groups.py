@@ -14,7 +14,10 @@ Proves that:
 - committed offsets and group state survive a broker restart;
 - a member that heartbeats but never acknowledges a revocation is expired once the
   broker's rebalance timeout passes (well inside its session), so its partitions move; a
-  client that stops calling poll for max_poll_interval_ms leaves, and rejoins on poll.
+  client that stops calling poll for max_poll_interval_ms leaves, and rejoins on poll;
+- DELETE /v1/groups/{group} is refused (409 group_not_empty) while it has members and
+  forgets it with its offsets once empty; an empty group is forgotten by itself once
+  unchanged for the broker's offsets retention.
 """
 
 from __future__ import annotations
@@ -236,3 +239,28 @@ def test_unacknowledged_revocations_expire_and_a_client_that_stops_polling_leave
             return members_before, members_after
 
     assert asyncio.run(asyncio.wait_for(slow_poller(), 30)) == (1, 0)
+
+
+def test_delete_an_empty_group_and_expire_idle_ones(broker_factory: Any) -> None:
+    broker = broker_factory(extra_args=["--group-offsets-retention-ms", "1500"]).start()
+    call(broker, "POST", "/v1/topics", {"name": "gone", "partitions": 1}, expect=201)
+    member = join(broker, "d", topics=["gone"])
+    offsets = [{"topic": "gone", "partition": 0, "offset": 0}]
+    body = {"member_id": member["member_id"], "generation": member["generation"],
+            "offsets": offsets}  # fmt: skip
+    call(broker, "POST", "/v1/groups/d/offsets", body)
+    doc = call(broker, "DELETE", "/v1/groups/d", expect=409)
+    assert doc["error"]["code"] == "group_not_empty"
+    broker.request("DELETE", f"/v1/groups/d/members/{member['member_id']}")
+    status, _, _ = broker.request("DELETE", "/v1/groups/d")
+    assert status == 204
+    call(broker, "GET", "/v1/groups/d/offsets")  # reads as no offsets
+    assert call(broker, "DELETE", "/v1/groups/d", expect=404)["error"]["code"] == "group_not_found"
+    # Standalone commits make an empty group with offsets: it goes after the retention.
+    call(broker, "POST", "/v1/groups/idle/offsets", {"offsets": offsets})
+    assert [g["group"] for g in call(broker, "GET", "/v1/groups")["groups"]] == ["idle"]
+    deadline = time.monotonic() + 15
+    while time.monotonic() < deadline and call(broker, "GET", "/v1/groups")["groups"]:
+        time.sleep(0.2)
+    assert call(broker, "GET", "/v1/groups")["groups"] == []
+    call(broker, "GET", "/v1/groups/idle", expect=404)

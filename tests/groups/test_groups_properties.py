@@ -26,6 +26,8 @@ from groups.assignors import ASSIGNORS, RANGE, STICKY, assign_sticky
 from groups.commands import (
     AckGeneration,
     CommitOffsets,
+    DeleteGroup,
+    ExpireGroups,
     ExpireMembers,
     GroupCommand,
     JoinGroup,
@@ -78,6 +80,8 @@ def commands(uniform: bool) -> st.SearchStrategy[GroupCommand]:
             st.integers(0, 7),
             st.integers(0, 100),
         ),
+        st.just(DeleteGroup("g", 0)),  # refused while the group has members
+        st.builds(lambda r: ExpireGroups(r, 0), st.integers(0, 3)),
     )
 
 
