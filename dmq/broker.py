@@ -266,6 +266,7 @@ class Broker:
             ForwardRequest,
             rebalance_timeout_ms=config.group_rebalance_timeout_ms,
             offsets_retention_ms=config.group_offsets_retention_ms,
+            transactional_id_expiration_ms=config.transactional_id_expiration_ms,
         )
 
     # ------------------------------------------------------------------ lifecycle

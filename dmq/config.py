@@ -95,6 +95,10 @@ class BrokerConfig:
             "an empty group and its committed offsets go this long after its last change, ms"
         ),
     )
+    transactional_id_expiration_ms: int = field(
+        default=limits.TRANSACTIONAL_ID_EXPIRATION_MS_DEFAULT,
+        metadata=_doc("a transactional id unused this long is forgotten, ms"),
+    )
     # Limits (dmq/limits.py explains each cost).
     request_bytes_max: int = field(
         default=limits.REQUEST_BYTES_MAX, metadata=_doc("largest HTTP request body, bytes")

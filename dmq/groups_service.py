@@ -51,6 +51,7 @@ from groups.commands import (
     ResetOffsets,
 )
 from groups.state import Group, Member, expired_groups
+from raft.metadata import ExpireTransactionalIds, idle_transactional_ids
 
 _log = logging.getLogger("dmq.groups")
 
@@ -90,6 +91,7 @@ class GroupsService:
         *,
         rebalance_timeout_ms: int = limits.GROUP_REBALANCE_TIMEOUT_MS_DEFAULT,
         offsets_retention_ms: int = limits.GROUP_OFFSETS_RETENTION_MS_DEFAULT,
+        transactional_id_expiration_ms: int = limits.TRANSACTIONAL_ID_EXPIRATION_MS_DEFAULT,
     ) -> None:
         self._metadata = metadata
         self._http_addr_of = http_addr_of
@@ -98,6 +100,7 @@ class GroupsService:
         self._seen: dict[tuple[str, str], float] = {}  # (group, member) -> monotonic s
         self._rebalance_timeout_s = rebalance_timeout_ms / 1000
         self._offsets_retention_ms = offsets_retention_ms
+        self._transactional_id_expiration_ms = transactional_id_expiration_ms
         # (group, member) -> (its oldest unacknowledged revocation's generation, monotonic s
         # when this leader first saw it)
         self._revoking: dict[tuple[str, str], tuple[int, float]] = {}
@@ -129,7 +132,7 @@ class GroupsService:
 
     # --- proposals ------------------------------------------------------------------------
 
-    async def _propose(self, command: GroupCommand) -> None:
+    async def _propose(self, command: GroupCommand | ExpireTransactionalIds) -> None:
         await self._metadata().propose(command)
 
     def _touch(self, group: str, member_id: str) -> None:
@@ -304,6 +307,7 @@ class GroupsService:
             try:
                 await self.maybe_expire()
                 await self.maybe_expire_groups()
+                await self.maybe_expire_transactional_ids()
             except errors.DmqError as exc:  # no quorum now, say: the next check retries
                 _log.debug("expiring group members: %s", exc)
             except Exception:  # a bug: keep expiring sessions rather than stop for good
@@ -341,6 +345,17 @@ class GroupsService:
         if not expired_groups(state, self._offsets_retention_ms, now_ms):
             return False
         await self._propose(ExpireGroups(self._offsets_retention_ms, now_ms))
+        return True
+
+    async def maybe_expire_transactional_ids(self) -> bool:
+        """On the metadata leader: propose forgetting transactional ids unused for
+        transactional_id_expiration_ms (apply checks again with the stamped time)."""
+        if not self.is_leader():
+            return False
+        now_ms, retention_ms = wall_ms(), self._transactional_id_expiration_ms
+        if not idle_transactional_ids(self._metadata().state, retention_ms, now_ms):
+            return False
+        await self._propose(ExpireTransactionalIds(retention_ms, now_ms))
         return True
 
     def _overdue(self, now: float) -> dict[str, list[str]]:

@@ -80,3 +80,6 @@ GROUP_REBALANCE_TIMEOUT_MS_DEFAULT: Final = 300_000
 # last change (commit, reset, the last member leaving): Kafka's offsets.retention.minutes,
 # 7 days. Per broker (BrokerConfig.group_offsets_retention_ms); the leader proposes it.
 GROUP_OFFSETS_RETENTION_MS_DEFAULT: Final = 7 * 24 * 3600 * 1000
+# A transactional id not used (POST /v1/producers) for this long is forgotten (Kafka's
+# transactional.id.expiration.ms, 7 days): the next use starts at a new producer id.
+TRANSACTIONAL_ID_EXPIRATION_MS_DEFAULT: Final = 7 * 24 * 3600 * 1000
