@@ -413,14 +413,25 @@ def _join(state: GroupsState, cmd: JoinGroup) -> Result:
 
 def _replace_static(state: GroupsState, group: Group, old: Member, new: Member) -> Result:
     """A static member's restart takes over its predecessor's partitions without a
-    rebalance (Kafka's static membership); the old member id is fenced."""
+    rebalance (Kafka's static membership): no partition moves, every `since` stays, so the
+    other members' commits at their generation still pass; the old member id is fenced.
+    The generation still goes up by one, as for every membership change."""
+    generation = group.generation + 1
     members = {k: v for k, v in group.members.items() if k != old.member_id}
-    members[new.member_id] = replace(
-        new, held=old.held, assignment_generation=old.assignment_generation
-    )
+    members[new.member_id] = replace(new, held=old.held, assignment_generation=generation)
     target = {tp: new.member_id if m == old.member_id else m for tp, m in group.target.items()}
-    updated = replace(group, members=dict(sorted(members.items())), target=target)
-    return _with_group(state, updated), (MemberRemoved(group.name, old.member_id, "replaced"),)
+    updated = replace(
+        group,
+        generation=generation,
+        members=dict(sorted(members.items())),
+        target=target,
+        changed_ms=new.joined_ms,
+    )
+    events = (
+        MemberRemoved(group.name, old.member_id, "replaced"),
+        GenerationChanged(group.name, generation),
+    )
+    return _with_group(state, updated), events
 
 
 def _remove(
