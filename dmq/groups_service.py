@@ -177,7 +177,14 @@ class GroupsService:
         assignor: str,
         instance_id: str,
     ) -> MemberView:
-        member_id = f"{instance_id or 'member'}-{uuid.uuid4().hex[:16]}"
+        if len(instance_id) > limits.INSTANCE_ID_CHARS_MAX:  # the member id must fit too
+            raise errors.InvalidRequest(
+                f"instance_id is longer than {limits.INSTANCE_ID_CHARS_MAX} characters",
+                field="instance_id",
+                limit=limits.INSTANCE_ID_CHARS_MAX,
+            )
+        suffix = uuid.uuid4().hex[: limits.MEMBER_ID_SUFFIX_CHARS - 1]
+        member_id = f"{instance_id or 'member'}-{suffix}"
         await self._propose(
             JoinGroup(
                 group,

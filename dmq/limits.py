@@ -67,6 +67,10 @@ COMMITTED_OFFSETS_PER_GROUP_MAX: Final = 100_000
 SUBSCRIPTION_TOPICS_MAX: Final = 1_000
 TOPIC_PATTERN_CHARS_MAX: Final = 1_000  # matched against every topic name on each change
 GROUP_NAME_CHARS_MAX: Final = 249  # group names, member ids and instance ids
+# A member id is its instance id (or "member") + "-" + 16 hex digits: the instance id is
+# shorter by that much, so that every member id the broker draws fits GROUP_NAME_CHARS_MAX.
+MEMBER_ID_SUFFIX_CHARS: Final = 17
+INSTANCE_ID_CHARS_MAX: Final = GROUP_NAME_CHARS_MAX - MEMBER_ID_SUFFIX_CHARS
 # How often the metadata leader looks for expired sessions: expiry lands within
 # session_timeout_ms + this.
 GROUP_EXPIRY_CHECK_MS: Final = 200

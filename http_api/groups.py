@@ -36,8 +36,7 @@ def _routed(request: web.Request) -> Broker:
     return broker
 
 
-def _name(value: Any, field: str) -> str:
-    chars_max = limits.GROUP_NAME_CHARS_MAX
+def _name(value: Any, field: str, chars_max: int = limits.GROUP_NAME_CHARS_MAX) -> str:
     if (
         not isinstance(value, str)
         or not 1 <= len(value) <= chars_max
@@ -147,7 +146,9 @@ async def join(request: web.Request) -> web.Response:
     if assignor not in ASSIGNOR_NAMES:
         raise errors.InvalidRequest(f"assignor must be one of {ASSIGNOR_NAMES}", field="assignor")
     instance = doc.get("instance_id")
-    instance_id = "" if instance is None else _name(instance, "instance_id")
+    instance_id = (
+        "" if instance is None else _name(instance, "instance_id", limits.INSTANCE_ID_CHARS_MAX)
+    )
     broker = _routed(request)
     view = await broker.groups.join(
         group, topics=topics, topic_pattern=pattern, session_timeout_ms=timeout_ms,

@@ -206,7 +206,11 @@ def group_schemas(config: BrokerConfig) -> dict[str, Any]:
                     "enum": ["range", "roundrobin", "sticky"],
                     "default": "sticky",
                 },
-                "instance_id": {**_NAME, "description": "a static member's stable id"},
+                "instance_id": {
+                    "type": "string",
+                    "pattern": f"^[a-zA-Z0-9._-]{{1,{limits.INSTANCE_ID_CHARS_MAX}}}$",
+                    "description": "a static member's stable id (the member id adds 17 characters)",
+                },
             }
         ),
         "Member": _object(_MEMBER_FIELDS, tuple(_MEMBER_FIELDS)),

@@ -192,6 +192,11 @@ def test_static_members_and_bad_inputs_name_the_field_and_limit(broker: BrokerPr
                {"member_id": again["member_id"], "generation": 1, "offsets": too_many},
                expect=400)  # fmt: skip
     assert doc["error"]["details"] == {"field": "offsets", "limit": 10_000}
+    longest = join(broker, "st", topics=["s"], instance_id="i" * 232)  # its member id fits
+    assert len(longest["member_id"]) == 249
+    doc = call(broker, "POST", "/v1/groups/st/members", {"topics": ["s"], "instance_id": "i" * 233},
+               expect=400)  # fmt: skip
+    assert doc["error"]["details"] == {"field": "instance_id", "limit": 232}
     doc = call(broker, "POST", "/v1/groups/bad%20name/members", {"topics": ["s"]}, expect=400)
     assert doc["error"]["details"]["field"] == "group"
     doc = call(broker, "POST", "/v1/groups/st/members", {"topic_pattern": "("}, expect=400)
