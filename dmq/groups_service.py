@@ -176,15 +176,19 @@ class GroupsService:
         session_timeout_ms: int,
         assignor: str,
         instance_id: str,
+        member_id: str = "",
     ) -> MemberView:
+        """Join; with the client's own `member_id` a retry of the same join is answered
+        again (groups/state.py), without it the broker draws an id."""
         if len(instance_id) > limits.INSTANCE_ID_CHARS_MAX:  # the member id must fit too
             raise errors.InvalidRequest(
                 f"instance_id is longer than {limits.INSTANCE_ID_CHARS_MAX} characters",
                 field="instance_id",
                 limit=limits.INSTANCE_ID_CHARS_MAX,
             )
-        suffix = uuid.uuid4().hex[: limits.MEMBER_ID_SUFFIX_CHARS - 1]
-        member_id = f"{instance_id or 'member'}-{suffix}"
+        if not member_id:
+            suffix = uuid.uuid4().hex[: limits.MEMBER_ID_SUFFIX_CHARS - 1]
+            member_id = f"{instance_id or 'member'}-{suffix}"
         await self._propose(
             JoinGroup(
                 group,

@@ -369,7 +369,7 @@ def _join(state: GroupsState, cmd: JoinGroup) -> Result:
         cmd.now_ms,
     )
     existing = group.members.get(cmd.member_id)
-    if existing is not None:  # a retried join: the same member, nothing to do
+    if existing is not None:  # a retried join (the client's own member id): nothing to do
         same = (existing.topics, existing.topic_pattern) == (member.topics, member.topic_pattern)
         if same:
             return state, ()

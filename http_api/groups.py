@@ -134,6 +134,7 @@ async def join(request: web.Request) -> web.Response:
         "session_timeout_ms",
         "assignor",
         "instance_id",
+        "member_id",
     }
     if unknown:
         raise errors.InvalidRequest(f"unknown fields {sorted(unknown)}", field=sorted(unknown)[0])
@@ -149,10 +150,12 @@ async def join(request: web.Request) -> web.Response:
     instance_id = (
         "" if instance is None else _name(instance, "instance_id", limits.INSTANCE_ID_CHARS_MAX)
     )
+    chosen = doc.get("member_id")  # the client's own id makes a retried join idempotent
+    member_id = "" if chosen is None else _name(chosen, "member_id")
     broker = _routed(request)
     view = await broker.groups.join(
         group, topics=topics, topic_pattern=pattern, session_timeout_ms=timeout_ms,
-        assignor=assignor, instance_id=instance_id,
+        assignor=assignor, instance_id=instance_id, member_id=member_id,
     )  # fmt: skip
     return _json(_member_view(view), status=201)
 

@@ -181,6 +181,12 @@ def group_schemas(config: BrokerConfig) -> dict[str, Any]:
     return {
         "JoinRequest": _object(
             {
+                "member_id": {
+                    **_NAME,
+                    "description": "the client's own member id (as KIP-1082): a retried join "
+                    "with it is answered again instead of adding a second member; absent: the "
+                    "broker draws one",
+                },
                 "topics": {
                     "type": "array",
                     "items": _NAME,

@@ -30,6 +30,7 @@ import asyncio
 import contextlib
 import logging
 import time
+import uuid
 from collections.abc import Callable, Iterable
 from typing import Any
 from urllib.parse import quote
@@ -118,10 +119,11 @@ class AsyncGroupConsumer:
     # ------------------------------------------------------------------ membership
 
     async def _join(self) -> None:
+        # Our own member id: the transport's retries of this join are the same join.
+        prefix = self._join_body.get("instance_id", "member")
+        body = {**self._join_body, "member_id": f"{prefix}-{uuid.uuid4().hex[:16]}"}
         answer = (
-            await self._transport.request(
-                "POST", self._path + "/members", json_body=self._join_body
-            )
+            await self._transport.request("POST", self._path + "/members", json_body=body)
         ).json()
         self._member_id = answer["member_id"]
         self._latest = answer

@@ -12,6 +12,8 @@ Proves that:
 - offsets reset only when the group is empty (409 otherwise), to earliest, latest, a
   timestamp or given offsets; describe reports committed offset, high watermark and lag;
 - committed offsets and group state survive a broker restart;
+- a join that carries the client's own member_id is idempotent: its retry is answered
+  with the same member and adds no second one;
 - a member that heartbeats but never acknowledges a revocation is expired once the
   broker's rebalance timeout passes (well inside its session), so its partitions move; a
   client that stops calling poll for max_poll_interval_ms leaves, and rejoins on poll;
@@ -192,6 +194,14 @@ def test_static_members_and_bad_inputs_name_the_field_and_limit(broker: BrokerPr
                {"member_id": again["member_id"], "generation": 1, "offsets": too_many},
                expect=400)  # fmt: skip
     assert doc["error"]["details"] == {"field": "offsets", "limit": 10_000}
+    members = len(call(broker, "GET", "/v1/groups/st")["members"])
+    mine = join(broker, "st", topics=["s"], member_id="mine-1")  # the client's own id
+    retried = join(broker, "st", topics=["s"], member_id="mine-1")  # a retry of that join
+    assert mine["member_id"] == retried["member_id"] == "mine-1"
+    assert len(call(broker, "GET", "/v1/groups/st")["members"]) == members + 1  # no ghost
+    taken = call(broker, "POST", "/v1/groups/st/members",
+                 {"topic_pattern": "s.*", "member_id": "mine-1"}, expect=400)  # fmt: skip
+    assert taken["error"]["details"]["field"] == "member_id"
     longest = join(broker, "st", topics=["s"], instance_id="i" * 232)  # its member id fits
     assert len(longest["member_id"]) == 249
     doc = call(broker, "POST", "/v1/groups/st/members", {"topics": ["s"], "instance_id": "i" * 233},
