@@ -254,10 +254,29 @@ class GroupsService:
         offsets_of: Callable[[str, int, int | None], Awaitable[Any]],
     ) -> dict[tuple[str, int], int]:
         """Reset an empty group's offsets: `explicit` ones, or every partition of `topics`
-        to "earliest", "latest" or the first offset at or after timestamp `to` (ms)."""
+        to "earliest", "latest" or the first offset at or after timestamp `to` (ms).
+
+        The cheap refusals come before any partition is asked for its offsets: a group
+        with members (apply refuses it again, in case one joins meanwhile) and more
+        partitions than one command may carry."""
+        found = self._metadata().state.groups.groups.get(group)
+        if found is not None and found.members:
+            raise errors.GroupNotEmpty(
+                f"group {group!r} has {len(found.members)} members: offsets can be reset "
+                "only in an empty group",
+                field="group",
+            )
+        counts = [partition_count(topic) for topic in topics]
+        if len(explicit) + sum(counts) > limits.OFFSETS_PER_COMMIT_MAX:
+            raise errors.InvalidRequest(
+                f"the reset covers {len(explicit) + sum(counts)} partitions; at most "
+                f"{limits.OFFSETS_PER_COMMIT_MAX}",
+                field="topics",
+                limit=limits.OFFSETS_PER_COMMIT_MAX,
+            )
         offsets = list(explicit)
-        for topic in topics:
-            for p in range(partition_count(topic)):
+        for topic, count in zip(topics, counts, strict=True):
+            for p in range(count):
                 found = await offsets_of(topic, p, to if isinstance(to, int) else None)
                 if to == "earliest":
                     offsets.append((topic, p, found.log_start_offset))

@@ -1,0 +1,70 @@
+"""Proves GroupsService's cheap refusals come before remote work (review 8): a reset of a
+group with members, or of more partitions than one command carries, is refused before any
+partition is asked for its offsets; an empty group's reset asks each partition once and
+commits the answers. The metadata state is a real MetadataMachine; only the Raft
+round-trip (propose) and the partition leaders (offsets_of) are stand-ins, as neither runs
+without brokers."""
+
+from __future__ import annotations
+
+import asyncio
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+
+from dmq import errors, limits
+from dmq.groups_service import GroupsService
+from groups.commands import JoinGroup
+from raft.metadata import Applied, CreateTopic, MetadataMachine, RegisterBroker, encode_command
+
+
+class Metadata:
+    """The MetadataService surface GroupsService uses, over a real machine."""
+
+    def __init__(self) -> None:
+        self.machine = MetadataMachine()
+
+    @property
+    def state(self) -> Any:
+        return self.machine.state
+
+    async def propose(self, command: Any) -> Applied:
+        result = self.machine.apply(encode_command(command))
+        assert isinstance(result, Applied), result
+        return result
+
+
+def service() -> tuple[GroupsService, Metadata, list[tuple[str, int]]]:
+    metadata = Metadata()
+    metadata.machine.apply(encode_command(RegisterBroker("n1", "h:1", "r:1", 1)))
+    metadata.machine.apply(encode_command(CreateTopic("t", 4, 1, (), 2)))
+    asked: list[tuple[str, int]] = []
+    svc = GroupsService(lambda: metadata, lambda _: None, list, lambda a, h: RuntimeError())  # type: ignore[arg-type, return-value]
+    return svc, metadata, asked
+
+
+def test_reset_refusals_come_before_any_partition_is_asked() -> None:
+    svc, metadata, asked = service()
+
+    async def offsets_of(topic: str, partition: int, ts: int | None) -> Any:
+        asked.append((topic, partition))
+        return SimpleNamespace(log_start_offset=0, high_watermark=9, offset=None)
+
+    def count(topic: str) -> int:
+        return len(metadata.state.topics[topic].partitions)
+
+    async def run() -> None:
+        await metadata.propose(JoinGroup("busy", "m", "", ("t",), "", 10_000, "sticky", 3))
+        with pytest.raises(errors.GroupNotEmpty):
+            await svc.reset_to("busy", ("t",), "latest", (), count, offsets_of)
+        many = ("t",) * (limits.OFFSETS_PER_COMMIT_MAX // 4 + 1)
+        with pytest.raises(errors.InvalidRequest) as too_many:
+            await svc.reset_to("idle", many, "latest", (), count, offsets_of)
+        assert too_many.value.field == "topics"
+        assert asked == []  # neither refusal asked a partition leader anything
+        done = await svc.reset_to("idle", ("t",), "latest", (), count, offsets_of)
+        assert done == {("t", p): 9 for p in range(4)} and len(asked) == 4
+        assert metadata.state.groups.groups["idle"].committed == done
+
+    asyncio.run(run())
