@@ -295,11 +295,13 @@ class GroupsService:
         group = self._group(name)
         owner = {tp: mid for mid, m in group.members.items() for tp in m.assigned}
         tps = sorted(set(group.target) | set(group.committed) | set(owner))
+        in_flight = asyncio.Semaphore(limits.GROUP_DESCRIBE_CONCURRENCY_MAX)
 
         async def row(tp: tuple[str, int]) -> dict[str, Any]:
             committed = group.committed.get(tp)
             try:
-                found = await offsets_of(tp[0], tp[1], None)
+                async with in_flight:
+                    found = await offsets_of(tp[0], tp[1], None)
                 hw: int | None = found.high_watermark
                 base = found.log_start_offset if committed is None else committed
                 lag: int | None = max(0, found.high_watermark - base)

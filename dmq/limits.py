@@ -74,6 +74,9 @@ INSTANCE_ID_CHARS_MAX: Final = GROUP_NAME_CHARS_MAX - MEMBER_ID_SUFFIX_CHARS
 # How often the metadata leader looks for expired sessions: expiry lands within
 # session_timeout_ms + this.
 GROUP_EXPIRY_CHECK_MS: Final = 200
+# Partition offset look-ups one describe runs at once (a group may cover 100,000
+# partitions: one request must not open that many calls to the partition leaders).
+GROUP_DESCRIBE_CONCURRENCY_MAX: Final = 16
 # How long a member may keep partitions revoked from it before the metadata leader expires
 # it (KIP-848's rebalance timeout; Kafka derives it from max.poll.interval.ms, 5 minutes):
 # a member that heartbeats but never acknowledges a revocation would otherwise hold the

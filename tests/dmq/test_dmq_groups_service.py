@@ -1,7 +1,9 @@
-"""Proves GroupsService's cheap refusals come before remote work (review 8): a reset of a
-group with members, or of more partitions than one command carries, is refused before any
-partition is asked for its offsets; an empty group's reset asks each partition once and
-commits the answers. The metadata state is a real MetadataMachine; only the Raft
+"""Proves GroupsService bounds its remote work:
+- a reset of a group with members, or of more partitions than one command carries, is
+  refused before any partition is asked for its offsets; an empty group's reset asks
+  each partition once and commits the answers;
+- describe asks at most GROUP_DESCRIBE_CONCURRENCY_MAX partitions at once, and answers
+  every partition (unknown high watermark and lag where a leader fails). The metadata state is a real MetadataMachine; only the Raft
 round-trip (propose) and the partition leaders (offsets_of) are stand-ins, as neither runs
 without brokers."""
 
@@ -15,7 +17,7 @@ import pytest
 
 from dmq import errors, limits
 from dmq.groups_service import GroupsService
-from groups.commands import JoinGroup
+from groups.commands import CommitOffsets, JoinGroup
 from raft.metadata import Applied, CreateTopic, MetadataMachine, RegisterBroker, encode_command
 
 
@@ -39,6 +41,7 @@ def service() -> tuple[GroupsService, Metadata, list[tuple[str, int]]]:
     metadata = Metadata()
     metadata.machine.apply(encode_command(RegisterBroker("n1", "h:1", "r:1", 1)))
     metadata.machine.apply(encode_command(CreateTopic("t", 4, 1, (), 2)))
+    metadata.machine.apply(encode_command(CreateTopic("wide", 200, 1, (), 2)))
     asked: list[tuple[str, int]] = []
     svc = GroupsService(lambda: metadata, lambda _: None, list, lambda a, h: RuntimeError())  # type: ignore[arg-type, return-value]
     return svc, metadata, asked
@@ -68,3 +71,30 @@ def test_reset_refusals_come_before_any_partition_is_asked() -> None:
         assert metadata.state.groups.groups["idle"].committed == done
 
     asyncio.run(run())
+
+
+def test_describe_asks_a_bounded_number_of_partitions_at_once() -> None:
+    svc, metadata, asked = service()
+    running = 0
+    most = 0
+
+    async def offsets_of(topic: str, partition: int, ts: int | None) -> Any:
+        nonlocal running, most
+        running += 1
+        most = max(most, running)
+        await asyncio.sleep(0.001)
+        running -= 1
+        if partition == 7:
+            raise errors.BrokerUnavailable("no leader")
+        return SimpleNamespace(log_start_offset=0, high_watermark=10, offset=None)
+
+    async def run() -> dict[str, Any]:
+        offsets = tuple(("wide", p, 4) for p in range(200))
+        await metadata.propose(CommitOffsets("g", "", -1, offsets, 3))
+        return await svc.describe("g", offsets_of)
+
+    doc = asyncio.run(run())
+    assert 1 < most <= limits.GROUP_DESCRIBE_CONCURRENCY_MAX
+    rows = {r["partition"]: r for r in doc["partitions"]}
+    assert len(rows) == 200 and rows[0]["lag"] == 6
+    assert rows[7]["high_watermark"] is None and rows[7]["lag"] is None
