@@ -1250,22 +1250,33 @@ class Broker:
     # ------------------------------------------------------------------ consumer groups
 
     async def partition_read(
-        self, topic: str, partition: int, offset: int, wait_ms: int, max_records: int
+        self,
+        topic: str,
+        partition: int,
+        offset: int,
+        wait_ms: int,
+        max_records: int,
+        max_bytes: int = limits.FETCH_BYTES_DEFAULT,
     ) -> FetchResult:
         """For the group fetch (dmq/groups_service.py): records from `offset`, read here or
         at the partition leader's broker. A position outside the log (retention removed it)
         reads from the nearest end: the log start, as Kafka's auto.offset.reset=earliest."""
+        max_bytes = min(max_bytes, self.config.fetch_bytes_max)
         try:
-            return await self._read_here_or_there(topic, partition, offset, wait_ms, max_records)
+            return await self._read_here_or_there(
+                topic, partition, offset, wait_ms, max_records, max_bytes
+            )
         except errors.OffsetOutOfRange as exc:
             start, end = exc.log_start_offset, exc.log_end_offset
             moved = start if offset < start else end
-            return await self._read_here_or_there(topic, partition, moved, wait_ms, max_records)
+            return await self._read_here_or_there(
+                topic, partition, moved, wait_ms, max_records, max_bytes
+            )
 
     async def _read_here_or_there(
-        self, topic: str, partition: int, offset: int, wait_ms: int, max_records: int
-    ) -> FetchResult:
-        max_bytes = min(limits.FETCH_BYTES_DEFAULT, self.config.fetch_bytes_max)
+        self, topic: str, partition: int, offset: int, wait_ms: int, max_records: int,
+        max_bytes: int,
+    ) -> FetchResult:  # fmt: skip
         try:
             return await self.fetch(
                 topic, partition, offset=offset, max_bytes=max_bytes,

@@ -33,7 +33,7 @@ import contextlib
 import logging
 import time
 import uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -433,7 +433,8 @@ class GroupsService:
 
         `read(topic, partition, offset, wait_ms)` is the Broker's fetch. All partitions are
         read at once without waiting; if none has records, they long-poll together and the
-        first to get records answers (the others are cancelled)."""
+        first to get records answers (the others are cancelled). A partition that cannot be
+        read now (no reachable leader) is left out of this answer, not the whole fetch."""
         g, m = self.touch_member(group, member_id)
         if m.revoking:
             # Fetching is acknowledging: the answer names the current generation and serves
@@ -454,7 +455,11 @@ class GroupsService:
         for topic, partition in m.assigned:
             offset = g.committed.get((topic, partition))
             if offset is None:
-                offset = await log_start(topic, partition)
+                try:
+                    offset = await log_start(topic, partition)
+                except errors.DmqError as exc:  # skipped this time: the others are served
+                    _log.debug("group fetch: %s-%d left out: %s", topic, partition, exc)
+                    continue
             positions.append((topic, partition, offset))
         found = await self._read_all(positions, 0, read)
         if found or wait_ms == 0 or not positions:
@@ -467,20 +472,25 @@ class GroupsService:
         wait_ms: int,
         read: Callable[[str, int, int, int], Awaitable[Any]],
     ) -> list[PartitionFetch]:
-        async def one(topic: str, partition: int, offset: int) -> PartitionFetch:
-            return PartitionFetch(
-                topic, partition, offset, await read(topic, partition, offset, wait_ms)
-            )
+        async def one(topic: str, partition: int, offset: int) -> PartitionFetch | None:
+            try:
+                result = await read(topic, partition, offset, wait_ms)
+            except errors.DmqError as exc:  # left out of this answer; the others are served
+                _log.debug("group fetch: %s-%d left out: %s", topic, partition, exc)
+                return None
+            return PartitionFetch(topic, partition, offset, result)
+
+        def with_records(fetches: Iterable[PartitionFetch | None]) -> list[PartitionFetch]:
+            return [f for f in fetches if f is not None and f.result.records]
 
         tasks = [asyncio.ensure_future(one(*p)) for p in positions]
         try:
             if wait_ms == 0:
-                done = await asyncio.gather(*tasks)
-                return [f for f in done if f.result.records]
+                return with_records(await asyncio.gather(*tasks))
             pending = set(tasks)
             while pending:
                 finished, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
-                got = [t.result() for t in finished if t.result().result.records]
+                got = with_records(t.result() for t in finished)
                 if got:
                     return got
             return []

@@ -110,6 +110,12 @@ def group_paths(config: BrokerConfig) -> dict[str, Any]:
                         _int(1, config.fetch_records_max),
                         "most records in the answer, over all partitions",
                     ),
+                    _query(
+                        "max_bytes",
+                        _int(1, config.fetch_bytes_max),
+                        "most key, value and header bytes in the answer, over all partitions "
+                        "(at least one record)",
+                    ),
                     _query("value_encoding", _ENCODING, "string (UTF-8) or base64"),
                     _query(
                         "auto_commit",

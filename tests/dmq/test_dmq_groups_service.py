@@ -3,7 +3,8 @@
   refused before any partition is asked for its offsets; an empty group's reset asks
   each partition once and commits the answers;
 - describe asks at most GROUP_DESCRIBE_CONCURRENCY_MAX partitions at once, and answers
-  every partition (unknown high watermark and lag where a leader fails). The metadata state is a real MetadataMachine; only the Raft
+  every partition (unknown high watermark and lag where a leader fails);
+- a group fetch leaves out the partitions it cannot read now and serves the others. The metadata state is a real MetadataMachine; only the Raft
 round-trip (propose) and the partition leaders (offsets_of) are stand-ins, as neither runs
 without brokers."""
 
@@ -98,3 +99,24 @@ def test_describe_asks_a_bounded_number_of_partitions_at_once() -> None:
     rows = {r["partition"]: r for r in doc["partitions"]}
     assert len(rows) == 200 and rows[0]["lag"] == 6
     assert rows[7]["high_watermark"] is None and rows[7]["lag"] is None
+
+
+def test_a_group_fetch_serves_the_partitions_it_can_read() -> None:
+    svc, metadata, _ = service()
+
+    async def read(topic: str, partition: int, offset: int, wait_ms: int) -> Any:
+        if partition == 1:
+            raise errors.BrokerUnavailable("no leader for t-1 now")
+        return SimpleNamespace(records=[SimpleNamespace(offset=offset)], high_watermark=1)
+
+    async def log_start(topic: str, partition: int) -> int:
+        if partition == 2:
+            raise errors.BrokerUnavailable("no leader for t-2 now")
+        return 0
+
+    async def run() -> list[int]:
+        await metadata.propose(JoinGroup("g", "m", "", ("t",), "", 10_000, "sticky", 3))
+        _, found = await svc.fetch("g", "m", 0, read, log_start)
+        return sorted(f.partition for f in found)
+
+    assert asyncio.run(run()) == [0, 3]  # 1 and 2 left out, not the whole fetch

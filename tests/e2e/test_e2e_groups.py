@@ -17,6 +17,8 @@ Proves that:
 - a member that heartbeats but never acknowledges a revocation is expired once the
   broker's rebalance timeout passes (well inside its session), so its partitions move; a
   client that stops calling poll for max_poll_interval_ms leaves, and rejoins on poll;
+- a group fetch's max_bytes bounds the whole answer over all partitions, and what it
+  leaves out comes in the next fetches;
 - DELETE /v1/groups/{group} is refused (409 group_not_empty) while it has members and
   forgets it with its offsets once empty; an empty group is forgotten by itself once
   unchanged for the broker's offsets retention.
@@ -279,3 +281,25 @@ def test_delete_an_empty_group_and_expire_idle_ones(broker_factory: Any) -> None
         time.sleep(0.2)
     assert call(broker, "GET", "/v1/groups")["groups"] == []
     call(broker, "GET", "/v1/groups/idle", expect=404)
+
+
+def test_group_fetch_max_bytes_bounds_the_whole_answer(broker: BrokerProcess) -> None:
+    call(broker, "POST", "/v1/topics", {"name": "big", "partitions": 4}, expect=201)
+    for p in range(4):
+        produce(broker, "big", p, [f"{p}-{i}-" + "x" * 1_000 for i in range(10)])
+    member = join(broker, "bytes", topics=["big"])
+    got: list[str] = []
+    for _ in range(40):
+        path = f"/v1/groups/bytes/members/{member['member_id']}/records?max_bytes=5000"
+        doc = call(broker, "GET", path)
+        values = [r["value"] for p in doc["partitions"] for r in p["records"]]
+        assert sum(len(v) for v in values) <= 5_000, len(values)  # not 5000 per partition
+        got += values
+        offsets = [{"topic": p["topic"], "partition": p["partition"], "offset": p["next_offset"]}
+                   for p in doc["partitions"]]  # fmt: skip
+        if offsets:
+            call(broker, "POST", "/v1/groups/bytes/offsets", {"member_id": member["member_id"],
+                 "generation": doc["generation"], "offsets": offsets})  # fmt: skip
+        if len(got) == 40:
+            break
+    assert sorted(got) == sorted(f"{p}-{i}-" + "x" * 1_000 for p in range(4) for i in range(10))
