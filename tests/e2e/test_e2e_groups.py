@@ -19,6 +19,8 @@ Proves that:
   client that stops calling poll for max_poll_interval_ms leaves, and rejoins on poll;
 - a group fetch's max_bytes bounds the whole answer over all partitions, and what it
   leaves out comes in the next fetches;
+- a committed offset past a partition's log end is never moved back: the group fetch
+  serves nothing below it (no records again, no commit backwards) until the log reaches it;
 - DELETE /v1/groups/{group} is refused (409 group_not_empty) while it has members and
   forgets it with its offsets once empty; an empty group is forgotten by itself once
   unchanged for the broker's offsets retention.
@@ -27,6 +29,7 @@ Proves that:
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import time
 from typing import Any
 
@@ -303,3 +306,25 @@ def test_group_fetch_max_bytes_bounds_the_whole_answer(broker: BrokerProcess) ->
         if len(got) == 40:
             break
     assert sorted(got) == sorted(f"{p}-{i}-" + "x" * 1_000 for p in range(4) for i in range(10))
+
+
+def test_a_position_past_the_log_end_is_not_moved_back(broker: BrokerProcess) -> None:
+    call(broker, "POST", "/v1/topics", {"name": "ahead", "partitions": 1}, expect=201)
+    produce(broker, "ahead", 0, [f"a{i}" for i in range(10)])
+    offsets = [{"topic": "ahead", "partition": 0, "offset": 20}]  # as a lagging leader sees it
+    call(broker, "POST", "/v1/groups/late/offsets", {"offsets": offsets})
+    member = join(broker, "late", topics=["ahead"])
+    produce(broker, "ahead", 0, [f"b{i}" for i in range(5)])  # offsets 10-14: below 20
+    assert poll_and_commit(broker, "late", member) == []
+    # A long-poll from a position past the end must not be answered from the end.
+    path = f"/v1/groups/late/members/{member['member_id']}/records?wait_ms=3000"
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+        waiting = pool.submit(call, broker, "GET", path)
+        time.sleep(0.3)
+        produce(broker, "ahead", 0, ["d0", "d1"])  # offsets 15-16: still below 20
+        answer = waiting.result(30)
+    assert [r["value"] for p in answer["partitions"] for r in p["records"]] == []
+    committed = call(broker, "GET", "/v1/groups/late/offsets")["offsets"]
+    assert committed == [{"topic": "ahead", "partition": 0, "offset": 20}]
+    produce(broker, "ahead", 0, [f"c{i}" for i in range(6)])  # offsets 17-22
+    assert poll_and_commit(broker, "late", member) == ["c3", "c4", "c5"]  # from 20 on
