@@ -52,7 +52,7 @@ from groups.commands import (
 )
 
 OFFSET_MAX: Final = 2**63 - 1
-_NAME = re.compile(r"^[a-zA-Z0-9._-]+$")
+_NAME = re.compile(r"[a-zA-Z0-9._-]+")  # fullmatch: "$" would let a trailing \n through
 # topic_pattern runs inside replicated apply, against every topic on every change: RE2
 # matches in time linear in the name (no backtracking), so no pattern can stall the
 # metadata replicas (a Python `re` pattern like (a+)+c doubles its time per character).
@@ -300,7 +300,7 @@ def _update_topics(state: GroupsState, cmd: UpdateTopics) -> Result:
 
 
 def _check_name(value: str, name: str, limit: int, required: bool = True) -> Rejected | None:
-    if (value or required) and (not _NAME.match(value) or len(value) > limit):
+    if (value or required) and (not _NAME.fullmatch(value) or len(value) > limit):
         return Rejected(
             REJECT_INVALID_ARGUMENT, f"{name} must be 1-{limit} characters of [a-zA-Z0-9._-]", name
         )
@@ -323,7 +323,7 @@ def _check_join(state: GroupsState, cmd: JoinGroup) -> Rejected | None:
             REJECT_INVALID_ARGUMENT, f"at most {c.subscription_topics_max} topics", "topics"
         )
     for topic in cmd.topics:
-        if not _NAME.match(topic) or len(topic) > c.name_chars_max:
+        if not _NAME.fullmatch(topic) or len(topic) > c.name_chars_max:
             return Rejected(REJECT_INVALID_ARGUMENT, f"invalid topic name {topic!r}", "topics")
     if len(cmd.topic_pattern) > c.topic_pattern_chars_max:
         return Rejected(

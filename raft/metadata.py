@@ -67,7 +67,7 @@ SNAPSHOT_VERSION: Final = 1
 
 # Mirrors dmq/limits.py (raft/ may not import dmq/): Kafka's topic name rule.
 TOPIC_NAME_CHARS_MAX: Final = 249
-_TOPIC_NAME = re.compile(r"^[a-zA-Z0-9._-]+$")
+_TOPIC_NAME = re.compile(r"[a-zA-Z0-9._-]+")  # fullmatch: "$" would let a trailing \n through
 
 ConfigValue = int | str
 ConfigItems = tuple[tuple[str, ConfigValue], ...]  # sorted by key, keys distinct
@@ -612,7 +612,7 @@ def _check_topic_name(name: str) -> Rejected | None:
     if (
         not name
         or len(name) > TOPIC_NAME_CHARS_MAX
-        or not _TOPIC_NAME.match(name)
+        or not _TOPIC_NAME.fullmatch(name)
         or name in (".", "..")
     ):
         return Rejected(

@@ -6,7 +6,9 @@ inputs that a metadata replica applies:
   pattern RE2 cannot run (a backreference) is refused at join naming topic_pattern;
 - a group is deleted only when it has no members (group_not_empty otherwise), and
   ExpireGroups forgets exactly the empty groups unchanged for retention_ms at the
-  command's time (a commit or a member leaving restarts the clock).
+  command's time (a commit or a member leaving restarts the clock);
+- names with a trailing newline ("g\\n") are refused (group, member, instance and topic
+  names in groups/, topic names in the metadata catalogue).
 """
 
 from __future__ import annotations
@@ -22,6 +24,8 @@ from groups.commands import (
     UpdateTopics,
 )
 from groups.state import GroupDeleted, GroupsState, Rejected, apply
+from raft.metadata import CreateTopic, MetadataMachine, RegisterBroker, encode_command
+from raft.metadata import Rejected as MetadataRejected
 
 
 @pytest.mark.timeout(60)
@@ -68,3 +72,18 @@ def test_only_empty_groups_are_deleted_and_idle_empty_groups_expire() -> None:
     assert events == (GroupDeleted("fresh", "expired"),)
     state, events = apply(state, DeleteGroup("busy", 2_100))
     assert events == (GroupDeleted("busy", "deleted"),) and state.groups == {}
+
+
+def test_a_trailing_newline_is_not_part_of_a_valid_name() -> None:
+    state, _ = apply(GroupsState(), UpdateTopics((("t", 1),), 0))
+    for join in (
+        JoinGroup("g\n", "m", "", ("t",), "", 10_000, "sticky", 1),
+        JoinGroup("g", "m\n", "", ("t",), "", 10_000, "sticky", 1),
+        JoinGroup("g", "m", "i\n", ("t",), "", 10_000, "sticky", 1),
+        JoinGroup("g", "m", "", ("t\n",), "", 10_000, "sticky", 1),
+    ):
+        after, events = apply(state, join)
+        assert after == state and isinstance(events[0], Rejected), join
+    m = MetadataMachine()
+    m.apply(encode_command(RegisterBroker("n1", "h:1", "r:1", 1)))
+    assert isinstance(m.apply(encode_command(CreateTopic("t\n", 1, 1, (), 2))), MetadataRejected)
