@@ -5,7 +5,7 @@ transactional id: the same id, epoch + 1); that a retried batch (same producer i
 and sequences) is answered with its original offsets and not written again; that a gap
 in the sequence is refused with 409 out_of_order_sequence and an old epoch with 409
 producer_fenced; that all of this holds after the broker is killed with SIGKILL and
-restarted (the producer state is rebuilt from the log); and that an idempotent JSON
+restarted (the producer state is stored with the applied checkpoint); and that an idempotent JSON
 produce spread over two partitions is refused with a 400 naming producer_id; and that
 the Python idempotent producer puts a keyed record on its key's partition even when it
 is the first record of a topic the broker creates on the spot.
