@@ -89,6 +89,9 @@ HEARTBEAT_INTERVAL_S = 2.5  # a quarter of the metadata's broker_session_ms (10 
 LEADER_REPORT_INTERVAL_S = 1.0  # partition leaders published to the catalogue
 LEADER_BALANCE_INTERVAL_S = 5.0  # raft maybe_balance_leaders on every broker
 JOIN_RETRY_S = 0.2  # between attempts to register while the metadata group has no leader
+# A group position past a partition's log end (a lagging new leader) answers no records
+# after at most this long, so a long-polling member looks again soon.
+GROUP_AHEAD_OF_LOG_WAIT_MS = 500
 REPLICA_OPENS_CONCURRENT_MAX = 16  # replicas opened at once (start-up, large topics)
 STATUS_TIMEOUT_S = 2.0  # per broker, for cluster status
 LEADER_WAIT_S = 5.0  # create_topic waits at most this long for the new groups' leaders
@@ -270,7 +273,13 @@ class Broker:
         self.failed = asyncio.Event()
         self.failure: BaseException | None = None
         self.groups = GroupsService(
-            lambda: self.metadata, self._http_addr_of, self._voter_http_addrs, ForwardRequest
+            lambda: self.metadata,
+            self._http_addr_of,
+            self._voter_http_addrs,
+            ForwardRequest,
+            rebalance_timeout_ms=config.group_rebalance_timeout_ms,
+            offsets_retention_ms=config.group_offsets_retention_ms,
+            transactional_id_expiration_ms=config.transactional_id_expiration_ms,
         )
 
     # ------------------------------------------------------------------ lifecycle
@@ -1292,22 +1301,39 @@ class Broker:
     # ------------------------------------------------------------------ consumer groups
 
     async def partition_read(
-        self, topic: str, partition: int, offset: int, wait_ms: int, max_records: int
+        self,
+        topic: str,
+        partition: int,
+        offset: int,
+        wait_ms: int,
+        max_records: int,
+        max_bytes: int = limits.FETCH_BYTES_DEFAULT,
     ) -> FetchResult:
         """For the group fetch (dmq/groups_service.py): records from `offset`, read here or
-        at the partition leader's broker. A position outside the log (retention removed it)
-        reads from the nearest end: the log start, as Kafka's auto.offset.reset=earliest."""
+        at the partition leader's broker. A position below the log start (retention removed
+        it) reads from the log start, as Kafka's auto.offset.reset=earliest. A position past
+        the log end is never moved back: a new leader may still lag the committed offset,
+        and serving from its end would deliver records again and let the next commit move
+        the group backwards. It answers no records (after up to wait_ms) until the log
+        reaches the position."""
+        max_bytes = min(max_bytes, self.config.fetch_bytes_max)
         try:
-            return await self._read_here_or_there(topic, partition, offset, wait_ms, max_records)
+            return await self._read_here_or_there(
+                topic, partition, offset, wait_ms, max_records, max_bytes
+            )
         except errors.OffsetOutOfRange as exc:
             start, end = exc.log_start_offset, exc.log_end_offset
-            moved = start if offset < start else end
-            return await self._read_here_or_there(topic, partition, moved, wait_ms, max_records)
+            if offset > end:
+                await asyncio.sleep(min(wait_ms, GROUP_AHEAD_OF_LOG_WAIT_MS) / 1000)
+                return FetchResult(topic, partition, offset, offset, end, start)
+            return await self._read_here_or_there(
+                topic, partition, start, wait_ms, max_records, max_bytes
+            )
 
     async def _read_here_or_there(
-        self, topic: str, partition: int, offset: int, wait_ms: int, max_records: int
-    ) -> FetchResult:
-        max_bytes = min(limits.FETCH_BYTES_DEFAULT, self.config.fetch_bytes_max)
+        self, topic: str, partition: int, offset: int, wait_ms: int, max_records: int,
+        max_bytes: int,
+    ) -> FetchResult:  # fmt: skip
         try:
             return await self.fetch(
                 topic, partition, offset=offset, max_bytes=max_bytes,

@@ -83,6 +83,22 @@ class BrokerConfig:
     default_replication_factor: int = field(
         default=3, metadata=_doc("replicas per partition of new topics, capped at the brokers")
     )
+    group_rebalance_timeout_ms: int = field(
+        default=limits.GROUP_REBALANCE_TIMEOUT_MS_DEFAULT,
+        metadata=_doc(
+            "a group member that does not acknowledge a revocation within this is expired, ms"
+        ),
+    )
+    group_offsets_retention_ms: int = field(
+        default=limits.GROUP_OFFSETS_RETENTION_MS_DEFAULT,
+        metadata=_doc(
+            "an empty group and its committed offsets go this long after its last change, ms"
+        ),
+    )
+    transactional_id_expiration_ms: int = field(
+        default=limits.TRANSACTIONAL_ID_EXPIRATION_MS_DEFAULT,
+        metadata=_doc("a transactional id unused this long is forgotten, ms"),
+    )
     # Limits (dmq/limits.py explains each cost).
     request_bytes_max: int = field(
         default=limits.REQUEST_BYTES_MAX, metadata=_doc("largest HTTP request body, bytes")

@@ -15,7 +15,7 @@
     │   ├── GroupConflict            409  consumer groups: the member must act first
     │   │   ├── UnknownMember        409  not (or no longer) a member: join again
     │   │   ├── StaleGeneration      409  the partition is not this member's at that generation
-    │   │   ├── GroupNotEmpty        409  offsets can be reset only in an empty group
+    │   │   ├── GroupNotEmpty        409  offsets reset and group delete need an empty group
     │   │   └── InconsistentAssignor 409  the group's members use another assignor
     │   ├── PartitionDecommissioned  409  the partition takes no new records (still readable)
     │   ├── ProducerFenced           409  a newer instance of this transactional id wrote

@@ -12,9 +12,14 @@ The protocol itself is groups/ (pure); its state lives in the metadata group
    and proposes `ExpireMembers`, stamped with its own clock, for members silent longer than
    their session timeout. A new leader knows no last-heard time: it starts every member's
    session afresh at the moment it first sees it, so a leader change can delay an expiry by
-   up to one session timeout but never expires a live member.
+   up to one session timeout. The silence is checked again just before each proposal; a
+   call that arrives while the expiry commits is answered, and the member's next call
+   gets 409 unknown_member.
 3. A heartbeat becomes a Raft entry only when it acknowledges a revocation
-   (`AckGeneration`), once per member per rebalance.
+   (`AckGeneration`), once per member per rebalance. A member that keeps heartbeating but
+   does not acknowledge a revocation within `rebalance_timeout_ms` (KIP-848's rebalance
+   timeout) is expired too, so that the partitions can move: the leader notes when it
+   first saw the member's oldest unacknowledged revocation.
 4. The group fetch reads each of the member's assigned partitions from the group's
    committed offset (the log start when none): fetch, process, commit `next_offset`. A fetch
    also acknowledges the current generation (as a heartbeat would), so fetch + commit alone
@@ -28,7 +33,7 @@ import contextlib
 import logging
 import time
 import uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -37,13 +42,16 @@ from dmq.metadata import MetadataService, wall_ms
 from groups.commands import (
     AckGeneration,
     CommitOffsets,
+    DeleteGroup,
+    ExpireGroups,
     ExpireMembers,
     GroupCommand,
     JoinGroup,
     LeaveGroup,
     ResetOffsets,
 )
-from groups.state import Group, Member
+from groups.state import Group, Member, expired_groups
+from raft.metadata import ExpireTransactionalIds, idle_transactional_ids
 
 _log = logging.getLogger("dmq.groups")
 
@@ -80,12 +88,22 @@ class GroupsService:
         http_addr_of: Callable[[str], str | None],
         voter_http: Callable[[], list[str]],
         forward: Callable[[str, int], BaseException],
+        *,
+        rebalance_timeout_ms: int = limits.GROUP_REBALANCE_TIMEOUT_MS_DEFAULT,
+        offsets_retention_ms: int = limits.GROUP_OFFSETS_RETENTION_MS_DEFAULT,
+        transactional_id_expiration_ms: int = limits.TRANSACTIONAL_ID_EXPIRATION_MS_DEFAULT,
     ) -> None:
         self._metadata = metadata
         self._http_addr_of = http_addr_of
         self._voter_http = voter_http
         self._forward = forward  # builds the ForwardRequest the HTTP layer relays
         self._seen: dict[tuple[str, str], float] = {}  # (group, member) -> monotonic s
+        self._rebalance_timeout_s = rebalance_timeout_ms / 1000
+        self._offsets_retention_ms = offsets_retention_ms
+        self._transactional_id_expiration_ms = transactional_id_expiration_ms
+        # (group, member) -> (its oldest unacknowledged revocation's generation, monotonic s
+        # when this leader first saw it)
+        self._revoking: dict[tuple[str, str], tuple[int, float]] = {}
         self._was_leader = False
 
     # --- routing --------------------------------------------------------------------------
@@ -114,7 +132,7 @@ class GroupsService:
 
     # --- proposals ------------------------------------------------------------------------
 
-    async def _propose(self, command: GroupCommand) -> None:
+    async def _propose(self, command: GroupCommand | ExpireTransactionalIds) -> None:
         await self._metadata().propose(command)
 
     def _touch(self, group: str, member_id: str) -> None:
@@ -158,8 +176,19 @@ class GroupsService:
         session_timeout_ms: int,
         assignor: str,
         instance_id: str,
+        member_id: str = "",
     ) -> MemberView:
-        member_id = f"{instance_id or 'member'}-{uuid.uuid4().hex[:16]}"
+        """Join; with the client's own `member_id` a retry of the same join is answered
+        again (groups/state.py), without it the broker draws an id."""
+        if len(instance_id) > limits.INSTANCE_ID_CHARS_MAX:  # the member id must fit too
+            raise errors.InvalidRequest(
+                f"instance_id is longer than {limits.INSTANCE_ID_CHARS_MAX} characters",
+                field="instance_id",
+                limit=limits.INSTANCE_ID_CHARS_MAX,
+            )
+        if not member_id:
+            suffix = uuid.uuid4().hex[: limits.MEMBER_ID_SUFFIX_CHARS - 1]
+            member_id = f"{instance_id or 'member'}-{suffix}"
         await self._propose(
             JoinGroup(
                 group,
@@ -187,6 +216,11 @@ class GroupsService:
             await self._propose(AckGeneration(group, member_id, generation, wall_ms()))
             g, m = self._member(group, member_id)
         return self._view(g, m, generation)
+
+    async def delete_group(self, group: str) -> None:
+        """Forget an empty group and its committed offsets (409 group_not_empty if not)."""
+        self._group(group)
+        await self._propose(DeleteGroup(group, wall_ms()))
 
     async def leave(self, group: str, member_id: str) -> None:
         self._member(group, member_id)
@@ -222,11 +256,30 @@ class GroupsService:
         offsets_of: Callable[[str, int, int | None], Awaitable[Any]],
     ) -> dict[tuple[str, int], int]:
         """Reset an empty group's offsets: `explicit` ones, or every partition of `topics`
-        to "earliest", "latest" or the first offset at or after timestamp `to` (ms)."""
+        to "earliest", "latest" or the first offset at or after timestamp `to` (ms).
+
+        The cheap refusals come before any partition is asked for its offsets: a group
+        with members (apply refuses it again, in case one joins meanwhile) and more
+        partitions than one command may carry."""
+        found = self._metadata().state.groups.groups.get(group)
+        if found is not None and found.members:
+            raise errors.GroupNotEmpty(
+                f"group {group!r} has {len(found.members)} members: offsets can be reset "
+                "only in an empty group",
+                field="group",
+            )
+        counts = [partition_count(topic) for topic in topics]
+        if len(explicit) + sum(counts) > limits.OFFSETS_PER_COMMIT_MAX:
+            raise errors.InvalidRequest(
+                f"the reset covers {len(explicit) + sum(counts)} partitions; at most "
+                f"{limits.OFFSETS_PER_COMMIT_MAX}",
+                field="topics",
+                limit=limits.OFFSETS_PER_COMMIT_MAX,
+            )
         offsets = list(explicit)
         gone = self._metadata().state.groups.gone  # decommissioned and removed: no log
-        for topic in topics:
-            for p in range(partition_count(topic)):
+        for topic, count in zip(topics, counts, strict=True):
+            for p in range(count):
                 if (topic, p) in gone:
                     continue
                 found = await offsets_of(topic, p, to if isinstance(to, int) else None)
@@ -247,11 +300,13 @@ class GroupsService:
         group = self._group(name)
         owner = {tp: mid for mid, m in group.members.items() for tp in m.assigned}
         tps = sorted(set(group.target) | set(group.committed) | set(owner))
+        in_flight = asyncio.Semaphore(limits.GROUP_DESCRIBE_CONCURRENCY_MAX)
 
         async def row(tp: tuple[str, int]) -> dict[str, Any]:
             committed = group.committed.get(tp)
             try:
-                found = await offsets_of(tp[0], tp[1], None)
+                async with in_flight:
+                    found = await offsets_of(tp[0], tp[1], None)
                 hw: int | None = found.high_watermark
                 base = found.log_start_offset if committed is None else committed
                 lag: int | None = max(0, found.high_watermark - base)
@@ -288,20 +343,61 @@ class GroupsService:
             await asyncio.sleep(limits.GROUP_EXPIRY_CHECK_MS / 1000)
             try:
                 await self.maybe_expire()
+                await self.maybe_expire_groups()
+                await self.maybe_expire_transactional_ids()
             except errors.DmqError as exc:  # no quorum now, say: the next check retries
                 _log.debug("expiring group members: %s", exc)
             except Exception:  # a bug: keep expiring sessions rather than stop for good
                 _log.exception("expiring group members failed")
 
     async def maybe_expire(self) -> bool:
-        """On the metadata leader: propose the expiry of members past their session."""
+        """On the metadata leader: propose the expiry of members past their session, or
+        holding a revocation unacknowledged past the rebalance timeout."""
         leader = self.is_leader()
         if leader and not self._was_leader:
             self._seen.clear()  # a new leader: every member gets a fresh session
+            self._revoking.clear()
         self._was_leader = leader
         if not leader:
             return False
-        now = time.monotonic()
+        expired = self._overdue(time.monotonic())
+        for name, ids in sorted(expired.items()):
+            # Proposals take time: drop those heard from since (a heartbeat in between).
+            again = self._overdue(time.monotonic()).get(name, [])
+            ids = [m for m in ids if m in again]
+            if not ids:
+                continue
+            _log.info("group %s: expiring %s", name, ", ".join(ids))
+            with contextlib.suppress(errors.UnknownMember):  # they left meanwhile
+                await self._propose(ExpireMembers(name, tuple(ids), wall_ms()))
+        return bool(expired)
+
+    async def maybe_expire_groups(self) -> bool:
+        """On the metadata leader: propose forgetting empty groups past the offsets
+        retention (apply checks again with the stamped time)."""
+        if not self.is_leader():
+            return False
+        now_ms = wall_ms()
+        state = self._metadata().state.groups
+        if not expired_groups(state, self._offsets_retention_ms, now_ms):
+            return False
+        await self._propose(ExpireGroups(self._offsets_retention_ms, now_ms))
+        return True
+
+    async def maybe_expire_transactional_ids(self) -> bool:
+        """On the metadata leader: propose forgetting transactional ids unused for
+        transactional_id_expiration_ms (apply checks again with the stamped time)."""
+        if not self.is_leader():
+            return False
+        now_ms, retention_ms = wall_ms(), self._transactional_id_expiration_ms
+        if not idle_transactional_ids(self._metadata().state, retention_ms, now_ms):
+            return False
+        await self._propose(ExpireTransactionalIds(retention_ms, now_ms))
+        return True
+
+    def _overdue(self, now: float) -> dict[str, list[str]]:
+        """Members silent past their session, or past the rebalance timeout with a
+        revocation they have not acknowledged; forgets members that are gone."""
         live: set[tuple[str, str]] = set()
         expired: dict[str, list[str]] = {}
         for group in self._metadata().state.groups.groups.values():
@@ -309,15 +405,24 @@ class GroupsService:
                 key = (group.name, member.member_id)
                 live.add(key)
                 seen = self._seen.setdefault(key, now)
-                if now - seen > member.session_timeout_ms / 1000:
+                silent = now - seen > member.session_timeout_ms / 1000
+                if silent or self._revocation_overdue(key, member, now):
                     expired.setdefault(group.name, []).append(member.member_id)
         for key in set(self._seen) - live:
             del self._seen[key]
-        for name, ids in sorted(expired.items()):
-            _log.info("group %s: session expired for %s", name, ", ".join(ids))
-            with contextlib.suppress(errors.UnknownMember):  # they left meanwhile
-                await self._propose(ExpireMembers(name, tuple(ids), wall_ms()))
-        return bool(expired)
+        for key in set(self._revoking) - live:
+            del self._revoking[key]
+        return expired
+
+    def _revocation_overdue(self, key: tuple[str, str], member: Member, now: float) -> bool:
+        oldest = min((h.revoked_at for h in member.held if h.revoked_at), default=0)
+        if not oldest:
+            self._revoking.pop(key, None)
+            return False
+        known = self._revoking.get(key)
+        if known is None or known[0] != oldest:
+            known = self._revoking[key] = (oldest, now)
+        return now - known[1] > self._rebalance_timeout_s
 
     # --- the group fetch ------------------------------------------------------------------
 
@@ -333,7 +438,8 @@ class GroupsService:
 
         `read(topic, partition, offset, wait_ms)` is the Broker's fetch. All partitions are
         read at once without waiting; if none has records, they long-poll together and the
-        first to get records answers (the others are cancelled)."""
+        first to get records answers (the others are cancelled). A partition that cannot be
+        read now (no reachable leader) is left out of this answer, not the whole fetch."""
         g, m = self.touch_member(group, member_id)
         if m.revoking:
             # Fetching is acknowledging: the answer names the current generation and serves
@@ -354,7 +460,11 @@ class GroupsService:
         for topic, partition in m.assigned:
             offset = planted.volatile_view(group, g.committed).get((topic, partition))
             if offset is None:
-                offset = await log_start(topic, partition)
+                try:
+                    offset = await log_start(topic, partition)
+                except errors.DmqError as exc:  # skipped this time: the others are served
+                    _log.debug("group fetch: %s-%d left out: %s", topic, partition, exc)
+                    continue
             positions.append((topic, partition, offset))
         found = await self._read_all(positions, 0, read)
         if found or wait_ms == 0 or not positions:
@@ -367,20 +477,25 @@ class GroupsService:
         wait_ms: int,
         read: Callable[[str, int, int, int], Awaitable[Any]],
     ) -> list[PartitionFetch]:
-        async def one(topic: str, partition: int, offset: int) -> PartitionFetch:
-            return PartitionFetch(
-                topic, partition, offset, await read(topic, partition, offset, wait_ms)
-            )
+        async def one(topic: str, partition: int, offset: int) -> PartitionFetch | None:
+            try:
+                result = await read(topic, partition, offset, wait_ms)
+            except errors.DmqError as exc:  # left out of this answer; the others are served
+                _log.debug("group fetch: %s-%d left out: %s", topic, partition, exc)
+                return None
+            return PartitionFetch(topic, partition, offset, result)
+
+        def with_records(fetches: Iterable[PartitionFetch | None]) -> list[PartitionFetch]:
+            return [f for f in fetches if f is not None and f.result.records]
 
         tasks = [asyncio.ensure_future(one(*p)) for p in positions]
         try:
             if wait_ms == 0:
-                done = await asyncio.gather(*tasks)
-                return [f for f in done if f.result.records]
+                return with_records(await asyncio.gather(*tasks))
             pending = set(tasks)
             while pending:
                 finished, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
-                got = [t.result() for t in finished if t.result().result.records]
+                got = with_records(t.result() for t in finished)
                 if got:
                     return got
             return []

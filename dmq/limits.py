@@ -67,6 +67,26 @@ COMMITTED_OFFSETS_PER_GROUP_MAX: Final = 100_000
 SUBSCRIPTION_TOPICS_MAX: Final = 1_000
 TOPIC_PATTERN_CHARS_MAX: Final = 1_000  # matched against every topic name on each change
 GROUP_NAME_CHARS_MAX: Final = 249  # group names, member ids and instance ids
+# A member id is its instance id (or "member") + "-" + 16 hex digits: the instance id is
+# shorter by that much, so that every member id the broker draws fits GROUP_NAME_CHARS_MAX.
+MEMBER_ID_SUFFIX_CHARS: Final = 17
+INSTANCE_ID_CHARS_MAX: Final = GROUP_NAME_CHARS_MAX - MEMBER_ID_SUFFIX_CHARS
 # How often the metadata leader looks for expired sessions: expiry lands within
 # session_timeout_ms + this.
 GROUP_EXPIRY_CHECK_MS: Final = 200
+# Partition offset look-ups one describe runs at once (a group may cover 100,000
+# partitions: one request must not open that many calls to the partition leaders).
+GROUP_DESCRIBE_CONCURRENCY_MAX: Final = 16
+# How long a member may keep partitions revoked from it before the metadata leader expires
+# it (KIP-848's rebalance timeout; Kafka derives it from max.poll.interval.ms, 5 minutes):
+# a member that heartbeats but never acknowledges a revocation would otherwise hold the
+# partitions forever. Per broker (BrokerConfig.group_rebalance_timeout_ms): only the
+# leader's clock decides, and it proposes the expiry as a command.
+GROUP_REBALANCE_TIMEOUT_MS_DEFAULT: Final = 300_000
+# A group with no members is forgotten, committed offsets included, this long after its
+# last change (commit, reset, the last member leaving): Kafka's offsets.retention.minutes,
+# 7 days. Per broker (BrokerConfig.group_offsets_retention_ms); the leader proposes it.
+GROUP_OFFSETS_RETENTION_MS_DEFAULT: Final = 7 * 24 * 3600 * 1000
+# A transactional id not used (POST /v1/producers) for this long is forgotten (Kafka's
+# transactional.id.expiration.ms, 7 days): the next use starts at a new producer id.
+TRANSACTIONAL_ID_EXPIRATION_MS_DEFAULT: Final = 7 * 24 * 3600 * 1000

@@ -69,6 +69,7 @@ GROUP_REJECT_ERRORS: dict[str, type[errors.DmqError]] = {
     "unknown_member": errors.UnknownMember,
     "stale_generation": errors.StaleGeneration,
     "group_not_empty": errors.GroupNotEmpty,
+    "group_not_found": errors.GroupNotFound,
     "inconsistent_assignor": errors.InconsistentAssignor,
     "unknown_partition": errors.PartitionNotFound,
 }

@@ -16,14 +16,14 @@ from dmq.config import BrokerConfig
 from dmq.errors import InvalidConfig, InvalidRequest
 from log.config import CleanupPolicy, FlushPolicy, LogConfig
 
-_TOPIC_NAME = re.compile(r"^[a-zA-Z0-9._-]+$")
+_TOPIC_NAME = re.compile(r"[a-zA-Z0-9._-]+")  # fullmatch: "$" would let a trailing \n through
 
 
 def check_topic_name(name: str) -> None:
     if (
         not name
         or len(name) > limits.TOPIC_NAME_CHARS_MAX
-        or not _TOPIC_NAME.match(name)
+        or not _TOPIC_NAME.fullmatch(name)
         or name in (".", "..")
     ):
         raise InvalidRequest(

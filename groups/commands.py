@@ -45,8 +45,8 @@ class UpdateTopics:
 class JoinGroup:
     """A new member (or a static member's new incarnation, by `instance_id`) joins.
 
-    `topics` or `topic_pattern` (a regular expression matched against whole topic names)
-    is the subscription; "" means none. `instance_id` "" means a dynamic member."""
+    `topics` or `topic_pattern` (an RE2 regular expression matched against whole topic
+    names, in linear time) is the subscription; "" means none. `instance_id` "" means a dynamic member."""
 
     group: str
     member_id: str
@@ -120,6 +120,27 @@ class ResetOffsets:
     version: int = COMMAND_VERSION
 
 
+@dataclass(frozen=True, slots=True)
+class DeleteGroup:
+    """Forget a group and its committed offsets; only when it has no members (as Kafka's
+    DeleteGroups)."""
+
+    group: str
+    now_ms: int
+    version: int = COMMAND_VERSION
+
+
+@dataclass(frozen=True, slots=True)
+class ExpireGroups:
+    """Forget every group that has had no members and no change (commit, reset, join) for
+    `retention_ms` (Kafka's offsets.retention.minutes). Proposed by the metadata leader,
+    stamped with its clock; apply decides from `now_ms`, the same on every replica."""
+
+    retention_ms: int
+    now_ms: int
+    version: int = COMMAND_VERSION
+
+
 GroupCommand = (
     UpdateTopics
     | JoinGroup
@@ -128,6 +149,8 @@ GroupCommand = (
     | AckGeneration
     | CommitOffsets
     | ResetOffsets
+    | DeleteGroup
+    | ExpireGroups
 )
 COMMAND_TYPES: Final[dict[str, type[GroupCommand]]] = {
     cls.__name__: cls
@@ -139,6 +162,8 @@ COMMAND_TYPES: Final[dict[str, type[GroupCommand]]] = {
         AckGeneration,
         CommitOffsets,
         ResetOffsets,
+        DeleteGroup,
+        ExpireGroups,
     )
 }
 
@@ -154,6 +179,7 @@ _FIELD_KINDS: Final = {
     "session_timeout_ms": "int",
     "generation": "int",
     "now_ms": "int",
+    "retention_ms": "int",
     "offsets": "offsets",
 }
 

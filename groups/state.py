@@ -29,14 +29,19 @@ Invariants (tests/groups/test_groups_properties.py):
 
 from __future__ import annotations
 
+import functools
 import re
 from dataclasses import dataclass, field, replace
 from typing import Any, Final
+
+import re2
 
 from groups.assignors import ASSIGNOR_FUNCTIONS, STICKY, Assignment, TopicPartition
 from groups.commands import (
     AckGeneration,
     CommitOffsets,
+    DeleteGroup,
+    ExpireGroups,
     ExpireMembers,
     GroupCommand,
     JoinGroup,
@@ -47,7 +52,14 @@ from groups.commands import (
 )
 
 OFFSET_MAX: Final = 2**63 - 1
-_NAME = re.compile(r"^[a-zA-Z0-9._-]+$")
+_NAME = re.compile(r"[a-zA-Z0-9._-]+")  # fullmatch: "$" would let a trailing \n through
+# topic_pattern runs inside replicated apply, against every topic on every change: RE2
+# matches in time linear in the name (no backtracking), so no pattern can stall the
+# metadata replicas (a Python `re` pattern like (a+)+c doubles its time per character).
+# RE2 refuses what needs backtracking (backreferences, lookaround) when the member joins.
+_PATTERN_OPTIONS = re2.Options()
+_PATTERN_OPTIONS.log_errors = False
+_PATTERN_OPTIONS.max_mem = 1 << 20  # bytes of compiled program per pattern (1,000 chars)
 
 
 @dataclass(frozen=True, slots=True)
@@ -131,6 +143,12 @@ class GenerationChanged:
 
 
 @dataclass(frozen=True, slots=True)
+class GroupDeleted:
+    group: str
+    reason: str  # "deleted" | "expired"
+
+
+@dataclass(frozen=True, slots=True)
 class MemberRemoved:
     group: str
     member_id: str
@@ -150,7 +168,7 @@ class Rejected:
     field: str | None = None
 
 
-Event = GenerationChanged | MemberRemoved | OffsetsCommitted | Rejected
+Event = GenerationChanged | GroupDeleted | MemberRemoved | OffsetsCommitted | Rejected
 
 REJECT_INVALID_ARGUMENT: Final = "invalid_argument"
 REJECT_UNKNOWN_MEMBER: Final = "unknown_member"
@@ -160,6 +178,7 @@ REJECT_INCONSISTENT_ASSIGNOR: Final = "inconsistent_assignor"
 REJECT_TOO_MANY_GROUPS: Final = "too_many_groups"
 REJECT_TOO_MANY_MEMBERS: Final = "too_many_members"
 REJECT_UNKNOWN_PARTITION: Final = "unknown_partition"
+REJECT_UNKNOWN_GROUP: Final = "group_not_found"
 
 Result = tuple[GroupsState, tuple[Event, ...]]
 
@@ -188,15 +207,30 @@ def apply(state: GroupsState, command: GroupCommand) -> Result:
             return _commit(state, command)
         case ResetOffsets():
             return _reset(state, command)
+        case DeleteGroup():
+            return _delete_group(state, command)
+        case ExpireGroups():
+            return _expire_groups(state, command)
     return _reject(state, REJECT_INVALID_ARGUMENT, f"unknown command {type(command).__name__}")
 
 
 def subscribed_topics(member: Member, topics: dict[str, int]) -> dict[str, int]:
     """The existing topics `member` subscribes to, with their partition counts."""
     if member.topic_pattern:
-        pattern = re.compile(member.topic_pattern)
+        pattern = _compile_pattern(member.topic_pattern)
+        if pattern is None:  # unreachable for a joined member: refused at join
+            return {}
         return {t: n for t, n in sorted(topics.items()) if pattern.fullmatch(t)}
     return {t: topics[t] for t in member.topics if t in topics}
+
+
+@functools.lru_cache(maxsize=1024)
+def _compile_pattern(pattern: str) -> Any:
+    """The compiled RE2 pattern, None if RE2 refuses it (same answer on every replica)."""
+    try:
+        return re2.compile(pattern, options=_PATTERN_OPTIONS)
+    except re2.error:
+        return None
 
 
 def _settle(
@@ -281,7 +315,7 @@ def _update_topics(state: GroupsState, cmd: UpdateTopics) -> Result:
 
 
 def _check_name(value: str, name: str, limit: int, required: bool = True) -> Rejected | None:
-    if (value or required) and (not _NAME.match(value) or len(value) > limit):
+    if (value or required) and (not _NAME.fullmatch(value) or len(value) > limit):
         return Rejected(
             REJECT_INVALID_ARGUMENT, f"{name} must be 1-{limit} characters of [a-zA-Z0-9._-]", name
         )
@@ -304,7 +338,7 @@ def _check_join(state: GroupsState, cmd: JoinGroup) -> Rejected | None:
             REJECT_INVALID_ARGUMENT, f"at most {c.subscription_topics_max} topics", "topics"
         )
     for topic in cmd.topics:
-        if not _NAME.match(topic) or len(topic) > c.name_chars_max:
+        if not _NAME.fullmatch(topic) or len(topic) > c.name_chars_max:
             return Rejected(REJECT_INVALID_ARGUMENT, f"invalid topic name {topic!r}", "topics")
     if len(cmd.topic_pattern) > c.topic_pattern_chars_max:
         return Rejected(
@@ -312,13 +346,13 @@ def _check_join(state: GroupsState, cmd: JoinGroup) -> Rejected | None:
             f"topic_pattern is longer than {c.topic_pattern_chars_max} characters",
             "topic_pattern",
         )
-    if cmd.topic_pattern:
-        try:
-            re.compile(cmd.topic_pattern)
-        except re.error as e:
-            return Rejected(
-                REJECT_INVALID_ARGUMENT, f"topic_pattern is not a regex: {e}", "topic_pattern"
-            )
+    if cmd.topic_pattern and _compile_pattern(cmd.topic_pattern) is None:
+        return Rejected(
+            REJECT_INVALID_ARGUMENT,
+            "topic_pattern is not a regular expression RE2 accepts (RE2 syntax: no "
+            "backreferences or lookaround, matched in linear time)",
+            "topic_pattern",
+        )
     if not c.session_timeout_ms_min <= cmd.session_timeout_ms <= c.session_timeout_ms_max:
         return Rejected(
             REJECT_INVALID_ARGUMENT,
@@ -350,7 +384,7 @@ def _join(state: GroupsState, cmd: JoinGroup) -> Result:
         cmd.now_ms,
     )
     existing = group.members.get(cmd.member_id)
-    if existing is not None:  # a retried join: the same member, nothing to do
+    if existing is not None:  # a retried join (the client's own member id): nothing to do
         same = (existing.topics, existing.topic_pattern) == (member.topics, member.topic_pattern)
         if same:
             return state, ()
@@ -394,14 +428,25 @@ def _join(state: GroupsState, cmd: JoinGroup) -> Result:
 
 def _replace_static(state: GroupsState, group: Group, old: Member, new: Member) -> Result:
     """A static member's restart takes over its predecessor's partitions without a
-    rebalance (Kafka's static membership); the old member id is fenced."""
+    rebalance (Kafka's static membership): no partition moves, every `since` stays, so the
+    other members' commits at their generation still pass; the old member id is fenced.
+    The generation still goes up by one, as for every membership change."""
+    generation = group.generation + 1
     members = {k: v for k, v in group.members.items() if k != old.member_id}
-    members[new.member_id] = replace(
-        new, held=old.held, assignment_generation=old.assignment_generation
-    )
+    members[new.member_id] = replace(new, held=old.held, assignment_generation=generation)
     target = {tp: new.member_id if m == old.member_id else m for tp, m in group.target.items()}
-    updated = replace(group, members=dict(sorted(members.items())), target=target)
-    return _with_group(state, updated), (MemberRemoved(group.name, old.member_id, "replaced"),)
+    updated = replace(
+        group,
+        generation=generation,
+        members=dict(sorted(members.items())),
+        target=target,
+        changed_ms=new.joined_ms,
+    )
+    events = (
+        MemberRemoved(group.name, old.member_id, "replaced"),
+        GenerationChanged(group.name, generation),
+    )
+    return _with_group(state, updated), events
 
 
 def _remove(
@@ -418,6 +463,42 @@ def _remove(
     events: list[Event] = [MemberRemoved(name, m, reason) for m in gone]
     events.extend(_events_for(group, settled))
     return _with_group(state, settled), tuple(events)
+
+
+def _delete_group(state: GroupsState, cmd: DeleteGroup) -> Result:
+    group = state.groups.get(cmd.group)
+    if group is None:
+        return _reject(state, REJECT_UNKNOWN_GROUP, f"group {cmd.group!r} does not exist", "group")
+    if group.members:
+        return _reject(
+            state,
+            REJECT_GROUP_NOT_EMPTY,
+            f"group {cmd.group!r} has {len(group.members)} members: only an empty group can "
+            "be deleted",
+            "group",
+        )
+    groups = {k: v for k, v in state.groups.items() if k != cmd.group}
+    return replace(state, groups=groups), (GroupDeleted(cmd.group, "deleted"),)
+
+
+def expired_groups(state: GroupsState, retention_ms: int, now_ms: int) -> tuple[str, ...]:
+    """Groups without members unchanged for `retention_ms` at `now_ms` (what the metadata
+    leader looks for before proposing ExpireGroups, and what apply removes)."""
+    return tuple(
+        name
+        for name, g in sorted(state.groups.items())
+        if not g.members and g.changed_ms <= now_ms - retention_ms
+    )
+
+
+def _expire_groups(state: GroupsState, cmd: ExpireGroups) -> Result:
+    if cmd.retention_ms < 0:
+        return _reject(state, REJECT_INVALID_ARGUMENT, "retention_ms must be >= 0", "retention_ms")
+    gone = set(expired_groups(state, cmd.retention_ms, cmd.now_ms))
+    if not gone:
+        return state, ()
+    groups = {k: v for k, v in state.groups.items() if k not in gone}
+    return replace(state, groups=groups), tuple(GroupDeleted(g, "expired") for g in sorted(gone))
 
 
 def _member(state: GroupsState, name: str, member_id: str) -> tuple[Group, Member] | Rejected:

@@ -13,7 +13,7 @@ from aiohttp import web
 
 from dmq import errors, limits
 from dmq.broker import Broker
-from dmq.groups_service import MemberView, group_summary
+from dmq.groups_service import MemberView, PartitionFetch, group_summary
 from http_api import codec
 from http_api.forward import BROKER, forwarded_hops
 
@@ -36,8 +36,7 @@ def _routed(request: web.Request) -> Broker:
     return broker
 
 
-def _name(value: Any, field: str) -> str:
-    chars_max = limits.GROUP_NAME_CHARS_MAX
+def _name(value: Any, field: str, chars_max: int = limits.GROUP_NAME_CHARS_MAX) -> str:
     if (
         not isinstance(value, str)
         or not 1 <= len(value) <= chars_max
@@ -135,6 +134,7 @@ async def join(request: web.Request) -> web.Response:
         "session_timeout_ms",
         "assignor",
         "instance_id",
+        "member_id",
     }
     if unknown:
         raise errors.InvalidRequest(f"unknown fields {sorted(unknown)}", field=sorted(unknown)[0])
@@ -147,11 +147,15 @@ async def join(request: web.Request) -> web.Response:
     if assignor not in ASSIGNOR_NAMES:
         raise errors.InvalidRequest(f"assignor must be one of {ASSIGNOR_NAMES}", field="assignor")
     instance = doc.get("instance_id")
-    instance_id = "" if instance is None else _name(instance, "instance_id")
+    instance_id = (
+        "" if instance is None else _name(instance, "instance_id", limits.INSTANCE_ID_CHARS_MAX)
+    )
+    chosen = doc.get("member_id")  # the client's own id makes a retried join idempotent
+    member_id = "" if chosen is None else _name(chosen, "member_id")
     broker = _routed(request)
     view = await broker.groups.join(
         group, topics=topics, topic_pattern=pattern, session_timeout_ms=timeout_ms,
-        assignor=assignor, instance_id=instance_id,
+        assignor=assignor, instance_id=instance_id, member_id=member_id,
     )  # fmt: skip
     return _json(_member_view(view), status=201)
 
@@ -180,6 +184,8 @@ async def member_records(request: web.Request) -> web.Response:
     wait_ms = _query_int(request, "wait_ms", 0, 0, c.fetch_wait_ms_max)
     default_records = min(limits.FETCH_RECORDS_DEFAULT, c.fetch_records_max)
     max_records = _query_int(request, "max_records", default_records, 1, c.fetch_records_max)
+    default_bytes = min(limits.FETCH_BYTES_DEFAULT, c.fetch_bytes_max)
+    max_bytes = _query_int(request, "max_bytes", default_bytes, 1, c.fetch_bytes_max)
     encoding = codec.check_encoding(request.query.get("value_encoding"))
     auto_commit = request.query.get("auto_commit", "false")
     if auto_commit not in ("true", "false"):
@@ -187,18 +193,14 @@ async def member_records(request: web.Request) -> web.Response:
     broker = _routed(request)
 
     async def read(topic: str, partition: int, offset: int, wait: int) -> Any:
-        return await broker.partition_read(topic, partition, offset, wait, max_records)
+        return await broker.partition_read(topic, partition, offset, wait, max_records, max_bytes)
 
     async def log_start(topic: str, partition: int) -> int:
         return int((await broker.partition_offsets(topic, partition)).log_start_offset)
 
     view, found = await broker.groups.fetch(group, member_id, wait_ms, read, log_start)
-    parts, budget = [], max_records
-    for f in found:
-        records = f.result.records[: max(budget, 0)]
-        if not records:
-            continue  # over max_records: the group's position still points at them
-        budget -= len(records)
+    parts = []
+    for f, records in _within_budget(found, max_records, max_bytes):
         parts.append(
             {
                 "topic": f.topic,
@@ -213,6 +215,32 @@ async def member_records(request: web.Request) -> web.Response:
         offsets = tuple((p["topic"], p["partition"], p["next_offset"]) for p in parts)
         await broker.groups.commit(group, member_id, view.generation, offsets)
     return _json({**_member_view(view), "partitions": parts})
+
+
+def _within_budget(
+    found: list[PartitionFetch], max_records: int, max_bytes: int
+) -> list[tuple[PartitionFetch, list[Any]]]:
+    """max_records and max_bytes bound the whole answer, not each partition: records are
+    taken partition after partition until either runs out (the first record always, so a
+    record larger than max_bytes cannot stall the group). What is left out stays at the
+    group's position and comes in a later fetch."""
+    out: list[tuple[PartitionFetch, list[Any]]] = []
+    records_left, bytes_left = max_records, max_bytes
+    for f in found:
+        taken: list[Any] = []
+        for record in f.result.records:
+            size = len(record.key or b"") + len(record.value or b"")
+            size += sum(len(h.key) + len(h.value or b"") for h in record.headers)
+            if records_left <= 0 or (size > bytes_left and (out or taken)):
+                break
+            taken.append(record)
+            records_left -= 1
+            bytes_left -= size
+        if taken:
+            out.append((f, taken))
+        if records_left <= 0 or bytes_left <= 0:
+            break
+    return out
 
 
 async def commit_offsets(request: web.Request) -> web.Response:
@@ -282,6 +310,12 @@ async def list_groups(request: web.Request) -> web.Response:
     return _json({"groups": [group_summary(g) for g in sorted(groups, key=lambda g: g.name)]})
 
 
+async def delete_group(request: web.Request) -> web.Response:
+    group = _name(request.match_info["group"], "group")
+    await _routed(request).groups.delete_group(group)
+    return web.Response(status=204)
+
+
 async def describe_group(request: web.Request) -> web.Response:
     group = _name(request.match_info["group"], "group")
     broker = _routed(request)
@@ -291,6 +325,7 @@ async def describe_group(request: web.Request) -> web.Response:
 GROUP_ROUTES: tuple[tuple[str, str, Any], ...] = (
     ("GET", "/v1/groups", list_groups),
     ("GET", "/v1/groups/{group}", describe_group),
+    ("DELETE", "/v1/groups/{group}", delete_group),
     ("POST", "/v1/groups/{group}/members", join),
     ("POST", "/v1/groups/{group}/members/{member_id}/heartbeat", heartbeat),
     ("DELETE", "/v1/groups/{group}/members/{member_id}", leave),

@@ -61,6 +61,12 @@ def group_paths(config: BrokerConfig) -> dict[str, Any]:
                 {"200": _ok("GroupDescription")},
                 errors=(400, 404, 503),
             ),
+            "delete": _op(
+                "delete_group",
+                "Forget an empty group and its committed offsets (409 while it has members)",
+                {"204": {"description": "deleted"}},
+                errors=(400, 404, 409, 503),
+            ),
         },
         "/v1/groups/{group}/members": {
             "parameters": [_GROUP],
@@ -103,6 +109,12 @@ def group_paths(config: BrokerConfig) -> dict[str, Any]:
                         "max_records",
                         _int(1, config.fetch_records_max),
                         "most records in the answer, over all partitions",
+                    ),
+                    _query(
+                        "max_bytes",
+                        _int(1, config.fetch_bytes_max),
+                        "most key, value and header bytes in the answer, over all partitions "
+                        "(at least one record)",
                     ),
                     _query("value_encoding", _ENCODING, "string (UTF-8) or base64"),
                     _query(
@@ -175,6 +187,12 @@ def group_schemas(config: BrokerConfig) -> dict[str, Any]:
     return {
         "JoinRequest": _object(
             {
+                "member_id": {
+                    **_NAME,
+                    "description": "the client's own member id (as KIP-1082): a retried join "
+                    "with it is answered again instead of adding a second member; absent: the "
+                    "broker draws one",
+                },
                 "topics": {
                     "type": "array",
                     "items": _NAME,
@@ -185,7 +203,10 @@ def group_schemas(config: BrokerConfig) -> dict[str, Any]:
                     "type": "string",
                     "minLength": 1,
                     "maxLength": limits.TOPIC_PATTERN_CHARS_MAX,
-                    "description": "a regular expression matched against whole topic names",
+                    "description": (
+                        "an RE2 regular expression matched against whole topic names "
+                        "(linear time; no backreferences or lookaround)"
+                    ),
                 },
                 "session_timeout_ms": _int(
                     limits.SESSION_TIMEOUT_MS_MIN,
@@ -197,7 +218,11 @@ def group_schemas(config: BrokerConfig) -> dict[str, Any]:
                     "enum": ["range", "roundrobin", "sticky"],
                     "default": "sticky",
                 },
-                "instance_id": {**_NAME, "description": "a static member's stable id"},
+                "instance_id": {
+                    "type": "string",
+                    "pattern": f"^[a-zA-Z0-9._-]{{1,{limits.INSTANCE_ID_CHARS_MAX}}}$",
+                    "description": "a static member's stable id (the member id adds 17 characters)",
+                },
             }
         ),
         "Member": _object(_MEMBER_FIELDS, tuple(_MEMBER_FIELDS)),

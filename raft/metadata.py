@@ -68,7 +68,7 @@ SNAPSHOT_VERSION: Final = 1
 
 # Mirrors dmq/limits.py (raft/ may not import dmq/): Kafka's topic name rule.
 TOPIC_NAME_CHARS_MAX: Final = 249
-_TOPIC_NAME = re.compile(r"^[a-zA-Z0-9._-]+$")
+_TOPIC_NAME = re.compile(r"[a-zA-Z0-9._-]+")  # fullmatch: "$" would let a trailing \n through
 
 ConfigValue = int | str
 ConfigItems = tuple[tuple[str, ConfigValue], ...]  # sorted by key, keys distinct
@@ -186,6 +186,17 @@ class InitProducer:
 
 
 @dataclass(frozen=True, slots=True)
+class ExpireTransactionalIds:
+    """Forget the transactional ids not used (InitProducer) for `retention_ms` at `now_ms`
+    (Kafka's transactional.id.expiration.ms). Proposed by the metadata leader with its
+    clock; a forgotten id starts again at a new producer id, epoch 0."""
+
+    retention_ms: int
+    now_ms: int
+    version: int = COMMAND_VERSION
+
+
+@dataclass(frozen=True, slots=True)
 class ReassignPartition:
     """Start (or replace) moving a partition to `replicas` (leader first); an operation
     that dmq/operations.py then carries out with AlterPartitionReplicas steps."""
@@ -257,6 +268,7 @@ class UnregisterBroker:
 
 CatalogueCommand = (
     InitProducer
+    | ExpireTransactionalIds
     | RegisterBroker
     | BrokerHeartbeat
     | CreateTopic
@@ -277,6 +289,7 @@ COMMAND_TYPES: Final[dict[str, type[CatalogueCommand]]] = {
     cls.__name__: cls
     for cls in (
         InitProducer,
+        ExpireTransactionalIds,
         RegisterBroker,
         BrokerHeartbeat,
         CreateTopic,
@@ -303,6 +316,7 @@ _FIELD_KINDS: Final = {
     "topic": "str",
     "leader": "str",
     "now_ms": "int",
+    "retention_ms": "int",
     "partitions": "int",
     "replication_factor": "int",
     "topic_id": "int",
@@ -449,7 +463,8 @@ class MetadataState:
     groups: GroupsState = field(default_factory=GroupsState)
     # Idempotent producers, also out of the catalogue: ids are never reused.
     next_producer_id: int = 0
-    transactional_ids: dict[str, tuple[int, int]] = field(default_factory=dict)  # -> (id, epoch)
+    # -> (producer id, epoch, last InitProducer's now_ms)
+    transactional_ids: dict[str, tuple[int, int, int]] = field(default_factory=dict)
 
     def eligible_brokers(self, now_ms: int) -> list[str]:
         """Live brokers that may take new replicas (not decommissioning), sorted."""
@@ -577,6 +592,8 @@ def _apply_catalogue(
             return _report_leader(state, command, now_ms)
         case InitProducer():
             return _init_producer(state, command, now_ms)
+        case ExpireTransactionalIds():
+            return _expire_transactional_ids(state, command, now_ms)
         case ReassignPartition() | AlterPartitionReplicas():
             return reassignment.apply_partition_command(state, command, now_ms)
         case DecommissionBroker() | UnregisterBroker():
@@ -644,7 +661,7 @@ def _check_topic_name(name: str) -> Rejected | None:
     if (
         not name
         or len(name) > TOPIC_NAME_CHARS_MAX
-        or not _TOPIC_NAME.match(name)
+        or not _TOPIC_NAME.fullmatch(name)
         or name in (".", "..")
     ):
         return Rejected(
@@ -859,9 +876,28 @@ def _init_producer(
             )
         producer = (state.next_producer_id, 0)
         next_id = state.next_producer_id + 1
-    tids = {**state.transactional_ids, tid: producer} if tid else state.transactional_ids
+    tids = state.transactional_ids
+    if tid:
+        tids = {**tids, tid: (*producer, now_ms)}
     new_state = replace(state, next_producer_id=next_id, transactional_ids=tids, clock_ms=now_ms)
     return new_state, Applied(new_state.metadata_version, producer=producer)
+
+
+def idle_transactional_ids(state: MetadataState, retention_ms: int, now_ms: int) -> list[str]:
+    """Transactional ids whose last InitProducer is `retention_ms` or more before now_ms."""
+    horizon = now_ms - retention_ms
+    return sorted(t for t, p in state.transactional_ids.items() if p[2] <= horizon)
+
+
+def _expire_transactional_ids(
+    state: MetadataState, cmd: ExpireTransactionalIds, now_ms: int
+) -> tuple[MetadataState, Result]:
+    if cmd.retention_ms < 0:
+        return state, Rejected(REJECT_INVALID_ARGUMENT, "retention_ms must be >= 0", "retention_ms")
+    gone = set(idle_transactional_ids(state, cmd.retention_ms, now_ms))
+    tids = {t: p for t, p in state.transactional_ids.items() if t not in gone}
+    new_state = replace(state, transactional_ids=tids, clock_ms=now_ms)
+    return new_state, Applied(new_state.metadata_version)
 
 
 # --- Snapshot -------------------------------------------------------------------------------
@@ -980,8 +1016,9 @@ class MetadataMachine:
             state = replace(
                 state,
                 next_producer_id=producers["next_producer_id"],
-                transactional_ids={
-                    t: (p[0], p[1]) for t, p in producers["transactional_ids"].items()
+                transactional_ids={  # a snapshot from before expiry: used now
+                    t: (p[0], p[1], p[2] if len(p) > 2 else state.clock_ms)
+                    for t, p in producers["transactional_ids"].items()
                 },
             )
         self.state = state

@@ -799,11 +799,13 @@ class RaftNode:
             shutil.rmtree(replica.directory)
 
     async def maybe_balance_leaders(self, *, transfers_max: int = BALANCE_TRANSFERS_MAX) -> bool:
-        """Hand the leadership of groups this node leads beyond its fair share to the member
-        that leads the fewest; True if it asked for at least one transfer.
+        """Hand the leadership of groups this node leads to the member that leads the
+        fewest, while that member leads at least two fewer; True if it asked for at least
+        one transfer.
 
-        Meant to run periodically on every node (each moves only what it leads). Fair share:
-        ceil(groups / nodes) of the groups hosted here. Leader counts are this node's view
+        Meant to run periodically on every node (each moves only what it leads). No
+        fair-share floor: with 7 groups on 3 nodes, 3/3/1 has every node at or below
+        ceil(7/3) = 3 and still needs a move (to 2/3/2). Leader counts are this node's view
         (each replica's known leader), plus the transfers asked for recently and not yet
         seen done, so repeated calls do not move the same surplus twice. A group moves only
         to a member leading at least two fewer than this node (no ping-pong between nodes
@@ -832,13 +834,10 @@ class RaftNode:
                 leader = sync_obj._getLeader()
                 if leader is not None:
                     leads[str(leader.id)] += 1
-        # Nodes that are members of a group hosted here (a peer that left holds none).
-        nodes = {m for replica in self.groups.values() for m in replica.members}
-        fair_share = -(-len(self.groups) // max(1, len(nodes)))
         acted = False
         transfers = 0
         for replica in sorted(mine, key=lambda r: r.group_id):
-            if transfers >= transfers_max or leads[self.node_id] <= fair_share:
+            if transfers >= transfers_max:
                 break
             candidates = [m for m in replica.members if m != self.node_id]
             if not candidates:

@@ -41,9 +41,17 @@ contradicts the snapshot at its log_start_offset (see `restore`).
 
 **Idempotent producers.** Before a batch with a producer id is appended, its producer's
 epoch and sequence are checked (raft/producers.py): a retry is answered with its original
-base offset and not written, a gap or an old epoch is refused. That state is rebuilt from
-the log's batch headers when the machine opens and after a restore, so it survives
-restarts and snapshots without being stored.
+base offset and not written, a gap or an old epoch is refused. That state is replicated
+state, never read back from the local log (compaction and retention change each replica's
+log on its own clock). It travels in the snapshot (`PartitionSnapshot.producers`) and is
+stored next to the checkpoint (`raft-producers`: position, log_end_offset, state), written
+durably by `checkpoint()` before the checkpoint itself, so it is a durable checkpoint
+record too. Each checkpoint record also says whether its command carried a batch with a
+producer id (bit 63 of the index). At open, if a record after the stored state's position
+says so (or the checkpoint no longer shows what came between), the log is cut back to the
+stored state's log_end_offset and the journal replays the commands after it: the state
+is then rebuilt by apply itself, the same on every replica whatever its compaction or
+retention did. Commands without producer ids are still skipped on replay.
 
 Threading: every method runs on the RaftNode's tick thread, the one writer of the log.
 """
@@ -61,7 +69,7 @@ import crc32c
 
 from log import InvalidOffsetError, InvalidRecordError, LogError, PartitionLog, StorageError
 from log.records import read_header
-from log.segment import fsync_directory
+from log.segment import fsync_directory, write_durably
 from raft.producers import ProducerStates
 
 PRODUCE_COMMAND_VERSION = 1
@@ -74,10 +82,13 @@ _BATCH_LENGTH = struct.Struct("<I")
 _FLAG_LOG_APPEND_TIME = 0x01
 
 APPLIED_CHECKPOINT = "raft-applied"
+PRODUCER_STATE = "raft-producers"
+# Set in a checkpoint record's index when its command carried a batch with a producer id.
+_PRODUCERS_TOUCHED = 1 << 63
 # index, k (command within the entry), log_end_offset after it, crc32c of the first 20 bytes
 _CHECKPOINT_RECORD = struct.Struct("<QIQI")
 _CHECKPOINT_BODY = struct.Struct("<QIQ")
-SNAPSHOT_VERSION = 1
+SNAPSHOT_VERSION = 2  # 2 adds producers; 1 is still read (producers rebuilt from the log)
 
 # (index, k): a command's place in the Raft log. (0, 0) is before every command: pysyncobj
 # numbers entries from 1.
@@ -159,28 +170,31 @@ class PartitionSnapshot:
     log_start_offset: int
     log_end_offset: int
     applied: Position
+    producers: str | None = None  # ProducerStates.to_json() at `applied`; None from version 1
 
     def encode(self) -> bytes:
-        fields = {
+        fields: dict[str, object] = {
             "version": SNAPSHOT_VERSION,
             "partition": self.partition,
             "log_start_offset": self.log_start_offset,
             "log_end_offset": self.log_end_offset,
             "applied_index": self.applied[0],
             "applied_k": self.applied[1],
+            "producers": self.producers,
         }
         return json.dumps(fields, sort_keys=True, separators=(",", ":")).encode()
 
     @classmethod
     def decode(cls, data: bytes) -> PartitionSnapshot:
         fields = json.loads(data)
-        if fields.get("version") != SNAPSHOT_VERSION:
+        if fields.get("version") not in (1, SNAPSHOT_VERSION):
             raise CommandDecodeError(f"unknown partition snapshot version {fields.get('version')}")
         return cls(
             str(fields["partition"]),
             int(fields["log_start_offset"]),
             int(fields["log_end_offset"]),
             (int(fields["applied_index"]), int(fields["applied_k"])),
+            None if fields.get("producers") is None else str(fields["producers"]),
         )
 
 
@@ -200,13 +214,12 @@ class PartitionStateMachine:
         self.log = log
         self.fetch_missing = fetch_missing
         self.checkpoint_path = log.directory / APPLIED_CHECKPOINT
+        self.producers_path = log.directory / PRODUCER_STATE
+        self.producers = ProducerStates()  # set by _reconcile (raft/producers.py)
         self.applied: Position = POSITION_NONE
         self.replayed_commands = 0  # skipped as already applied (a metric, and for tests)
         self._checkpoint_fd = -1  # appends one record per applied command
         self._reconcile()
-        # Idempotent producers (raft/producers.py): rebuilt from the log, never stored.
-        self.producers = ProducerStates()
-        self.producers.rebuild(log)
 
     def close(self) -> None:
         """Flush the log and the checkpoint; the log itself stays open (its owner closes it)."""
@@ -232,10 +245,12 @@ class PartitionStateMachine:
             return None
         produce = ProduceCommand.decode(command)
         results: list[int | LogError] = []
+        touched = False  # a batch with a producer id: the checkpoint record says so
         for batch in produce.batches:
             end_before = self.log.log_end_offset
             try:
                 header = read_header(batch, 0)
+                touched = touched or header.producer_id >= 0
                 duplicate = self.producers.check(header, end_before)
                 if duplicate is not None:  # a producer's retry: answered, not written again
                     results.append(duplicate)
@@ -250,7 +265,7 @@ class PartitionStateMachine:
             results.append(appended.base_offset)
         log_end_offset = self.log.log_end_offset
         self.log.set_high_watermark(log_end_offset)
-        os.write(self._checkpoint_fd, _checkpoint_record(position, log_end_offset))
+        os.write(self._checkpoint_fd, _checkpoint_record(position, log_end_offset, touched))
         self.applied = position
         return results
 
@@ -261,13 +276,29 @@ class PartitionStateMachine:
         entries this snapshot replaces are dropped right after it returns)."""
         self.checkpoint()
         return PartitionSnapshot(
-            self.partition, self.log.log_start_offset, self.log.log_end_offset, self.applied
+            self.partition,
+            self.log.log_start_offset,
+            self.log.log_end_offset,
+            self.applied,
+            self.producers.to_json(),
         ).encode()
 
     def checkpoint(self) -> None:
-        """fdatasync the log, then durably rewrite the checkpoint as one record."""
+        """fdatasync the log, then durably store the producer state and rewrite the
+        checkpoint as one record, both at the applied position."""
         self.log.flush()
-        self._rewrite_checkpoint(self.applied, self.log.log_end_offset)
+        self._save(self.applied, self.log.log_end_offset)
+
+    def _save(self, position: Position, log_end_offset: int) -> None:
+        """The producer state first: once durable it vouches for `position` on its own."""
+        body = json.dumps(
+            {"index": position[0], "k": position[1], "log_end_offset": log_end_offset}
+        ).encode()
+        state = self.producers.to_json().encode()
+        payload = body + b"\n" + state
+        write_durably(self.producers_path, struct.pack("<I", crc32c.crc32c(payload)) + payload)
+        fsync_directory(self.producers_path.parent)
+        self._rewrite_checkpoint(position, log_end_offset)
 
     def restore(self, snapshot: bytes) -> None:
         """Bring the local log to the snapshot: keep it, cut it back, or copy from the leader.
@@ -300,9 +331,13 @@ class PartitionStateMachine:
         self._copy_missing(wanted.log_end_offset)
         log.flush()
         log.set_high_watermark(log.log_end_offset)
+        if wanted.producers is None:  # a version-1 snapshot: read back from the log
+            self.producers = ProducerStates()
+            self.producers.rebuild(log)
+        else:
+            self.producers = ProducerStates.from_json(wanted.producers)
         self.applied = wanted.applied
-        self._rewrite_checkpoint(wanted.applied, log.log_end_offset)
-        self.producers.rebuild(log)
+        self._save(wanted.applied, log.log_end_offset)
 
     def _cut_to(self, wanted: PartitionSnapshot) -> None:
         log = self.log
@@ -339,33 +374,64 @@ class PartitionStateMachine:
     # --- the applied checkpoint -------------------------------------------------------------
 
     def _reconcile(self) -> None:
-        """Open-time steps 1-4 of the module docstring."""
+        """Open-time steps 1-4 of the module docstring, and the producer state."""
         log = self.log
         records = _read_checkpoint(self.checkpoint_path)
-        if not records:  # a new replica: nothing applied
+        stored = _read_producer_state(self.producers_path)
+        if records and records[0][0] == POSITION_RESTORING:  # restore() runs again
+            self.applied = POSITION_RESTORING
+            self._rewrite_checkpoint(POSITION_RESTORING, log.log_end_offset)
+            log.set_high_watermark(log.log_start_offset)  # nothing served meanwhile
+            return
+        if not records and stored is None:  # a new replica: nothing applied
             position, end_offset = POSITION_NONE, log.log_end_offset
-        elif records[0][0] == POSITION_RESTORING:  # restore() runs again and reconciles
-            position, end_offset = POSITION_RESTORING, log.log_end_offset
         else:
-            usable = [record for record in records if record[1] <= log.log_end_offset]
-            _invariant(
-                bool(usable),
-                f"{self.partition}: the log ends at {log.log_end_offset}, below its applied "
-                f"checkpoint at {records[0][1]}: flushed data is lost",
-            )
-            position, end_offset = usable[-1]
+            position, end_offset = self._choose_record(records, stored)
+        if end_offset < max(log.log_start_offset, log.segments[0].base_offset):
+            # Retention or compaction removed everything from there on: replay it all.
+            log.truncate_fully_and_start_at(end_offset)
+        elif end_offset < log.log_end_offset:
+            log.truncate_to(end_offset)  # replay re-applies the commands past it
+            if log.log_end_offset < end_offset:  # cut in a gap compaction left: keep the end
+                log.roll(end_offset)
+        if stored is not None:
+            self.producers = stored[2]
+        elif position != POSITION_NONE:  # written before the state was stored
+            self.producers.rebuild(log)
+        self.applied = position
+        self._save(position, end_offset)
+        log.set_high_watermark(log.log_end_offset)
+
+    def _choose_record(
+        self,
+        records: list[tuple[Position, int, bool]],
+        stored: tuple[Position, int, ProducerStates] | None,
+    ) -> tuple[Position, int]:
+        """The applied position to reopen at: the last one the log holds, or the stored
+        producer state's if a command after it changed producer state."""
+        log = self.log
+        candidates = [(position, end) for position, end, _ in records]
+        if stored is not None:
+            candidates.append((stored[0], stored[1]))
+        usable = [c for c in candidates if c[1] <= log.log_end_offset]
+        _invariant(
+            bool(usable),
+            f"{self.partition}: the log ends at {log.log_end_offset}, below its applied "
+            f"checkpoint at {min(c[1] for c in candidates)}: flushed data is lost",
+        )
+        position, end_offset = max(usable)
+        if stored is None or stored[0] >= position:
             _invariant(
                 end_offset >= log.log_start_offset,
                 f"{self.partition}: checkpoint end {end_offset} is below the log start "
                 f"{log.log_start_offset}",
             )
-            if end_offset < log.log_end_offset:
-                log.truncate_to(end_offset)  # replay re-applies the commands past it
-        self.applied = position
-        self._rewrite_checkpoint(position, end_offset)
-        # Nothing is served while a restore is unfinished.
-        restoring = position == POSITION_RESTORING
-        log.set_high_watermark(log.log_start_offset if restoring else log.log_end_offset)
+            return position, end_offset
+        unknown_gap = not records or stored[0] < records[0][0]
+        touched = any(t for p, _, t in records if stored[0] < p <= position)
+        if unknown_gap or touched:
+            return stored[0], stored[1]
+        return position, end_offset
 
     def _rewrite_checkpoint(self, position: Position, log_end_offset: int) -> None:
         path = self.checkpoint_path
@@ -382,22 +448,43 @@ class PartitionStateMachine:
             os.close(old_fd)
 
 
-def _checkpoint_record(position: Position, log_end_offset: int) -> bytes:
-    body = _CHECKPOINT_BODY.pack(position[0], position[1], log_end_offset)
+def _checkpoint_record(position: Position, log_end_offset: int, touched: bool = False) -> bytes:
+    index = position[0] | (_PRODUCERS_TOUCHED if touched else 0)
+    body = _CHECKPOINT_BODY.pack(index, position[1], log_end_offset)
     return body + struct.pack("<I", crc32c.crc32c(body))
 
 
-def _read_checkpoint(path: Path) -> list[tuple[Position, int]]:
-    """Records up to the first torn or corrupt one: [((index, k), log_end_offset), ...]."""
+def _read_checkpoint(path: Path) -> list[tuple[Position, int, bool]]:
+    """Records up to the first torn or corrupt one: [((index, k), log_end_offset,
+    touched producers), ...]."""
     try:
         raw = path.read_bytes()
     except FileNotFoundError:
         return []
-    records: list[tuple[Position, int]] = []
+    records: list[tuple[Position, int, bool]] = []
     size = _CHECKPOINT_RECORD.size
     for pos in range(0, len(raw) - size + 1, size):
         index, k, end_offset, crc = _CHECKPOINT_RECORD.unpack_from(raw, pos)
         if crc32c.crc32c(raw[pos : pos + _CHECKPOINT_BODY.size]) != crc:
             break
-        records.append(((index, k), end_offset))
+        touched = bool(index & _PRODUCERS_TOUCHED)
+        records.append(((index & ~_PRODUCERS_TOUCHED, k), end_offset, touched))
     return records
+
+
+def _read_producer_state(path: Path) -> tuple[Position, int, ProducerStates] | None:
+    """The stored producer state: (position, log_end_offset, state); None if absent. A
+    file that fails its CRC stops the node: it is written durably, so it cannot be torn."""
+    try:
+        raw = path.read_bytes()
+    except FileNotFoundError:
+        return None
+    payload = raw[4:]
+    _invariant(
+        len(raw) >= 4 and struct.unpack_from("<I", raw)[0] == crc32c.crc32c(payload),
+        f"{path}: producer state fails its CRC",
+    )
+    head, _, state = payload.partition(b"\n")
+    doc = json.loads(head)
+    position = (int(doc["index"]), int(doc["k"]))
+    return position, int(doc["log_end_offset"]), ProducerStates.from_json(state.decode())

@@ -13,18 +13,24 @@ order, so every replica accepts and refuses the same batches:
    would leave a gap); a newer epoch starts over at any sequence;
 4. a producer not known here (new, or forgotten, below) is accepted at any sequence.
 
-The state is a function of the log alone, so every replica has the same:
-a producer is known while its last batch ends within `PRODUCER_WINDOW_OFFSETS` of the log
-end offset, and at most `PRODUCERS_PER_PARTITION_MAX` producers are known (the one whose
-last batch is oldest is forgotten first). A restarted replica or one restored from a
-snapshot rebuilds it by reading the batch headers of that window (`rebuild`), so the state
-survives restarts without being stored. The window is the limit of the guarantee: a retry
-arriving after more than PRODUCER_WINDOW_OFFSETS newer records, or after retention or
-compaction removed the original batch, may be written twice.
+The state is part of the replicated state, never derived from the local log: compaction
+and retention run on each replica's own clock, so two replicas' logs may hold different
+batch headers for the same offsets (a thinned batch, a deleted prefix), and a state read
+back from them would differ. The partition machine (raft/partition.py) stores it with its
+applied checkpoint (`raft-producers`) and in its snapshots (`to_json` / `from_json`), and
+a replica that restarts replays the commands after it from the Raft journal. A producer
+is known while its last batch ends within `PRODUCER_WINDOW_OFFSETS` of the log end offset,
+and at most `PRODUCERS_PER_PARTITION_MAX` producers are known (the one whose last batch is
+oldest is forgotten first): both depend on offsets only, the same on every replica. The
+window is the limit of the guarantee: a retry arriving after more than
+PRODUCER_WINDOW_OFFSETS newer records, or after the producer was forgotten, may be written
+twice. `rebuild` (from the log's batch headers) only serves data directories written
+before the state was stored.
 """
 
 from __future__ import annotations
 
+import json
 from collections import deque
 from dataclasses import dataclass, field
 from typing import Final
@@ -114,8 +120,30 @@ class ProducerStates:
             return None
         return known
 
+    def to_json(self) -> str:
+        """The whole state, canonical (sorted producers): equal states give equal text."""
+        doc = {
+            str(pid): [p.epoch, p.last_offset, [list(b) for b in p.batches]]
+            for pid, p in sorted(self._producers.items())
+        }
+        return json.dumps(doc, separators=(",", ":"))
+
+    @classmethod
+    def from_json(cls, text: str) -> ProducerStates:
+        """The inverse of to_json; a malformed document raises ValueError."""
+        states = cls()
+        try:
+            for pid, (epoch, last_offset, batches) in json.loads(text).items():
+                producer = _Producer(int(epoch), last_offset=int(last_offset))
+                for base_seq, last_seq, base_offset in batches:
+                    producer.batches.append((int(base_seq), int(last_seq), int(base_offset)))
+                states._producers[int(pid)] = producer
+        except (TypeError, AttributeError, KeyError) as error:
+            raise ValueError(f"malformed producer state: {error}") from error
+        return states
+
     def rebuild(self, log: PartitionLog) -> None:
-        """From the batch headers of the log's last PRODUCER_WINDOW_OFFSETS offsets."""
+        """Legacy (a data directory without stored producer state): from the batch headers of the log's last PRODUCER_WINDOW_OFFSETS offsets."""
         self._producers.clear()
         start = log.log_end_offset - PRODUCER_WINDOW_OFFSETS
         for segment in log.segments:

@@ -18,6 +18,10 @@ The broker assigns partitions (server-side assignment); this client follows:
    for **at-most-once** call `commit()` right after `poll`, before processing.
 5. A 409 `unknown_member` (the session expired) makes the next `poll` revoke everything
    and join again with a new member id. `close()` commits (auto-commit) and leaves.
+6. `max_poll_interval_ms` (5 minutes by default, as Kafka's max.poll.interval.ms): if the
+   application does not call `poll` for that long, the heartbeat task leaves the group
+   (its partitions go to the others; the broker would expire it anyway once a revocation
+   stays unacknowledged past its rebalance timeout) and the next `poll` joins again.
 """
 
 from __future__ import annotations
@@ -25,6 +29,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
+import uuid
 from collections.abc import Callable, Iterable
 from typing import Any
 from urllib.parse import quote
@@ -61,6 +67,7 @@ class AsyncGroupConsumer:
         on_assign: Callback | None = None,
         on_revoke: Callback | None = None,
         request_timeout_ms: int = _limits.REQUEST_TIMEOUT_MS_DEFAULT,
+        max_poll_interval_ms: int = _limits.MAX_POLL_INTERVAL_MS_DEFAULT,
     ) -> None:
         if (topics is None) == (topic_pattern is None):
             raise ValueError("give either topics or topic_pattern")
@@ -72,6 +79,8 @@ class AsyncGroupConsumer:
             join["instance_id"] = instance_id
         self._join_body = join
         self._heartbeat_s = (heartbeat_interval_ms or session_timeout_ms // 3) / 1000
+        self._max_poll_interval_s = max_poll_interval_ms / 1000
+        self._last_poll = time.monotonic()
         self._auto_commit = auto_commit
         self._on_assign, self._on_revoke = on_assign, on_revoke
         self._transport = Transport(
@@ -110,10 +119,11 @@ class AsyncGroupConsumer:
     # ------------------------------------------------------------------ membership
 
     async def _join(self) -> None:
+        # Our own member id: the transport's retries of this join are the same join.
+        prefix = self._join_body.get("instance_id", "member")
+        body = {**self._join_body, "member_id": f"{prefix}-{uuid.uuid4().hex[:16]}"}
         answer = (
-            await self._transport.request(
-                "POST", self._path + "/members", json_body=self._join_body
-            )
+            await self._transport.request("POST", self._path + "/members", json_body=body)
         ).json()
         self._member_id = answer["member_id"]
         self._latest = answer
@@ -125,6 +135,9 @@ class AsyncGroupConsumer:
         while True:
             await asyncio.sleep(self._heartbeat_s)
             if self._member_id is None or self._rejoin:
+                continue
+            if time.monotonic() - self._last_poll > self._max_poll_interval_s:
+                await self._leave_for_slow_poll()
                 continue
             try:
                 answer = await self._transport.request(
@@ -172,6 +185,20 @@ class AsyncGroupConsumer:
         self._inner.assign([])
         self._member_id = None
 
+    async def _leave_for_slow_poll(self) -> None:
+        """Step 6: the application stopped polling; let the partitions go."""
+        _log.warning(
+            "no poll for more than max_poll_interval_ms (%d): leaving group %s",
+            int(self._max_poll_interval_s * 1000),
+            self._group,
+        )
+        self._rejoin = True
+        member_id = self._member_id or ""
+        with contextlib.suppress(DmqError):
+            await self._transport.request(
+                "DELETE", f"{self._path}/members/{quote(member_id, safe='')}"
+            )
+
     # ------------------------------------------------------------------ poll and commit
 
     async def poll(
@@ -182,6 +209,7 @@ class AsyncGroupConsumer:
         """Records of this member's partitions, waiting up to timeout_ms (step 3)."""
         if self._closed:
             raise RuntimeError("the consumer is closed")
+        self._last_poll = time.monotonic()
         if self._auto_commit and self._consumed:
             await self._commit_quietly(list(self._consumed))
         if self._rejoin:

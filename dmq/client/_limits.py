@@ -65,3 +65,6 @@ FETCH_WAIT_MS_MAX: Final = broker_limits.FETCH_WAIT_MS_MAX
 
 POLL_TIMEOUT_MS_DEFAULT: Final = 1_000
 POLL_RECORDS_DEFAULT: Final = 500
+# A group consumer that does not poll for this long leaves its group (Kafka's
+# max.poll.interval.ms default): its partitions go to members that do.
+MAX_POLL_INTERVAL_MS_DEFAULT: Final = 300_000

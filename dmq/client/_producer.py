@@ -385,19 +385,33 @@ class AsyncProducer:
             "timestamp": record.timestamp_ms,
         }
         body: dict[str, Any] = {"records": [item], "value_encoding": "base64"}
-        if self._idempotent:  # one partition per idempotent request: 0 unless given
-            partition = 0 if partition is None else partition
+        if self._idempotent:
+            # Without a partition the broker picks it (the key's, as the batch path would)
+            # in a topic this producer has never written to: its first sequence there is 0,
+            # and the answer says which partition now expects 1.
             producer_id, epoch = await self.producer_identity()
-            tp = TopicPartition(topic, partition)
-            sequence = self._sequences.get(tp, 0)
-            self._sequences[tp] = sequence + 1
+            sequence = 0
+            if partition is not None:
+                sequence = self._sequences.get(TopicPartition(topic, partition), 0)
             body |= {"producer_id": producer_id, "producer_epoch": epoch, "base_sequence": sequence}
         if partition is not None:
             item["partition"] = partition
-        response = await self._transport.request(
-            "POST", topic_path(topic) + "/records", params={"acks": self._acks}, json_body=body
-        )
-        return _metadata_from_answer(topic, response.json(), 1, None)[0]
+        try:
+            response = await self._transport.request(
+                "POST", topic_path(topic) + "/records", params={"acks": self._acks}, json_body=body
+            )
+        except DmqError:
+            if self._idempotent and partition is None:
+                # It may have been written to a partition we cannot name: a new identity
+                # (new id, or the next epoch) starts every sequence over, so a later
+                # record cannot pass for a retry of this one.
+                async with self._producer_lock:
+                    self._producer = None
+            raise
+        sent = _metadata_from_answer(topic, response.json(), 1, None)[0]
+        if self._idempotent:
+            self._sequences[TopicPartition(topic, sent.partition)] = sequence + 1
+        return sent
 
     # ------------------------------------------------------------------ buffer
 

@@ -293,6 +293,7 @@ class Consumer:
         instance_id: str | None = None,
         on_assign: Callback | None = None,
         on_revoke: Callback | None = None,
+        max_poll_interval_ms: int = _limits.MAX_POLL_INTERVAL_MS_DEFAULT,
     ) -> None:
         self._group: AsyncGroupConsumer | None = None
         if group is not None:
@@ -300,7 +301,7 @@ class Consumer:
                 url, group, topics=topics, topic_pattern=topic_pattern,
                 session_timeout_ms=session_timeout_ms, auto_commit=auto_commit,
                 instance_id=instance_id, on_assign=on_assign, on_revoke=on_revoke,
-                request_timeout_ms=request_timeout_ms,
+                request_timeout_ms=request_timeout_ms, max_poll_interval_ms=max_poll_interval_ms,
             )  # fmt: skip
         self._inner = AsyncConsumer(
             url,

@@ -11,14 +11,29 @@ Proves that:
   a pattern subscription are assigned without a restart;
 - offsets reset only when the group is empty (409 otherwise), to earliest, latest, a
   timestamp or given offsets; describe reports committed offset, high watermark and lag;
-- committed offsets and group state survive a broker restart.
+- committed offsets and group state survive a broker restart;
+- a join that carries the client's own member_id is idempotent: its retry is answered
+  with the same member and adds no second one;
+- a member that heartbeats but never acknowledges a revocation is expired once the
+  broker's rebalance timeout passes (well inside its session), so its partitions move; a
+  client that stops calling poll for max_poll_interval_ms leaves, and rejoins on poll;
+- a group fetch's max_bytes bounds the whole answer over all partitions, and what it
+  leaves out comes in the next fetches;
+- a committed offset past a partition's log end is never moved back: the group fetch
+  serves nothing below it (no records again, no commit backwards) until the log reaches it;
+- DELETE /v1/groups/{group} is refused (409 group_not_empty) while it has members and
+  forgets it with its offsets once empty; an empty group is forgotten by itself once
+  unchanged for the broker's offsets retention.
 """
 
 from __future__ import annotations
 
+import asyncio
+import concurrent.futures
 import time
 from typing import Any
 
+from dmq.client import AsyncGroupConsumer
 from tests_support import BrokerProcess
 
 
@@ -172,7 +187,7 @@ def test_static_members_and_bad_inputs_name_the_field_and_limit(broker: BrokerPr
     before = call(broker, "GET", "/v1/groups/st")
     again = join(broker, "st", topics=["s"], instance_id="pod-1")  # the pod restarted
     after = call(broker, "GET", "/v1/groups/st")
-    assert again["generation"] == before["generation"] == after["generation"]  # no rebalance
+    assert again["generation"] == before["generation"] + 1 == after["generation"]  # bumped
     held = {m["member_id"]: m["assignment"] for m in after["members"]}
     old = {m["member_id"]: m["assignment"] for m in before["members"]}
     assert held[again["member_id"]] == old[first["member_id"]] and first["member_id"] not in held
@@ -184,6 +199,19 @@ def test_static_members_and_bad_inputs_name_the_field_and_limit(broker: BrokerPr
                {"member_id": again["member_id"], "generation": 1, "offsets": too_many},
                expect=400)  # fmt: skip
     assert doc["error"]["details"] == {"field": "offsets", "limit": 10_000}
+    members = len(call(broker, "GET", "/v1/groups/st")["members"])
+    mine = join(broker, "st", topics=["s"], member_id="mine-1")  # the client's own id
+    retried = join(broker, "st", topics=["s"], member_id="mine-1")  # a retry of that join
+    assert mine["member_id"] == retried["member_id"] == "mine-1"
+    assert len(call(broker, "GET", "/v1/groups/st")["members"]) == members + 1  # no ghost
+    taken = call(broker, "POST", "/v1/groups/st/members",
+                 {"topic_pattern": "s.*", "member_id": "mine-1"}, expect=400)  # fmt: skip
+    assert taken["error"]["details"]["field"] == "member_id"
+    longest = join(broker, "st", topics=["s"], instance_id="i" * 232)  # its member id fits
+    assert len(longest["member_id"]) == 249
+    doc = call(broker, "POST", "/v1/groups/st/members", {"topics": ["s"], "instance_id": "i" * 233},
+               expect=400)  # fmt: skip
+    assert doc["error"]["details"] == {"field": "instance_id", "limit": 232}
     doc = call(broker, "POST", "/v1/groups/bad%20name/members", {"topics": ["s"]}, expect=400)
     assert doc["error"]["details"]["field"] == "group"
     doc = call(broker, "POST", "/v1/groups/st/members", {"topic_pattern": "("}, expect=400)
@@ -191,3 +219,112 @@ def test_static_members_and_bad_inputs_name_the_field_and_limit(broker: BrokerPr
     doc = call(broker, "POST", "/v1/groups/st/offsets/reset", {"to": "yesterday"}, expect=400)
     assert doc["error"]["details"]["field"] == "to"
     assert call(broker, "GET", "/v1/groups/nope", expect=404)["error"]["code"] == "group_not_found"
+
+
+def test_unacknowledged_revocations_expire_and_a_client_that_stops_polling_leaves(
+    broker_factory: Any,
+) -> None:
+    broker = broker_factory(extra_args=["--group-rebalance-timeout-ms", "1500"]).start()
+    call(broker, "POST", "/v1/topics", {"name": "held", "partitions": 2}, expect=201)
+    stuck = join(broker, "r", topics=["held"], session_timeout_ms=60_000)
+    assert len(stuck["assignment"]) == 2
+    other = join(broker, "r", topics=["held"], session_timeout_ms=60_000)
+    start = time.monotonic()
+    stuck_status = 200
+    while time.monotonic() - start < 20 and len(other["assignment"]) < 2:
+        # `stuck` keeps its session alive with its first generation: it never acks.
+        stuck_status, _ = broker.json(
+            "POST", f"/v1/groups/r/members/{stuck['member_id']}/heartbeat",
+            {"generation": stuck["generation"]},
+        )  # fmt: skip
+        other = call(broker, "POST", f"/v1/groups/r/members/{other['member_id']}/heartbeat",
+                     {"generation": other["generation"]})  # fmt: skip
+        time.sleep(0.2)
+    assert len(other["assignment"]) == 2, other  # within the timeout, not the 60 s session
+    assert stuck_status == 409
+    assert time.monotonic() - start < 15
+
+    async def slow_poller() -> tuple[int, int]:
+        consumer = AsyncGroupConsumer(broker.url, "q", topics=["held"], session_timeout_ms=5_000,
+                                      heartbeat_interval_ms=200, max_poll_interval_ms=1_000)  # fmt: skip
+        async with consumer:
+            await consumer.poll(100)
+            first = consumer.member_id
+            members_before = len(call(broker, "GET", "/v1/groups/q")["members"])
+            await asyncio.sleep(2.5)  # processing longer than max_poll_interval_ms
+            status, doc = broker.json("GET", "/v1/groups/q")  # 404: empty, nothing committed
+            members_after = len(doc["members"]) if status == 200 else 0
+            await consumer.poll(100)
+            assert consumer.member_id not in (None, first)  # joined again as a new member
+            return members_before, members_after
+
+    assert asyncio.run(asyncio.wait_for(slow_poller(), 30)) == (1, 0)
+
+
+def test_delete_an_empty_group_and_expire_idle_ones(broker_factory: Any) -> None:
+    broker = broker_factory(extra_args=["--group-offsets-retention-ms", "1500"]).start()
+    call(broker, "POST", "/v1/topics", {"name": "gone", "partitions": 1}, expect=201)
+    member = join(broker, "d", topics=["gone"])
+    offsets = [{"topic": "gone", "partition": 0, "offset": 0}]
+    body = {"member_id": member["member_id"], "generation": member["generation"],
+            "offsets": offsets}  # fmt: skip
+    call(broker, "POST", "/v1/groups/d/offsets", body)
+    doc = call(broker, "DELETE", "/v1/groups/d", expect=409)
+    assert doc["error"]["code"] == "group_not_empty"
+    broker.request("DELETE", f"/v1/groups/d/members/{member['member_id']}")
+    status, _, _ = broker.request("DELETE", "/v1/groups/d")
+    assert status == 204
+    call(broker, "GET", "/v1/groups/d/offsets")  # reads as no offsets
+    assert call(broker, "DELETE", "/v1/groups/d", expect=404)["error"]["code"] == "group_not_found"
+    # Standalone commits make an empty group with offsets: it goes after the retention.
+    call(broker, "POST", "/v1/groups/idle/offsets", {"offsets": offsets})
+    assert [g["group"] for g in call(broker, "GET", "/v1/groups")["groups"]] == ["idle"]
+    deadline = time.monotonic() + 15
+    while time.monotonic() < deadline and call(broker, "GET", "/v1/groups")["groups"]:
+        time.sleep(0.2)
+    assert call(broker, "GET", "/v1/groups")["groups"] == []
+    call(broker, "GET", "/v1/groups/idle", expect=404)
+
+
+def test_group_fetch_max_bytes_bounds_the_whole_answer(broker: BrokerProcess) -> None:
+    call(broker, "POST", "/v1/topics", {"name": "big", "partitions": 4}, expect=201)
+    for p in range(4):
+        produce(broker, "big", p, [f"{p}-{i}-" + "x" * 1_000 for i in range(10)])
+    member = join(broker, "bytes", topics=["big"])
+    got: list[str] = []
+    for _ in range(40):
+        path = f"/v1/groups/bytes/members/{member['member_id']}/records?max_bytes=5000"
+        doc = call(broker, "GET", path)
+        values = [r["value"] for p in doc["partitions"] for r in p["records"]]
+        assert sum(len(v) for v in values) <= 5_000, len(values)  # not 5000 per partition
+        got += values
+        offsets = [{"topic": p["topic"], "partition": p["partition"], "offset": p["next_offset"]}
+                   for p in doc["partitions"]]  # fmt: skip
+        if offsets:
+            call(broker, "POST", "/v1/groups/bytes/offsets", {"member_id": member["member_id"],
+                 "generation": doc["generation"], "offsets": offsets})  # fmt: skip
+        if len(got) == 40:
+            break
+    assert sorted(got) == sorted(f"{p}-{i}-" + "x" * 1_000 for p in range(4) for i in range(10))
+
+
+def test_a_position_past_the_log_end_is_not_moved_back(broker: BrokerProcess) -> None:
+    call(broker, "POST", "/v1/topics", {"name": "ahead", "partitions": 1}, expect=201)
+    produce(broker, "ahead", 0, [f"a{i}" for i in range(10)])
+    offsets = [{"topic": "ahead", "partition": 0, "offset": 20}]  # as a lagging leader sees it
+    call(broker, "POST", "/v1/groups/late/offsets", {"offsets": offsets})
+    member = join(broker, "late", topics=["ahead"])
+    produce(broker, "ahead", 0, [f"b{i}" for i in range(5)])  # offsets 10-14: below 20
+    assert poll_and_commit(broker, "late", member) == []
+    # A long-poll from a position past the end must not be answered from the end.
+    path = f"/v1/groups/late/members/{member['member_id']}/records?wait_ms=3000"
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+        waiting = pool.submit(call, broker, "GET", path)
+        time.sleep(0.3)
+        produce(broker, "ahead", 0, ["d0", "d1"])  # offsets 15-16: still below 20
+        answer = waiting.result(30)
+    assert [r["value"] for p in answer["partitions"] for r in p["records"]] == []
+    committed = call(broker, "GET", "/v1/groups/late/offsets")["offsets"]
+    assert committed == [{"topic": "ahead", "partition": 0, "offset": 20}]
+    produce(broker, "ahead", 0, [f"c{i}" for i in range(6)])  # offsets 17-22
+    assert poll_and_commit(broker, "late", member) == ["c3", "c4", "c5"]  # from 20 on

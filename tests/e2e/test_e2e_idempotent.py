@@ -5,14 +5,18 @@ transactional id: the same id, epoch + 1); that a retried batch (same producer i
 and sequences) is answered with its original offsets and not written again; that a gap
 in the sequence is refused with 409 out_of_order_sequence and an old epoch with 409
 producer_fenced; that all of this holds after the broker is killed with SIGKILL and
-restarted (the producer state is rebuilt from the log); and that an idempotent JSON
-produce spread over two partitions is refused with a 400 naming producer_id.
+restarted (the producer state is stored with the applied checkpoint); and that an idempotent JSON
+produce spread over two partitions is refused with a 400 naming producer_id; and that
+the Python idempotent producer puts a keyed record on its key's partition even when it
+is the first record of a topic the broker creates on the spot.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+from dmq.client import Producer
+from dmq.partitioner import partition_for_key
 from tests_support import BrokerProcess
 
 
@@ -64,3 +68,18 @@ def test_retries_are_written_once_and_fencing_holds_across_a_kill(broker_factory
                                                       {"value": "p1", "partition": 1}]}  # fmt: skip
     doc = call(broker, "/v1/topics/idem/records", body, 400)
     assert doc["error"]["details"]["field"] == "producer_id"
+
+
+def test_idempotent_keyed_first_record_of_a_new_topic_goes_to_its_key_partition(
+    broker_factory: Any,
+) -> None:
+    broker = broker_factory(extra_args=["--default-partitions", "4"]).start()
+    keys = [b"k%d" % i for i in range(12)]
+    with Producer(broker.url, idempotent=True) as producer:
+        first = producer.send("fresh", b"v0", key=keys[0]).result(30)  # auto-creates it
+        rest = [producer.send("fresh", b"v", key=k).result(30) for k in keys[1:]]
+        again = producer.send("fresh", b"v1", key=keys[0]).result(30)
+    assert first.partition == partition_for_key(keys[0], 4) == again.partition
+    assert [m.partition for m in rest] == [partition_for_key(k, 4) for k in keys[1:]]
+    between = sum(1 for m in rest if m.partition == first.partition)
+    assert again.offset == first.offset + 1 + between  # each sequence there was accepted

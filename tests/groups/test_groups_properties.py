@@ -26,6 +26,8 @@ from groups.assignors import ASSIGNORS, RANGE, STICKY, assign_sticky
 from groups.commands import (
     AckGeneration,
     CommitOffsets,
+    DeleteGroup,
+    ExpireGroups,
     ExpireMembers,
     GroupCommand,
     JoinGroup,
@@ -78,6 +80,8 @@ def commands(uniform: bool) -> st.SearchStrategy[GroupCommand]:
             st.integers(0, 7),
             st.integers(0, 100),
         ),
+        st.just(DeleteGroup("g", 0)),  # refused while the group has members
+        st.builds(lambda r: ExpireGroups(r, 0), st.integers(0, 3)),
     )
 
 
@@ -262,5 +266,9 @@ def test_static_member_takes_over_without_a_rebalance() -> None:
     before = state.groups["g"]
     state, _ = apply(state, JoinGroup("g", "a2", "pod-a", ("t",), "", 10_000, STICKY, 3))
     after = state.groups["g"]
-    assert after.generation == before.generation
+    assert after.generation == before.generation + 1  # a membership change, no partition moved
     assert after.members["a2"].held == before.members["a1"].held and "a1" not in after.members
+    assert after.members["b"] == before.members["b"]
+    b_tp = before.members["b"].assigned[0]
+    state, events = apply(state, CommitOffsets("g", "b", before.generation, ((*b_tp, 5),), 4))
+    assert not any(isinstance(e, Rejected) for e in events)  # b's older generation still commits

@@ -5,7 +5,10 @@
 - creating or growing a topic hands its new partitions to subscribed members in the same
   apply, and deleting it drops the group's offsets for it;
 - the snapshot keeps the groups and restores them; the catalogue JSON leaves them out;
-- UpdateTopics cannot be proposed from outside (it is derived from the catalogue).
+- UpdateTopics cannot be proposed from outside (it is derived from the catalogue);
+- ExpireTransactionalIds forgets exactly the transactional ids unused for retention_ms
+  at the stamped time (a forgotten id starts again at a new producer id, epoch 0; one
+  used since keeps its id and epoch), and the last use survives the snapshot.
 """
 
 from __future__ import annotations
@@ -18,6 +21,8 @@ from raft.metadata import (
     Applied,
     CreateTopic,
     DeleteTopic,
+    ExpireTransactionalIds,
+    InitProducer,
     MetadataMachine,
     RegisterBroker,
     Rejected,
@@ -65,3 +70,25 @@ def test_update_topics_is_internal_and_group_refusals_are_rejected_results() -> 
     stale = m.apply(encode_command(CommitOffsets("g", "nobody", 1, (("t", 0, 1),), 3)))
     assert isinstance(stale, Rejected) and stale.code == "unknown_member"
     assert m.snapshot() == before
+
+
+def _producer(m: MetadataMachine, tid: str, now_ms: int) -> tuple[int, int] | None:
+    result = m.apply(encode_command(InitProducer(tid, now_ms)))
+    assert isinstance(result, Applied)
+    return result.producer
+
+
+def test_idle_transactional_ids_expire_and_used_ones_stay() -> None:
+    m = _machine()
+    assert _producer(m, "old", 10) == (0, 0)
+    assert _producer(m, "busy", 10) == (1, 0)
+    assert _producer(m, "busy", 900) == (1, 1)  # used again: its clock restarts
+    restored = MetadataMachine()
+    restored.restore(m.snapshot())
+    assert restored.state == m.state
+    assert isinstance(m.apply(encode_command(ExpireTransactionalIds(1_000, 1_500))), Applied)
+    assert set(m.state.transactional_ids) == {"busy"}
+    assert _producer(m, "busy", 1_600) == (1, 2)
+    assert _producer(m, "old", 1_600) == (2, 0)  # forgotten: a new id, not fenced by the old
+    bad = m.apply(encode_command(ExpireTransactionalIds(-1, 1_700)))
+    assert isinstance(bad, Rejected) and bad.field == "retention_ms"

@@ -254,7 +254,7 @@ def test_snapshot_is_metadata_only(tmp_path: Path) -> None:
     snap = m.snapshot()
     assert len(snap) < 200
     assert PartitionSnapshot.decode(snap) == PartitionSnapshot(
-        "t-0", 0, m.log.log_end_offset, COMMANDS[-1][0]
+        "t-0", 0, m.log.log_end_offset, COMMANDS[-1][0], producers="{}"
     )
 
 
