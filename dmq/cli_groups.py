@@ -17,7 +17,7 @@ IDLE_POLLS_TO_STOP = 2  # without --follow: stop after this many empty polls in 
 def add_group(
     commands: Any, url: argparse.ArgumentParser, parse_time: Callable[[str], int]
 ) -> None:
-    group = commands.add_parser("group", help="list, describe, reset consumer groups")
+    group = commands.add_parser("group", help="list, describe, reset, delete consumer groups")
     actions = group.add_subparsers(dest="group_command", metavar="ACTION", required=True)
     listing = actions.add_parser("list", parents=[url], help="consumer groups and their state")
     listing.add_argument("--json", action="store_true", help="print the answer as JSON")
@@ -40,6 +40,11 @@ def add_group(
     to.add_argument("--offsets", metavar="TOPIC:PARTITION:OFFSET,...", help="exact offsets")
     reset.add_argument("--topic", action="append", default=[], help="a topic (repeatable)")
     reset.set_defaults(handler=cmd_group_reset)
+    delete = actions.add_parser(
+        "delete", parents=[url], help="delete an empty group and its committed offsets"
+    )
+    delete.add_argument("name")
+    delete.set_defaults(handler=cmd_group_delete)
 
 
 def _table(rows: Sequence[Sequence[str]]) -> None:
@@ -99,6 +104,11 @@ def cmd_group_reset(args: argparse.Namespace) -> int:
             raise SystemExit("dmq: error: --to and --to-time need --topic")
     done = _run(lambda a: a.reset_group_offsets(args.name, to, args.topic), args.url)
     _table([("TOPIC", "PARTITION", "OFFSET"), *[(t, str(p), str(o)) for t, p, o in done]])
+    return 0
+
+
+def cmd_group_delete(args: argparse.Namespace) -> int:
+    _run(lambda a: a.delete_group(args.name), args.url)
     return 0
 
 

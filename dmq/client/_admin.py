@@ -145,6 +145,11 @@ class AsyncAdmin:
         response = await self._transport.request("POST", path, json_body=body)
         return [(o["topic"], o["partition"], o["offset"]) for o in response.json()["offsets"]]
 
+    async def delete_group(self, group: str) -> None:
+        """Delete an empty group and its committed offsets (GroupNotEmpty while it has
+        members, GroupNotFound if there is none)."""
+        await self._transport.request("DELETE", "/v1/groups/" + quote(group, safe=""))
+
     async def cluster(self) -> ClusterInfo:
         response = await self._transport.request("GET", "/v1/cluster")
         return parse_cluster(response.json())

@@ -1,8 +1,9 @@
-"""`dmq group list|describe|reset` and `dmq consume --group` against a real broker process,
+"""`dmq group list|describe|reset|delete` and `dmq consume --group` against a real broker process,
 run as the real `dmq` command. Proves that a group consume prints every record once and
 commits (a second run prints nothing new), that list and describe show the group with its
 committed offsets and zero lag, that reset is refused (exit 1, group_not_empty) while a
-member exists and otherwise rewinds the group so the next consume prints everything again.
+member exists and otherwise rewinds the group so the next consume prints everything again;
+and that delete is refused while a member exists and then removes the group.
 """
 
 from __future__ import annotations
@@ -43,3 +44,12 @@ def test_group_consume_commit_describe_and_reset(broker: BrokerProcess) -> None:
     assert reset.returncode == 0, reset.stderr
     third = dmq(broker, "consume", "t", "--group", "cli", "--max-records", "30")
     assert sorted(third.stdout.split()) == sorted(f"v{i}" for i in range(30))
+    status, member = broker.json("POST", "/v1/groups/cli/members", {"topics": ["t"]})
+    assert status == 201
+    refused = dmq(broker, "group", "delete", "cli")
+    assert refused.returncode == 1 and "group_not_empty" in refused.stderr
+    assert broker.json("DELETE", f"/v1/groups/cli/members/{member['member_id']}")[0] == 204
+    deleted = dmq(broker, "group", "delete", "cli")
+    assert deleted.returncode == 0, deleted.stderr
+    assert "cli" not in dmq(broker, "group", "list").stdout
+    assert broker.json("GET", "/v1/groups/cli")[0] == 404
