@@ -17,7 +17,13 @@ from dmq.broker import Acks, Broker, FetchResult, TopicDescription
 from dmq.types import PARTITION_COUNT_HEADER
 from http_api import codec
 from http_api.errors import REQUEST_BYTES_MAX, error_middleware
-from http_api.forward import BROKER, forward_middleware, forwarded_hops, is_forwarded
+from http_api.forward import (
+    BROKER,
+    broker_of,
+    forward_middleware,
+    forwarded_hops,
+    is_forwarded,
+)
 from http_api.groups import GROUP_ROUTES
 from http_api.openapi import openapi_document
 from http_api.operations import OPERATIONS_ROUTES
@@ -25,18 +31,6 @@ from http_api.sendfile import FileRangesResponse
 
 BATCH_CONTENT_TYPE = "application/vnd.dmq.batch"
 BATCHES_CONTENT_TYPE = "application/vnd.dmq.batches"
-
-
-def _json(payload: Any, status: int = 200) -> web.Response:
-    return web.Response(
-        status=status,
-        text=json.dumps(payload, separators=(",", ":")),
-        content_type="application/json",
-    )
-
-
-def _broker(request: web.Request) -> Broker:
-    return request.app[BROKER]
 
 
 def int_param(
@@ -102,31 +96,31 @@ def _optional_int(doc: dict[str, Any], name: str) -> int | None:
 
 
 async def healthz(request: web.Request) -> web.Response:
-    return _json({"status": "ok"})
+    return codec.json_response({"status": "ok"})
 
 
 async def readyz(request: web.Request) -> web.Response:
-    if not _broker(request).ready:
+    if not broker_of(request).ready:
         raise errors.BrokerUnavailable("not ready", retry_after_ms=1000)
-    return _json({"status": "ready"})
+    return codec.json_response({"status": "ready"})
 
 
 async def openapi(request: web.Request) -> web.Response:
-    return _json(openapi_document(_broker(request).config))
+    return codec.json_response(openapi_document(broker_of(request).config))
 
 
 async def cluster(request: web.Request) -> web.Response:
-    return _json(_broker(request).cluster())
+    return codec.json_response(broker_of(request).cluster())
 
 
 # ---------------------------------------------------------------------- topics
 
 
 async def list_topics(request: web.Request) -> web.Response:
-    broker = _broker(request)
+    broker = broker_of(request)
     await broker.metadata_barrier(request.query.get("consistency"))
     topics = broker.list_topics()
-    return _json(
+    return codec.json_response(
         {
             "topics": [
                 {
@@ -150,29 +144,29 @@ async def create_topic(request: web.Request) -> web.Response:
     name = doc.get("name")
     if not isinstance(name, str):
         raise errors.InvalidRequest("name must be a string", field="name")
-    description = await _broker(request).create_topic(
+    description = await broker_of(request).create_topic(
         name,
         partitions=_optional_int(doc, "partitions"),
         replication_factor=_optional_int(doc, "replication_factor"),
         config=doc.get("config"),
     )
-    return _json(_description(description), status=201)
+    return codec.json_response(_description(description), status=201)
 
 
 async def describe_topic(request: web.Request) -> web.Response:
-    broker = _broker(request)
+    broker = broker_of(request)
     await broker.metadata_barrier(request.query.get("consistency"))
-    return _json(_description(broker.describe_topic(request.match_info["topic"])))
+    return codec.json_response(_description(broker.describe_topic(request.match_info["topic"])))
 
 
 async def alter_topic_config(request: web.Request) -> web.Response:
     doc = await _json_body(request)
     if set(doc) != {"config"}:
         raise errors.InvalidRequest('body must be {"config": {...}}', field="config")
-    description = await _broker(request).alter_topic_config(
+    description = await broker_of(request).alter_topic_config(
         request.match_info["topic"], doc["config"]
     )
-    return _json(_description(description))
+    return codec.json_response(_description(description))
 
 
 async def add_partitions(request: web.Request) -> web.Response:
@@ -180,14 +174,14 @@ async def add_partitions(request: web.Request) -> web.Response:
     count = _optional_int(doc, "count")
     if count is None or set(doc) != {"count"}:
         raise errors.InvalidRequest('body must be {"count": <new total>}', field="count")
-    description = await _broker(request).add_partitions(request.match_info["topic"], count)
-    return _json(_description(description))
+    description = await broker_of(request).add_partitions(request.match_info["topic"], count)
+    return codec.json_response(_description(description))
 
 
 async def delete_topic(request: web.Request) -> web.Response:
     name = request.match_info["topic"]
-    await _broker(request).delete_topic(name)
-    return _json({"deleted": name})
+    await broker_of(request).delete_topic(name)
+    return codec.json_response({"deleted": name})
 
 
 # ---------------------------------------------------------------------- produce
@@ -201,7 +195,7 @@ def _acks(request: web.Request) -> Acks:
 
 
 async def produce(request: web.Request) -> web.Response:
-    broker = _broker(request)
+    broker = broker_of(request)
     topic = request.match_info["topic"]
     acks = _acks(request)
     partition = int_param(request, "partition", None, 0, 2**31 - 1)
@@ -291,7 +285,7 @@ async def _fetch_offset(request: web.Request, broker: Broker, topic: str, partit
 
 
 async def fetch(request: web.Request) -> web.StreamResponse:
-    broker = _broker(request)
+    broker = broker_of(request)
     c = broker.config
     topic = request.match_info["topic"]
     partition = _partition_param(request)
@@ -332,7 +326,7 @@ async def fetch(request: web.Request) -> web.StreamResponse:
         return web.Response(
             text=text, content_type="application/x-ndjson", headers=_offset_headers(result)
         )
-    return _json(
+    return codec.json_response(
         {
             "topic": topic,
             "partition": partition,
@@ -374,19 +368,19 @@ async def init_producer(request: web.Request) -> web.Response:
         raise errors.InvalidRequest(
             "transactional_id must be a string of 1-249 characters", field="transactional_id"
         )
-    broker = _broker(request)
+    broker = broker_of(request)
     broker.groups.route(forwarded_hops(request))  # the metadata leader answers, as for groups
     producer_id, epoch = await broker.init_producer(tid or "")
-    return _json({"producer_id": producer_id, "producer_epoch": epoch}, status=201)
+    return codec.json_response({"producer_id": producer_id, "producer_epoch": epoch}, status=201)
 
 
 async def list_offsets(request: web.Request) -> web.Response:
     partition = _partition_param(request)
     timestamp = int_param(request, "timestamp", None, 0, 2**63 - 1)
-    result = await _broker(request).list_offsets(
+    result = await broker_of(request).list_offsets(
         request.match_info["topic"], partition, timestamp, forwarded=is_forwarded(request)
     )
-    return _json(
+    return codec.json_response(
         {
             "partition": result.partition,
             "log_start_offset": result.log_start_offset,
@@ -400,14 +394,14 @@ async def list_offsets(request: web.Request) -> web.Response:
 
 
 async def cluster_status(request: web.Request) -> web.Response:
-    return _json(await _broker(request).cluster_status())
+    return codec.json_response(await broker_of(request).cluster_status())
 
 
 # Internal routes: one broker calling another (dmq/peers.py). Not for clients.
 
 
 async def internal_status(request: web.Request) -> web.Response:
-    return _json(_broker(request).local_status())
+    return codec.json_response(broker_of(request).local_status())
 
 
 async def internal_append(request: web.Request) -> web.Response:
@@ -416,7 +410,7 @@ async def internal_append(request: web.Request) -> web.Response:
     if topic_id is None:
         raise errors.InvalidRequest("topic_id is required", field="topic_id")
     append_time = int_param(request, "log_append_time_ms", None, 0, 2**63 - 1)
-    base_offset = await _broker(request).append_forwarded(
+    base_offset = await broker_of(request).append_forwarded(
         request.match_info["topic"],
         topic_id,
         partition,
@@ -424,11 +418,11 @@ async def internal_append(request: web.Request) -> web.Response:
         acks=_acks(request),
         log_append_time_ms=append_time,
     )
-    return _json({"base_offset": base_offset})
+    return codec.json_response({"base_offset": base_offset})
 
 
 async def internal_batches(request: web.Request) -> web.Response:
-    broker = _broker(request)
+    broker = broker_of(request)
     start = int_param(request, "start_offset", None, 0, 2**63 - 1)
     end = int_param(request, "end_offset", None, 0, 2**63 - 1)
     if start is None or end is None:
@@ -446,16 +440,16 @@ async def internal_batches(request: web.Request) -> web.Response:
 
 
 async def internal_metadata_propose(request: web.Request) -> web.Response:
-    version = await _broker(request).propose_metadata_forwarded(await request.read())
-    return _json({"metadata_version": version})
+    version = await broker_of(request).propose_metadata_forwarded(await request.read())
+    return codec.json_response({"metadata_version": version})
 
 
 async def internal_metadata(request: web.Request) -> web.Response:
-    broker = _broker(request)
+    broker = broker_of(request)
     after = int_param(request, "after_version", -1, -1, 2**63 - 1)
     wait_ms = int_param(request, "wait_ms", 0, 0, broker.config.fetch_wait_ms_max)
     assert after is not None and wait_ms is not None
-    return _json(
+    return codec.json_response(
         await broker.metadata_state_after(after, wait_ms, request.query.get("consistency"))
     )
 

@@ -11,6 +11,8 @@ import binascii
 import json
 from typing import Any
 
+from aiohttp import web
+
 from dmq import errors
 from dmq.broker import ProduceRecord, ProducerSequence
 from dmq.types import Header, Record
@@ -229,3 +231,12 @@ def record_to_json(record: Record, encoding: str) -> dict[str, Any]:
             for h in record.headers
         ],
     }
+
+
+def json_response(payload: Any, status: int = 200) -> web.Response:
+    """A compact JSON answer: every JSON route of http_api/ answers through this."""
+    return web.Response(
+        status=status,
+        text=json.dumps(payload, separators=(",", ":")),
+        content_type="application/json",
+    )

@@ -20,6 +20,11 @@ from dmq.peers import FORWARDED_HEADER
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 BROKER: web.AppKey[Broker] = web.AppKey("broker", Broker)
+
+
+def broker_of(request: web.Request) -> Broker:
+    """The Broker this application serves."""
+    return request.app[BROKER]
 _PASSED_REQUEST_HEADERS = ("Accept", "Content-Type")
 _PASSED_RESPONSE_HEADERS = ("Content-Type", "Retry-After")
 

@@ -6,7 +6,6 @@ route is answered by the metadata group's leader (`route` relays the request the
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 from aiohttp import web
@@ -18,14 +17,6 @@ from http_api import codec
 from http_api.forward import BROKER, forwarded_hops
 
 ASSIGNOR_NAMES = ("range", "roundrobin", "sticky")
-
-
-def _json(payload: Any, status: int = 200) -> web.Response:
-    return web.Response(
-        status=status,
-        text=json.dumps(payload, separators=(",", ":")),
-        content_type="application/json",
-    )
 
 
 def _routed(request: web.Request) -> Broker:
@@ -157,7 +148,7 @@ async def join(request: web.Request) -> web.Response:
         group, topics=topics, topic_pattern=pattern, session_timeout_ms=timeout_ms,
         assignor=assignor, instance_id=instance_id, member_id=member_id,
     )  # fmt: skip
-    return _json(_member_view(view), status=201)
+    return codec.json_response(_member_view(view), status=201)
 
 
 async def heartbeat(request: web.Request) -> web.Response:
@@ -166,7 +157,7 @@ async def heartbeat(request: web.Request) -> web.Response:
     doc = codec.parse_json_object(await request.read())
     generation = _int(doc, "generation", None, 0, 2**62)
     view = await _routed(request).groups.heartbeat(group, member_id, generation)
-    return _json(_member_view(view))
+    return codec.json_response(_member_view(view))
 
 
 async def leave(request: web.Request) -> web.Response:
@@ -214,7 +205,7 @@ async def member_records(request: web.Request) -> web.Response:
     if auto_commit == "true" and parts:  # at-most-once: committed before the caller sees them
         offsets = tuple((p["topic"], p["partition"], p["next_offset"]) for p in parts)
         await broker.groups.commit(group, member_id, view.generation, offsets)
-    return _json({**_member_view(view), "partitions": parts})
+    return codec.json_response({**_member_view(view), "partitions": parts})
 
 
 def _within_budget(
@@ -251,13 +242,13 @@ async def commit_offsets(request: web.Request) -> web.Response:
     generation = _int(doc, "generation", -1 if member is None else None, -1, 2**62)
     offsets = _offsets(doc)
     await _routed(request).groups.commit(group, member_id, generation, offsets)
-    return _json({"committed": len(offsets)})
+    return codec.json_response({"committed": len(offsets)})
 
 
 async def read_offsets(request: web.Request) -> web.Response:
     group = _name(request.match_info["group"], "group")
     committed = await _routed(request).groups.committed(group)
-    return _json(
+    return codec.json_response(
         {
             "group": group,
             "offsets": [
@@ -295,7 +286,7 @@ async def reset_offsets(request: web.Request) -> web.Response:
         group, topics, target, explicit,
         lambda t: len(broker.describe_topic(t).partitions), broker.partition_offsets,
     )  # fmt: skip
-    return _json(
+    return codec.json_response(
         {
             "group": group,
             "offsets": [
@@ -307,7 +298,7 @@ async def reset_offsets(request: web.Request) -> web.Response:
 
 async def list_groups(request: web.Request) -> web.Response:
     groups = _routed(request).groups.groups()
-    return _json({"groups": [group_summary(g) for g in sorted(groups, key=lambda g: g.name)]})
+    return codec.json_response({"groups": [group_summary(g) for g in sorted(groups, key=lambda g: g.name)]})
 
 
 async def delete_group(request: web.Request) -> web.Response:
@@ -319,7 +310,7 @@ async def delete_group(request: web.Request) -> web.Response:
 async def describe_group(request: web.Request) -> web.Response:
     group = _name(request.match_info["group"], "group")
     broker = _routed(request)
-    return _json(await broker.groups.describe(group, broker.partition_offsets))
+    return codec.json_response(await broker.groups.describe(group, broker.partition_offsets))
 
 
 GROUP_ROUTES: tuple[tuple[str, str, Any], ...] = (

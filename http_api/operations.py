@@ -19,32 +19,18 @@ Internal (one broker to another, on the partition's leader): `GET .../progress`,
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 from aiohttp import web
 
 from dmq import errors
-from dmq.broker import Broker
 from http_api import codec
-from http_api.forward import BROKER
+from http_api.forward import broker_of
 
 # A replica list longer than this is refused before it reaches the metadata group (the
 # group then checks it against the topic's replication factor).
 REASSIGN_REPLICAS_MAX = 16
 BROKER_ID_CHARS_MAX = 255
-
-
-def _json(payload: Any, status: int = 200) -> web.Response:
-    return web.Response(
-        status=status,
-        text=json.dumps(payload, separators=(",", ":")),
-        content_type="application/json",
-    )
-
-
-def _broker(request: web.Request) -> Broker:
-    return request.app[BROKER]
 
 
 def _broker_id(value: Any, field: str) -> str:
@@ -72,16 +58,16 @@ async def reassign(request: web.Request) -> web.Response:
             limit=REASSIGN_REPLICAS_MAX,
         )
     ids = [_broker_id(r, "replicas") for r in replicas]
-    return _json(await _broker(request).operations.reassign(topic, partition, ids), status=202)
+    return codec.json_response(await broker_of(request).operations.reassign(topic, partition, ids), status=202)
 
 
 async def operations(request: web.Request) -> web.Response:
-    return _json(await _broker(request).operations.operations())
+    return codec.json_response(await broker_of(request).operations.operations())
 
 
 async def decommission(request: web.Request) -> web.Response:
     broker_id = _broker_id(request.match_info["broker_id"], "broker_id")
-    return _json(await _broker(request).operations.decommission(broker_id), status=202)
+    return codec.json_response(await broker_of(request).operations.decommission(broker_id), status=202)
 
 
 async def decommission_partition(request: web.Request) -> web.Response:
@@ -89,8 +75,8 @@ async def decommission_partition(request: web.Request) -> web.Response:
     if not (raw.isascii() and raw.isdigit()) or len(raw) > 10:
         raise errors.InvalidRequest("partition must be an integer >= 0", field="partition")
     topic = request.match_info["topic"]
-    answer = await _broker(request).operations.decommission_partition(topic, int(raw))
-    return _json(answer, status=202)
+    answer = await broker_of(request).operations.decommission_partition(topic, int(raw))
+    return codec.json_response(answer, status=202)
 
 
 async def _internal_group(request: web.Request, what: str) -> web.Response:
@@ -101,10 +87,10 @@ async def _internal_group(request: web.Request, what: str) -> web.Response:
     if not (raw_partition.isascii() and raw_partition.isdigit()):
         raise errors.InvalidRequest("partition must be an integer", field="partition")
     body = codec.parse_json_object(await request.read()) if request.method == "POST" else {}
-    answer = await _broker(request).operations.local_call(
+    answer = await broker_of(request).operations.local_call(
         request.match_info["topic"], int(raw_partition), int(raw_topic_id), what, body
     )
-    return _json(answer)
+    return codec.json_response(answer)
 
 
 async def internal_progress(request: web.Request) -> web.Response:
