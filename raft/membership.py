@@ -32,12 +32,14 @@ configuration that includes the candidate, and then the members that hold it vot
 from __future__ import annotations
 
 import concurrent.futures
+import pickle
 import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
 from pysyncobj import FAIL_REASON
 from pysyncobj.node import Node
+from pysyncobj.syncobj import _COMMAND_TYPE
 
 from raft.errors import NotLeader, RequestDenied
 
@@ -166,6 +168,29 @@ def start_change(
     else:
         replica.syncobj.removeNodeFromCluster(Node(node_id), on_result)
     return done
+
+
+def adopt_logged_changes(replica: Replica) -> int:
+    """Reopening a group: take on the membership entries of its journal past the applied
+    index (Raft's rule: a server uses the latest configuration in its log, committed or
+    not). pysyncobj only takes them on when it applies them, i.e. up to the commit index
+    its journal persisted (a restart hint, at most 1 s old): a member killed right after
+    one or two changes would otherwise reopen with the configuration it was created
+    with, whose majority need not overlap the current one's. Returns how many changes it
+    took on. Reads every entry after the applied index: for small groups (metadata).
+    """
+    sync_obj = replica.syncobj
+    applied = int(sync_obj.raftLastApplied)
+    journal = replica.journal
+    taken = 0
+    for position in range(len(journal)):
+        command, idx, _term = journal[position]
+        if idx <= applied or command[:1] != bytes([_COMMAND_TYPE.MEMBERSHIP]):
+            continue
+        # The same request pysyncobj applies later; applying it twice is a no-op there.
+        if sync_obj._SyncObj__doChangeCluster(pickle.loads(command[1:])):
+            taken += 1
+    return taken
 
 
 def transfer_leadership(replica: Replica, target: str) -> None:

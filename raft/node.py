@@ -721,10 +721,21 @@ class RaftNode:
         await asyncio.wrap_future(self._stopped)
 
     async def add_group(
-        self, group_id: int, machine: StateMachine, *, members: Iterable[str] | None = None
+        self,
+        group_id: int,
+        machine: StateMachine,
+        *,
+        members: Iterable[str] | None = None,
+        members_from_log: bool = False,
     ) -> Replica:
-        """Create (or reopen from its directory) group `group_id` with these members."""
-        return await self._on_tick_thread(lambda: self._add_group(group_id, machine, members))
+        """Create (or reopen from its directory) group `group_id` with these members.
+
+        members_from_log: on reopening, the membership changes in the group's journal
+        override `members` (membership.adopt_logged_changes), as Raft requires when the
+        caller cannot know the current members (the metadata group's own voters)."""
+        return await self._on_tick_thread(
+            lambda: self._add_group(group_id, machine, members, members_from_log)
+        )
 
     async def remove_group(self, group_id: int, *, delete: bool = False) -> None:
         """Stop group `group_id` on this node; with delete=True also remove its directory.
@@ -753,7 +764,11 @@ class RaftNode:
         return await asyncio.wrap_future(done)
 
     def _add_group(
-        self, group_id: int, machine: StateMachine, members: Iterable[str] | None
+        self,
+        group_id: int,
+        machine: StateMachine,
+        members: Iterable[str] | None,
+        members_from_log: bool = False,
     ) -> Replica:
         if not 0 <= group_id <= GROUP_ID_MAX:
             raise ValueError(f"group id {group_id} out of range")
@@ -768,6 +783,8 @@ class RaftNode:
         try:
             # pysyncobj loads its snapshot on its first tick and expects no message before it.
             replica.tick()
+            if members_from_log:
+                membership.adopt_logged_changes(replica)
         except BaseException:
             replica.stop()  # close its files; the caller gets the error (a failed restore)
             raise

@@ -9,7 +9,12 @@
   to remove itself (RequestDenied);
 - `transfer_leadership` hands the group to the new member, which then removes the old
   leader: commands still commit on the three remaining members, and the removed replica's
-  vote requests are dropped (counted) instead of raising the group's term.
+  vote requests are dropped (counted) instead of raising the group's term;
+- a group reopened with `members_from_log` after a crash that lost the commit-index hint
+  (the journal persists it at most once a second) uses the configuration of its journal
+  (n4 added, n3 removed), not the stale one it is opened with, and commits with it; the
+  same journal reopened without the flag shows the stale configuration that pysyncobj
+  alone would use (a majority that need not overlap the current one's).
 """
 
 from __future__ import annotations
@@ -24,6 +29,7 @@ import pytest
 from raft_harness import free_port_on
 
 from raft import NotLeader, RaftNode, Replica, RequestDenied
+from raft.journal import DurableJournal
 
 GROUP = 7
 WAIT_S = 20.0
@@ -121,3 +127,74 @@ def test_add_transfer_remove_one_member_at_a_time(tmp_path: Path) -> None:
                 await node.stop()
 
     asyncio.run(scenario())
+
+
+def forget_commit_hint(group_dir: Path) -> None:
+    """A crash image whose persisted commit index predates every membership entry."""
+    journal = DurableJournal(group_dir)
+    journal.setRaftCommitIndex(0)
+    journal.close()
+
+
+def test_reopened_group_takes_its_configuration_from_its_journal(tmp_path: Path) -> None:
+    hosts = [f"127.0.0.{11 + k}" for k in range(4)]
+    port = free_port_on(hosts)
+    peers = {f"n{k + 1}": f"{host}:{port}" for k, host in enumerate(hosts)}
+    stale = ["n1", "n2", "n3"]
+    current = ["n1", "n2", "n4"]
+
+    async def build() -> None:
+        nodes = {n: RaftNode(n, peers, tmp_path / n) for n in peers}
+        logs = {n: Log() for n in peers}
+        replicas = {n: await nodes[n].add_group(GROUP, logs[n], members=stale) for n in stale}
+        for node in nodes.values():
+            await node.start()
+        try:
+            leader = await until(lambda: leader_of(replicas), "a leader")
+            if leader == "n3":  # the leader cannot remove itself: make n3 a follower
+                while leader_of(replicas) in (None, "n3"):
+                    with contextlib.suppress(RequestDenied, NotLeader):
+                        await nodes["n3"].transfer_leadership(GROUP, "n1")
+                    await asyncio.sleep(0.2)
+                leader = await until(lambda: leader_of(replicas), "a leader")
+            await replicas[leader].propose(b"before")
+            assert await nodes[leader].change_membership(GROUP, "add", "n4", timeout_s=10)
+            replicas["n4"] = await nodes["n4"].add_group(GROUP, logs["n4"], members=list(peers))
+            assert await nodes[leader].change_membership(GROUP, "remove", "n3", timeout_s=10)
+            await replicas[leader].propose(b"after")
+            await until(lambda: all(logs[n].items == logs[leader].items for n in current), "log")
+        finally:
+            for node in nodes.values():
+                await node.stop()
+
+    async def reopen() -> None:
+        for n in current:
+            forget_commit_hint(tmp_path / n / "groups" / str(GROUP))
+        plain = RaftNode("n1", peers, tmp_path / "n1")
+        replica = await plain.add_group(GROUP, Log(), members=stale)
+        assert replica.members == stale  # what pysyncobj alone reopens with
+        await plain.stop()
+        nodes = {n: RaftNode(n, peers, tmp_path / n) for n in current}
+        logs = {n: Log() for n in current}
+        replicas = {  # each opened with a stale configuration (n4: the one it joined with)
+            n: await nodes[n].add_group(
+                GROUP, logs[n], members=sorted({*stale, n}), members_from_log=True
+            )
+            for n in current
+        }
+        assert all(r.members == current for r in replicas.values())
+        for node in nodes.values():
+            await node.start()
+        try:
+            leader = await until(lambda: leader_of(replicas), "a leader among n1, n2, n4")
+            await replicas[leader].propose(b"reopened")
+            await until(
+                lambda: all(logs[n].items[-1:] == [b"reopened"] for n in current), "all apply"
+            )
+            assert all(r.members == current for r in replicas.values())
+        finally:
+            for node in nodes.values():
+                await node.stop()
+
+    asyncio.run(build())
+    asyncio.run(reopen())
