@@ -60,20 +60,30 @@ def _check_replicas(state: MetadataState, replicas: tuple[str, ...]) -> md.Rejec
     return None
 
 
+def _topic_of(
+    state: MetadataState,
+    cmd: ReassignPartition | AlterPartitionReplicas | DecommissionPartition | RemovePartition,
+) -> md.TopicInfo | md.Rejected:
+    """The command's topic, or its refusal: the topic must still be the one the command
+    names by id (a deleted and recreated topic is another one), with that partition."""
+    topic = state.topics.get(cmd.topic)
+    if topic is None or topic.topic_id != cmd.topic_id:
+        return _reject(
+            md.REJECT_UNKNOWN_TOPIC, f"topic {cmd.topic!r} id {cmd.topic_id} does not exist", "topic"
+        )
+    if not 0 <= cmd.partition < len(topic.partitions):
+        return _reject(
+            md.REJECT_UNKNOWN_PARTITION, f"partition {cmd.partition} does not exist", "partition"
+        )
+    return topic
+
+
 def apply_partition_command(
     state: MetadataState, cmd: ReassignPartition | AlterPartitionReplicas, now_ms: int
 ) -> Outcome:
-    topic = state.topics.get(cmd.topic)
-    if topic is None or topic.topic_id != cmd.topic_id:
-        return state, _reject(
-            md.REJECT_UNKNOWN_TOPIC,
-            f"topic {cmd.topic!r} id {cmd.topic_id} does not exist",
-            "topic",
-        )
-    if not 0 <= cmd.partition < len(topic.partitions):
-        return state, _reject(
-            md.REJECT_UNKNOWN_PARTITION, f"partition {cmd.partition} does not exist", "partition"
-        )
+    topic = _topic_of(state, cmd)
+    if isinstance(topic, md.Rejected):
+        return state, topic
     rejected = _check_replicas(state, cmd.replicas)
     if rejected is not None:
         return state, rejected
@@ -162,17 +172,9 @@ def _gone(topic: str, partition: int) -> md.Rejected:
 def apply_partition_lifecycle(
     state: MetadataState, cmd: DecommissionPartition | RemovePartition, now_ms: int
 ) -> Outcome:
-    topic = state.topics.get(cmd.topic)
-    if topic is None or topic.topic_id != cmd.topic_id:
-        return state, _reject(
-            md.REJECT_UNKNOWN_TOPIC,
-            f"topic {cmd.topic!r} id {cmd.topic_id} does not exist",
-            "topic",
-        )
-    if not 0 <= cmd.partition < len(topic.partitions):
-        return state, _reject(
-            md.REJECT_UNKNOWN_PARTITION, f"partition {cmd.partition} does not exist", "partition"
-        )
+    topic = _topic_of(state, cmd)
+    if isinstance(topic, md.Rejected):
+        return state, topic
     old = topic.partitions[cmd.partition]
     if old.status == md.PARTITION_GONE:
         return state, _gone(cmd.topic, cmd.partition)
