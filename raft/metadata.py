@@ -621,6 +621,17 @@ def _bump(state: MetadataState, now_ms: int, **changes: Any) -> MetadataState:
     return replace(state, metadata_version=state.metadata_version + 1, clock_ms=now_ms, **changes)
 
 
+def with_partition(
+    state: MetadataState, topic: TopicInfo, partition: int, new: PartitionInfo, now_ms: int
+) -> tuple[MetadataState, Applied]:
+    """`state` with one partition of `topic` replaced by `new`: a visible change."""
+    partitions = list(topic.partitions)
+    partitions[partition] = new
+    new_topic = replace(topic, partitions=tuple(partitions))
+    new_state = _bump(state, now_ms, topics={**state.topics, topic.name: new_topic})
+    return new_state, Applied(new_state.metadata_version, topic=new_topic)
+
+
 def _register_broker(
     state: MetadataState, cmd: RegisterBroker, now_ms: int
 ) -> tuple[MetadataState, Result]:
@@ -839,11 +850,8 @@ def _report_leader(
             f"term {cmd.term} is not newer than the reported term {old.leader_term}",
             "term",
         )
-    partitions = list(topic.partitions)
-    partitions[cmd.partition] = replace(old, leader=cmd.leader, leader_term=cmd.term)
-    new_topic = replace(topic, partitions=tuple(partitions))
-    new_state = _bump(state, now_ms, topics={**state.topics, cmd.topic: new_topic})
-    return new_state, Applied(new_state.metadata_version, topic=new_topic)
+    new = replace(old, leader=cmd.leader, leader_term=cmd.term)
+    return with_partition(state, topic, cmd.partition, new, now_ms)
 
 
 PRODUCER_EPOCH_MAX: Final = 32_767  # the batch header's int16

@@ -96,16 +96,7 @@ def apply_partition_command(
         outcome = _step(old, cmd)
     if isinstance(outcome, md.Rejected):
         return state, outcome
-    partitions = list(topic.partitions)
-    partitions[cmd.partition] = outcome
-    new_topic = replace(topic, partitions=tuple(partitions))
-    new_state = replace(
-        state,
-        topics={**state.topics, cmd.topic: new_topic},
-        metadata_version=state.metadata_version + 1,
-        clock_ms=now_ms,
-    )
-    return new_state, md.Applied(new_state.metadata_version, topic=new_topic)
+    return md.with_partition(state, topic, cmd.partition, outcome, now_ms)
 
 
 def _reassign(
@@ -198,16 +189,7 @@ def apply_partition_lifecycle(
                 "partition",
             )
         new = replace(old, status=md.PARTITION_GONE, replicas=(), leader=None)
-    partitions = list(topic.partitions)
-    partitions[cmd.partition] = new
-    new_topic = replace(topic, partitions=tuple(partitions))
-    new_state = replace(
-        state,
-        topics={**state.topics, cmd.topic: new_topic},
-        metadata_version=state.metadata_version + 1,
-        clock_ms=now_ms,
-    )
-    return new_state, md.Applied(new_state.metadata_version, topic=new_topic)
+    return md.with_partition(state, topic, cmd.partition, new, now_ms)
 
 
 def apply_broker_command(

@@ -26,6 +26,23 @@ ROOT = Path(__file__).resolve().parents[2]
 FIRST_HOST = 11  # node k listens on 127.0.0.(11 + k)
 
 
+class Register:
+    """The smallest state machine: the last command applied (for in-process RaftNodes)."""
+
+    def __init__(self) -> None:
+        self.value = b""
+
+    def apply(self, command: bytes) -> bytes:
+        self.value = command
+        return command
+
+    def snapshot(self) -> bytes:
+        return self.value
+
+    def restore(self, snapshot: bytes) -> None:
+        self.value = snapshot
+
+
 class RequestFailed(Exception):
     def __init__(self, answer: dict[str, Any]) -> None:
         super().__init__(f"{answer.get('error')}: {answer.get('message')}")

@@ -12,30 +12,14 @@ from __future__ import annotations
 import asyncio
 import time
 from pathlib import Path
-from typing import Any
 
-from raft_harness import free_port_on
+from raft_harness import Register, free_port_on
 
 from raft import RaftNode, Replica
 
 GROUPS = 30
 BALANCE_PERIOD_S = 0.3
 BALANCE_BOUND_S = 20.0
-
-
-class Register:
-    def __init__(self) -> None:
-        self.value = b""
-
-    def apply(self, command: bytes) -> Any:
-        self.value = command
-        return command
-
-    def snapshot(self) -> bytes:
-        return self.value
-
-    def restore(self, snapshot: bytes) -> None:
-        self.value = snapshot
 
 
 def leader_counts(replicas: dict[str, list[Replica]]) -> dict[str, int]:

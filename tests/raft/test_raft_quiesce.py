@@ -21,26 +21,11 @@ import time
 from pathlib import Path
 from typing import Any
 
-from raft_harness import RaftCluster, RequestFailed, free_port_on
+from raft_harness import RaftCluster, Register, RequestFailed, free_port_on
 
 from raft import RaftConfig, RaftNode, Replica, quiesce
 
 GROUPS = 24
-
-
-class Register:
-    def __init__(self) -> None:
-        self.value = b""
-
-    def apply(self, command: bytes) -> bytes:
-        self.value = command
-        return command
-
-    def snapshot(self) -> bytes:
-        return self.value
-
-    def restore(self, snapshot: bytes) -> None:
-        self.value = snapshot
 
 
 async def wait_until(condition: Any, timeout_s: float, what: str) -> float:
