@@ -96,7 +96,14 @@ def test_add_transfer_remove_one_member_at_a_time(tmp_path: Path) -> None:
             replicas["n4"] = await nodes["n4"].add_group(GROUP, logs["n4"], members=list(peers))
             await replicas[old].propose(b"after-add")
             await until(lambda: logs["n4"].items == logs[old].items, "n4 holds the log")
-            progress = await nodes[old].group_progress(GROUP)
+            # The leader learns n4's match index from n4's answer, a moment after n4 applied.
+            deadline = time.monotonic() + WAIT_S
+            while True:
+                progress = await nodes[old].group_progress(GROUP)
+                if progress.match_index["n4"] == progress.last_index:
+                    break
+                assert time.monotonic() < deadline, f"n4 not caught up: {progress}"
+                await asyncio.sleep(0.05)
             assert progress.members == ("n1", "n2", "n3", "n4")
             assert progress.match_index["n4"] == progress.last_index
             with pytest.raises(RequestDenied):
