@@ -26,7 +26,7 @@ from hypothesis import strategies as st
 from log import FlushPolicy, LogConfig, PartitionLog, Record, compaction, encode_batch
 from log.config import CleanupPolicy
 from log.errors import CorruptRecordError
-from log.records import decode_batch, iter_batches, read_header, validate_batch
+from log.records import BatchHeader, decode_batch, iter_batches, read_header, validate_batch
 
 DELETE_RETENTION_MS = 1_000
 NOW_MS = 10_000
@@ -151,9 +151,10 @@ def test_read_for_copy_vouches_for_exactly_the_range_asked(
         log.close()
 
 
-def _headers(batches: list[list[Spec]]) -> list:  # type: ignore[type-arg]
+def _headers(batches: list[list[Spec]]) -> list[BatchHeader]:
     """Headers of the batches as appended (dense offsets from 0)."""
-    headers, base = [], 0
+    headers: list[BatchHeader] = []
+    base = 0
     for specs in batches:
         batch = encode_batch([to_record(s) for s in specs], base_offset=base)
         headers.append(read_header(batch))
