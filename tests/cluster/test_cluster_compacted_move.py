@@ -3,20 +3,22 @@
 without stopping that broker (issue 5; raft/partition.py `_copy_missing`, log/README.md
 invariants 12 and 13).
 
-Two brokers run with --raft-snapshot-entries 64 and compaction every 200 ms. The topic has
-one partition, replication factor 1, 1 KiB segments. Its broker receives several hundred
-single-request updates to five hot keys, some requests with one hot record, some with a
-unique-key record followed by a hot one (compaction then removes a batch's last record
-but keeps the batch). A last round rewrites every hot key after the leader's Raft journal
-was compacted (its journal no longer starts at entry 1), so every batch below the
-snapshot's log end is superseded, and filler pushes that round into closed segments. The
-test waits until compaction removed most records, then reassigns the partition to the
-other broker: the new replica must restore the leader's snapshot and copy the batches
-below its end from a log whose last batches before that end compaction thinned or removed.
-It checks that the receiving broker keeps running, that it installed a snapshot, that its
-log end offset equals the source's, and that reading the topic from offset 0 there (it is
-the only replica, so the read is served from its own log) gives exactly the source's read
-before the move: the latest value of every key, every unique record, in offset order.
+Three brokers run with --raft-snapshot-entries 64 and compaction every 200 ms. The topic
+has one partition, replication factor 2, 1 KiB segments. Its leader receives several
+hundred single-request updates to five hot keys, some requests with one hot record, some
+with a unique-key record followed by a hot one (compaction then removes a batch's last
+record but keeps the batch). A last round rewrites every hot key after the leader's Raft
+journal was compacted (its journal no longer starts at entry 1), so every hot record below
+the snapshot's log end is superseded, and filler (keys of its own) pushes that round into
+closed segments. The test waits until compaction left only the last round of hot keys,
+then reassigns the partition: the third broker, which held none of it, replaces the
+follower. The new replica must restore the leader's snapshot and copy the batches below
+its end from a log whose last batches before that end compaction thinned or removed. The
+test checks that every broker keeps running, that the new replica installed a snapshot,
+that its log end offset equals the source's, that its own log read from offset 0 (decoded
+from its segment files: a fetch would be relayed to the leader) equals the source's read
+before the move (the latest value of every key and every unique record, in offset order,
+nothing else), and that it applies the next record at the source's end offset.
 Without the fix the receiving broker stops (`copied up to ...` or `has nothing from offset`).
 """
 
