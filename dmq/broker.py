@@ -59,7 +59,7 @@ from dmq.topics import (
 from log import errors as log_errors
 from log import limits as log_limits
 from log.partition_log import ReadResult
-from log.records import Header, Record, RecordLimits, encode_batch, iter_batches, validate_batch
+from log.records import Header, Record, RecordLimits, encode_batch, validate_batch
 from log.segment import write_durably
 from raft import quiesce
 from raft.config import RaftConfig
@@ -1274,7 +1274,8 @@ class Broker:
         self, topic: str, partition: int, start_offset: int, end_offset: int
     ) -> tuple[bytes, int]:
         """Internal (a lagging replica's catch-up): this replica's committed batches from
-        start_offset, up to end_offset or fetch_bytes_max; and the offset after them."""
+        start_offset, up to end_offset or fetch_bytes_max; and the offset up to which it
+        vouches for the range (past the last batch when only compaction gaps follow)."""
         view = self._topic(topic)
         self._check_partition(view, partition)
         replica = self._local_replica(topic, partition, view.topic_id)
@@ -1289,14 +1290,9 @@ class Broker:
                 log_end_offset=replica.log_end_offset,
             )
         try:
-            data = await replica.read_batches(start_offset, end_offset, self.config.fetch_bytes_max)
+            return await replica.read_batches(start_offset, end_offset, self.config.fetch_bytes_max)
         except log_errors.LogError as exc:
             raise translate(exc) from exc
-        next_offset = start_offset
-        if data:
-            for _, header in iter_batches(data):
-                next_offset = header.last_offset + 1
-        return data, next_offset
 
     # ------------------------------------------------------------------ consumer groups
 

@@ -143,11 +143,13 @@ class PeerClient:
 
 def fetch_batches_blocking(
     http_addr: str, topic: str, partition: int, start_offset: int, end_offset: int, timeout_s: float
-) -> Iterator[bytes]:
+) -> Iterator[tuple[bytes, int]]:
     """Raw batches of [start_offset, end_offset) from a broker's replica, in chunks.
 
     Blocking (urllib): it runs on the Raft tick thread, inside a snapshot's restore, where
-    no event loop is available. Yields each response body (whole batches, concatenated).
+    no event loop is available. Yields each response body (whole batches, concatenated)
+    with its `X-Dmq-Next-Offset`: the offset the source vouches for up to (past the last
+    batch when compaction removed the batches after it).
     """
     offset = start_offset
     while offset < end_offset:
@@ -168,5 +170,5 @@ def fetch_batches_blocking(
             raise errors.BrokerUnavailable(
                 f"broker at {http_addr} has nothing from offset {offset} of {topic}-{partition}"
             )
-        yield body
+        yield body, next_offset
         offset = next_offset

@@ -42,14 +42,20 @@ from log.partition_log import PartitionLog, ReadResult
 from log.records import Record, iter_batches
 from raft import errors as raft_errors
 from raft.node import RaftNode, Replica
-from raft.partition import PRODUCE_COMMAND_VERSION, PartitionStateMachine, ProduceCommand
+from raft.partition import (
+    PRODUCE_COMMAND_VERSION,
+    CopiedChunk,
+    PartitionStateMachine,
+    ProduceCommand,
+)
 
 T = TypeVar("T")
 _log = logging.getLogger("dmq.replica")
 
 Acks = Literal["0", "1", "all"]
-# fetch_missing(start_offset, end_offset) -> response bodies of concatenated batches
-FetchMissing = Callable[[int, int], Iterator[bytes]]
+# fetch_missing(start_offset, end_offset) -> (response body of concatenated batches, the
+# offset the source vouches for up to: raft.partition.CopiedChunk), one per response
+FetchMissing = Callable[[int, int], Iterator[tuple[bytes, int]]]
 TOPIC_ID_FILE = "topic_id"
 
 
@@ -198,12 +204,15 @@ class PartitionReplica:
             await self.run(self._close_files)
             raise
 
-    def _copy_from_leader(self, start_offset: int, end_offset: int) -> Iterator[bytes]:
-        """Tick thread, inside a snapshot's restore: the leader's batches, one by one."""
-        for body in self._fetch_missing(start_offset, end_offset):
+    def _copy_from_leader(self, start_offset: int, end_offset: int) -> Iterator[CopiedChunk]:
+        """Tick thread, inside a snapshot's restore: the leader's batches, chunk by chunk."""
+        for body, covered_end_offset in self._fetch_missing(start_offset, end_offset):
             view = memoryview(body)
-            for position, header in iter_batches(view):
-                yield bytes(view[position : position + header.size_bytes])
+            batches = tuple(
+                bytes(view[position : position + header.size_bytes])
+                for position, header in iter_batches(view)
+            )
+            yield CopiedChunk(batches, covered_end_offset)
 
     def _close_files(self) -> None:
         with self.lock:
@@ -349,23 +358,15 @@ class PartitionReplica:
             future.add_done_callback(_close_read_result)
             raise
 
-    async def read_batches(self, start_offset: int, end_offset: int, max_bytes: int) -> bytes:
-        """Whole raw batches from start_offset, none starting at or past end_offset."""
+    async def read_batches(
+        self, start_offset: int, end_offset: int, max_bytes: int
+    ) -> tuple[bytes, int]:
+        """Whole raw batches from start_offset, none starting at or past end_offset, and
+        the offset this replica vouches for (PartitionLog.read_for_copy)."""
         log = self._log
         assert log is not None
 
-        def _read() -> bytes:
-            with log.read(start_offset, max_bytes) as raw:
-                data = raw.read_bytes()
-            view = memoryview(data)
-            cut = 0
-            for position, header in iter_batches(view):
-                if header.base_offset >= end_offset:
-                    break
-                cut = position + header.size_bytes
-            return data[:cut]
-
-        return await self.run(self._locked, _read)
+        return await self.run(self._locked, log.read_for_copy, start_offset, end_offset, max_bytes)
 
     async def read_records(
         self, offset: int, max_bytes: int, max_records: int

@@ -247,7 +247,9 @@ def _internal_paths(config: BrokerConfig) -> dict[str, Any]:
                 _INTERNAL + "Committed raw batches [start_offset, end_offset) for catch-up",
                 {
                     "200": {
-                        "description": "concatenated batches",
+                        "description": "concatenated batches; X-Dmq-Next-Offset: the offset "
+                        "below which the replica holds nothing more (compaction gaps "
+                        "included, never past its high watermark), where the next request starts",
                         "content": {BATCHES: {"schema": {"type": "string", "format": "binary"}}},
                     }
                 },

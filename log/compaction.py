@@ -18,8 +18,11 @@ What is kept: for each key, the record with the highest offset among the planned
 segments; tombstones (null value) only while younger than delete_retention_ms;
 records with a null key, and control batches, untouched. Offsets never change (gaps
 appear); a batch whose records all survive is copied byte for byte; a batch that
-loses records is re-encoded with the same base offset, codec and producer fields; a
-batch that loses all of them disappears, and so does a segment left empty.
+loses records is re-encoded with the same base offset, last offset delta (its last
+offset stays, even when its last records go, as in Kafka's v2 batches), codec and
+producer fields; a batch that loses all of them disappears, and so does a segment left
+empty. Those whole-batch gaps never reach the log end offset: the active segment is
+never compacted.
 Compaction does not merge small segments (a later improvement).
 """
 
@@ -118,6 +121,10 @@ def build_compaction(plan: CompactionPlan, now_ms: int) -> CompactionResult:
                     base_sequence=header.base_sequence,
                     is_transactional=header.is_transactional,
                     offset_deltas=[r.offset - header.base_offset for r in kept],
+                    # The batch keeps its end: a log's end offset and every batch's last
+                    # offset survive compaction, so a replica copying [a, b) from a
+                    # compacted log still ends at b (log/README.md, invariant 12).
+                    last_offset_delta=header.last_offset_delta,
                 )
         cleaned = seg.path + CLEANED_SUFFIX
         with open(cleaned, "wb") as f:

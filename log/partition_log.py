@@ -553,6 +553,29 @@ class PartitionLog:
             log_start_offset=self.log_start_offset,
         )
 
+    def read_for_copy(
+        self, start_offset: int, end_offset: int, max_bytes: int
+    ) -> tuple[bytes, int]:
+        """For a replica copying [start_offset, end_offset) from this log: whole raw
+        batches from start_offset (within max_bytes, at least one), none starting at or
+        past end_offset, and the offset this log vouches for: below it, the committed log
+        holds nothing more than the batches returned. Past the last batch, that spans the
+        gaps compaction left (batches it removed whole), up to min(end_offset, HW).
+        """
+        with self.read(start_offset, max_bytes) as raw:
+            data = raw.read_bytes()
+        cut, covered = 0, start_offset
+        for position, header in fmt.iter_batches(data):
+            if header.base_offset >= end_offset:  # committed: below it lie only gaps
+                return data[:cut], end_offset
+            cut, covered = position + header.size_bytes, header.next_offset
+        cap = min(end_offset, self._high_watermark)
+        if covered < cap:
+            with self.read(covered, 1) as more:
+                if not more.ranges:  # nothing committed from there on: a gap up to the HW
+                    covered = cap
+        return data[:cut], covered
+
     def read_batches(
         self, start_offset: int, max_bytes: int, *, end_offset: int | None = None
     ) -> Iterator[fmt.DecodedBatch]:

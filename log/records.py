@@ -225,15 +225,24 @@ def encode_batch(
     is_transactional: bool = False,
     is_control: bool = False,
     offset_deltas: Sequence[int] | None = None,
+    last_offset_delta: int | None = None,
     zstd_level: int = 3,
 ) -> bytes:
     """Build one batch. Offsets are dense (0, 1, 2...) unless `offset_deltas` is given
-    (compaction keeps the original offsets, so its batches have gaps)."""
+    (compaction keeps the original offsets, so its batches have gaps). The header's
+    last_offset_delta is the last record's unless `last_offset_delta` (≥ it) is given:
+    compaction keeps a thinned batch's original end, as Kafka's v2 batches do."""
     if not records:
         raise InvalidOffsetError("a batch holds at least one record", field="records")
     deltas = list(range(len(records))) if offset_deltas is None else list(offset_deltas)
     if any(b <= a for a, b in zip(deltas, deltas[1:], strict=False)) or deltas[0] < 0:
         raise InvalidOffsetError("offset deltas must increase from 0 or more", field="records")
+    end_delta = deltas[-1] if last_offset_delta is None else last_offset_delta
+    if end_delta < deltas[-1]:
+        raise InvalidOffsetError(
+            f"last_offset_delta {end_delta} is below the last record's delta {deltas[-1]}",
+            field="last_offset_delta",
+        )
     first_timestamp_ms = records[0].timestamp_ms
     max_timestamp_ms = max(r.timestamp_ms for r in records)
     section = _encode_records(records, first_timestamp_ms, deltas)
@@ -252,7 +261,7 @@ def encode_batch(
             MAGIC,
             0,
             attributes,
-            deltas[-1],
+            end_delta,
             first_timestamp_ms,
             max_timestamp_ms,
             producer_id,
@@ -458,8 +467,9 @@ def _decode_records(
         )
     if pos != end:
         raise ValueError("bytes left after the last record")
-    if previous_delta != header.last_offset_delta:
-        raise ValueError("last record's offset delta differs from last_offset_delta")
+    # Below it only in a batch compaction thinned (it keeps the batch's end offset).
+    if previous_delta > header.last_offset_delta:
+        raise ValueError("last record's offset delta exceeds last_offset_delta")
     return records
 
 
@@ -580,6 +590,7 @@ def _check_records(section: bytes, header: BatchHeader, lim: RecordLimits) -> No
             raise ValueError("record fields do not add up to its length")
     if pos != end:
         raise ValueError("bytes left after the last record")
+    # Equal, unlike _decode_records: only compaction may end a batch after its last record.
     if previous_delta != header.last_offset_delta:
         raise ValueError("last record's offset delta differs from last_offset_delta")
 

@@ -37,7 +37,10 @@ log_start_offset and log_end_offset and the last applied position. `restore` kee
 log that already covers the snapshot; copies what is missing from the leader through the
 owner's `fetch_missing(from_offset, to_offset)` (raw batches with their offsets, appended
 with `assign_offsets=False`; the broker implements it over HTTP); and restarts a log that
-contradicts the snapshot at its log_start_offset (see `restore`).
+contradicts the snapshot at its log_start_offset (see `restore`). A copy from a compacted
+source may end short of the snapshot's end (whole batches removed); it is accepted only up
+to the offset the source vouches for (`CopiedChunk.covered_end_offset`), and the log then
+rolls to the snapshot's end, so offsets assigned after it match the leader's.
 
 **Idempotent producers.** Before a batch with a producer id is appended, its producer's
 epoch and sequence are checked (raft/producers.py): a retry is answered with its original
@@ -98,8 +101,25 @@ POSITION_NONE: Position = (0, 0)
 # Above (0, 0) and below every real position, so it makes replay skip nothing.
 POSITION_RESTORING: Position = (0, 0xFFFF_FFFF)
 
-FetchMissing = Callable[[int, int], Iterable[bytes]]
-"""fetch_missing(from_offset, to_offset): the leader's raw batches covering [from, to)."""
+
+@dataclass(frozen=True, slots=True)
+class CopiedChunk:
+    """One part of a copy from another replica (`fetch_missing`).
+
+    `batches`: whole raw batches in offset order, each starting at or after the previous
+    chunk's `covered_end_offset`. `covered_end_offset`: the source vouches that its
+    committed log holds nothing more below it than these batches and the earlier chunks'.
+    Any offset below it that no batch holds is a gap the source's compaction left (a
+    batch whose records were all removed); the source never vouches past its own high
+    watermark, so a source that lacks data cannot make a copy look complete.
+    """
+
+    batches: tuple[bytes, ...]
+    covered_end_offset: int
+
+
+FetchMissing = Callable[[int, int], Iterable[CopiedChunk]]
+"""fetch_missing(from_offset, to_offset): another replica's batches covering [from, to)."""
 
 
 class CommandDecodeError(ValueError):
@@ -350,6 +370,15 @@ class PartitionStateMachine:
         log.truncate_fully_and_start_at(wanted.log_start_offset)
 
     def _copy_missing(self, end_offset: int) -> None:
+        """Copy [log_end_offset, end_offset) from another replica; end exactly there.
+
+        The source's compaction may have removed whole batches, the last ones before
+        end_offset too (and a log written before compaction kept batch ends may have lost
+        a thinned batch's last offsets): then the copy ends short. That is accepted only
+        when the source vouched for the range up to end_offset (`covered_end_offset`):
+        the log rolls to end_offset, as `_reconcile` does after a cut in such a gap.
+        A copy the source did not vouch for up to the end is a loss: the node stops.
+        """
         log = self.log
         if log.log_end_offset >= end_offset:
             return
@@ -358,17 +387,28 @@ class PartitionStateMachine:
                 f"{self.partition}: log ends at {log.log_end_offset}, the snapshot at "
                 f"{end_offset}, and no fetch_missing to copy the rest from the leader"
             )
-        for batch in self.fetch_missing(log.log_end_offset, end_offset):
-            header = read_header(batch)
+        covered = log.log_end_offset
+        for chunk in self.fetch_missing(log.log_end_offset, end_offset):
+            for batch in chunk.batches:
+                header = read_header(batch)
+                _invariant(
+                    covered <= header.base_offset and header.last_offset < end_offset,
+                    f"{self.partition}: fetched batch {header.base_offset}..{header.last_offset}"
+                    f" is outside [{covered}, {end_offset}), the range left to copy",
+                )
+                log.append(batch, assign_offsets=False)
             _invariant(
-                header.last_offset < end_offset,
-                f"{self.partition}: fetched batch ends at {header.last_offset}, "
-                f"past the snapshot's end {end_offset}",
+                log.log_end_offset <= chunk.covered_end_offset <= end_offset,
+                f"{self.partition}: the source vouches up to {chunk.covered_end_offset}, "
+                f"outside [{log.log_end_offset}, {end_offset}]",
             )
-            log.append(batch, assign_offsets=False)
+            covered = chunk.covered_end_offset
+        if log.log_end_offset < end_offset and covered == end_offset:
+            log.roll(end_offset)  # the source's last batches before the end were compacted
         _invariant(
             log.log_end_offset == end_offset,
-            f"{self.partition}: copied up to {log.log_end_offset}, snapshot ends at {end_offset}",
+            f"{self.partition}: copied up to {log.log_end_offset} (the source vouched up "
+            f"to {covered}), snapshot ends at {end_offset}",
         )
 
     # --- the applied checkpoint -------------------------------------------------------------

@@ -84,7 +84,7 @@ class ProducerStates:
             )
         if header.producer_epoch > known.epoch:
             return None
-        last_sequence = header.base_sequence + header.record_count - 1
+        last_sequence = header.base_sequence + header.last_offset_delta  # as Kafka's
         for base_seq, last_seq, base_offset in known.batches:
             if (base_seq, last_seq) == (header.base_sequence, last_sequence):
                 return base_offset
@@ -104,7 +104,9 @@ class ProducerStates:
         known = self._known(header.producer_id, log_end_offset)
         if known is None or header.producer_epoch > known.epoch:
             known = self._producers[header.producer_id] = _Producer(header.producer_epoch)
-        last_sequence = header.base_sequence + header.record_count - 1
+        # Not record_count: a batch compaction thinned (rebuild reads those) keeps its
+        # last_offset_delta, so this still names the producer's last sequence.
+        last_sequence = header.base_sequence + header.last_offset_delta
         known.batches.append((header.base_sequence, last_sequence, base_offset))
         if len(known.batches) > PRODUCER_BATCHES_KEPT:
             known.batches.popleft()

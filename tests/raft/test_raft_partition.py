@@ -35,6 +35,7 @@ from raft.partition import (
     POSITION_RESTORING,
     PRODUCE_COMMAND_VERSION,
     CommandDecodeError,
+    CopiedChunk,
     PartitionSnapshot,
     PartitionStateMachine,
     ProduceCommand,
@@ -233,19 +234,21 @@ def test_applied_data_lost_below_a_durable_checkpoint_stops_the_replica(tmp_path
 class Leader:
     """fetch_missing over another replica's log; records what was asked."""
 
-    def __init__(self, log: PartitionLog) -> None:
+    def __init__(self, log: PartitionLog, max_bytes: int = 1 << 20) -> None:
         self.log = log
+        self.max_bytes = max_bytes
         self.asked: list[tuple[int, int]] = []
 
-    def __call__(self, from_offset: int, to_offset: int) -> Iterator[bytes]:
+    def __call__(self, from_offset: int, to_offset: int) -> Iterator[CopiedChunk]:
         self.asked.append((from_offset, to_offset))
         offset = from_offset
-        while offset < to_offset:
-            with self.log.read(offset, 1 << 20, end_offset=to_offset) as result:
-                data = result.read_bytes()
-                offset = result.next_offset
-            for position, header in iter_batches(data):
-                yield data[position : position + header.size_bytes]
+        while offset < to_offset:  # as dmq/peers.py fetch_batches_blocking does
+            data, covered = self.log.read_for_copy(offset, to_offset, self.max_bytes)
+            assert covered > offset, "the source has nothing from there"
+            yield CopiedChunk(
+                tuple(data[p : p + h.size_bytes] for p, h in iter_batches(data)), covered
+            )
+            offset = covered
 
 
 def test_snapshot_is_metadata_only(tmp_path: Path) -> None:
@@ -315,11 +318,12 @@ def test_a_restore_interrupted_by_a_crash_is_finished_by_the_next_one(tmp_path: 
     apply_all(leader, COMMANDS)
     snap = leader.snapshot()
 
-    def failing(from_offset: int, to_offset: int) -> Iterator[bytes]:
-        for k, raw in enumerate(Leader(leader.log)(from_offset, to_offset)):
+    def failing(from_offset: int, to_offset: int) -> Iterator[CopiedChunk]:
+        # One batch per chunk (max_bytes 1): the sixth answer never comes.
+        for k, chunk in enumerate(Leader(leader.log, max_bytes=1)(from_offset, to_offset)):
             if k == 5:
                 raise ConnectionError("leader went away")
-            yield raw
+            yield chunk
 
     follower = machine(tmp_path / "follower", failing)
     apply_all(follower, COMMANDS[:3])

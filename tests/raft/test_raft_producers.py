@@ -26,7 +26,12 @@ from hypothesis import strategies as st
 from log import FlushPolicy, LogConfig, PartitionLog, Record, compaction, encode_batch
 from log.config import CleanupPolicy
 from log.records import iter_batches
-from raft.partition import PRODUCE_COMMAND_VERSION, PartitionStateMachine, ProduceCommand
+from raft.partition import (
+    PRODUCE_COMMAND_VERSION,
+    CopiedChunk,
+    PartitionStateMachine,
+    ProduceCommand,
+)
 from raft.producers import PRODUCER_BATCHES_KEPT, OutOfOrderSequenceError, ProducerFencedError
 
 CONFIG = LogConfig(segment_bytes=700, flush=FlushPolicy(interval_records=None))
@@ -157,10 +162,11 @@ def crash(m: PartitionStateMachine) -> None:
 def copy_from(log: PartitionLog):  # type: ignore[no-untyped-def]
     """fetch_missing over another replica's log."""
 
-    def fetch(from_offset: int, to_offset: int) -> list[bytes]:
+    def fetch(from_offset: int, to_offset: int) -> list[CopiedChunk]:
         with log.read(from_offset, 1 << 24, end_offset=to_offset) as result:
             data = result.read_bytes()
-        return [data[p : p + h.size_bytes] for p, h in iter_batches(data)]
+        batches = tuple(data[p : p + h.size_bytes] for p, h in iter_batches(data))
+        return [CopiedChunk(batches, result.next_offset)]
 
     return fetch
 
