@@ -79,6 +79,7 @@ from raft.metadata import (
 )
 from raft.node import RaftNode, Replica
 from raft.producers import OutOfOrderSequenceError, ProducerFencedError
+from raft.reassignment import hosts_replica
 
 _log = logging.getLogger("dmq.broker")
 
@@ -538,8 +539,12 @@ class Broker:
             wanted: dict[tuple[str, int], tuple[TopicInfo, tuple[str, ...]]] = {}
             for info in state.topics.values():
                 for p, placement in enumerate(info.partitions):
-                    if node_id in placement.replicas:
-                        wanted[(info.name, p)] = (info, placement.replicas)
+                    if hosts_replica(placement, node_id):
+                        # A replica a reassignment brings here opens before the leader adds
+                        # it to the group (dmq/operations.py, step 1: else a group that
+                        # needs its answer to commit the add could never commit it).
+                        members = tuple(dict.fromkeys((*placement.replicas, node_id)))
+                        wanted[(info.name, p)] = (info, members)
             for key, replica in list(self._replicas.items()):
                 want = wanted.get(key)
                 if want is None or want[0].topic_id != replica.topic_id:
@@ -638,7 +643,7 @@ class Broker:
             (info.topic_id, p)
             for info in state.topics.values()
             for p, placement in enumerate(info.partitions)
-            if node_id in placement.replicas
+            if hosts_replica(placement, node_id)
         }
         root = self.data_dir / "partitions"
         for path in sorted(root.iterdir()) if root.exists() else []:

@@ -8,10 +8,13 @@ partition is (the catalogue and the partition group's own configuration) and is
 idempotent. raft/README.md ("Cluster operations") lists the steps and what happens if
 one stops halfway. In short, for a partition with replicas R and target T:
 
-1. **add** b in T - R: the partition leader adds b to the Raft group
-   (`RaftNode.change_membership`, pysyncobj's single-server change), then the catalogue
-   records R + b (`AlterPartitionReplicas`); b's broker then opens its replica, which
-   catches up through Raft (entries, or a snapshot plus a copy of the log over HTTP);
+1. **add** b in T - R: b's broker opens its replica as soon as the target names it (as a
+   non-member its votes are ignored); once it is open, the partition leader adds b to the
+   Raft group (`RaftNode.change_membership`, pysyncobj's single-server change), then the
+   catalogue records R + b (`AlterPartitionReplicas`); b catches up through Raft
+   (entries, or a snapshot plus a copy of the log over HTTP). Opening first matters when
+   the other members are not a majority of R + b: a single replica, or a group of three
+   with the broker being replaced down;
 2. **catch up**: nothing is removed while any member of T is out of sync (`_caught_up`:
    the whole log, or within REPLICA_LAG_ENTRIES_MAX entries and heard from within
    REPLICA_LAG_TIME_MAX_S): the partition never has fewer than its replication factor
@@ -327,6 +330,8 @@ class OperationsService:
         if adding:
             new = adding[0]
             if new not in members:
+                if not await self._opened(info, partition, new):
+                    return f"waiting for {new} to open its replica"
                 await self._membership(info, partition, progress["leader"], "add", new)
             await self._record(info, partition, (*replicas, new))
             return f"added {new}"
@@ -346,6 +351,17 @@ class OperationsService:
             await self._membership(info, partition, progress["leader"], "remove", leaving)
         await self._record(info, partition, tuple(b for b in replicas if b != leaving))
         return f"removed {leaving}"
+
+    async def _opened(self, info: TopicInfo, partition: int, broker_id: str) -> bool:
+        """Whether `broker_id` opened the replica the target brings it (its broker does on
+        seeing the target). Added before, a group whose other members cannot make a
+        majority of the new configuration without it (one replica, or one of three down:
+        the broker being replaced) could not commit the add, nor anything after it."""
+        try:
+            await self._call(broker_id, info, partition, "log", None)
+        except errors.DmqError:
+            return False
+        return True
 
     async def _record(self, info: TopicInfo, partition: int, replicas: tuple[str, ...]) -> None:
         await self._broker.metadata.propose(

@@ -242,10 +242,14 @@ def _check_enough_left(state: MetadataState, broker_id: str, now_ms: int) -> md.
     return None
 
 
+def hosts_replica(placement: md.PartitionInfo, broker_id: str) -> bool:
+    """Whether the partition has a replica on `broker_id`, or a reassignment is bringing
+    one there (the broker opens it before the leader adds it to the group)."""
+    return broker_id in placement.replicas or (
+        placement.target is not None and broker_id in placement.target
+    )
+
+
 def holds_replicas(state: MetadataState, broker_id: str) -> bool:
     """Whether any partition has (or is moving to) a replica on `broker_id`."""
-    return any(
-        broker_id in p.replicas or (p.target is not None and broker_id in p.target)
-        for t in state.topics.values()
-        for p in t.partitions
-    )
+    return any(hosts_replica(p, broker_id) for t in state.topics.values() for p in t.partitions)

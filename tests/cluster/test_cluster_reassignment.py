@@ -10,6 +10,9 @@ losing or duplicating a record (dmq/operations.py, raft/membership.py):
   and in order, and the new replica's segments are byte-identical to the others';
 - the metadata leader driving a move is killed (-9) halfway: a new one completes it while
   the old one is down, and the old one, restarted, deletes the replica it no longer holds;
+- a move whose group cannot commit the add without the new replica completes (the new
+  broker opens its replica before it is added): a partition with one replica, and a
+  partition of three whose replica being replaced is on a broker that is down;
 - bad requests are refused with a 4xx naming the field.
 """
 
@@ -157,6 +160,47 @@ def test_reassignment_survives_kill9_of_the_metadata_leader_driving_it(
     assert not any(p.errors for p in producers), [p.errors for p in producers]
     check_log_against_acks(fetch_all(via, "drive", 0), [preload, *producers])
     assert operations(via)["reassignments"] == []
+
+
+def test_moves_that_need_the_new_replica_to_commit_its_addition_complete(
+    dmq_cluster: Callable[..., DmqCluster],
+) -> None:
+    """Adding b to a group whose other live members are not a majority of the group with
+    b (one replica; or three, one of them on a dead broker being replaced) commits only
+    once b answers: b's broker must open the replica before the leader adds it."""
+    cluster = dmq_cluster(
+        4, metadata_voters=["n1", "n2", "n3"], extra_args=["--auto-balance-replicas", "false"]
+    ).start_all()  # only the moves asked for here
+    via = cluster["n1"]
+    cluster.create_topic("solo", partitions=1, replication_factor=1)
+    [[holder]] = placements(via, "solo")
+    solo = [f"s{i}" for i in range(30)]
+    produce(via, "solo", [{"value": v, "partition": 0} for v in solo])
+    mover = next(n for n in cluster.nodes if n != holder)
+    via.json(
+        "POST", "/v1/cluster/reassignments", {"topic": "solo", "partition": 0, "replicas": [mover]}
+    )
+    wait_for(lambda: placements(via, "solo") == [[mover]], 60.0, "one-replica move done")
+    produce(via, "solo", [{"value": "after", "partition": 0}])
+    assert [v for _, _, v in fetch_all(via, "solo", 0)] == [*solo, "after"]
+
+    cluster.create_topic("dead", partitions=1, replication_factor=3)
+    [before] = placements(via, "dead")
+    [spare] = [n for n in cluster.nodes if n not in before]
+    down = next(b for b in before if b != cluster.metadata_leader() and b != "n1")
+    values = [f"d{i}" for i in range(30)]
+    produce(via, "dead", [{"value": v, "partition": 0} for v in values])
+    cluster.kill9(down)
+    target = [spare if b == down else b for b in before]
+    via.json(
+        "POST", "/v1/cluster/reassignments", {"topic": "dead", "partition": 0, "replicas": target}
+    )
+    wait_for(lambda: placements(via, "dead") == [target], 60.0, "dead broker's replica replaced")
+    produce(via, "dead", [{"value": "after", "partition": 0}])
+    assert [v for _, _, v in fetch_all(cluster[spare], "dead", 0)] == [*values, "after"]
+    cluster[down].start()
+    cluster.wait_ready([cluster[down]])
+    wait_for(lambda: not cluster[down].partition_dir("dead", 0).exists(), 30.0, "old dir gone")
 
 
 def test_reassignment_requests_are_checked(dmq_cluster: Callable[..., DmqCluster]) -> None:
