@@ -58,6 +58,7 @@ ERROR_STATUSES: dict[int, tuple[str, tuple[str, ...], bool]] = {
             "producer_fenced",
             "out_of_order_sequence",
             "partition_decommissioned",
+            "operation_conflict",
         ),
         False,
     ),
@@ -266,6 +267,15 @@ def _internal_paths(config: BrokerConfig) -> dict[str, Any]:
                 {"200": _ok(_object({"metadata_version": _OFFSET}, ("metadata_version",)))},
                 body={"required": True, "content": binary},
                 errors=(400, 404, 409, 413, 429, 503, 504),
+            )
+        },
+        "/v1/internal/metadata/voters": {
+            "get": _op(
+                "internal_metadata_voters",
+                _INTERNAL + "On the metadata leader only (503 elsewhere), after a read "
+                "barrier: group 0's members and the catalogue (voters check their membership)",
+                {"200": _ok(_object({}, closed=False))},
+                errors=(503, 504),
             )
         },
         "/v1/internal/metadata": {
