@@ -1,9 +1,13 @@
 """The broker's view of the metadata group: the cluster catalogue and how to change it.
 
 The metadata group (Raft group 0) runs raft/metadata.py's MetadataMachine on the voters
-(`metadata_voters`: 1, 3 or 5 brokers). The other brokers are observers: they do not vote
-and follow the voters' state over HTTP. Either way this service offers the same three
-things to the Broker:
+(bootstrapped from `metadata_voters`, then the catalogue's `voters`). The other brokers
+are observers: they do not vote and follow the voters' state over HTTP. A broker switches
+role when the voter set changes (raft/README.md, "Metadata voter changes"): an observer
+in `voters_target` opens group 0 and serves the observed catalogue until its machine
+caught up (promotion); a voter that the leader says left writes `metadata_left`, deletes
+group 0 and follows (demotion); at start, group 0 opens whenever its directory exists.
+Either way this service offers the same three things to the Broker:
 
 - `state`: the catalogue as this broker last applied (voter) or received (observer). Reads
   are never older than that, and it only moves forward (`metadata_version` never drops);
@@ -361,6 +365,7 @@ class MetadataService:
                     after_version=self._observed.metadata_version, wait_ms=FOLLOW_WAIT_MS
                 )
                 self._adopt(doc)
+                self._maybe_start_promotion()  # again, if an earlier attempt failed
             except errors.DmqError as exc:
                 _log.debug("following the metadata group: %s", exc)
                 await asyncio.sleep(FOLLOW_RETRY_S)
@@ -403,8 +408,14 @@ class MetadataService:
             return False
         if self._role_task is not None and not self._role_task.done():
             return False
-        self._role_task = self._loop.create_task(self._become_voter())
+        self._role_task = self._loop.create_task(self._become_voter_logged())
         return True
+
+    async def _become_voter_logged(self) -> None:
+        try:
+            await self._become_voter()
+        except Exception:  # the follow loop's next answer tries again
+            _log.exception("opening the metadata group to become a voter failed")
 
     async def _become_voter(self) -> None:
         observed = self._observed
@@ -486,16 +497,19 @@ class MetadataService:
         self._changed_on_loop()
 
     async def leader_view(self) -> dict[str, Any]:
-        """For the membership check: on the group-0 leader only, after a read barrier (so
-        it is the leader now), its configuration and its catalogue."""
+        """For the membership check: on the group-0 leader only, its configuration and its
+        catalogue. The configuration is read before a read barrier: the barrier's commit
+        also commits every membership entry appended before it, so the answer names a
+        committed configuration of a leader that was still leading (a member must never
+        delete its log on a removal that a new leader could undo)."""
         replica = self.replica
         if replica is None or not replica.status().is_leader:
             raise errors.NotLeader("this broker does not lead the metadata group")
-        await self.read_barrier()
         try:
             progress = await self._raft_node.group_progress(METADATA_GROUP_ID)
         except raft_errors.RaftError as exc:
             raise translate_raft_error(exc, "metadata voters") from exc
+        await self.read_barrier()
         return {
             "leader": self.node_id,
             "members": list(progress.members),
