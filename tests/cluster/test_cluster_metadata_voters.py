@@ -14,6 +14,8 @@ to 5 and shrinks back while the cluster serves (dmq/operations.py, dmq/metadata.
 - every acknowledged record is read back exactly once, in order, at its offset; the
   group's committed offset, read linearizably through any broker, never goes backwards
   and is never older than a commit acknowledged before the read;
+- a change waiting for a broker that is down refuses another change (409) and is rolled
+  back by asking for the recorded set;
 - decommissioning a voter first swaps it for a non-voting broker, then it leaves the
   catalogue; with no broker to take its place the request is refused (400, broker_id).
 """
@@ -286,6 +288,22 @@ def test_decommissioning_a_voter_swaps_it_out_first(
 ) -> None:
     cluster = start_three_voters_two_joiners(dmq_cluster, 4)
     cluster.create_topic("d", partitions=1, replication_factor=3)
+    # A change to a broker that is down waits (it cannot open group 0); another change
+    # meanwhile is a conflict; asking for the recorded set rolls it back.
+    cluster.kill9("n4")
+    change_voters(cluster["n1"], ["n1", "n2", "n3", "n4"])
+    running = voters_doc(cluster["n2"])
+    assert running["target"] == ["n1", "n2", "n3", "n4"] and running["progress"] == 0.0, running
+    resp = cluster["n2"].request("POST", "/v1/cluster/metadata-voters",
+                                 {"voters": ["n1", "n2", "n4"]})  # fmt: skip
+    assert resp.status == 409 and resp.json()["error"]["code"] == "operation_conflict", resp
+    assert resp.json()["error"]["details"]["field"] == "voters", resp
+    change_voters(cluster["n3"], ["n1", "n2", "n3"])
+    wait_voters(cluster["n1"], ["n1", "n2", "n3"], [])
+    assert group0_members(cluster[cluster.metadata_leader()]) == ["n1", "n2", "n3"]
+    cluster["n4"].start()
+    cluster.wait_ready([cluster["n4"]])
+    assert group0_members(cluster["n4"]) is None
     resp = cluster["n4"].request("POST", "/v1/cluster/brokers/n2/decommission")
     assert resp.status == 202, resp
     wait_voters(cluster["n1"], ["n1", "n3", "n4"], [])
