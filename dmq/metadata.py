@@ -287,9 +287,7 @@ class MetadataService:
         replica = self.replica
         if replica is not None:
             try:
-                result = await replica.propose(
-                    encode_command(command), timeout_s=self._timeout_s
-                )
+                result = await replica.propose(encode_command(command), timeout_s=self._timeout_s)
             except raft_errors.RaftError as exc:
                 raise translate_raft_error(exc, "metadata") from exc
             if isinstance(result, Rejected):

@@ -207,6 +207,33 @@ def start_three_voters_two_joiners(dmq_cluster: Callable[..., DmqCluster], n: in
     return cluster
 
 
+def shrink_removing_the_leader(cluster: DmqCluster, seen: list[dict[str, Any]]) -> Node:
+    """5 -> 3 voters, the metadata leader among the two removed; checks they became
+    observers; returns one of them restarted (configured as a voter, still an observer)."""
+    everyone = sorted(cluster.nodes)
+    leader = cluster.metadata_leader()
+    stay = sorted(b for b in everyone if b != leader)[:3]
+    removed = sorted(set(everyone) - set(stay))
+    assert leader in removed
+    print(f"5 -> 3: {stay}, removing {removed} (the leader is {leader})")
+    change_voters(cluster[stay[0]], stay)
+    wait_voters(cluster[stay[0]], stay, seen)
+    for node_id in removed:
+        node = cluster[node_id]
+        wait_for(lambda n=node: not n.group_dir(0).exists(), 20.0, f"{node_id} demoted")
+        assert (node.data_dir / "meta" / "metadata_left").exists()
+        assert group0_members(node) is None
+    assert group0_members(cluster[stay[0]]) == stay
+    assert cluster["n1"].json("GET", "/v1/cluster")["metadata_voters"] == stay
+    # A removed voter restarted stays an observer (configured as a voter even: the
+    # marker decides) and serves reads.
+    observer = restart_configured(cluster, removed[0], everyone)
+    assert group0_members(observer) is None and not observer.group_dir(0).exists()
+    offsets = retry(lambda: observer.request("GET", "/v1/groups/g/offsets"), 20.0)
+    assert offsets.status == 200 and offsets.json()["offsets"], offsets
+    return observer
+
+
 @pytest.mark.slow
 def test_voters_grow_3_to_5_survive_a_leader_crash_and_shrink_to_3(
     dmq_cluster: Callable[..., DmqCluster],
@@ -217,8 +244,12 @@ def test_voters_grow_3_to_5_survive_a_leader_crash_and_shrink_to_3(
     assert group0_members(cluster["n4"]) is None  # an observer
     cluster.create_topic("mv", partitions=2, replication_factor=3)
     via = AnyLive(list(cluster.nodes.values()))
-    member = retry(lambda: cluster["n5"].request(
-        "POST", "/v1/groups/g/members", {"topics": ["mv"], "session_timeout_ms": 120_000}), 20)
+    member = retry(
+        lambda: cluster["n5"].request(
+            "POST", "/v1/groups/g/members", {"topics": ["mv"], "session_timeout_ms": 120_000}
+        ),
+        20,
+    )
     assert member.status == 201, member
     producer = Producer(via, "mv", "p", partitions=(0, 1)).start()  # type: ignore[arg-type]
     load = AdminAndGroupLoad(via, member.json()).start()
@@ -251,26 +282,7 @@ def test_voters_grow_3_to_5_survive_a_leader_crash_and_shrink_to_3(
             via.down.discard(node_id)
             assert group0_members(cluster[node_id]) == everyone, node_id
 
-        leader = cluster.metadata_leader()
-        stay = sorted(b for b in everyone if b != leader)[:3]
-        removed = sorted(set(everyone) - set(stay))
-        assert leader in removed
-        print(f"5 -> 3: {stay}, removing {removed} (the leader is {leader})")
-        change_voters(cluster[stay[0]], stay)
-        wait_voters(cluster[stay[0]], stay, seen)
-        for node_id in removed:
-            node = cluster[node_id]
-            wait_for(lambda n=node: not n.group_dir(0).exists(), 20.0, f"{node_id} demoted")
-            assert (node.data_dir / "meta" / "metadata_left").exists()
-            assert group0_members(node) is None
-        assert group0_members(cluster[stay[0]]) == stay
-        assert cluster["n1"].json("GET", "/v1/cluster")["metadata_voters"] == stay
-        # A removed voter restarted stays an observer (configured as a voter even: the
-        # marker decides) and serves reads.
-        observer = restart_configured(cluster, removed[0], everyone)
-        assert group0_members(observer) is None and not observer.group_dir(0).exists()
-        offsets = retry(lambda: observer.request("GET", "/v1/groups/g/offsets"), 20.0)
-        assert offsets.status == 200 and offsets.json()["offsets"], offsets
+        observer = shrink_removing_the_leader(cluster, seen)
         acked = len(producer.acked)
         wait_for(lambda: len(producer.acked) >= acked + 10, 30.0, "acks after the shrink")
     finally:

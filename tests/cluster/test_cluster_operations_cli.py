@@ -83,7 +83,10 @@ def test_join_reassign_and_decommission_through_the_cli(
             "decommissions": [],
             "partition_decommissions": [],
             "metadata_voters": {
-                "voters": first, "target": None, "step": "done", "progress": 1.0,
+                "voters": first,
+                "target": None,
+                "step": "done",
+                "progress": 1.0,
             },
         }
         with pytest.raises(errors.NotFound):
