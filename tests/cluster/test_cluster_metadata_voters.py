@@ -216,8 +216,10 @@ def shrink_removing_the_leader(cluster: DmqCluster, seen: list[dict[str, Any]]) 
     removed = sorted(set(everyone) - set(stay))
     assert leader in removed
     print(f"5 -> 3: {stay}, removing {removed} (the leader is {leader})")
+    started = time.monotonic()
     change_voters(cluster[stay[0]], stay)
     wait_voters(cluster[stay[0]], stay, seen)
+    print(f"5 -> 3 under load in {time.monotonic() - started:.1f} s")
     for node_id in removed:
         node = cluster[node_id]
         wait_for(lambda n=node: not n.group_dir(0).exists(), 20.0, f"{node_id} demoted")
@@ -256,8 +258,10 @@ def test_voters_grow_3_to_5_survive_a_leader_crash_and_shrink_to_3(
     seen: list[dict[str, Any]] = []
     try:
         wait_for(lambda: len(producer.acked) >= 10 and load.commits_at, 30.0, "load running")
+        started = time.monotonic()
         change_voters(cluster["n4"], everyone)
         wait_voters(cluster["n2"], everyone, seen)
+        print(f"3 -> 5 under load in {time.monotonic() - started:.1f} s")
         assert seen and all(d["target"] == everyone for d in seen), seen[:3]
         assert any(d["progress"] < 1.0 for d in seen), seen[:3]
         for node_id in ("n4", "n5"):
