@@ -42,6 +42,7 @@ import collections
 import contextlib
 import json
 import logging
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
 from dmq import errors
@@ -377,43 +378,36 @@ class OperationsService:
             _log.info("metadata voter change: %s", exc)
 
     async def _advance_voters(self) -> str:
-        """Record group 0's configuration when it differs from the catalogue's; else add
-        one target broker (once every live member caught up), else remove one member not
-        in the target (once every target member caught up; the leader last, after
-        handing its leadership to a caught-up target member). What it did."""
+        """One step of `next_voter_step`, acted on; what it did."""
         node = self._broker.raft_node
         assert node is not None
         progress = await node.group_progress(METADATA_GROUP_ID)
         if progress.change_pending:
             return "waiting for the membership change to commit"
         state = self._broker.metadata.state
-        actual, target = progress.members, state.voters_target
-        if set(actual) != set(state.voters) or (target and set(actual) == set(target)):
-            await self._broker.metadata.propose(AlterMetadataVoters(actual, wall_ms()))
-            return f"recorded voters {list(actual)}"
-        if not target:
-            return "done"
         doc = progress.to_json()
-        live = set(state.live_brokers(max(state.clock_ms, wall_ms())))
-        adding = [b for b in target if b not in actual]
-        if adding:
-            lagging = [m for m in actual if m in live and not _caught_up(doc, m)]
-            if lagging:
-                return f"catching up {','.join(lagging)} before adding {adding[0]}"
-            if adding[0] not in live or not await self._opened_metadata_group(adding[0]):
-                return f"waiting for {adding[0]} to open its replica of the metadata group"
-            await self._change_voter("add", adding[0])
-            return f"added {adding[0]}"
-        lagging = [m for m in target if not _caught_up(doc, m)]
-        if lagging:
-            return f"catching up {','.join(lagging)}"
-        me = self._broker.config.node_id
-        leaving = sorted((b for b in actual if b not in target), key=lambda b: (b == me, b))
-        if leaving[0] == me:
-            await node.transfer_leadership(METADATA_GROUP_ID, target[0])
-            return f"moving leadership from {me} to {target[0]}"
-        await self._change_voter("remove", leaving[0])
-        return f"removed {leaving[0]}"
+        step = next_voter_step(
+            progress.members,
+            state.voters,
+            state.voters_target,
+            me=self._broker.config.node_id,
+            live=frozenset(state.live_brokers(max(state.clock_ms, wall_ms()))),
+            in_sync=frozenset(m for m in progress.members if _caught_up(doc, m)),
+        )
+        if step.action == "record":
+            await self._broker.metadata.propose(AlterMetadataVoters(progress.members, wall_ms()))
+        elif step.action == "add":
+            assert step.broker is not None
+            if not await self._opened_metadata_group(step.broker):
+                return f"waiting for {step.broker} to open its replica of the metadata group"
+            await self._change_voter("add", step.broker)
+        elif step.action == "remove":
+            assert step.broker is not None
+            await self._change_voter("remove", step.broker)
+        elif step.action == "transfer":
+            assert step.broker is not None
+            await node.transfer_leadership(METADATA_GROUP_ID, step.broker)
+        return step.what
 
     async def _change_voter(self, action: Literal["add", "remove"], broker_id: str) -> None:
         """One Raft change of group 0, then its record in the catalogue (a crash between
@@ -733,6 +727,55 @@ def describe_step(placement: PartitionInfo, progress: dict[str, Any]) -> str:
     if leaving and progress["leader"] == leaving[0]:
         return f"moving leadership from {leaving[0]}"
     return f"removing {leaving[0]}" if leaving else "finishing"
+
+
+@dataclass(frozen=True, slots=True)
+class VoterStep:
+    """The metadata voter driver's next step: record the configuration, add or remove
+    one member, hand the leadership to `broker`, wait, or nothing (done)."""
+
+    action: Literal["record", "add", "remove", "transfer", "wait", "done"]
+    broker: str | None
+    what: str  # for the operations view
+
+
+def next_voter_step(
+    actual: tuple[str, ...],
+    recorded: tuple[str, ...],
+    target: tuple[str, ...],
+    *,
+    me: str,
+    live: frozenset[str],
+    in_sync: frozenset[str],
+) -> VoterStep:
+    """Group 0's next step (raft/README.md, "Metadata voter changes"), from its leader
+    `me`'s configuration `actual`, the catalogue's `recorded` voters and `target`.
+    Deterministic, so a new leader reading the same facts takes the same step.
+
+    Record the configuration whenever it differs from the catalogue's (or reached the
+    target: the record ends the change); then add the first target broker missing, once
+    every live member is in sync and it is live; then, once every target member is in
+    sync, remove a member not in the target, the leader last and only after handing its
+    leadership to the first target member."""
+    if set(actual) != set(recorded) or (target and set(actual) == set(target)):
+        return VoterStep("record", None, f"recorded voters {list(actual)}")
+    if not target:
+        return VoterStep("done", None, "done")
+    adding = [b for b in target if b not in actual]
+    if adding:
+        lagging = [m for m in actual if m in live and m not in in_sync]
+        if lagging:
+            return VoterStep("wait", None, f"catching up {','.join(lagging)} before {adding[0]}")
+        if adding[0] not in live:
+            return VoterStep("wait", None, f"waiting for {adding[0]} (not live)")
+        return VoterStep("add", adding[0], f"added {adding[0]}")
+    lagging = [m for m in target if m not in in_sync]
+    if lagging:
+        return VoterStep("wait", None, f"catching up {','.join(lagging)}")
+    leaving = sorted((b for b in actual if b not in target), key=lambda b: (b == me, b))
+    if leaving[0] == me:
+        return VoterStep("transfer", target[0], f"moving leadership from {me} to {target[0]}")
+    return VoterStep("remove", leaving[0], f"removed {leaving[0]}")
 
 
 def describe_voters_step(voters: tuple[str, ...], target: tuple[str, ...]) -> str:
