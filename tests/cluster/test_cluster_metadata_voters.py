@@ -16,6 +16,9 @@ to 5 and shrinks back while the cluster serves (dmq/operations.py, dmq/metadata.
   and is never older than a commit acknowledged before the read;
 - a change waiting for a broker that is down refuses another change (409) and is rolled
   back by asking for the recorded set;
+- kill -9 of the metadata leader halfway through a change (n4 added, waiting for n5 that
+  is down): the new leader finishes it once n5 is back, and the old one restarts with
+  the 5-member group;
 - decommissioning a voter first swaps it for a non-voting broker, then it leaves the
   catalogue; with no broker to take its place the request is refused (400, broker_id).
 """
@@ -337,3 +340,27 @@ def test_decommissioning_a_voter_swaps_it_out_first(
     assert voters_doc(cluster["n1"])["target"] is None
     resp = cluster["n1"].request("POST", "/v1/cluster/metadata-voters", {"voters": ["n1", "n9"]})
     assert resp.status == 400 and resp.json()["error"]["details"]["field"] == "voters", resp
+
+
+def test_a_new_metadata_leader_resumes_a_voter_change(
+    dmq_cluster: Callable[..., DmqCluster],
+) -> None:
+    cluster = start_three_voters_two_joiners(dmq_cluster, 5)
+    everyone = sorted(cluster.nodes)
+    cluster.kill9("n5")  # the change can add n4, then waits for n5
+    change_voters(cluster["n1"], everyone)
+    wait_for(lambda: voters_doc(cluster["n2"])["voters"] == ["n1", "n2", "n3", "n4"], 30.0,
+             "n4 added and recorded")  # fmt: skip
+    leader = cluster.metadata_leader()
+    waiting = wait_for(lambda: (doc := voters_doc(cluster[leader]))["step"].startswith(
+        "waiting for n5") and doc, 10.0, "the leader's driver waiting for n5")  # fmt: skip
+    assert waiting["target"] == everyone, waiting
+    assert 0.0 < waiting["progress"] < 1.0, waiting
+    cluster.kill9(leader)  # 3 of the 4 members go on; a new leader takes the change over
+    cluster["n5"].start()
+    cluster.wait_ready([cluster["n5"]])
+    survivor = cluster.any_live(exclude=[leader])
+    wait_voters(survivor, everyone, [])
+    assert group0_members(cluster["n5"]) == everyone
+    node = restart_configured(cluster, leader, ["n1", "n2", "n3"])
+    assert group0_members(node) == everyone
