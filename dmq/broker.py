@@ -39,7 +39,7 @@ from typing import Any, Literal
 from dmq import errors, limits, planted
 from dmq.config import BrokerConfig
 from dmq.groups_service import GroupsService
-from dmq.metadata import MetadataService, wall_ms
+from dmq.metadata import METADATA_LEFT_MARKER, MetadataService, wall_ms
 from dmq.operations import OperationsService
 from dmq.partitioner import StickyPartitioner, partition_for_key
 from dmq.peers import PeerClient, fetch_batches_blocking
@@ -317,6 +317,7 @@ class Broker:
             self._voter_http_addrs,
             timeout_s=self.timeout_s,
             on_change=self._reconcile_wanted.set,
+            left_marker=self.data_dir / "meta" / METADATA_LEFT_MARKER,
         )
         await self._metadata.start()
         await self._register()
@@ -418,19 +419,25 @@ class Broker:
         return self._metadata
 
     def _voter_http_addrs(self) -> list[str]:
-        """Voters' HTTP addresses: registered ones, else a guess for the first contact.
+        """The other voters' HTTP addresses: registered ones, else a guess for the first
+        contact. The voters are the catalogue's (`MetadataState.voters`, recorded after
+        each change of group 0), the configured `metadata_voters` only until the catalogue
+        has any.
 
         An observer knows the voters' Raft addresses from `peers` but not their HTTP
         addresses until it has the catalogue: it first tries each voter's Raft host with
         this broker's own HTTP port (brokers usually share one port; see dmq/README.md).
         """
         state = self._metadata.state if self._metadata is not None else None
+        voters = list(state.voters) if state is not None and state.voters else self.config.voters
         out = []
-        for voter in self.config.voters:
+        for voter in voters:
+            if voter == self.config.node_id:
+                continue  # a broker asks the others (a promoting one is not served yet)
             info = state.brokers.get(voter) if state is not None else None
             if info is not None:
                 out.append(info.http_addr)
-            else:
+            elif voter in self.config.peer_addrs:
                 host = self.config.peer_addrs[voter].rpartition(":")[0]
                 out.append(f"{host}:{self.config.http_port}")
         return out
@@ -1373,7 +1380,7 @@ class Broker:
         return {
             "cluster_id": self.cluster_id,
             "node_id": self.config.node_id,
-            "metadata_voters": self.config.voters,
+            "metadata_voters": list(state.voters) or self.config.voters,
             "metadata_version": state.metadata_version,
             "brokers": [
                 {
@@ -1389,10 +1396,15 @@ class Broker:
     def local_status(self) -> dict[str, Any]:
         """This broker's replicas as its Raft groups see them (for cluster status)."""
         replicas = [r.status() for r in list(self._replicas.values())]
-        metadata = self._metadata.replica if self._metadata is not None else None
+        metadata = self._metadata.open_replica if self._metadata is not None else None
         if metadata is not None:
             fields = raft_status_fields(metadata)
-            replicas.append({**fields, "group_id": 0, "topic": None, "partition": None})
+            # Group 0's configuration as this member knows it (voter changes; a read of
+            # pysyncobj's member list from this thread: a snapshot, for status only).
+            replicas.append(
+                {**fields, "group_id": 0, "topic": None, "partition": None,
+                 "members": metadata.members}
+            )  # fmt: skip
         return {"node_id": self.config.node_id, "ready": self.ready, "replicas": replicas}
 
     async def cluster_status(self) -> dict[str, Any]:
@@ -1430,6 +1442,11 @@ class Broker:
         """Internal: an observer's metadata command; the metadata version it produced."""
         applied = await self.metadata.propose_encoded(command)
         return applied.metadata_version
+
+    async def metadata_voters_view(self) -> dict[str, Any]:
+        """Internal, on the metadata leader: group 0's members and the catalogue (a voter
+        checking whether it is still one, dmq/metadata.py)."""
+        return await self.metadata.leader_view()
 
     async def metadata_state_after(
         self, after_version: int, wait_ms: int, consistency: str | None

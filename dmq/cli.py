@@ -524,10 +524,8 @@ def _cmd_cluster_status(args: argparse.Namespace) -> int:
             )
         )
     _print_table(rows)
-    operations = asyncio.run(_operations_of(args.url))
-    if operations["reassignments"] or operations["decommissions"]:
-        print()
-        cli_cluster.render_operations(operations, sys.stdout)
+    print()  # every running operation (or "no operation running"), as `cluster operations`
+    cli_cluster.render_operations(asyncio.run(_operations_of(args.url)), sys.stdout)
     return 0
 
 

@@ -4,6 +4,8 @@
   decommissions with the replicas they still hold;
 - `dmq cluster reassign TOPIC PARTITION BROKER,BROKER,... [--wait]`;
 - `dmq cluster decommission-broker ID [--wait]`;
+- `dmq cluster metadata-voters ID,ID,... [--wait]`: change the metadata group's voters
+  (one broker at a time, added ones first);
 - `dmq serve --join URL`: ask a running broker for the cluster (its brokers' Raft
   addresses and the metadata voters) and start as a new, non-voting broker of it.
 """
@@ -51,6 +53,14 @@ def add_cluster_operations(actions: Any, url: argparse.ArgumentParser) -> None:
     decommission.add_argument("broker_id")
     decommission.add_argument("--wait", action="store_true", help="show progress until done")
     decommission.set_defaults(handler=cmd_decommission)
+    voters = actions.add_parser(
+        "metadata-voters",
+        parents=[url],
+        help="change the metadata group's voters (one broker at a time)",
+    )
+    voters.add_argument("voters", help="the voter set wanted: broker ids, comma-separated")
+    voters.add_argument("--wait", action="store_true", help="show progress until done")
+    voters.set_defaults(handler=cmd_metadata_voters)
     retire = actions.add_parser(
         "decommission-partition",
         parents=[url],
@@ -82,6 +92,14 @@ def render_operations(doc: dict[str, Any], out: TextIO) -> int:
         where = f"{d['topic']}-{d['partition']}"
         left = "?" if d["offsets_left"] is None else d["offsets_left"]
         out.write(f"{where:<24} decommissioned, {left} offsets until retention empties it\n")
+    change = doc.get("metadata_voters")
+    if change is not None and change.get("target"):
+        running += 1
+        moves = f"{','.join(change['voters'])} -> {','.join(change['target'])}"
+        out.write(
+            f"{'metadata voters':<24} {progress_bar(change['progress'])} {moves}  "
+            f"{change['step']}\n"
+        )
     if not running:
         out.write("no operation running\n")
     return running
@@ -135,6 +153,21 @@ def cmd_decommission(args: argparse.Namespace) -> int:
 
     asyncio.run(decommission())
     print(f"decommissioning {args.broker_id}: its replicas move to the other brokers")
+    if args.wait:
+        _watch(args.url, sys.stdout)
+    return 0
+
+
+def cmd_metadata_voters(args: argparse.Namespace) -> int:
+    voters = [v.strip() for v in args.voters.split(",") if v.strip()]
+
+    async def change() -> dict[str, Any]:
+        async with AsyncAdmin(args.url) as admin:
+            return await admin.change_metadata_voters(voters)
+
+    doc = asyncio.run(change())
+    target = doc.get("target") or doc.get("voters") or voters
+    print(f"metadata voters: {','.join(doc.get('voters', []))} -> {','.join(target)}")
     if args.wait:
         _watch(args.url, sys.stdout)
     return 0

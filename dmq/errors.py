@@ -18,6 +18,7 @@
     │   │   ├── GroupNotEmpty        409  offsets reset and group delete need an empty group
     │   │   └── InconsistentAssignor 409  the group's members use another assignor
     │   ├── PartitionDecommissioned  409  the partition takes no new records (still readable)
+    │   ├── OperationConflict        409  another cluster operation of that kind is running
     │   ├── ProducerFenced           409  a newer instance of this transactional id wrote
     │   ├── OutOfOrderSequence       409  an idempotent producer's batch skips a sequence
     │   ├── RecordTooLarge           413  a record, batch or body over its limit
@@ -118,6 +119,17 @@ class PartitionDecommissioned(ClientError):
     code = "partition_decommissioned"
 
 
+class OperationConflict(ClientError):
+    """A cluster operation that conflicts with one running (e.g. a second metadata voter
+    change): wait for it to finish (`GET /v1/cluster/operations`) or roll it back."""
+
+    code = "operation_conflict"
+
+    def __init__(self, message: str, *, field: str | None = None, **details: Any) -> None:
+        super().__init__(message, field=field, **details)
+        self.field = field
+
+
 class ProducerFenced(ClientError):
     code = "producer_fenced"
 
@@ -198,6 +210,7 @@ _ALL: tuple[type[DmqError], ...] = (
     OffsetOutOfRange,
     PartitionGone,
     PartitionDecommissioned,
+    OperationConflict,
     RetriableError,
     NotLeader,
     BrokerUnavailable,

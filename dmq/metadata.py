@@ -1,9 +1,13 @@
 """The broker's view of the metadata group: the cluster catalogue and how to change it.
 
 The metadata group (Raft group 0) runs raft/metadata.py's MetadataMachine on the voters
-(`metadata_voters`: 1, 3 or 5 brokers). The other brokers are observers: they do not vote
-and follow the voters' state over HTTP. Either way this service offers the same three
-things to the Broker:
+(bootstrapped from `metadata_voters`, then the catalogue's `voters`). The other brokers
+are observers: they do not vote and follow the voters' state over HTTP. A broker switches
+role when the voter set changes (raft/README.md, "Metadata voter changes"): an observer
+in `voters_target` opens group 0 and serves the observed catalogue until its machine
+caught up (promotion); a voter that the leader says left writes `metadata_left`, deletes
+group 0 and follows (demotion); at start, group 0 opens whenever its directory exists.
+Either way this service offers the same three things to the Broker:
 
 - `state`: the catalogue as this broker last applied (voter) or received (observer). Reads
   are never older than that, and it only moves forward (`metadata_version` never drops);
@@ -23,10 +27,12 @@ import contextlib
 import logging
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 from dmq import errors
 from dmq.peers import PeerClient
+from log.segment import write_durably
 from raft import errors as raft_errors
 from raft.metadata import (
     REJECT_NOT_ENOUGH_BROKERS,
@@ -36,6 +42,8 @@ from raft.metadata import (
     REJECT_UNKNOWN_BROKER,
     REJECT_UNKNOWN_PARTITION,
     REJECT_UNKNOWN_TOPIC,
+    REJECT_VOTERS_CHANGE_RUNNING,
+    REJECT_VOTERS_UNKNOWN,
     Applied,
     BrokerHeartbeat,
     Command,
@@ -58,6 +66,11 @@ METADATA_GROUP_ID = 0
 FOLLOW_WAIT_MS = 5_000
 # After a failed follow call, the observer waits this long before the next voter.
 FOLLOW_RETRY_S = 0.2
+# How often a voter that does not lead asks the leader whether it is still a member
+# (pysyncobj does not tell a removed one): a removed voter keeps its group-0 copy, idle,
+# for up to this long. One read barrier on the leader per voter per check.
+METADATA_MEMBERSHIP_CHECK_S = 2.0
+METADATA_LEFT_MARKER = "metadata_left"  # in <data dir>/meta/
 
 
 def wall_ms() -> int:
@@ -90,6 +103,10 @@ def error_for_rejected(rejected: Rejected) -> errors.DmqError:
         return errors.BrokerUnavailable(rejected.message, retry_after_ms=500)
     if rejected.code == REJECT_NOT_ENOUGH_BROKERS:
         return errors.InvalidRequest(rejected.message, field="replication_factor")
+    if rejected.code == REJECT_VOTERS_CHANGE_RUNNING:
+        return errors.OperationConflict(rejected.message, field=field)
+    if rejected.code == REJECT_VOTERS_UNKNOWN:  # the leader records group 0's set soon
+        return errors.BrokerUnavailable(rejected.message, retry_after_ms=500)
     if rejected.code == REJECT_TOO_MANY_TOPICS:
         return errors.InvalidRequest(rejected.message, field="name")
     group_error = GROUP_REJECT_ERRORS.get(rejected.code)
@@ -140,6 +157,10 @@ class _NotifyingMachine(MetadataMachine):
 
 
 class MetadataService:
+    """This broker's side of group 0 (module docstring): a voter or an observer, and the
+    switches between the two when the voter set changes (raft/README.md, "Metadata voter
+    changes")."""
+
     def __init__(
         self,
         node_id: str,
@@ -150,46 +171,85 @@ class MetadataService:
         *,
         timeout_s: float,
         on_change: Callable[[], None],
+        left_marker: Path,
     ) -> None:
         self.node_id = node_id
-        self.voters = voters
-        self.is_voter = node_id in voters
+        self.config_voters = voters  # the bootstrap set (`metadata_voters`)
         self._raft_node = raft_node
         self._peers = peers
-        self._voter_http = voter_http  # HTTP addresses of voters, best guess first
+        self._voter_http = voter_http  # HTTP addresses of the other voters, best guess first
         self._timeout_s = timeout_s
         self._on_change = on_change
+        # Written durably before a removed voter deletes its group-0 directory: on restart
+        # it stays an observer although `metadata_voters` may name it.
+        self._left_marker = left_marker
         self._machine: _NotifyingMachine | None = None
         self._replica: Replica | None = None
+        # Group 0 is open but its machine has not reached the observed catalogue yet: the
+        # observed one is still served (an empty machine would make the broker delete
+        # every local replica), proposals go through the other voters.
+        self._promoting = False
         self._observed = MetadataState()
         self._changed = asyncio.Event()
         self._follow_task: asyncio.Task[None] | None = None
+        self._check_task: asyncio.Task[None] | None = None
+        self._role_task: asyncio.Task[None] | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._notify_pending = False
 
     @property
     def state(self) -> MetadataState:
-        return self._machine.state if self._machine is not None else self._observed
+        return self._machine.state if self.is_voter and self._machine else self._observed
+
+    @property
+    def is_voter(self) -> bool:
+        """Group 0 is open here and its machine serves the catalogue."""
+        return self._machine is not None and not self._promoting
+
+    @property
+    def voters(self) -> list[str]:
+        """Group 0's voters as the catalogue last recorded them (configured ones before)."""
+        return list(self.state.voters) or list(self.config_voters)
 
     @property
     def replica(self) -> Replica | None:
+        """Group 0's replica once it serves the catalogue (None on observers and while
+        promoting: callers use it to lead or route, which needs the machine's state)."""
+        return self._replica if self.is_voter else None
+
+    @property
+    def open_replica(self) -> Replica | None:
+        """Group 0's replica if it is open here at all (status reports)."""
         return self._replica
 
     async def start(self) -> None:
+        """Open group 0 whenever its directory exists (members from its own journal: the
+        configured voters only a fallback); without one, a broker that left the voter set
+        stays an observer, and a configured voter bootstraps a new cluster."""
         self._loop = asyncio.get_running_loop()
-        if self.is_voter:
-            self._machine = _NotifyingMachine(self._notify_from_thread)
-            self._replica = await self._raft_node.add_group(
-                METADATA_GROUP_ID, self._machine, members=self.voters
-            )
+        group_dir = self._raft_node.data_dir / "groups" / str(METADATA_GROUP_ID)
+        if group_dir.exists():
+            await self._open_group(sorted({*self.config_voters, self.node_id}))
+        elif not self._left_marker.exists() and self.node_id in self.config_voters:
+            await self._open_group(self.config_voters)
         else:
             self._follow_task = self._loop.create_task(self._follow())
 
+    async def _open_group(self, members: list[str]) -> None:
+        self._machine = _NotifyingMachine(self._notify_from_thread)
+        self._replica = await self._raft_node.add_group(
+            METADATA_GROUP_ID, self._machine, members=members, members_from_log=True
+        )
+        assert self._loop is not None
+        if self._check_task is None or self._check_task.done():
+            self._check_task = self._loop.create_task(self._check_membership_loop())
+
     async def stop(self) -> None:
-        if self._follow_task is not None:
-            self._follow_task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._follow_task
+        for task in (self._role_task, self._check_task, self._follow_task):
+            if task is not None:
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError, Exception):
+                    await task
 
     # --- change notification ------------------------------------------------------------
 
@@ -203,6 +263,8 @@ class MetadataService:
 
     def _changed_on_loop(self) -> None:
         self._notify_pending = False
+        self._maybe_finish_promotion()
+        self._maybe_start_promotion()
         self._changed.set()
         self._changed = asyncio.Event()
         self._on_change()
@@ -222,11 +284,10 @@ class MetadataService:
 
     async def propose(self, command: Command) -> Applied:
         """Commit `command`; its Applied result once this broker's state includes it."""
-        if self._replica is not None:
+        replica = self.replica
+        if replica is not None:
             try:
-                result = await self._replica.propose(
-                    encode_command(command), timeout_s=self._timeout_s
-                )
+                result = await replica.propose(encode_command(command), timeout_s=self._timeout_s)
             except raft_errors.RaftError as exc:
                 raise translate_raft_error(exc, "metadata") from exc
             if isinstance(result, Rejected):
@@ -239,7 +300,7 @@ class MetadataService:
 
     async def propose_encoded(self, data: bytes) -> Applied:
         """A command another broker encoded (an observer's, relayed to this voter)."""
-        if self._replica is None:
+        if not self.is_voter:
             raise errors.NotLeader("this broker is not a metadata voter", retry_after_ms=200)
         try:
             command = decode_command(data)
@@ -286,7 +347,7 @@ class MetadataService:
 
     async def read_barrier(self) -> None:
         """After this, `state` includes every change committed before the call."""
-        if self._replica is not None:
+        if self.is_voter:
             await self.propose(BrokerHeartbeat(self.node_id, wall_ms()))
             return
         doc = await self._fetch_state(after_version=-1, wait_ms=0, linearizable=True)
@@ -295,13 +356,14 @@ class MetadataService:
     # --- observers ----------------------------------------------------------------------
 
     async def _follow(self) -> None:
-        """Observer: long-poll the voters for each newer state."""
-        while True:
+        """Observer (and promoting voter): long-poll the voters for each newer state."""
+        while not self.is_voter:
             try:
                 doc = await self._fetch_state(
                     after_version=self._observed.metadata_version, wait_ms=FOLLOW_WAIT_MS
                 )
                 self._adopt(doc)
+                self._maybe_start_promotion()  # again, if an earlier attempt failed
             except errors.DmqError as exc:
                 _log.debug("following the metadata group: %s", exc)
                 await asyncio.sleep(FOLLOW_RETRY_S)
@@ -333,3 +395,122 @@ class MetadataService:
         with contextlib.suppress(errors.RequestTimeout):
             await self.wait_for_version(after_version + 1, wait_ms / 1000)
         return {"state": state_to_json(self.state)}
+
+    # --- voter set changes (raft/README.md, "Metadata voter changes") ------------------
+
+    def _maybe_start_promotion(self) -> bool:
+        """An observer that finds itself in `voters_target` opens group 0; True if it began."""
+        if self._machine is not None or self._loop is None:
+            return False
+        if self.node_id not in self._observed.voters_target:
+            return False
+        if self._role_task is not None and not self._role_task.done():
+            return False
+        self._role_task = self._loop.create_task(self._become_voter_logged())
+        return True
+
+    async def _become_voter_logged(self) -> None:
+        try:
+            await self._become_voter()
+        except Exception:  # the follow loop's next answer tries again
+            _log.exception("opening the metadata group to become a voter failed")
+
+    async def _become_voter(self) -> None:
+        observed = self._observed
+        members = sorted({*observed.voters, self.node_id})
+        for member in members:  # joined brokers: make every member reachable first
+            info = observed.brokers.get(member)
+            if info is not None and member != self.node_id:
+                await self._raft_node.add_peer(member, info.raft_addr)
+        _log.info("joining the metadata voters (group 0 members %s)", members)
+        self._promoting = True
+        try:
+            await self._open_group(members)
+        except BaseException:
+            self._promoting = False
+            self._machine = None
+            raise
+        self._left_marker.unlink(missing_ok=True)
+        self._maybe_finish_promotion()
+
+    def _maybe_finish_promotion(self) -> bool:
+        """A promoting voter serves its machine once it holds the observed catalogue
+        (versions never go back); True when it switched."""
+        machine = self._machine
+        if not self._promoting or machine is None:
+            return False
+        if machine.state.metadata_version < self._observed.metadata_version:
+            return False
+        self._promoting = False
+        _log.info(
+            "metadata voter now: group 0 caught up to version %d", machine.state.metadata_version
+        )
+        return True
+
+    async def _check_membership_loop(self) -> None:
+        """pysyncobj never tells a removed member: a voter that does not lead asks the
+        metadata leader every METADATA_MEMBERSHIP_CHECK_S whether it is still one."""
+        while self._replica is not None:
+            await asyncio.sleep(METADATA_MEMBERSHIP_CHECK_S)
+            try:
+                await self._maybe_become_observer()
+            except errors.DmqError as exc:
+                _log.debug("metadata membership check: %s", exc)
+            except Exception:
+                _log.exception("metadata membership check failed")
+
+    async def _maybe_become_observer(self) -> bool:
+        replica = self._replica
+        if replica is None or replica.status().is_leader:
+            return False
+        view = await self._call_voters("GET", "/v1/internal/metadata/voters")
+        leader_state = state_from_json(view["state"])
+        own_version = max(self.state.metadata_version, self._observed.metadata_version)
+        # Only positive evidence from a leader at least as new as what this broker saw: a
+        # stale answer must never make a member delete its copy of the log.
+        if view["leader"] == self.node_id or leader_state.metadata_version < own_version:
+            return False
+        if self.node_id in view["members"] or self.node_id in leader_state.voters_target:
+            return False
+        await self._become_observer(leader_state)
+        return True
+
+    async def _become_observer(self, leader_state: MetadataState) -> None:
+        _log.info("left the metadata voters: deleting group 0 here, following the catalogue")
+        write_durably(self._left_marker, b"left the metadata voters\n")
+        served = self.state
+        replica = self._replica
+        self._replica = None
+        self._machine = None
+        self._promoting = False
+        if leader_state.metadata_version >= served.metadata_version:
+            self._observed = leader_state
+        else:
+            self._observed = served
+        if replica is not None:  # its proposals in flight fail with ReplicaStopped (503)
+            await self._raft_node.remove_group(METADATA_GROUP_ID, delete=True)
+        assert self._loop is not None
+        if self._follow_task is None or self._follow_task.done():
+            self._follow_task = self._loop.create_task(self._follow())
+        self._changed_on_loop()
+
+    async def leader_view(self) -> dict[str, Any]:
+        """For the membership check: on the group-0 leader only, its configuration and its
+        catalogue. The configuration is read before a read barrier: the barrier's commit
+        also commits every membership entry appended before it, so the answer names a
+        committed configuration of a leader that was still leading (a member must never
+        delete its log on a removal that a new leader could undo)."""
+        replica = self.replica
+        if replica is None or not replica.status().is_leader:
+            raise errors.NotLeader("this broker does not lead the metadata group")
+        try:
+            progress = await self._raft_node.group_progress(METADATA_GROUP_ID)
+        except raft_errors.RaftError as exc:
+            raise translate_raft_error(exc, "metadata voters") from exc
+        await self.read_barrier()
+        return {
+            "leader": self.node_id,
+            "members": list(progress.members),
+            "change_pending": progress.change_pending,
+            "state": state_to_json(self.state),
+        }

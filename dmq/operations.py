@@ -45,15 +45,18 @@ import collections
 import contextlib
 import json
 import logging
-from typing import TYPE_CHECKING, Any
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Literal
 
 from dmq import errors
-from dmq.metadata import translate_raft_error, wall_ms
+from dmq.metadata import METADATA_GROUP_ID, translate_raft_error, wall_ms
 from dmq.replica import group_id_for
 from raft import errors as raft_errors
 from raft.metadata import (
     PARTITION_DECOMMISSIONED,
+    AlterMetadataVoters,
     AlterPartitionReplicas,
+    ChangeMetadataVoters,
     DecommissionBroker,
     DecommissionPartition,
     MetadataState,
@@ -64,6 +67,7 @@ from raft.metadata import (
     UnregisterBroker,
 )
 from raft.reassignment import holds_replicas
+from raft.voters import METADATA_VOTERS_MAX
 
 if TYPE_CHECKING:
     from dmq.broker import Broker
@@ -81,6 +85,7 @@ REPLICA_LAG_ENTRIES_MAX = 64
 REPLICA_LAG_TIME_MAX_S = 1.0
 MEMBERSHIP_CHANGE_TIMEOUT_S = 10.0
 PEER_CALL_TIMEOUT_S = 5.0
+VOTER_STATUS_TIMEOUT_S = 2.0  # asking a broker whether it opened its group-0 replica
 
 
 def _key(topic: str, partition: int) -> str:
@@ -97,6 +102,10 @@ class OperationsService:
         # Checks of decommissioned partitions' logs, off the driver's round: a broker that
         # hangs must not hold up reassignments.
         self._removals: asyncio.Task[None] | None = None
+        # What the metadata voter driver's last step did (on the metadata leader).
+        self._voters_step: str | None = None
+        # Each voter change's starting set, as this broker first saw it (progress).
+        self._voters_start: dict[tuple[str, ...], tuple[str, ...]] = {}
 
     # ------------------------------------------------------------------ requests
 
@@ -117,18 +126,30 @@ class OperationsService:
         assert applied.topic is not None
         return self._operation_doc(applied.topic, partition, applied.topic.partitions[partition])
 
-    async def decommission(self, broker_id: str) -> dict[str, Any]:
-        if broker_id in self._broker.config.voters:
+    async def change_metadata_voters(self, voters: list[str]) -> dict[str, Any]:
+        """Record the voter set wanted for the metadata group (the metadata leader then
+        changes group 0 one voter at a time); the `metadata_voters` operation doc."""
+        wanted = tuple(sorted(voters))
+        if len(set(wanted)) != len(wanted) or not 0 < len(wanted) <= METADATA_VOTERS_MAX:
             raise errors.InvalidRequest(
-                f"{broker_id} is a metadata voter; the voter set is fixed by metadata_voters "
-                "(raft/README.md: not done yet)",
-                field="broker_id",
+                f"voters must be 1-{METADATA_VOTERS_MAX} distinct broker ids",
+                field="voters",
+                limit=METADATA_VOTERS_MAX,
             )
+        unknown = sorted(b for b in wanted if b not in self._broker.metadata.state.brokers)
+        if unknown:
+            raise errors.InvalidRequest(f"unknown broker(s) {unknown}", field="voters")
+        await self._broker.metadata.propose(ChangeMetadataVoters(wanted, wall_ms()))
+        return self._metadata_voters_doc()
+
+    async def decommission(self, broker_id: str) -> dict[str, Any]:
         if broker_id not in self._broker.metadata.state.brokers:
             raise errors.NotFound(f"broker {broker_id!r} is not registered", field="broker_id")
-        applied = await self._broker.metadata.propose(DecommissionBroker(broker_id, wall_ms()))
-        assert applied.broker is not None
-        return {"broker_id": broker_id, "decommissioning": applied.broker.decommissioning}
+        await self._maybe_swap_voter_out(broker_id)
+        await self._broker.metadata.propose(DecommissionBroker(broker_id, wall_ms()))
+        # The state, not the Applied: an observer's proposal returns only the version.
+        info = self._broker.metadata.state.brokers.get(broker_id)
+        return {"broker_id": broker_id, "decommissioning": info is None or info.decommissioning}
 
     async def decommission_partition(self, topic: str, partition: int) -> dict[str, Any]:
         """Stop the partition taking new records; the driver removes it once empty."""
@@ -146,6 +167,31 @@ class OperationsService:
             "partition": partition,
             "status": applied.topic.partitions[partition].status,
         }
+
+    async def _maybe_swap_voter_out(self, broker_id: str) -> None:
+        """A metadata voter leaves group 0 first: the voter set wanted becomes this one's
+        with `broker_id` replaced by the eligible non-voter holding the fewest replicas."""
+        state = self._broker.metadata.state
+        voters = set(state.voters_target or state.voters or self._broker.config.voters)
+        if broker_id not in voters:
+            return
+        counts = replica_counts(state)
+        eligible = [
+            b
+            for b in state.eligible_brokers(max(state.clock_ms, wall_ms()))
+            if b not in voters and b != broker_id
+        ]
+        if not eligible:
+            raise errors.InvalidRequest(
+                f"{broker_id} is a metadata voter and no live, non-voting broker can take its "
+                "place: add a broker, or shrink the voter set first "
+                "(POST /v1/cluster/metadata-voters)",
+                field="broker_id",
+            )
+        replacement = min(eligible, key=lambda b: (counts[b], b))
+        wanted = tuple(sorted((voters - {broker_id}) | {replacement}))
+        _log.info("decommissioning voter %s: metadata voters -> %s", broker_id, list(wanted))
+        await self._broker.metadata.propose(ChangeMetadataVoters(wanted, wall_ms()))
 
     def _topic_info(self, topic: str) -> TopicInfo:
         info = self._broker.metadata.state.topics.get(topic)
@@ -197,6 +243,27 @@ class OperationsService:
             "reassignments": docs,
             "decommissions": decommissions,
             "partition_decommissions": list(draining),
+            "metadata_voters": self._metadata_voters_doc(),
+        }
+
+    def _metadata_voters_doc(self) -> dict[str, Any]:
+        """Group 0's recorded voters, the change running (target, step, progress = steps
+        done / steps of the change, counted from the set this broker first saw it at)."""
+        state = self._broker.metadata.state
+        voters = tuple(state.voters) or tuple(self._broker.config.voters)
+        target = state.voters_target
+        if not target:
+            self._voters_start.clear()
+            return {"voters": list(voters), "target": None, "step": "done", "progress": 1.0}
+        start = self._voters_start.setdefault(target, voters)
+        left = len(set(target) ^ set(voters))
+        total = max(len(set(target) ^ set(start)), left, 1)
+        step = self._voters_step if self._leads_metadata() else None
+        return {
+            "voters": list(voters),
+            "target": list(target),
+            "step": step or describe_voters_step(voters, target),
+            "progress": round(1 - left / total, 4),
         }
 
     async def _partition_decommission_doc(self, info: TopicInfo, p: int) -> dict[str, Any]:
@@ -270,6 +337,7 @@ class OperationsService:
                 _log.info("raft peer %s at %s added", b.broker_id, b.raft_addr)
 
     async def _drive(self) -> None:
+        await self._drive_voters()
         state = self._broker.metadata.state
         await self._plan_decommissions(state)
         state = self._broker.metadata.state
@@ -295,6 +363,80 @@ class OperationsService:
             self._running[key] = asyncio.get_running_loop().create_task(
                 self._advance_logged(info.name, p)
             )
+
+    # ------------------------------------------------------------------ metadata voters
+
+    async def _drive_voters(self) -> None:
+        """One step of group 0's voter change, on its leader (raft/README.md, "Metadata
+        voter changes"); never blocks the partition operations on an error."""
+        if self._broker.metadata.state.voters_target:
+            # Progress counts from the set the change started at: note it while it runs.
+            self._metadata_voters_doc()
+        try:
+            self._voters_step = await self._advance_voters()
+        except raft_errors.RaftError as exc:
+            self._voters_step = f"retrying: {translate_raft_error(exc, 'metadata voters')}"
+        except errors.DmqError as exc:  # the leadership moved, a broker is down: next round
+            self._voters_step = f"retrying: {exc}"
+            _log.info("metadata voter change: %s", exc)
+
+    async def _advance_voters(self) -> str:
+        """One step of `next_voter_step`, acted on; what it did."""
+        node = self._broker.raft_node
+        assert node is not None
+        progress = await node.group_progress(METADATA_GROUP_ID)
+        if progress.change_pending:
+            return "waiting for the membership change to commit"
+        state = self._broker.metadata.state
+        doc = progress.to_json()
+        step = next_voter_step(
+            progress.members,
+            state.voters,
+            state.voters_target,
+            me=self._broker.config.node_id,
+            live=frozenset(state.live_brokers(max(state.clock_ms, wall_ms()))),
+            in_sync=frozenset(m for m in progress.members if _caught_up(doc, m)),
+        )
+        if step.action == "record":
+            await self._broker.metadata.propose(AlterMetadataVoters(progress.members, wall_ms()))
+        elif step.action == "add":
+            assert step.broker is not None
+            if not await self._opened_metadata_group(step.broker):
+                return f"waiting for {step.broker} to open its replica of the metadata group"
+            await self._change_voter("add", step.broker)
+        elif step.action == "remove":
+            assert step.broker is not None
+            await self._change_voter("remove", step.broker)
+        elif step.action == "transfer":
+            assert step.broker is not None
+            await node.transfer_leadership(METADATA_GROUP_ID, step.broker)
+        return step.what
+
+    async def _change_voter(self, action: Literal["add", "remove"], broker_id: str) -> None:
+        """One Raft change of group 0, then its record in the catalogue (a crash between
+        the two: the next round finds the configuration differs and records it)."""
+        node = self._broker.raft_node
+        assert node is not None
+        _log.info("metadata voters: %s %s", action, broker_id)
+        await node.change_membership(
+            METADATA_GROUP_ID, action, broker_id, timeout_s=MEMBERSHIP_CHANGE_TIMEOUT_S
+        )
+        members = (await node.group_progress(METADATA_GROUP_ID)).members
+        await self._broker.metadata.propose(AlterMetadataVoters(members, wall_ms()))
+
+    async def _opened_metadata_group(self, broker_id: str) -> bool:
+        """Whether `broker_id` opened its group-0 replica (it does on seeing itself in the
+        target): added before, the group would count a member that cannot answer yet."""
+        info = self._broker.metadata.state.brokers.get(broker_id)
+        if info is None:
+            return False
+        try:
+            status = await self._broker.peers.call(
+                "GET", info.http_addr, "/v1/internal/status", timeout_s=VOTER_STATUS_TIMEOUT_S
+            )
+        except errors.DmqError:
+            return False
+        return any(r.get("group_id") == METADATA_GROUP_ID for r in status.get("replicas", []))
 
     async def _advance_logged(self, topic: str, partition: int) -> None:
         key = _key(topic, partition)
@@ -547,6 +689,8 @@ class OperationsService:
 
     async def _maybe_unregister(self, state: MetadataState) -> None:
         for b, info in state.brokers.items():
+            if b in state.voters or b in state.voters_target:
+                continue  # a voter leaves group 0 first (the driver swaps it out)
             if info.decommissioning and not holds_replicas(state, b):
                 await self._broker.metadata.propose(UnregisterBroker(b, wall_ms()))
                 _log.info("broker %s decommissioned: it holds no replica and left", b)
@@ -599,6 +743,64 @@ def describe_step(placement: PartitionInfo, progress: dict[str, Any]) -> str:
     if leaving and progress["leader"] == leaving[0]:
         return f"moving leadership from {leaving[0]}"
     return f"removing {leaving[0]}" if leaving else "finishing"
+
+
+@dataclass(frozen=True, slots=True)
+class VoterStep:
+    """The metadata voter driver's next step: record the configuration, add or remove
+    one member, hand the leadership to `broker`, wait, or nothing (done)."""
+
+    action: Literal["record", "add", "remove", "transfer", "wait", "done"]
+    broker: str | None
+    what: str  # for the operations view
+
+
+def next_voter_step(
+    actual: tuple[str, ...],
+    recorded: tuple[str, ...],
+    target: tuple[str, ...],
+    *,
+    me: str,
+    live: frozenset[str],
+    in_sync: frozenset[str],
+) -> VoterStep:
+    """Group 0's next step (raft/README.md, "Metadata voter changes"), from its leader
+    `me`'s configuration `actual`, the catalogue's `recorded` voters and `target`.
+    Deterministic, so a new leader reading the same facts takes the same step.
+
+    Record the configuration whenever it differs from the catalogue's (or reached the
+    target: the record ends the change); then add the first target broker missing, once
+    every live member is in sync and it is live; then, once every target member is in
+    sync, remove a member not in the target, the leader last and only after handing its
+    leadership to the first target member."""
+    if set(actual) != set(recorded) or (target and set(actual) == set(target)):
+        return VoterStep("record", None, f"recorded voters {list(actual)}")
+    if not target:
+        return VoterStep("done", None, "done")
+    adding = [b for b in target if b not in actual]
+    if adding:
+        lagging = [m for m in actual if m in live and m not in in_sync]
+        if lagging:
+            return VoterStep("wait", None, f"catching up {','.join(lagging)} before {adding[0]}")
+        if adding[0] not in live:
+            return VoterStep("wait", None, f"waiting for {adding[0]} (not live)")
+        return VoterStep("add", adding[0], f"added {adding[0]}")
+    lagging = [m for m in target if m not in in_sync]
+    if lagging:
+        return VoterStep("wait", None, f"catching up {','.join(lagging)}")
+    leaving = sorted((b for b in actual if b not in target), key=lambda b: (b == me, b))
+    if leaving[0] == me:
+        return VoterStep("transfer", target[0], f"moving leadership from {me} to {target[0]}")
+    return VoterStep("remove", leaving[0], f"removed {leaving[0]}")
+
+
+def describe_voters_step(voters: tuple[str, ...], target: tuple[str, ...]) -> str:
+    """Where a voter change stands, from the catalogue alone (brokers that do not lead)."""
+    adding = [b for b in target if b not in voters]
+    if adding:
+        return f"adding {adding[0]}"
+    leaving = [b for b in voters if b not in target]
+    return f"removing {leaving[0]}" if leaving else "recording"
 
 
 def _caught_up(progress: dict[str, Any], member: str) -> bool:

@@ -454,6 +454,10 @@ async def internal_metadata(request: web.Request) -> web.Response:
     )
 
 
+async def internal_metadata_voters(request: web.Request) -> web.Response:
+    return codec.json_response(await broker_of(request).metadata_voters_view())
+
+
 # ---------------------------------------------------------------------- app
 
 ROUTES: tuple[tuple[str, str, Any], ...] = (
@@ -478,6 +482,7 @@ ROUTES: tuple[tuple[str, str, Any], ...] = (
     ("GET", "/v1/internal/partitions/{topic}/{partition}/batches", internal_batches),
     ("POST", "/v1/internal/metadata/propose", internal_metadata_propose),
     ("GET", "/v1/internal/metadata", internal_metadata),
+    ("GET", "/v1/internal/metadata/voters", internal_metadata_voters),
     *OPERATIONS_ROUTES,
 )
 

@@ -18,6 +18,7 @@ from typing import Any
 from dmq import __version__, limits
 from dmq.config import BrokerConfig
 from dmq.topics import TOPIC_CONFIG_KEYS
+from http_api.operations import METADATA_VOTERS_LIST_MAX
 
 JSON = "application/json"
 NDJSON = "application/x-ndjson"
@@ -57,6 +58,7 @@ ERROR_STATUSES: dict[int, tuple[str, tuple[str, ...], bool]] = {
             "producer_fenced",
             "out_of_order_sequence",
             "partition_decommissioned",
+            "operation_conflict",
         ),
         False,
     ),
@@ -269,6 +271,15 @@ def _internal_paths(config: BrokerConfig) -> dict[str, Any]:
                 errors=(400, 404, 409, 413, 429, 503, 504),
             )
         },
+        "/v1/internal/metadata/voters": {
+            "get": _op(
+                "internal_metadata_voters",
+                _INTERNAL + "On the metadata leader only (503 elsewhere), after a read "
+                "barrier: group 0's members and the catalogue (voters check their membership)",
+                {"200": _ok(_object({}, closed=False))},
+                errors=(503, 504),
+            )
+        },
         "/v1/internal/metadata": {
             "get": _op(
                 "internal_metadata",
@@ -305,10 +316,30 @@ def _operations_paths() -> dict[str, Any]:
                 errors=(400, 404, 413, 503, 504),
             )
         },
+        "/v1/cluster/metadata-voters": {
+            "post": _op(
+                "change_metadata_voters",
+                "Change the metadata group's voters to `voters`, one broker at a time "
+                "(added ones first); progress under `metadata_voters` in the operations",
+                {"202": _ok(_object({}, closed=False), "the operation, as recorded")},
+                body={
+                    "required": True,
+                    "content": {
+                        "application/json": {
+                            "schema": _object(
+                                {"voters": {**ids, "maxItems": METADATA_VOTERS_LIST_MAX}},
+                                ("voters",),
+                            )
+                        }
+                    },
+                },
+                errors=(400, 409, 503, 504),
+            )
+        },
         "/v1/cluster/operations": {
             "get": _op(
                 "cluster_operations",
-                "Running reassignments (step, progress 0..1) and decommissions",
+                "Running reassignments (step, progress 0..1), decommissions and metadata voter changes",
                 {"200": _ok(_object({}, closed=False))},
                 errors=(503,),
             )

@@ -9,7 +9,10 @@ Public:
   leader's commit index);
 - `POST /v1/cluster/brokers/{broker_id}/decommission` -> 202;
 - `POST /v1/topics/{topic}/partitions/{partition}/decommission` -> 202 (no new records;
-  removed once retention empties it; `partition_decommissions` in the operations).
+  removed once retention empties it; `partition_decommissions` in the operations);
+- `POST /v1/cluster/metadata-voters` `{"voters": [ids]}` -> 202: change the metadata
+  group's voters to that set, one broker at a time (`metadata_voters` in the operations;
+  409 while another change runs).
 
 Internal (one broker to another, on the partition's leader): `GET .../progress`,
 `GET .../log` (the replica's leadership and log offsets, for partition decommission),
@@ -30,6 +33,8 @@ from http_api.forward import broker_of
 # A replica list longer than this is refused before it reaches the metadata group (the
 # group then checks it against the topic's replication factor).
 REASSIGN_REPLICAS_MAX = 16
+# Likewise for a voter set (the metadata group checks raft/voters.py's METADATA_VOTERS_MAX).
+METADATA_VOTERS_LIST_MAX = 16
 BROKER_ID_CHARS_MAX = 255
 
 
@@ -58,7 +63,26 @@ async def reassign(request: web.Request) -> web.Response:
             limit=REASSIGN_REPLICAS_MAX,
         )
     ids = [_broker_id(r, "replicas") for r in replicas]
-    return codec.json_response(await broker_of(request).operations.reassign(topic, partition, ids), status=202)
+    return codec.json_response(
+        await broker_of(request).operations.reassign(topic, partition, ids), status=202
+    )
+
+
+async def change_metadata_voters(request: web.Request) -> web.Response:
+    doc = codec.parse_json_object(await request.read())
+    unknown = sorted(set(doc) - {"voters"})
+    if unknown:
+        raise errors.InvalidRequest(f"unknown field {unknown[0]!r}", field=unknown[0])
+    voters = doc.get("voters")
+    if not isinstance(voters, list) or not 0 < len(voters) <= METADATA_VOTERS_LIST_MAX:
+        raise errors.InvalidRequest(
+            f"voters must be a list of 1-{METADATA_VOTERS_LIST_MAX} broker ids",
+            field="voters",
+            limit=METADATA_VOTERS_LIST_MAX,
+        )
+    ids = [_broker_id(v, "voters") for v in voters]
+    answer = await broker_of(request).operations.change_metadata_voters(ids)
+    return codec.json_response(answer, status=202)
 
 
 async def operations(request: web.Request) -> web.Response:
@@ -67,7 +91,9 @@ async def operations(request: web.Request) -> web.Response:
 
 async def decommission(request: web.Request) -> web.Response:
     broker_id = _broker_id(request.match_info["broker_id"], "broker_id")
-    return codec.json_response(await broker_of(request).operations.decommission(broker_id), status=202)
+    return codec.json_response(
+        await broker_of(request).operations.decommission(broker_id), status=202
+    )
 
 
 async def decommission_partition(request: web.Request) -> web.Response:
@@ -113,6 +139,7 @@ _GROUP = "/v1/internal/partitions/{topic}/{partition}"
 OPERATIONS_ROUTES: tuple[tuple[str, str, Any], ...] = (
     ("POST", "/v1/cluster/reassignments", reassign),
     ("GET", "/v1/cluster/operations", operations),
+    ("POST", "/v1/cluster/metadata-voters", change_metadata_voters),
     ("POST", "/v1/cluster/brokers/{broker_id}/decommission", decommission),
     ("POST", "/v1/topics/{topic}/partitions/{partition}/decommission", decommission_partition),
     ("GET", f"{_GROUP}/progress", internal_progress),

@@ -20,6 +20,9 @@ Invariants (checked by tests/raft/test_raft_metadata.py):
   leader, chosen by raft/placement.py among the live brokers at creation time; a gone
   partition (decommissioned, then emptied by retention) has none, and keeps its number.
 
+The metadata group's own voter set is in the catalogue too (`voters`, `voters_target`;
+raft/voters.py has its rules, checked by tests/raft/test_raft_voters.py).
+
 Consumer groups (groups/state.py) live in the same state (`MetadataState.groups`) and their
 commands in the same log: a group command moves `clock_ms` and the groups only, never
 `metadata_version`, and `state_to_json` (the catalogue observers follow) leaves groups out;
@@ -56,6 +59,7 @@ from groups.commands import (
 )
 from groups.state import GroupsState, groups_from_json, groups_to_json
 from raft import reassignment
+from raft import voters as voter_set
 from raft.placement import PlacementError, assign_replicas
 
 # Versions of the command encoding this code can decode. A replica that meets a newer one
@@ -258,6 +262,26 @@ class DecommissionBroker:
 
 
 @dataclass(frozen=True, slots=True)
+class ChangeMetadataVoters:
+    """Start changing the metadata group's voters to `voters` (raft/voters.py): an
+    operation that dmq/operations.py carries out, one Raft membership change at a time."""
+
+    voters: tuple[str, ...]
+    now_ms: int
+    version: int = COMMAND_VERSION
+
+
+@dataclass(frozen=True, slots=True)
+class AlterMetadataVoters:
+    """The metadata group's Raft configuration, recorded by its leader after a change
+    committed (and once at the start): the recorded set plus or minus one broker."""
+
+    voters: tuple[str, ...]
+    now_ms: int
+    version: int = COMMAND_VERSION
+
+
+@dataclass(frozen=True, slots=True)
 class UnregisterBroker:
     """A decommissioned broker that holds no replica leaves the catalogue."""
 
@@ -282,6 +306,8 @@ CatalogueCommand = (
     | UnregisterBroker
     | DecommissionPartition
     | RemovePartition
+    | ChangeMetadataVoters
+    | AlterMetadataVoters
 )
 # Consumer-group commands (groups/commands.py) ride the same group and envelope.
 Command = CatalogueCommand | GroupCommand
@@ -303,6 +329,8 @@ COMMAND_TYPES: Final[dict[str, type[CatalogueCommand]]] = {
         UnregisterBroker,
         DecommissionPartition,
         RemovePartition,
+        ChangeMetadataVoters,
+        AlterMetadataVoters,
     )
 }
 
@@ -326,6 +354,7 @@ _FIELD_KINDS: Final = {
     "updates": "config",
     "removals": "strs",
     "replicas": "strs",
+    "voters": "strs",
 }
 
 
@@ -465,6 +494,11 @@ class MetadataState:
     next_producer_id: int = 0
     # -> (producer id, epoch, last InitProducer's now_ms)
     transactional_ids: dict[str, tuple[int, int, int]] = field(default_factory=dict)
+    # The metadata group's own voters (raft/voters.py): its Raft configuration as last
+    # recorded (sorted; () until its leader first records it), and the set a running
+    # change is heading for (() = none).
+    voters: tuple[str, ...] = ()
+    voters_target: tuple[str, ...] = ()
 
     def eligible_brokers(self, now_ms: int) -> list[str]:
         """Live brokers that may take new replicas (not decommissioning), sorted."""
@@ -520,6 +554,8 @@ REJECT_BROKER_IN_USE: Final = "broker_in_use"
 REJECT_PARTITION_DECOMMISSIONED: Final = "partition_decommissioned"
 REJECT_PARTITION_GONE: Final = "partition_gone"
 REJECT_LAST_PARTITION: Final = "last_active_partition"
+REJECT_VOTERS_CHANGE_RUNNING: Final = "metadata_voters_change_running"
+REJECT_VOTERS_UNKNOWN: Final = "metadata_voters_unknown"
 
 Result = Applied | Rejected
 
@@ -600,6 +636,8 @@ def _apply_catalogue(
             return reassignment.apply_broker_command(state, command, now_ms)
         case DecommissionPartition() | RemovePartition():
             return reassignment.apply_partition_lifecycle(state, command, now_ms)
+        case ChangeMetadataVoters() | AlterMetadataVoters():
+            return voter_set.apply_voters_command(state, command, now_ms)
     return state, Rejected(REJECT_INVALID_COMMAND, f"unknown command {type(command).__name__}")
 
 
@@ -924,6 +962,8 @@ def state_to_json(state: MetadataState) -> dict[str, Any]:
         "next_topic_id": state.next_topic_id,
         "metadata_version": state.metadata_version,
         "clock_ms": state.clock_ms,
+        "voters": list(state.voters),
+        "voters_target": list(state.voters_target),
     }
 
 
@@ -986,6 +1026,9 @@ def state_from_json(doc: dict[str, Any]) -> MetadataState:
         next_topic_id=doc["next_topic_id"],
         metadata_version=doc["metadata_version"],
         clock_ms=doc["clock_ms"],
+        # A snapshot from before voter changes has neither: the leader records them.
+        voters=tuple(doc.get("voters", ())),
+        voters_target=tuple(doc.get("voters_target", ())),
     )
 
 

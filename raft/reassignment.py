@@ -12,7 +12,8 @@ invariants apply() keeps whatever commands arrive:
   replaced first;
 - reaching the target's set ends the reassignment: `replicas = target`, `target = None`;
 - a decommissioning broker takes no new replica (placement, targets); it may be
-  unregistered only once it holds no replica and no target names it.
+  unregistered only once it holds no replica, no target names it, and it is neither a
+  metadata voter nor in the voters' target (raft/voters.py).
 
 Partition decommission (`DecommissionPartition`, `RemovePartition`): active ->
 decommissioned (takes no new records, stays readable; refused for a topic's last active
@@ -69,7 +70,9 @@ def _topic_of(
     topic = state.topics.get(cmd.topic)
     if topic is None or topic.topic_id != cmd.topic_id:
         return _reject(
-            md.REJECT_UNKNOWN_TOPIC, f"topic {cmd.topic!r} id {cmd.topic_id} does not exist", "topic"
+            md.REJECT_UNKNOWN_TOPIC,
+            f"topic {cmd.topic!r} id {cmd.topic_id} does not exist",
+            "topic",
         )
     if not 0 <= cmd.partition < len(topic.partitions):
         return _reject(
@@ -219,6 +222,13 @@ def apply_broker_command(
             return state, _reject(
                 md.REJECT_BROKER_IN_USE,
                 f"broker {cmd.broker_id!r} still holds replicas",
+                "broker_id",
+            )
+        if cmd.broker_id in state.voters or cmd.broker_id in state.voters_target:
+            return state, _reject(
+                md.REJECT_BROKER_IN_USE,
+                f"broker {cmd.broker_id!r} is a metadata voter; it must leave the metadata "
+                "group first",
                 "broker_id",
             )
         new_broker = broker

@@ -177,6 +177,14 @@ class AsyncAdmin:
         doc: dict[str, Any] = response.json()
         return doc
 
+    async def change_metadata_voters(self, voters: list[str]) -> dict[str, Any]:
+        """Change the metadata group's voters to `voters`; returns the operation."""
+        response = await self._transport.request(
+            "POST", "/v1/cluster/metadata-voters", json_body={"voters": list(voters)}
+        )
+        doc: dict[str, Any] = response.json()
+        return doc
+
     async def decommission_broker(self, broker_id: str) -> dict[str, Any]:
         """Move every replica off `broker_id`, then remove it from the cluster."""
         path = f"/v1/cluster/brokers/{quote(broker_id, safe='')}/decommission"

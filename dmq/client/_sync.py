@@ -443,6 +443,9 @@ class Admin:
     def decommission_broker(self, broker_id: str) -> dict[str, Any]:
         return self._runner.run(self._inner.decommission_broker(broker_id))
 
+    def change_metadata_voters(self, voters: list[str]) -> dict[str, Any]:
+        return self._runner.run(self._inner.change_metadata_voters(voters))
+
     def close(self) -> None:
         if self._runner.stopped:
             return

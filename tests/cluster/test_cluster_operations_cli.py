@@ -82,6 +82,12 @@ def test_join_reassign_and_decommission_through_the_cli(
             "reassignments": [],
             "decommissions": [],
             "partition_decommissions": [],
+            "metadata_voters": {
+                "voters": first,
+                "target": None,
+                "step": "done",
+                "progress": 1.0,
+            },
         }
         with pytest.raises(errors.NotFound):
             admin.decommission_broker("n4")  # gone

@@ -8,6 +8,12 @@ catalogue:
 - `replace_brokers` replaces each leaving broker in place by the eligible broker holding
   the fewest replicas, never one already in the set, and gives up (None) when no broker
   is left to take it;
+- property: the metadata voter driver's steps (`next_voter_step`), applied from any voter
+  set towards any target with the leader anywhere, change group 0 one member at a time,
+  record each change before the next, add every missing broker before removing any,
+  never remove the leader (it hands its leadership over first), and end at the target
+  with the change recorded as done; a broker that is down is never added, and a member
+  out of sync holds the next step;
 - the progress of a reassignment is its slowest target member's match index against the
   leader's commit index; a member is in sync when it holds the whole log, or is within
   REPLICA_LAG_ENTRIES_MAX entries and answered within REPLICA_LAG_TIME_MAX_S.
@@ -28,6 +34,7 @@ from dmq.operations import (
     _caught_up,
     _progress_fraction,
     balancing_move,
+    next_voter_step,
     replace_brokers,
     replica_counts,
 )
@@ -111,3 +118,66 @@ def test_progress_and_catch_up() -> None:
     progress["response_age_s"]["d"] = REPLICA_LAG_TIME_MAX_S + 1
     assert not _caught_up(progress, "d")  # behind and silent: out of sync
     assert not _caught_up(progress, "zz")  # not a member: never caught up
+
+
+VOTER_IDS = ["n1", "n2", "n3", "n4", "n5", "n6", "n7"]
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.sets(st.sampled_from(VOTER_IDS), min_size=1, max_size=7),
+    st.sets(st.sampled_from(VOTER_IDS), min_size=1, max_size=7),
+    st.data(),
+)
+def test_voter_steps_reach_the_target_one_member_at_a_time(
+    start: set[str], wanted: set[str], data: st.DataObject
+) -> None:
+    actual = tuple(sorted(start))
+    recorded, target = actual, tuple(sorted(wanted))
+    leader = data.draw(st.sampled_from(actual))
+    everyone = frozenset(VOTER_IDS)
+    removed_any = False
+    for _ in range(4 * len(VOTER_IDS)):
+        step = next_voter_step(actual, recorded, target, me=leader, live=everyone, in_sync=everyone)
+        if step.action == "done":
+            break
+        assert set(actual) == set(recorded) or step.action == "record", step
+        if step.action == "record":
+            recorded = actual
+            target = () if set(recorded) == set(target) else target
+        elif step.action == "add":
+            assert step.broker not in actual and not removed_any, step
+            actual = tuple(sorted((*actual, step.broker)))
+        elif step.action == "remove":
+            assert step.broker in actual and step.broker != leader, step
+            assert set(target) <= set(actual), "removed before every target broker is in"
+            removed_any = True
+            actual = tuple(b for b in actual if b != step.broker)
+        else:
+            assert step.action == "transfer" and step.broker in target and leader not in target
+            leader = step.broker
+    else:
+        raise AssertionError(f"no end: {actual} -> {wanted}")
+    assert set(actual) == wanted and recorded == actual and target == ()
+    assert leader in wanted
+
+
+def test_voter_steps_wait_for_a_broker_down_or_a_member_behind() -> None:
+    actual = ("n1", "n2", "n3")
+    target = ("n1", "n2", "n3", "n4")
+    everyone = frozenset(VOTER_IDS)
+    down = next_voter_step(actual, actual, target, me="n1", live=everyone - {"n4"},
+                           in_sync=everyone)  # fmt: skip
+    assert down.action == "wait" and "n4" in down.what
+    behind = next_voter_step(actual, actual, target, me="n1", live=everyone,
+                             in_sync=everyone - {"n2"})  # fmt: skip
+    assert behind.action == "wait" and "n2" in behind.what
+    # A member that is down does not hold an add (it cannot catch up until it returns).
+    dead = next_voter_step(actual, actual, target, me="n1", live=everyone - {"n3"},
+                           in_sync=everyone - {"n3"})  # fmt: skip
+    assert (dead.action, dead.broker) == ("add", "n4")
+    # Removing waits until every target member is in sync.
+    full = ("n1", "n2", "n3", "n4")
+    lag = next_voter_step(full, full, ("n2", "n3", "n4"), me="n2", live=everyone,
+                          in_sync=everyone - {"n4"})  # fmt: skip
+    assert lag.action == "wait" and "n4" in lag.what
