@@ -120,11 +120,13 @@ class OperationsService:
         unknown = sorted(b for b in replicas if b not in brokers)
         if unknown:
             raise errors.InvalidRequest(f"unknown broker(s) {unknown}", field="replicas")
-        applied = await self._broker.metadata.propose(
+        await self._broker.metadata.propose(
             ReassignPartition(topic, info.topic_id, partition, tuple(replicas), wall_ms())
         )
-        assert applied.topic is not None
-        return self._operation_doc(applied.topic, partition, applied.topic.partitions[partition])
+        # From the state, not the Applied: an observer's proposal returns only the version
+        # (its state includes that version once propose returns).
+        after = self._topic_info(topic)
+        return self._operation_doc(after, partition, after.partitions[partition])
 
     async def change_metadata_voters(self, voters: list[str]) -> dict[str, Any]:
         """Record the voter set wanted for the metadata group (the metadata leader then
@@ -158,15 +160,11 @@ class OperationsService:
             raise errors.PartitionNotFound(
                 f"topic {topic!r} has {len(info.partitions)} partitions", field="partition"
             )
-        applied = await self._broker.metadata.propose(
+        await self._broker.metadata.propose(
             DecommissionPartition(topic, info.topic_id, partition, wall_ms())
         )
-        assert applied.topic is not None
-        return {
-            "topic": topic,
-            "partition": partition,
-            "status": applied.topic.partitions[partition].status,
-        }
+        after = self._topic_info(topic)  # the state, as in reassign
+        return {"topic": topic, "partition": partition, "status": after.partitions[partition].status}
 
     async def _maybe_swap_voter_out(self, broker_id: str) -> None:
         """A metadata voter leaves group 0 first: the voter set wanted becomes this one's

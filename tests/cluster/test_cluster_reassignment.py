@@ -12,7 +12,8 @@ losing or duplicating a record (dmq/operations.py, raft/membership.py):
   the old one is down, and the old one, restarted, deletes the replica it no longer holds;
 - a move whose group cannot commit the add without the new replica completes (the new
   broker opens its replica before it is added): a partition with one replica, and a
-  partition of three whose replica being replaced is on a broker that is down;
+  partition of three whose replica being replaced is on a broker that is down; a
+  reassignment and a partition decommission asked through an observer answer 202;
 - bad requests are refused with a 4xx naming the field.
 """
 
@@ -177,9 +178,15 @@ def test_moves_that_need_the_new_replica_to_commit_its_addition_complete(
     solo = [f"s{i}" for i in range(30)]
     produce(via, "solo", [{"value": v, "partition": 0} for v in solo])
     mover = next(n for n in cluster.nodes if n != holder)
-    via.json(
+    # Asked through n4, an observer of the metadata group: its proposal's answer carries
+    # only the version, the operation doc comes from its state (it was a 500).
+    answer = cluster["n4"].request(
         "POST", "/v1/cluster/reassignments", {"topic": "solo", "partition": 0, "replicas": [mover]}
     )
+    assert answer.status == 202 and answer.json()["target"] == [mover], answer
+    cluster.create_topic("retire", partitions=2, replication_factor=1)
+    answer = cluster["n4"].request("POST", "/v1/topics/retire/partitions/1/decommission")
+    assert answer.status == 202 and answer.json()["status"] == "decommissioned", answer
     wait_for(lambda: placements(via, "solo") == [[mover]], 60.0, "one-replica move done")
     produce(via, "solo", [{"value": "after", "partition": 0}])
     assert [v for _, _, v in fetch_all(via, "solo", 0)] == [*solo, "after"]
