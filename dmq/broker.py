@@ -352,6 +352,7 @@ class Broker:
         c = self.config
         attempts = 0
         while True:
+            await self.operations.add_known_peers()
             try:
                 await self.metadata.propose(
                     RegisterBroker(c.node_id, c.http_addr, c.raft_addr, wall_ms())
@@ -541,6 +542,7 @@ class Broker:
     async def _reconcile(self) -> None:
         """Make this broker's replicas match the catalogue: open, reconfigure, delete."""
         async with self._reconcile_lock:
+            await self.operations.add_known_peers()  # members that joined since the start
             state = self.metadata.state
             node_id = self.config.node_id
             wanted: dict[tuple[str, int], tuple[TopicInfo, tuple[str, ...]]] = {}

@@ -24,6 +24,7 @@ from typing import Any, TextIO
 from dmq.client import AsyncAdmin
 from dmq.config import BrokerConfig
 from dmq.errors import DmqError
+from log.segment import write_durably
 
 BAR_WIDTH = 30
 WATCH_INTERVAL_S = 1.0
@@ -186,24 +187,43 @@ def cmd_decommission_partition(args: argparse.Namespace) -> int:
     return 0
 
 
+JOINED_FILE = "joined_cluster.json"  # in <data dir>/meta/: what the last --join read
+
+
 def resolve_join(config: BrokerConfig) -> BrokerConfig:
-    """`--join URL`: the running cluster's peers and voters, with this broker added."""
+    """`--join URL`: the running cluster's peers and voters, with this broker added.
+
+    What it read is kept in `<data dir>/meta/joined_cluster.json`: a broker restarted with
+    the same `--join` while that broker is down starts from the copy (its own catalogue
+    then brings it up to date) instead of failing to start."""
     if not config.join:
         return config
     url = config.join.rstrip("/")
     if "://" not in url:
         url = f"http://{url}"
+    saved = config.data_path / "meta" / JOINED_FILE
     try:
         with urllib.request.urlopen(f"{url}/v1/cluster", timeout=JOIN_TIMEOUT_S) as resp:
             doc = json.loads(resp.read())
-    except (OSError, ValueError) as exc:
-        raise DmqError(f"--join {config.join}: cannot read the cluster: {exc}") from exc
-    peers = {b["node_id"]: b["raft_addr"] for b in doc["brokers"]}
+        peers = {b["node_id"]: b["raft_addr"] for b in doc["brokers"]}
+        voters = list(doc["metadata_voters"])
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        if not saved.exists():
+            raise DmqError(f"--join {config.join}: cannot read the cluster: {exc}") from exc
+        print(
+            f"--join {config.join}: cannot read the cluster ({exc}); starting from what "
+            f"the last join read ({saved})",
+            file=sys.stderr,
+        )
+        kept = json.loads(saved.read_text())
+        peers, voters = dict(kept["peers"]), list(kept["metadata_voters"])
     if config.node_id in peers and peers[config.node_id] != config.raft_addr:
         raise DmqError(f"--join: broker id {config.node_id} is taken by {peers[config.node_id]}")
     peers[config.node_id] = config.raft_addr
+    saved.parent.mkdir(parents=True, exist_ok=True)
+    write_durably(saved, json.dumps({"peers": peers, "metadata_voters": voters}).encode())
     return dataclasses.replace(
         config,
         peers=",".join(f"{k}={v}" for k, v in sorted(peers.items())),
-        metadata_voters=",".join(doc["metadata_voters"]),
+        metadata_voters=",".join(voters),
     )

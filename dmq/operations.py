@@ -303,7 +303,7 @@ class OperationsService:
             while True:
                 await asyncio.sleep(OPERATIONS_INTERVAL_S)
                 try:
-                    await self._maybe_add_peers()
+                    await self.add_known_peers()
                     if self._leads_metadata():
                         await self._drive()
                 except Exception:  # the next round tries again
@@ -324,8 +324,11 @@ class OperationsService:
         replica = self._broker.metadata.replica
         return replica is not None and replica.status().is_leader
 
-    async def _maybe_add_peers(self) -> None:
-        """Brokers registered since this one started become Raft peers (joins)."""
+    async def add_known_peers(self) -> None:
+        """Brokers registered since this one started become Raft peers (joins). Also called
+        before registering (dmq/broker.py): a restarted voter's group 0 may name members
+        that joined after its `--peers` was written; it learns their addresses from the
+        catalogue it replayed, else it could neither answer them nor commit anything."""
         node = self._broker.raft_node
         if node is None:
             return

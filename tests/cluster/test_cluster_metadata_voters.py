@@ -20,7 +20,10 @@ to 5 and shrinks back while the cluster serves (dmq/operations.py, dmq/metadata.
   is down): the new leader finishes it once n5 is back, and the old one restarts with
   the 5-member group;
 - decommissioning a voter first swaps it for a non-voting broker, then it leaves the
-  catalogue; with no broker to take its place the request is refused (400, broker_id).
+  catalogue; with no broker to take its place the request is refused (400, broker_id);
+- a voter restarted with its first flags (peers n1-n3 only) reaches the voters that
+  joined later (their addresses from its catalogue), and a joined broker restarts while
+  the broker its `--join` names is down (from what its first join read).
 """
 
 from __future__ import annotations
@@ -364,3 +367,29 @@ def test_a_new_metadata_leader_resumes_a_voter_change(
     assert group0_members(cluster["n5"]) == everyone
     node = restart_configured(cluster, leader, ["n1", "n2", "n3"])
     assert group0_members(node) == everyone
+
+
+def test_a_voter_restarted_with_only_the_first_peers_reaches_the_joined_voters(
+    dmq_cluster: Callable[..., DmqCluster],
+) -> None:
+    """n1 started knowing only n1-n3 as Raft peers; n4 and n5 joined later. After the
+    voters become n1, n4, n5, n1 restarts with its original flags: group 0 (from its
+    journal) has members it has no address for in its configuration. It must take them
+    from its catalogue before it can commit anything (registration included). And a
+    joined broker restarts although the broker its `--join` names is down."""
+    cluster = start_three_voters_two_joiners(dmq_cluster, 5)
+    wanted = ["n1", "n4", "n5"]
+    change_voters(cluster["n2"], wanted)
+    wait_voters(cluster["n1"], wanted, [])
+    cluster.kill9("n1")
+    # n4 restarts with `--join <n1's URL>` while n1 is down: it starts from what its
+    # first join read (meta/joined_cluster.json), and n4 + n5 are a majority.
+    cluster.kill9("n4")
+    cluster["n4"].start()
+    cluster.wait_ready([cluster["n4"]])
+    assert "starting from what the last join read" in cluster["n4"].log_tail()
+    cluster["n1"].start()  # --peers n1..n3, --metadata-voters n1,n2,n3: as first started
+    cluster.wait_ready([cluster["n1"]])
+    assert group0_members(cluster["n1"]) == wanted
+    resp = retry(lambda: cluster["n1"].request("POST", "/v1/topics", {"name": "after"}), 20.0)
+    assert resp.status == 201, resp
