@@ -4,6 +4,7 @@
   learns the peers and metadata voters from it, registers, and becomes eligible;
 - `dmq cluster reassign TOPIC P IDS --wait` moves a partition onto it and draws a progress
   bar until `no operation running`; the catalogue then holds exactly the target;
+- `dmq cluster metadata-voters n1,n2,n4 --wait` gives n3's metadata vote to n4, and back;
 - `dmq cluster decommission-broker n4 --wait` moves its replicas back and it leaves the
   catalogue; `dmq cluster operations` then says nothing is running.
 """
@@ -54,12 +55,19 @@ def test_join_reassign_and_decommission_through_the_cli(
     brokers = cluster["n2"].json("GET", "/v1/cluster")["brokers"]
     assert sorted(b["node_id"] for b in brokers) == ["n1", "n2", "n3", "n4"]
     assert cluster["n1"].json("GET", "/v1/cluster")["metadata_voters"] == first
+    # The voter set: n4 takes n3's vote, then gives it back (one Raft change at a time).
+    url = cluster["n1"].url
+    out = dmq("cluster", "metadata-voters", "n1,n2,n4", "--wait", "--url", url)
+    assert "n1,n2,n3 -> n1,n2,n4" in out and "no operation running" in out, out
+    assert cluster["n2"].json("GET", "/v1/cluster")["metadata_voters"] == ["n1", "n2", "n4"]
+    dmq("cluster", "metadata-voters", "n1,n2,n3", "--wait", "--url", url)
+    assert cluster["n4"].json("GET", "/v1/cluster")["metadata_voters"] == first
+    assert "metadata voters n1,n2,n3" in dmq("cluster", "status", "--url", url)
 
     cluster.create_topic("cli", partitions=1, replication_factor=3)
     offsets = produce(cluster["n1"], "cli", [{"value": f"v{i}", "partition": 0} for i in range(50)])
     [before] = placements(cluster["n1"], "cli")
     assert "n4" not in before  # auto balancing off; placement ties go by broker id
-    url = cluster["n1"].url
     target = ["n4", *before[1:]]
     out = dmq("cluster", "reassign", "cli", "0", ",".join(target), "--wait", "--url", url)
     assert "[" in out and "%" in out and "no operation running" in out, out
