@@ -72,6 +72,7 @@ from raft.metadata import (
     CreateTopic,
     DeleteTopic,
     InitProducer,
+    MetadataState,
     RegisterBroker,
     ReportLeader,
     TopicInfo,
@@ -245,6 +246,10 @@ def raft_config_for(config: BrokerConfig) -> RaftConfig:
         batch_bytes_max=entry_bytes_max,
         append_entries_bytes_max=entry_bytes_max + 128 * 1024,
     )
+
+
+# How soon a replica kept because its group may still count it is checked again.
+REPLICA_DELETE_RECHECK_S = 2.0
 
 
 class Broker:
@@ -557,6 +562,8 @@ class Broker:
             for key, replica in list(self._replicas.items()):
                 want = wanted.get(key)
                 if want is None or want[0].topic_id != replica.topic_id:
+                    if await self._still_a_member(state, replica):
+                        continue
                     del self._replicas[key]
                     _log.info("deleting replica %s (topic id %d)", replica.name, replica.topic_id)
                     await replica.delete()
@@ -579,6 +586,31 @@ class Broker:
                         self._reconcile_wanted.set()
 
             await asyncio.gather(*(open_one(w[0], k[1], w[1]) for k, w in missing))
+
+    async def _still_a_member(self, state: MetadataState, replica: PartitionReplica) -> bool:
+        """A replica the catalogue no longer places here, of a partition that still exists,
+        is deleted only once the partition leader's configuration leaves it out: a
+        reassignment replaced while it moved here may have added it to the group without
+        recording it (a stray member, which acknowledged entries: deleting its log then
+        could lose them). The driver removes strays; until then, and while no leader
+        answers, the replica stays (checked again in REPLICA_DELETE_RECHECK_S)."""
+        info = state.topics.get(replica.topic)
+        if info is None or info.topic_id != replica.topic_id:
+            return False  # the topic was deleted: its group is gone everywhere
+        placement = info.partitions[replica.partition]
+        if placement.status == PARTITION_GONE:
+            return False
+        try:
+            progress = await self.operations.partition_progress(info, replica.partition)
+            member = self.config.node_id in progress["members"]
+        except errors.DmqError as exc:
+            _log.info("keeping replica %s until its leader answers: %s", replica.name, exc)
+            member = True
+        if member:
+            asyncio.get_running_loop().call_later(
+                REPLICA_DELETE_RECHECK_S, self._reconcile_wanted.set
+            )
+        return member
 
     async def _open_replica(
         self, info: TopicInfo, partition: int, members: tuple[str, ...]

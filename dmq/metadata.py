@@ -70,6 +70,11 @@ FOLLOW_RETRY_S = 0.2
 # (pysyncobj does not tell a removed one): a removed voter keeps its group-0 copy, idle,
 # for up to this long. One read barrier on the leader per voter per check.
 METADATA_MEMBERSHIP_CHECK_S = 2.0
+# ... but only while it has a reason to doubt (no known leader, or a voter change in its
+# catalogue: a removed member has one or the other), and else once in this long: each
+# answer costs the leader a read barrier (a Raft commit), which must not keep an idle
+# group 0 busy.
+METADATA_MEMBERSHIP_CHECK_IDLE_S = 30.0
 METADATA_LEFT_MARKER = "metadata_left"  # in <data dir>/meta/
 
 
@@ -449,9 +454,19 @@ class MetadataService:
 
     async def _check_membership_loop(self) -> None:
         """pysyncobj never tells a removed member: a voter that does not lead asks the
-        metadata leader every METADATA_MEMBERSHIP_CHECK_S whether it is still one."""
+        metadata leader every METADATA_MEMBERSHIP_CHECK_S whether it is still one, when
+        it has a reason to doubt it, else every METADATA_MEMBERSHIP_CHECK_IDLE_S."""
+        assert self._loop is not None
+        last_check = self._loop.time()
         while self._replica is not None:
             await asyncio.sleep(METADATA_MEMBERSHIP_CHECK_S)
+            replica = self._replica
+            if replica is None:
+                return
+            doubt = replica.status().leader_id is None or bool(self.state.voters_target)
+            if not doubt and self._loop.time() - last_check < METADATA_MEMBERSHIP_CHECK_IDLE_S:
+                continue
+            last_check = self._loop.time()
             try:
                 await self._maybe_become_observer()
             except errors.DmqError as exc:

@@ -463,8 +463,9 @@ class OperationsService:
         replicas = placement.replicas
         progress = await self._progress(info, partition, placement)
         members = set(progress["members"])
-        # A member neither placed nor wanted: added by a driver that lost the metadata
-        # leadership while reading an older target. It hosts no replica: remove it.
+        # A member neither placed nor wanted: added before its target was replaced, or by
+        # a driver that lost the metadata leadership while reading an older target. Its
+        # broker keeps its replica until it is out of the group (Broker._still_a_member).
         strays = sorted(members - set(replicas) - set(target))
         if strays:
             await self._membership(info, partition, progress["leader"], "remove", strays[0])
@@ -516,6 +517,10 @@ class OperationsService:
     ) -> None:
         body = {"action": action, "node_id": node_id}
         await self._call(leader, info, partition, "membership", body, method="POST")
+
+    async def partition_progress(self, info: TopicInfo, partition: int) -> dict[str, Any]:
+        """The partition leader's view of its group (members, match indexes)."""
+        return await self._progress(info, partition, info.partitions[partition])
 
     async def _progress(
         self, info: TopicInfo, partition: int, placement: PartitionInfo

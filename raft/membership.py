@@ -87,7 +87,9 @@ class GroupProgress:
 
 def member_ids(replica: Replica) -> list[str]:
     """The group's current configuration as this replica knows it, sorted."""
-    others = replica.syncobj._SyncObj__otherNodes
+    # tuple() first: status readers call this off the tick thread, which may change the set
+    # meanwhile (iterating it directly could raise "set changed size during iteration").
+    others = tuple(replica.syncobj._SyncObj__otherNodes)
     return sorted([replica.node.node_id, *(str(n.id) for n in others)])
 
 

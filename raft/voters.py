@@ -18,7 +18,8 @@ The invariants apply() keeps whatever commands arrive:
   change), and only `AlterMetadataVoters` changes it: it records a fact, so it checks
   neither registration nor the target;
 - a record whose set equals the target ends the change (`voters_target = ()`);
-- a target names 1..METADATA_VOTERS_MAX distinct registered brokers, none decommissioning;
+- a target names 1..METADATA_VOTERS_MAX distinct registered brokers, none decommissioning
+  unless already a recorded voter (so a voter's swap can be rolled back);
   a running change can be repeated (no-op) or rolled back (target = the recorded voters),
   not replaced by another (`metadata_voters_change_running`): the driver must never be
   led to remove a member that the recorded set does not show yet;
@@ -112,7 +113,9 @@ def _check_target(state: MetadataState, voters: tuple[str, ...]) -> md.Rejected 
     unknown = [b for b in voters if b not in state.brokers]
     if unknown:
         return md.Rejected(md.REJECT_UNKNOWN_BROKER, f"unknown broker(s) {unknown}", "voters")
-    leaving = [b for b in voters if state.brokers[b].decommissioning]
+    # A decommissioning broker joins no voter set; one that is a recorded voter may stay
+    # in a target (rolling back a swap whose replacement died must stay possible).
+    leaving = [b for b in voters if state.brokers[b].decommissioning and b not in state.voters]
     if leaving:
         return md.Rejected(
             md.REJECT_INVALID_ARGUMENT, f"broker(s) {leaving} are being decommissioned", "voters"
