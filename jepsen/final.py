@@ -38,8 +38,9 @@ def wait_for_leaders(cluster: Cluster, timeout_s: float = LEADERS_WAIT_S) -> flo
 
 
 def wait_operations(cluster: Cluster, timeout_s: float = OPERATIONS_WAIT_S) -> float:
-    """Wait until no reassignment is running (GET /v1/cluster/operations); seconds. A
-    move that does not finish on a healed cluster is a harness error (unknown)."""
+    """Wait until no reassignment nor broker decommission is running (GET
+    /v1/cluster/operations); seconds. One that does not finish on a healed cluster is a
+    harness error (unknown)."""
     started = time.monotonic()
     left: Any = None
     while time.monotonic() < started + timeout_s:
@@ -49,12 +50,13 @@ def wait_operations(cluster: Cluster, timeout_s: float = OPERATIONS_WAIT_S) -> f
             except OSError:
                 continue
             if answer.status == 200:
-                left = answer.json().get("reassignments", [])
+                doc = answer.json()
+                left = doc.get("reassignments", []) + doc.get("decommissions", [])
                 if not left:
                     return time.monotonic() - started
                 break
         time.sleep(0.5)
-    raise HarnessError(f"reassignments still running {timeout_s} s after healing: {left}")
+    raise HarnessError(f"operations still running {timeout_s} s after healing: {left}")
 
 
 def acked_ends(history: History, partitions: int) -> dict[int, int]:
