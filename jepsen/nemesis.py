@@ -373,6 +373,9 @@ class Nemesis:
             return
         replicas: list[str] = doc["partitions"][part]["replicas"]
         ids = sorted(self.ids)
+        if not set(replicas) <= set(ids):  # a broker left meanwhile (joins and leaves)
+            self._begin("reassign", "none", [], partition=part, replicas=replicas)
+            return
         if len(replicas) >= len(ids):
             variant, target = "rotate-leader", replicas[1:] + replicas[:1]
         else:
