@@ -31,6 +31,7 @@ from typing import Any
 from dmq.planted import PLANTED_BUG_ENV
 
 FIRST_HOST = 11  # node k (1-based) listens on 127.0.0.(10 + k)
+LAST_HOST = 254  # joins stop there (ids and addresses are never reused)
 DURABLE_TRACE_ENV = "DMQ_DURABLE_TRACE"  # dmq/broker.py: the power-loss test hook
 RETRIABLE = (429, 503, 504)
 STOP_WAIT_S = 15.0  # a retired broker's graceful stop (SIGTERM) before SIGKILL
@@ -221,14 +222,13 @@ class Cluster:
         self.brokers: dict[str, Broker] = {}
         self.every: dict[str, Broker] = {}
         for node_id in ids:
-            self._make(node_id, self.peers_arg())
+            self._make(node_id, self.peers_arg(ids))
 
-    def peers_arg(self) -> list[str]:
-        """`--peers` naming every current broker (and `--metadata-voters` if fixed)."""
-        peers = ",".join(f"{i}={self.hosts[i]}:{self.raft_port}" for i in self.hosts)
-        return ["--peers", peers] + (
-            ["--metadata-voters", ",".join(self.voters)] if self.voters else []
-        )
+    def peers_arg(self, ids: list[str], voters: list[str] | None = None) -> list[str]:
+        """`--peers` naming these brokers, `--metadata-voters` if fixed."""
+        peers = ",".join(f"{i}={self.hosts[i]}:{self.raft_port}" for i in ids)
+        voters = voters or self.voters
+        return ["--peers", peers] + (["--metadata-voters", ",".join(voters)] if voters else [])
 
     def _make(self, node_id: str, cluster_args: list[str]) -> Broker:
         host = self.hosts[node_id]
@@ -249,10 +249,12 @@ class Cluster:
 
     def add_broker(self, join_url: str, voters: list[str]) -> Broker:
         """The next node (never a reused id or address), not started: its first start
-        joins through join_url (`--join`); a restart names the peers and voters known
-        now (a `--join` whose broker is down at restart would not start). HarnessError
+        joins through join_url (`--join`); a restart names the current brokers and the
+        voters (a `--join` whose broker is down at restart would not start). HarnessError
         if the cluster's ports are taken on its address."""
         k = len(self.every) + 1
+        if FIRST_HOST + k - 1 > LAST_HOST:
+            raise HarnessError(f"no loopback address left for n{k}")
         node_id, host = f"n{k}", f"127.0.0.{FIRST_HOST + k - 1}"
         for port in self.ports:
             with socket.socket() as probe:
@@ -261,8 +263,7 @@ class Cluster:
                 except OSError as error:
                     raise HarnessError(f"{host}:{port} is taken: {error}") from error
         self.hosts = {**self.hosts, node_id: host}
-        peers = ",".join(f"{i}={self.hosts[i]}:{self.raft_port}" for i in self.hosts)
-        broker = self._make(node_id, ["--peers", peers, "--metadata-voters", ",".join(voters)])
+        broker = self._make(node_id, self.peers_arg([*self.brokers, node_id], voters))
         broker.first_args = [*self._own_args(broker), "--join", join_url]
         return broker
 

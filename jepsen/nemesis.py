@@ -43,6 +43,8 @@ import re
 import subprocess
 import threading
 import time
+import traceback
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -404,11 +406,19 @@ class Nemesis:
         fault.stop = self.history.now()
         self._record(fault, f"stop-{fault.kind}")
 
-    def _spawn(self, fault: Fault, node_id: str, target: Any) -> None:
+    def _spawn(
+        self, fault: Fault, node_id: str, target: Callable[[Fault, str, random.Random], None]
+    ) -> None:
         rng = random.Random(next(self._seeds))
-        thread = threading.Thread(
-            target=target, args=(fault, node_id, rng), name=f"{fault.kind}-{node_id}", daemon=True
-        )
+
+        def run() -> None:
+            try:
+                target(fault, node_id, rng)
+            except Exception as error:  # the operation ends "error"; settle reports it
+                traceback.print_exc()
+                self._end(fault, "error", error=repr(error))
+
+        thread = threading.Thread(target=run, name=f"{fault.kind}-{node_id}", daemon=True)
         self.moving[node_id] = thread
         thread.start()
 
@@ -438,8 +448,8 @@ class Nemesis:
         contact = self.rng.choice(via)
         try:
             broker = self.cluster.add_broker(contact.url, list(doc["metadata_voters"]))
-        except HarnessError as error:  # its address's ports are taken: skip, not fatal
-            self._noop("join", "address-taken", error=str(error))
+        except HarnessError as error:  # ports taken on its address, or none left: skip
+            self._noop("join", "no-address", error=str(error))
             return
         broker.start()
         fault = self._begin_background(
@@ -497,9 +507,7 @@ class Nemesis:
         if not registered:
             self._noop("leave", "no-catalogue")
             return
-        candidates = sorted(
-            set(self.ids) & registered - set(voters) - self._busy()
-        )  # fmt: skip
+        candidates = sorted((set(self.ids) & registered) - set(voters) - self._busy())
         if not candidates:
             if fallback and "join" in self.kinds:  # nothing removable: grow instead
                 self._start_join(fallback=False)
@@ -571,7 +579,7 @@ class Nemesis:
         unfinished = [
             f
             for f in self.windows
-            if f.kind in MEMBERSHIP and f.detail.get("outcome") in (None, "unfinished")
+            if f.kind in MEMBERSHIP and f.detail.get("outcome") in (None, "unfinished", "error")
         ]
         if unfinished:
             raise HarnessError(

@@ -5,9 +5,9 @@
   least one broker really joined (`dmq serve --join`, registered, ready) and one really
   left (decommissioned, gone from the catalogue, stopped, its data directory deleted);
   every join and leave is in the history with its start and its end, and in results.json;
-- the first start of a joining broker uses `--join` and its restarts name the peers and
-  voters (a `--join` whose broker is down at restart would not start), on the next free
-  loopback address, never a reused id.
+- the first start of a joining broker uses `--join` and its restarts name the current
+  brokers and the voters (a `--join` whose broker is down at restart would not start),
+  on the next loopback address, never a reused id, never naming a departed broker.
 """
 
 from __future__ import annotations
@@ -64,4 +64,7 @@ def test_a_joining_broker_joins_once_then_restarts_with_its_peers(tmp_path: Path
     assert list(cluster.brokers) == ["n1", "n2", "n3", "n4"]
     cluster.retire("n2")  # never started: nothing to stop
     assert list(cluster.brokers) == ["n1", "n3", "n4"] and "n2" in cluster.every
-    assert cluster.add_broker(cluster.brokers["n1"].url, ["n1"]).node_id == "n5"
+    later = cluster.add_broker(cluster.brokers["n1"].url, ["n1"])
+    assert later.node_id == "n5"  # n2's id and address are not reused, nor named a peer
+    peers = later.args[later.args.index("--peers") + 1].split(",")
+    assert [p.split("=")[0] for p in peers] == ["n1", "n3", "n4", "n5"]
