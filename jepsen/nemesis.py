@@ -47,7 +47,7 @@ import traceback
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from jepsen.cluster import Broker, Cluster, HarnessError, http
 from jepsen.history import NEMESIS, History
@@ -161,6 +161,15 @@ def cut_to_durable(data_dir: Path) -> int:
         os.truncate(path, durable)
         cut += size - durable
     return cut
+
+
+class Catalogue(NamedTuple):
+    """What a leave or join reads of the cluster (GET /v1/cluster, /v1/cluster/operations)."""
+
+    version: int  # metadata_version
+    registered: set[str]
+    leaving: set[str]  # brokers being decommissioned
+    voters: list[str]
 
 
 @dataclass
@@ -463,7 +472,8 @@ class Nemesis:
         node is retired; a kill fault's restart goes on with its peers and voters."""
         broker = self.cluster.every[node_id]
         while not self._settle_over():
-            registered = node_id in self._catalogue()[0]
+            view = self._catalogue()
+            registered = view is not None and node_id in view.registered
             if registered and broker.ready():
                 self._end(fault, "joined")
                 return
@@ -477,10 +487,12 @@ class Nemesis:
             time.sleep(MEMBERSHIP_POLL_S)
         self._end(fault, "unfinished")
 
-    def _catalogue(self) -> tuple[set[str], set[str], list[str]]:
-        """(registered brokers, decommissioning ones, voters) from the newest catalogue
-        (highest metadata_version) any live broker answers: a lagging one (a broker just
-        started, or cut off) must not make a broker look gone. Empty sets: none answered."""
+    def _catalogue(self) -> Catalogue | None:
+        """The newest catalogue (highest metadata_version) any live broker answers, with
+        the decommissions its broker lists; None if none answers. It may still be old:
+        right after every broker restarted, each answers from a catalogue it is still
+        replaying (a leave once took that for its broker's departure); callers compare
+        versions."""
         best: dict[str, Any] | None = None
         source = None
         for broker in self.cluster.live():
@@ -492,7 +504,7 @@ class Nemesis:
             if doc and (best is None or doc["metadata_version"] > best["metadata_version"]):
                 best, source = doc, broker
         if best is None or source is None:
-            return set(), set(), []
+            return None
         leaving: set[str] = set()
         try:
             ops = http(source.url + "/v1/cluster/operations", timeout_s=2.0)
@@ -500,42 +512,54 @@ class Nemesis:
                 leaving = {d["broker_id"] for d in ops.json().get("decommissions", [])}
         except OSError:
             pass
-        return {b["node_id"] for b in best["brokers"]}, leaving, list(best["metadata_voters"])
+        return Catalogue(
+            int(best["metadata_version"]),
+            {b["node_id"] for b in best["brokers"]},
+            leaving,
+            list(best["metadata_voters"]),
+        )
 
     def _start_leave(self, fallback: bool = True) -> None:
-        registered, _, voters = self._catalogue()
-        if not registered:
+        view = self._catalogue()
+        if view is None:
             self._noop("leave", "no-catalogue")
             return
-        candidates = sorted((set(self.ids) & registered) - set(voters) - self._busy())
+        candidates = sorted((set(self.ids) & view.registered) - set(view.voters) - self._busy())
         if not candidates:
             if fallback and "join" in self.kinds:  # nothing removable: grow instead
                 self._start_join(fallback=False)
                 return
-            self._noop("leave", "no-candidate", voters=voters)
+            self._noop("leave", "no-candidate", voters=view.voters)
             return
         node_id = self.rng.choice(candidates)
-        fault = self._begin_background("leave", "decommission", [node_id], voters=voters)
+        fault = self._begin_background(
+            "leave", "decommission", [node_id], voters=view.voters, listed_at=view.version
+        )
         self._spawn(fault, node_id, self._finish_leave)
 
     def _finish_leave(self, fault: Fault, node_id: str, rng: random.Random) -> None:
-        """Decommission (repeated while its outcome is unknown or the catalogue still
-        shows the node not decommissioning), poll until the catalogue drops the node,
-        then retire it, unless it was restarted since that poll began (a restarted
-        unregistered broker registers again: poll again)."""
+        """Decommission (repeated while its outcome is unknown or the catalogue shows the
+        node not decommissioning), poll until a catalogue newer than the last one that
+        listed the node drops it (catalogue versions only grow and only the unregister
+        step removes a broker), then retire it, unless it was restarted since that poll
+        began (a restarted unregistered broker registers again: poll again)."""
         broker = self.cluster.every[node_id]
+        listed_at = int(fault.detail["listed_at"])
         asked = 0
         while not self._settle_over():
             starts = broker.starts
-            registered, leaving, _ = self._catalogue()
-            if asked and registered and node_id not in registered:
+            view = self._catalogue()
+            if view is not None and node_id in view.registered:
+                listed_at = max(listed_at, view.version)
+            if asked and view is not None and view.version > listed_at:  # it left
                 with self.lock:
                     if broker.starts == starts:
                         self.cluster.retire(node_id)
-                        self._end(fault, "left", requests=asked)
+                        self._end(fault, "left", requests=asked, gone_at=view.version)
                         return
                 continue
-            if not asked or (registered and node_id not in leaving):
+            current = view is not None and view.version >= listed_at
+            if not asked or (current and view is not None and node_id not in view.leaving):
                 asked += 1
                 path = f"/v1/cluster/brokers/{node_id}/decommission"
                 status, answer = self._ask(path, {}, rng)

@@ -150,6 +150,8 @@ def run_phases(
     if any(kind in BACKGROUND for kind in args.nemesis):
         final.wait_operations(cluster)
         final.wait_for_leaders(cluster)
+    if any(kind in MEMBERSHIP for kind in args.nemesis):
+        final.check_placement(cluster, TOPIC, min(args.replication_factor, args.nodes))
     final.final_reads(cluster, history, TOPIC, args.partitions, processes)
     if args.group_workers:
         final_drain(cluster, history, TOPIC, final.read_ends(history, args.partitions), processes)
