@@ -18,7 +18,7 @@ FINAL_READ_S = 60.0  # per partition
 HW_STABLE_S = 10.0
 OPERATIONS_WAIT_S = 90.0
 CATCH_UP_WAIT_S = 30.0
-PLACEMENT_WAIT_S = 20.0
+PLACEMENT_WAIT_S = 20.0  # for every broker's catalogue to show the final placement
 REPLICA_PAGES_MAX = 100_000  # pages of fetch_bytes_max: far above any run's log
 
 

@@ -58,7 +58,6 @@ BACKGROUND = ("reassign", "join", "leave")
 MEMBERSHIP = ("join", "leave")
 MEMBERSHIP_EXTRA_MAX = 2  # brokers beyond --nodes at once
 MEMBERSHIP_POLL_S = 0.5
-JOIN_READY_S = 5.0  # /readyz timeout per check of a joining broker
 SETTLE_WAIT_S = 150.0  # after healing, for joins and leaves in flight to end
 CHAIN_PREFIX = "DMQJ-"
 # The brokers' file names and trace format (raft/journal.py, log/segment.py); jepsen/ may
