@@ -1217,8 +1217,12 @@ class Broker:
         self._check_partition(view, partition)
         replica = self._local_replica(topic, partition, view.topic_id)
         raft = None if replica is None else replica.raft
-        if replica is not None and raft is not None and raft.status().is_leader:
-            if _majority_heard_lately(raft):
+        status = None if raft is None else raft.status()
+        if replica is not None and raft is not None and status is not None and status.is_leader:
+            # A new leader serves reads once its election no-op is applied (before, its
+            # high watermark may lag what the previous leader acknowledged: found by
+            # jepsen/ at leadership transfers during replica moves).
+            if status.leader_ready and _majority_heard_lately(raft):
                 return replica
         elif replica is not None and planted.active("stale-read"):
             return replica

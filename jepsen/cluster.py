@@ -1,7 +1,13 @@
 """The brokers under test: `python -m dmq serve` processes on their own loopback
 addresses (node k on 127.0.0.(10 + k)), one HTTP port and one Raft port common to all,
 as tests/cluster does. The harness reaches them over HTTP only (urllib); it touches their
-files only to simulate a power loss (nemesis.py).
+files only to simulate a power loss and to delete a departed broker's data (nemesis.py).
+
+Membership (the join and leave nemeses): `add_broker` makes the next node (n6 on
+127.0.0.16 after five) whose first start joins with `--join URL`; `retire` takes a node
+out of `brokers` once it left. `brokers` and `hosts` are replaced, never changed in
+place, so worker threads iterating them see one consistent cluster; `every` keeps every
+node ever made (a worker may still hold the id of one that just left).
 """
 
 from __future__ import annotations
@@ -10,6 +16,7 @@ import contextlib
 import json
 import os
 import random
+import shutil
 import signal
 import socket
 import subprocess
@@ -24,8 +31,10 @@ from typing import Any
 from dmq.planted import PLANTED_BUG_ENV
 
 FIRST_HOST = 11  # node k (1-based) listens on 127.0.0.(10 + k)
+LAST_HOST = 254  # joins stop there (ids and addresses are never reused)
 DURABLE_TRACE_ENV = "DMQ_DURABLE_TRACE"  # dmq/broker.py: the power-loss test hook
 RETRIABLE = (429, 503, 504)
+STOP_WAIT_S = 15.0  # a retired broker's graceful stop (SIGTERM) before SIGKILL
 
 
 PORT_TRIES_MAX = 500
@@ -113,6 +122,8 @@ class Broker:
         self.data_dir = data_dir
         self.log_path = log_path
         self.args: list[str] = []
+        self.first_args: list[str] | None = None  # used once instead of args (a join)
+        self.starts = 0  # process starts so far
         self.env: dict[str, str] = {}
         self.proc: subprocess.Popen[bytes] | None = None
         self.paused = False
@@ -127,11 +138,13 @@ class Broker:
             return
         env = {**os.environ, **self.env}
         env.pop("DMQ_URL", None)
+        args = self.first_args if self.first_args is not None and not self.starts else self.args
+        self.starts += 1
         with open(self.log_path, "ab") as log:
             log.write(f"==== start {time.strftime('%H:%M:%S')}\n".encode())
             log.flush()
             self.proc = subprocess.Popen(
-                [sys.executable, "-m", "dmq", "serve", *self.args],
+                [sys.executable, "-m", "dmq", "serve", *args],
                 env=env,
                 stdout=log,
                 stderr=subprocess.STDOUT,
@@ -145,6 +158,24 @@ class Broker:
             self.proc.kill()
             self.proc.wait(30)
         self.paused = False
+
+    def stop(self, timeout_s: float = STOP_WAIT_S) -> None:
+        """A graceful stop (SIGTERM; SIGKILL after timeout_s): how a departed broker ends."""
+        if self.proc is not None and self.proc.poll() is None:
+            if self.paused:
+                self.proc.send_signal(signal.SIGCONT)
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout_s)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(30)
+        self.paused = False
+
+    @property
+    def killed(self) -> bool:
+        """Its last process ended by SIGKILL (a kill or power fault), not on its own."""
+        return self.proc is not None and self.proc.returncode == -signal.SIGKILL
 
     def pause(self) -> None:
         if self.alive and not self.paused:
@@ -176,26 +207,72 @@ class Cluster:
         planted_bug: str | None,
         durable_trace: bool,
         seed: int = 0,
+        metadata_voters: list[str] | None = None,
     ) -> None:
         directory.mkdir(parents=True, exist_ok=True)
+        self.directory = directory
         ids = [f"n{k + 1}" for k in range(n)]
         self.hosts = {i: f"127.0.0.{FIRST_HOST + k}" for k, i in enumerate(ids)}
         self.http_port, self.raft_port = listen_ports(list(self.hosts.values()), 2, seed)
-        peers = ",".join(f"{i}={h}:{self.raft_port}" for i, h in self.hosts.items())
-        env = {DURABLE_TRACE_ENV: "1"} if durable_trace else {}
+        self.env = {DURABLE_TRACE_ENV: "1"} if durable_trace else {}
         if planted_bug:
-            env[PLANTED_BUG_ENV] = planted_bug
+            self.env[PLANTED_BUG_ENV] = planted_bug
+        # None: the brokers' default (the first 1, 3 or 5 ids, dmq/README.md)
+        self.voters = metadata_voters
         self.brokers: dict[str, Broker] = {}
-        for node_id, host in self.hosts.items():
-            broker = Broker(node_id, host, directory / node_id, directory / f"{node_id}.log")
-            broker.args = [
-                "--node-id", node_id, "--data-dir", str(broker.data_dir),
-                "--http-addr", f"{host}:{self.http_port}",
-                "--raft-addr", f"{host}:{self.raft_port}", "--peers", peers,
-            ]  # fmt: skip
-            broker.env = env
-            broker.url = f"http://{host}:{self.http_port}"
-            self.brokers[node_id] = broker
+        self.every: dict[str, Broker] = {}
+        for node_id in ids:
+            self._make(node_id, self.peers_arg(ids))
+
+    def peers_arg(self, ids: list[str], voters: list[str] | None = None) -> list[str]:
+        """`--peers` naming these brokers, `--metadata-voters` if fixed."""
+        peers = ",".join(f"{i}={self.hosts[i]}:{self.raft_port}" for i in ids)
+        voters = voters or self.voters
+        return ["--peers", peers] + (["--metadata-voters", ",".join(voters)] if voters else [])
+
+    def _make(self, node_id: str, cluster_args: list[str]) -> Broker:
+        host = self.hosts[node_id]
+        broker = Broker(node_id, host, self.directory / node_id, self.directory / f"{node_id}.log")
+        broker.args = [*self._own_args(broker), *cluster_args]
+        broker.env = self.env
+        broker.url = f"http://{host}:{self.http_port}"
+        self.brokers = {**self.brokers, node_id: broker}
+        self.every[node_id] = broker
+        return broker
+
+    def _own_args(self, broker: Broker) -> list[str]:
+        return [
+            "--node-id", broker.node_id, "--data-dir", str(broker.data_dir),
+            "--http-addr", f"{broker.host}:{self.http_port}",
+            "--raft-addr", f"{broker.host}:{self.raft_port}",
+        ]  # fmt: skip
+
+    def add_broker(self, join_url: str, voters: list[str]) -> Broker:
+        """The next node (never a reused id or address), not started: its first start
+        joins through join_url (`--join`); a restart names the current brokers and the
+        voters (a `--join` whose broker is down at restart would not start). HarnessError
+        if the cluster's ports are taken on its address."""
+        k = len(self.every) + 1
+        if FIRST_HOST + k - 1 > LAST_HOST:
+            raise HarnessError(f"no loopback address left for n{k}")
+        node_id, host = f"n{k}", f"127.0.0.{FIRST_HOST + k - 1}"
+        for port in self.ports:
+            with socket.socket() as probe:
+                try:
+                    probe.bind((host, port))
+                except OSError as error:
+                    raise HarnessError(f"{host}:{port} is taken: {error}") from error
+        self.hosts = {**self.hosts, node_id: host}
+        broker = self._make(node_id, self.peers_arg([*self.brokers, node_id], voters))
+        broker.first_args = [*self._own_args(broker), "--join", join_url]
+        return broker
+
+    def retire(self, node_id: str) -> None:
+        """A node that left: stop it, forget it as a current broker, delete its data."""
+        broker = self.every[node_id]
+        broker.stop()
+        self.brokers = {i: b for i, b in self.brokers.items() if i != node_id}
+        shutil.rmtree(broker.data_dir, ignore_errors=True)
 
     @property
     def ports(self) -> tuple[int, int]:
@@ -242,6 +319,6 @@ class Cluster:
         return None
 
     def close(self) -> None:
-        for broker in self.brokers.values():
+        for broker in self.every.values():
             with contextlib.suppress(Exception):
                 broker.kill9()

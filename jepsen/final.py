@@ -18,6 +18,7 @@ FINAL_READ_S = 60.0  # per partition
 HW_STABLE_S = 10.0
 OPERATIONS_WAIT_S = 90.0
 CATCH_UP_WAIT_S = 30.0
+PLACEMENT_WAIT_S = 20.0  # for every broker's catalogue to show the final placement
 REPLICA_PAGES_MAX = 100_000  # pages of fetch_bytes_max: far above any run's log
 
 
@@ -38,8 +39,9 @@ def wait_for_leaders(cluster: Cluster, timeout_s: float = LEADERS_WAIT_S) -> flo
 
 
 def wait_operations(cluster: Cluster, timeout_s: float = OPERATIONS_WAIT_S) -> float:
-    """Wait until no reassignment is running (GET /v1/cluster/operations); seconds. A
-    move that does not finish on a healed cluster is a harness error (unknown)."""
+    """Wait until no reassignment nor broker decommission is running (GET
+    /v1/cluster/operations); seconds. One that does not finish on a healed cluster is a
+    harness error (unknown)."""
     started = time.monotonic()
     left: Any = None
     while time.monotonic() < started + timeout_s:
@@ -49,12 +51,55 @@ def wait_operations(cluster: Cluster, timeout_s: float = OPERATIONS_WAIT_S) -> f
             except OSError:
                 continue
             if answer.status == 200:
-                left = answer.json().get("reassignments", [])
+                doc = answer.json()
+                left = doc.get("reassignments", []) + doc.get("decommissions", [])
                 if not left:
                     return time.monotonic() - started
                 break
         time.sleep(0.5)
-    raise HarnessError(f"reassignments still running {timeout_s} s after healing: {left}")
+    raise HarnessError(f"operations still running {timeout_s} s after healing: {left}")
+
+
+def check_placement(
+    cluster: Cluster, topic: str, replication_factor: int, timeout_s: float = PLACEMENT_WAIT_S
+) -> None:
+    """After joins and leaves: every partition keeps its replication factor on brokers
+    that are still there, in every live broker's catalogue (one still catching up gets
+    timeout_s). A replica left on a broker the harness retired means a leave ended
+    before its decommission did (a harness bug) or a broker unregistered while it held
+    replicas (a dmq bug): a harness error either way, so the run says unknown (the
+    checkers read the data, not the placement)."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        wrong = _misplaced(cluster, topic, replication_factor)
+        if not wrong:
+            return
+        if time.monotonic() > deadline:
+            raise HarnessError(
+                f"after every operation ended: {wrong} (replication factor "
+                f"{replication_factor}, brokers {sorted(cluster.brokers)})"
+            )
+        time.sleep(0.5)
+
+
+def _misplaced(cluster: Cluster, topic: str, replication_factor: int) -> list[str]:
+    """`<node>: <topic>-<p> on <replicas>` for each wrong placement a live broker shows."""
+    wrong: list[str] = []
+    current = set(cluster.brokers)
+    for broker in cluster.live():
+        try:
+            answer = http(broker.url + f"/v1/topics/{topic}", timeout_s=5.0)
+        except OSError as error:
+            wrong.append(f"{broker.node_id}: {error!r}")
+            continue
+        if answer.status != 200:
+            wrong.append(f"{broker.node_id}: {answer.status} {answer.error_code()}")
+            continue
+        for number, partition in enumerate(answer.json()["partitions"]):
+            replicas = partition["replicas"]
+            if len(replicas) < replication_factor or not set(replicas) <= current:
+                wrong.append(f"{broker.node_id}: {topic}-{number} on {replicas}")
+    return wrong
 
 
 def acked_ends(history: History, partitions: int) -> dict[int, int]:

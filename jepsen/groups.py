@@ -63,7 +63,7 @@ class GroupClient:
         self.history.add(self.process, "invoke", f, node, value)
         try:
             answer = http(
-                self.cluster.brokers[node].url + path, method, body, timeout_s=GROUP_TIMEOUT_S
+                self.cluster.every[node].url + path, method, body, timeout_s=GROUP_TIMEOUT_S
             )
         except ConnectionRefusedError as error:
             self._done("fail", f, node, {**value, "error": repr(error)})
@@ -160,9 +160,7 @@ class GroupClient:
     def leave(self) -> None:
         """Best effort, not logged: it only lets the final drain's member take over sooner."""
         if self.member_id is not None:
-            path = (
-                f"{self.cluster.brokers[self.node].url}/v1/groups/{GROUP}/members/{self.member_id}"
-            )
+            path = f"{self.cluster.every[self.node].url}/v1/groups/{GROUP}/members/{self.member_id}"
             with contextlib.suppress(OSError):
                 http(path, "DELETE", timeout_s=5.0)
             self.member_id = None

@@ -19,6 +19,19 @@ leadership there, dmq's public way to transfer a leader); with more nodes, every
 shifted to the next node (replicas added, caught up, leadership moved, replicas removed,
 raft/README.md "Cluster operations"). It runs on its own, in the metadata group, while the
 other faults strike; nothing is undone at its stop.
+
+Membership (`join`, `leave`): a join starts the next node (its own loopback address) with
+`dmq serve --join <a live broker's URL>` and a fresh data directory; it is a broker of the
+cluster at once (clients and faults use it) and the join ends when the catalogue lists it
+and it is ready. A leave decommissions a registered broker that is not a metadata voter
+(`POST /v1/cluster/brokers/{id}/decommission`, the voters read from `GET /v1/cluster`
+each time), polls until the catalogue no longer lists it (its replicas moved away and it
+unregistered), then stops it (SIGTERM) and deletes its data directory. Both run in a
+thread of their own across fault windows (a leave cut off by a partition finishes after
+healing: `settle` waits for them); a 4xx refusal (too few brokers would stay) ends the
+leave as `refused`. At most `nodes + MEMBERSHIP_EXTRA_MAX` brokers at once, one join or
+leave per node at a time. `self.lock` serialises process actions (faults, heals, a
+departing broker's stop) so a heal never restarts a broker that just left.
 """
 
 from __future__ import annotations
@@ -28,14 +41,24 @@ import os
 import random
 import re
 import subprocess
+import threading
+import time
+import traceback
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from jepsen.cluster import Broker, Cluster, HarnessError, http
 from jepsen.history import NEMESIS, History
 
-FAULTS = ("partition", "kill", "pause", "power", "reassign")
+FAULTS = ("partition", "kill", "pause", "power", "reassign", "join", "leave")
+# Run on their own while a process or network fault strikes (never alone, never with power).
+BACKGROUND = ("reassign", "join", "leave")
+MEMBERSHIP = ("join", "leave")
+MEMBERSHIP_EXTRA_MAX = 2  # brokers beyond --nodes at once
+MEMBERSHIP_POLL_S = 0.5
+SETTLE_WAIT_S = 150.0  # after healing, for joins and leaves in flight to end
 CHAIN_PREFIX = "DMQJ-"
 # The brokers' file names and trace format (raft/journal.py, log/segment.py); jepsen/ may
 # not import those layers, tests/jepsen checks the copies.
@@ -139,6 +162,15 @@ def cut_to_durable(data_dir: Path) -> int:
     return cut
 
 
+class Catalogue(NamedTuple):
+    """What a leave or join reads of the cluster (GET /v1/cluster, /v1/cluster/operations)."""
+
+    version: int  # metadata_version
+    registered: set[str]
+    leaving: set[str]  # brokers being decommissioned
+    voters: list[str]
+
+
 @dataclass
 class Fault:
     kind: str
@@ -173,6 +205,12 @@ class Nemesis:
         self.net = Net(cluster.ports) if "partition" in kinds else None
         self.active: list[Fault] = []
         self.windows: list[Fault] = []
+        self.lock = threading.RLock()
+        self.max_brokers = len(cluster.brokers) + MEMBERSHIP_EXTRA_MAX
+        self.moving: dict[str, threading.Thread] = {}  # node -> its join or leave
+        self.settle_by = float("inf")  # monotonic deadline for joins and leaves
+        self.closing = threading.Event()
+        self._seeds = itertools.count(seed * 7919 + 2)
 
     @property
     def ids(self) -> list[str]:
@@ -183,8 +221,11 @@ class Nemesis:
             self.net.setup()
 
     def close(self) -> None:
+        self.closing.set()
         try:
             self.heal_all()
+            for thread in list(self.moving.values()):
+                thread.join(30)
         finally:
             if self.net is not None:
                 self.net.close()
@@ -204,11 +245,12 @@ class Nemesis:
             other = [k for k in self.kinds if k not in (kinds[0], "power")]
             if other:
                 kinds.append(self.rng.choice(other))
-        others = [k for k in self.kinds if k not in ("reassign", "power")]
-        if kinds == ["reassign"] and others:  # a move is meant to run through a fault
+        others = [k for k in self.kinds if k not in (*BACKGROUND, "power")]
+        if all(k in BACKGROUND for k in kinds) and others:  # meant to run through a fault
             kinds.append(self.rng.choice(others))
-        for kind in kinds:
-            getattr(self, f"_start_{kind}")()
+        with self.lock:
+            for kind in kinds:
+                getattr(self, f"_start_{kind}")()
 
     def _record(self, fault: Fault, f: str) -> None:
         value = {
@@ -260,7 +302,7 @@ class Nemesis:
     def _start_partition(self) -> None:
         assert self.net is not None
         variants = ["one", "majority-minority", "bridge", "leader", "metadata-leader"]
-        if len(self.ids) >= 5:
+        if len(self.ids) == 5:
             variants.append("ring")
         variant = self.rng.choice(variants)
         cuts, about = self._grudge(variant)
@@ -309,15 +351,18 @@ class Nemesis:
 
     # --- membership -----------------------------------------------------------------
 
-    def _ask(self, path: str, body: Any = None) -> tuple[int, Any]:
+    def _ask(
+        self, path: str, body: Any = None, rng: random.Random | None = None
+    ) -> tuple[int, Any]:
         """The first live broker's answer (status, JSON) to a request; (0, error) if none."""
         last: Any = "no live broker"
-        for node_id in self.rng.sample(self.ids, len(self.ids)):
-            if not self.cluster.brokers[node_id].alive:
+        brokers = self.cluster.brokers
+        for node_id in (rng or self.rng).sample(list(brokers), len(brokers)):
+            if not brokers[node_id].alive:
                 continue
             try:
                 answer = http(
-                    self.cluster.brokers[node_id].url + path,
+                    brokers[node_id].url + path,
                     "GET" if body is None else "POST",
                     body,
                     timeout_s=5.0,
@@ -338,6 +383,9 @@ class Nemesis:
             return
         replicas: list[str] = doc["partitions"][part]["replicas"]
         ids = sorted(self.ids)
+        if not set(replicas) <= set(ids):  # a broker left meanwhile (joins and leaves)
+            self._begin("reassign", "none", [], partition=part, replicas=replicas)
+            return
         if len(replicas) >= len(ids):
             variant, target = "rotate-leader", replicas[1:] + replicas[:1]
         else:
@@ -354,19 +402,210 @@ class Nemesis:
             answer=answer if status != 202 else None,
         )
 
+    # --- joins and leaves -------------------------------------------------------------
+
+    def _noop(self, kind: str, reason: str, **detail: Any) -> None:
+        """A join or leave that could not start: recorded, with no window left open."""
+        fault = self._begin_background(kind, "none", [], reason=reason, **detail)
+        self._end(fault, "skipped")
+
+    def _end(self, fault: Fault, outcome: str, **detail: Any) -> None:
+        fault.detail.update(outcome=outcome, **detail)
+        fault.stop = self.history.now()
+        self._record(fault, f"stop-{fault.kind}")
+
+    def _spawn(
+        self, fault: Fault, node_id: str, target: Callable[[Fault, str, random.Random], None]
+    ) -> None:
+        rng = random.Random(next(self._seeds))
+
+        def run() -> None:
+            try:
+                target(fault, node_id, rng)
+            except Exception as error:  # the operation ends "error"; settle reports it
+                traceback.print_exc()
+                self._end(fault, "error", error=repr(error))
+
+        thread = threading.Thread(target=run, name=f"{fault.kind}-{node_id}", daemon=True)
+        self.moving[node_id] = thread
+        thread.start()
+
+    def _begin_background(
+        self, kind: str, variant: str, targets: list[str], **detail: Any
+    ) -> Fault:
+        """A join or leave's window: in `windows` (reports), not in `active` (heals)."""
+        fault = self._begin(kind, variant, targets, **detail)
+        self.active.pop()  # _begin appended it
+        return fault
+
+    def _busy(self) -> set[str]:
+        return {n for n, t in self.moving.items() if t.is_alive()}
+
+    def _start_join(self, fallback: bool = True) -> None:
+        if len(self.cluster.brokers) >= self.max_brokers:
+            if fallback and "leave" in self.kinds:  # full: shrink instead
+                self._start_leave(fallback=False)
+                return
+            self._noop("join", "at-limit", brokers=len(self.cluster.brokers))
+            return
+        via = [b for b in self.cluster.live() if b.node_id not in self._busy()]
+        status, doc = self._ask("/v1/cluster")
+        if not via or status != 200:
+            self._noop("join", "no-live-broker", status=status)
+            return
+        contact = self.rng.choice(via)
+        try:
+            broker = self.cluster.add_broker(contact.url, list(doc["metadata_voters"]))
+        except HarnessError as error:  # ports taken on its address, or none left: skip
+            self._noop("join", "no-address", error=str(error))
+            return
+        broker.start()
+        fault = self._begin_background(
+            "join", "join", [broker.node_id], via=contact.node_id, host=broker.host
+        )
+        self._spawn(fault, broker.node_id, self._finish_join)
+
+    def _finish_join(self, fault: Fault, node_id: str, rng: random.Random) -> None:
+        """Until the catalogue lists the node and it is ready. A process that exits on
+        its own before it registered (its --join broker was down) is a failed join: the
+        node is retired; a kill fault's restart goes on with its peers and voters."""
+        broker = self.cluster.every[node_id]
+        while not self._settle_over():
+            view = self._catalogue()
+            registered = view is not None and node_id in view.registered
+            if registered and broker.ready():
+                self._end(fault, "joined")
+                return
+            with self.lock:
+                proc = broker.proc
+                exited = proc is not None and proc.poll() is not None and not broker.killed
+                if exited and not registered and proc is not None:  # on its own, not a fault
+                    self.cluster.retire(node_id)
+                    self._end(fault, "failed", exit_code=proc.returncode)
+                    return
+            time.sleep(MEMBERSHIP_POLL_S)
+        self._end(fault, "unfinished")
+
+    def _catalogue(self) -> Catalogue | None:
+        """The newest catalogue (highest metadata_version) any live broker answers, with
+        the decommissions its broker lists; None if none answers. It may still be old:
+        right after every broker restarted, each answers from a catalogue it is still
+        replaying (a leave once took that for its broker's departure); callers compare
+        versions."""
+        best: dict[str, Any] | None = None
+        source = None
+        for broker in self.cluster.live():
+            try:
+                answer = http(broker.url + "/v1/cluster", timeout_s=2.0)
+            except OSError:
+                continue
+            doc = answer.json() if answer.status == 200 else None
+            if doc and (best is None or doc["metadata_version"] > best["metadata_version"]):
+                best, source = doc, broker
+        if best is None or source is None:
+            return None
+        leaving: set[str] = set()
+        try:
+            ops = http(source.url + "/v1/cluster/operations", timeout_s=2.0)
+            if ops.status == 200:
+                leaving = {d["broker_id"] for d in ops.json().get("decommissions", [])}
+        except OSError:
+            pass
+        return Catalogue(
+            int(best["metadata_version"]),
+            {b["node_id"] for b in best["brokers"]},
+            leaving,
+            list(best["metadata_voters"]),
+        )
+
+    def _start_leave(self, fallback: bool = True) -> None:
+        view = self._catalogue()
+        if view is None:
+            self._noop("leave", "no-catalogue")
+            return
+        candidates = sorted((set(self.ids) & view.registered) - set(view.voters) - self._busy())
+        if not candidates:
+            if fallback and "join" in self.kinds:  # nothing removable: grow instead
+                self._start_join(fallback=False)
+                return
+            self._noop("leave", "no-candidate", voters=view.voters)
+            return
+        node_id = self.rng.choice(candidates)
+        fault = self._begin_background(
+            "leave", "decommission", [node_id], voters=view.voters, listed_at=view.version
+        )
+        self._spawn(fault, node_id, self._finish_leave)
+
+    def _finish_leave(self, fault: Fault, node_id: str, rng: random.Random) -> None:
+        """Decommission (repeated while its outcome is unknown or the catalogue shows the
+        node not decommissioning), poll until a catalogue newer than the last one that
+        listed the node drops it (catalogue versions only grow and only the unregister
+        step removes a broker), then retire it, unless it was restarted since that poll
+        began (a restarted unregistered broker registers again: poll again)."""
+        broker = self.cluster.every[node_id]
+        listed_at = int(fault.detail["listed_at"])
+        asked = 0
+        while not self._settle_over():
+            starts = broker.starts
+            view = self._catalogue()
+            if view is not None and node_id in view.registered:
+                listed_at = max(listed_at, view.version)
+            if asked and view is not None and view.version > listed_at:  # it left
+                with self.lock:
+                    if broker.starts == starts:
+                        self.cluster.retire(node_id)
+                        self._end(fault, "left", requests=asked, gone_at=view.version)
+                        return
+                continue
+            current = view is not None and view.version >= listed_at
+            if not asked or (current and view is not None and node_id not in view.leaving):
+                asked += 1
+                path = f"/v1/cluster/brokers/{node_id}/decommission"
+                status, answer = self._ask(path, {}, rng)
+                if 400 <= status < 500 and status != 404:
+                    self._end(fault, "refused", status=status, answer=answer)
+                    return
+            time.sleep(MEMBERSHIP_POLL_S)
+        self._end(fault, "unfinished", requests=asked)
+
+    def _settle_over(self) -> bool:
+        return self.closing.is_set() or time.monotonic() > self.settle_by
+
     # --- healing --------------------------------------------------------------------
 
     def heal_all(self) -> None:
-        """Stop every active fault: heal the network, resume, restart."""
-        for fault in self.active:
-            if fault.kind == "partition" and self.net is not None:
-                self.net.heal()
-            for node_id in fault.targets:
-                broker: Broker = self.cluster.brokers[node_id]
-                if fault.kind == "pause":
-                    broker.resume()
-                elif fault.kind in ("kill", "power"):
-                    broker.start()
-            fault.stop = self.history.now()
-            self._record(fault, f"stop-{fault.kind}")
-        self.active = []
+        """Stop every active fault: heal the network, resume, restart (not a broker that
+        left meanwhile)."""
+        with self.lock:
+            for fault in self.active:
+                if fault.kind == "partition" and self.net is not None:
+                    self.net.heal()
+                for node_id in fault.targets:
+                    broker: Broker | None = self.cluster.brokers.get(node_id)
+                    if broker is None:
+                        continue
+                    if fault.kind == "pause":
+                        broker.resume()
+                    elif fault.kind in ("kill", "power"):
+                        broker.start()
+                fault.stop = self.history.now()
+                self._record(fault, f"stop-{fault.kind}")
+            self.active = []
+
+    def settle(self, timeout_s: float = SETTLE_WAIT_S) -> None:
+        """After healing: wait for every join and leave in flight to end; HarnessError
+        if one does not within timeout_s (a leave that cannot finish on a healed
+        cluster is a finding to look at, not a verdict)."""
+        self.settle_by = time.monotonic() + timeout_s
+        for thread in list(self.moving.values()):
+            thread.join(max(0.0, self.settle_by - time.monotonic()) + 10.0)
+        unfinished = [
+            f
+            for f in self.windows
+            if f.kind in MEMBERSHIP and f.detail.get("outcome") in (None, "unfinished", "error")
+        ]
+        if unfinished:
+            raise HarnessError(
+                "membership operations unfinished "
+                f"{timeout_s} s after healing: {[(f.kind, f.targets) for f in unfinished]}"
+            )

@@ -9,7 +9,7 @@ from typing import Any
 
 from jepsen.checker import Verdict
 from jepsen.history import Op, pairs
-from jepsen.nemesis import Fault
+from jepsen.nemesis import MEMBERSHIP, Fault
 
 EXAMPLES_MAX = 3
 COLOURS = {
@@ -18,6 +18,8 @@ COLOURS = {
     "pause": "tab:orange",
     "power": "tab:gray",
     "reassign": "tab:green",
+    "join": "tab:cyan",
+    "leave": "tab:brown",
 }
 
 
@@ -81,8 +83,25 @@ def results(
         "checkers": {name: {"valid": v.valid, "stats": v.stats} for name, v in verdicts.items()},
         "latency": latencies(ops),
         "unavailability": unavailability(ops, faults),
+        "membership": membership(faults),
         "operations": len(ops),
     }
+
+
+def membership(faults: list[Fault]) -> list[dict[str, Any]]:
+    """Every join and leave: node, start and end (seconds), outcome (joined, left,
+    refused, failed, skipped, unfinished) and its details."""
+    return [
+        {
+            "kind": f.kind,
+            "node": f.targets[0] if f.targets else None,
+            "start_s": round(f.start, 2),
+            "stop_s": None if f.stop is None else round(f.stop, 2),
+            **f.detail,
+        }
+        for f in faults
+        if f.kind in MEMBERSHIP
+    ]
 
 
 def summary_line(doc: dict[str, Any], directory: Path) -> str:
@@ -90,11 +109,13 @@ def summary_line(doc: dict[str, Any], directory: Path) -> str:
     first = next(iter(doc["anomalies"].values()), None)
     example = f" first: {json.dumps(first['examples'][0])[:300]}" if first else ""
     stats = doc["checkers"].get("log", {}).get("stats", {})
+    done = [m.get("outcome") for m in doc.get("membership", [])]
+    members = f"joined={done.count('joined')} left={done.count('left')} " if done else ""
     return (
         f"jepsen: {doc['valid'].upper()} seed={doc['seed']} nodes={doc['nodes']} "
         f"nemesis={','.join(doc['nemesis']) or 'none'} planted_bug={doc['planted_bug'] or 'none'} "
         f"sends={stats.get('sends', 0)} ok={stats.get('sends_ok', 0)} "
-        f"polls={stats.get('polls', 0)} anomalies: {counts}{example} -> {directory}"
+        f"polls={stats.get('polls', 0)} {members}anomalies: {counts}{example} -> {directory}"
     )
 
 
@@ -126,13 +147,27 @@ def plot(ops: list[Op], faults: list[Fault], path: Path) -> None:
         label = None if fault.kind in shown else fault.kind
         shown.add(fault.kind)
         stop = fault.stop if fault.stop is not None else end
-        ax.axvspan(
-            fault.start, stop, color=COLOURS.get(fault.kind, "tab:gray"), alpha=0.15, label=label
-        )
+        colour = COLOURS.get(fault.kind, "tab:gray")
+        if fault.kind in MEMBERSHIP:  # long, overlapping: a line at each end, named
+            if fault.targets:
+                ax.axvline(fault.start, color=colour, linestyle="--", label=label)
+                ax.axvline(stop, color=colour, linestyle=":")
+                outcome = fault.detail.get("outcome", "?")
+                ax.annotate(
+                    f"{fault.kind} {fault.targets[0]}: {outcome}",
+                    (fault.start, 1.0),
+                    xycoords=("data", "axes fraction"),
+                    rotation=90,
+                    fontsize="x-small",
+                    va="top",
+                    color=colour,
+                )
+            continue
+        ax.axvspan(fault.start, stop, color=colour, alpha=0.15, label=label)
     ax.set_yscale("log")
     ax.set_xlabel("time (s)")
     ax.set_ylabel("latency (ms)")
-    ax.set_title("dmq jepsen: operation latency, fault windows shaded")
+    ax.set_title("dmq jepsen: operation latency, fault windows shaded, joins and leaves as lines")
     ax.legend(loc="upper right", fontsize="small", markerscale=3)
     fig.tight_layout()
     fig.savefig(path, dpi=100)

@@ -67,7 +67,7 @@ class Client:
         node = self.node
         self.history.add(self.process, "invoke", f, node, value)
         try:
-            type_, result = request(self.cluster.brokers[node].url)
+            type_, result = request(self.cluster.every[node].url)
         except ConnectionRefusedError as error:
             type_, result = "fail", {**value, "error": repr(error)}
         except OSError as error:
@@ -140,7 +140,7 @@ class Client:
         unknown, attempts = False, 0
         got: Any = {}
         while attempts < IDEMPOTENT_ATTEMPTS:
-            url = self.cluster.brokers[self.node_at(attempts)].url
+            url = self.cluster.every[self.node_at(attempts)].url
             attempts += 1
             try:
                 outcome, got = self._attempt(url, partition, payload)

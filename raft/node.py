@@ -127,6 +127,17 @@ class ReplicaStatus:
     commit_index: int
     last_applied: int
     journal_entries: int
+    # A leader has applied the no-op pysyncobj appends when it is elected: only then does
+    # its state hold every entry committed before its term (Raft dissertation 6.4, the
+    # first step of a read). Before, its high watermark may lag what the previous leader
+    # acknowledged (a stale read jepsen/ found at leadership transfers).
+    leader_ready: bool = False
+
+
+def _leader_ready(sync_obj: SyncObj) -> bool:
+    """Leader, and its election no-op (pysyncobj's private index of it) is applied."""
+    noop = sync_obj._SyncObj__noopIDx
+    return bool(sync_obj._isLeader()) and noop is not None and sync_obj.raftLastApplied >= noop
 
 
 class _GroupSyncObj(SyncObj):  # type: ignore[misc]  # pysyncobj is untyped
@@ -421,6 +432,7 @@ class Replica:
             sync_obj.raftCommitIndex,
             sync_obj.raftLastApplied,
             len(self.journal),
+            _leader_ready(sync_obj),
         )
 
     def quiet_until(self, now: float) -> float | None:

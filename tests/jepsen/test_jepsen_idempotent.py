@@ -53,6 +53,7 @@ class FakeCluster:
     def __init__(self, url: str) -> None:
         broker = type("B", (), {"url": url})()
         self.brokers = {"n1": broker, "n2": broker}
+        self.every = self.brokers
 
 
 def test_unknown_idempotent_sends_are_retried_with_the_same_sequence(tmp_path: Path) -> None:
