@@ -46,23 +46,31 @@ def _broker_id(value: Any, field: str) -> str:
     return value
 
 
-async def reassign(request: web.Request) -> web.Response:
-    doc = codec.parse_json_object(await request.read())
-    unknown = sorted(set(doc) - {"topic", "partition", "replicas"})
+def _only_fields(doc: dict[str, Any], known: set[str]) -> None:
+    unknown = sorted(set(doc) - known)
     if unknown:
         raise errors.InvalidRequest(f"unknown field {unknown[0]!r}", field=unknown[0])
-    topic, partition, replicas = doc.get("topic"), doc.get("partition"), doc.get("replicas")
+
+
+def _broker_ids(doc: dict[str, Any], field: str, count_max: int) -> list[str]:
+    """doc[field]: a list of 1..count_max broker ids."""
+    value = doc.get(field)
+    if not isinstance(value, list) or not 0 < len(value) <= count_max:
+        raise errors.InvalidRequest(
+            f"{field} must be a list of 1-{count_max} broker ids", field=field, limit=count_max
+        )
+    return [_broker_id(v, field) for v in value]
+
+
+async def reassign(request: web.Request) -> web.Response:
+    doc = codec.parse_json_object(await request.read())
+    _only_fields(doc, {"topic", "partition", "replicas"})
+    topic, partition = doc.get("topic"), doc.get("partition")
     if not isinstance(topic, str):
         raise errors.InvalidRequest("topic must be a string", field="topic")
     if not isinstance(partition, int) or isinstance(partition, bool) or partition < 0:
         raise errors.InvalidRequest("partition must be an integer >= 0", field="partition")
-    if not isinstance(replicas, list) or not 0 < len(replicas) <= REASSIGN_REPLICAS_MAX:
-        raise errors.InvalidRequest(
-            f"replicas must be a list of 1-{REASSIGN_REPLICAS_MAX} broker ids",
-            field="replicas",
-            limit=REASSIGN_REPLICAS_MAX,
-        )
-    ids = [_broker_id(r, "replicas") for r in replicas]
+    ids = _broker_ids(doc, "replicas", REASSIGN_REPLICAS_MAX)
     return codec.json_response(
         await broker_of(request).operations.reassign(topic, partition, ids), status=202
     )
@@ -70,17 +78,8 @@ async def reassign(request: web.Request) -> web.Response:
 
 async def change_metadata_voters(request: web.Request) -> web.Response:
     doc = codec.parse_json_object(await request.read())
-    unknown = sorted(set(doc) - {"voters"})
-    if unknown:
-        raise errors.InvalidRequest(f"unknown field {unknown[0]!r}", field=unknown[0])
-    voters = doc.get("voters")
-    if not isinstance(voters, list) or not 0 < len(voters) <= METADATA_VOTERS_LIST_MAX:
-        raise errors.InvalidRequest(
-            f"voters must be a list of 1-{METADATA_VOTERS_LIST_MAX} broker ids",
-            field="voters",
-            limit=METADATA_VOTERS_LIST_MAX,
-        )
-    ids = [_broker_id(v, "voters") for v in voters]
+    _only_fields(doc, {"voters"})
+    ids = _broker_ids(doc, "voters", METADATA_VOTERS_LIST_MAX)
     answer = await broker_of(request).operations.change_metadata_voters(ids)
     return codec.json_response(answer, status=202)
 

@@ -14,7 +14,8 @@ losing or duplicating a record (dmq/operations.py, raft/membership.py):
   broker opens its replica before it is added): a partition with one replica, and a
   partition of three whose replica being replaced is on a broker that is down; a
   reassignment and a partition decommission asked through an observer answer 202;
-- bad requests are refused with a 4xx naming the field.
+- bad requests (reassignments, voter changes, decommissions) are refused with a 4xx
+  naming the field.
 """
 
 from __future__ import annotations
@@ -229,6 +230,17 @@ def test_reassignment_requests_are_checked(dmq_cluster: Callable[..., DmqCluster
         assert resp.status == status, (body, resp)
         if field is not None:
             assert resp.json()["error"]["details"]["field"] == field, (body, resp)
+    for body, field in (
+        ({"voters": "n1"}, "voters"),
+        ({"voters": []}, "voters"),
+        ({"voters": ["n1"] * 17}, "voters"),
+        ({"voters": ["n1", 7]}, "voters"),
+        ({"voters": ["n1", "zz"]}, "voters"),  # not a registered broker
+        ({"voters": ["n1", "n2", "n3"], "x": 1}, "x"),
+    ):
+        resp = node.request("POST", "/v1/cluster/metadata-voters", body)
+        assert resp.status == 400, (body, resp)
+        assert resp.json()["error"]["details"]["field"] == field, (body, resp)
     resp = node.request("POST", "/v1/cluster/brokers/n1/decommission")
     assert resp.status == 400, resp
     assert resp.json()["error"]["details"]["field"] == "broker_id", resp

@@ -88,16 +88,22 @@ def batch_ends(log: PartitionLog) -> dict[int, int]:
     return ends
 
 
+def filled_log(directory: Path, batches: list[list[Spec]], segment_bytes: int) -> PartitionLog:
+    """A log holding `batches` (one produce batch each), all committed."""
+    log = PartitionLog.open(directory, config(segment_bytes))
+    for specs in batches:
+        log.append(encode_batch([to_record(s) for s in specs]))
+    log.set_high_watermark(log.log_end_offset)
+    return log
+
+
 @settings(max_examples=150, deadline=None)
 @given(batches_st, st.sampled_from([64, 200, 1024]))
 def test_compaction_keeps_every_end_and_the_model_survivors(
     batches: list[list[Spec]], segment_bytes: int
 ) -> None:
     with tempfile.TemporaryDirectory() as tmp:
-        log = PartitionLog.open(Path(tmp), config(segment_bytes))
-        for specs in batches:
-            log.append(encode_batch([to_record(s) for s in specs]))
-        log.set_high_watermark(log.log_end_offset)
+        log = filled_log(Path(tmp), batches, segment_bytes)
         ends_before = batch_ends(log)
         end_before = log.log_end_offset
         closed_end = log.segments[-1].base_offset  # every closed segment is below the HW
@@ -122,10 +128,7 @@ def test_read_for_copy_vouches_for_exactly_the_range_asked(
     batches: list[list[Spec]], segment_bytes: int, data: st.DataObject
 ) -> None:
     with tempfile.TemporaryDirectory() as tmp:
-        log = PartitionLog.open(Path(tmp), config(segment_bytes))
-        for specs in batches:
-            log.append(encode_batch([to_record(s) for s in specs]))
-        log.set_high_watermark(log.log_end_offset)
+        log = filled_log(Path(tmp), batches, segment_bytes)
         compaction.compact(log, NOW_MS)
         # Batch boundaries: where a copy starts, a snapshot ends, a high watermark stands.
         bounds = sorted({0, *(h.next_offset for h in _headers(batches))})
