@@ -600,11 +600,14 @@ class Broker:
         placement = info.partitions[replica.partition]
         if placement.status == PARTITION_GONE:
             return False
-        try:
-            progress = await self.operations.partition_progress(info, replica.partition)
+        try:  # bounded: reconciling (new replicas to open) waits for this answer
+            progress = await asyncio.wait_for(
+                self.operations.partition_progress(info, replica.partition),
+                REPLICA_DELETE_RECHECK_S,
+            )
             member = self.config.node_id in progress["members"]
-        except errors.DmqError as exc:
-            _log.info("keeping replica %s until its leader answers: %s", replica.name, exc)
+        except (errors.DmqError, TimeoutError) as exc:
+            _log.info("keeping replica %s until its leader answers: %r", replica.name, exc)
             member = True
         if member:
             asyncio.get_running_loop().call_later(
