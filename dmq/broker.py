@@ -267,6 +267,9 @@ class Broker:
         self._reconcile_lock = asyncio.Lock()
         self._reconcile_wanted = asyncio.Event()
         self._views: dict[str, TopicView] = {}
+        # (topic id, partition) -> its directories found at start-up, of a partition that
+        # exists but is not placed here: deleted once its leader says this is no member.
+        self._unplaced_dirs: dict[tuple[int, int], list[Path]] = {}
         self._views_version = -1
         self.peers = PeerClient(local_host=config.http_host)
         self.operations = OperationsService(self)  # reassign, decommission, balance
@@ -562,7 +565,9 @@ class Broker:
             for key, replica in list(self._replicas.items()):
                 want = wanted.get(key)
                 if want is None or want[0].topic_id != replica.topic_id:
-                    if await self._still_a_member(state, replica):
+                    if await self._still_a_member(
+                        state, replica.topic, replica.topic_id, replica.partition
+                    ):
                         continue
                     del self._replicas[key]
                     _log.info("deleting replica %s (topic id %d)", replica.name, replica.topic_id)
@@ -586,34 +591,59 @@ class Broker:
                         self._reconcile_wanted.set()
 
             await asyncio.gather(*(open_one(w[0], k[1], w[1]) for k, w in missing))
+            if self._unplaced_dirs:
+                await self._drop_unplaced_dirs(state)
 
-    async def _still_a_member(self, state: MetadataState, replica: PartitionReplica) -> bool:
+    async def _still_a_member(
+        self, state: MetadataState, topic: str, topic_id: int, partition: int
+    ) -> bool:
         """A replica the catalogue no longer places here, of a partition that still exists,
         is deleted only once the partition leader's configuration leaves it out: a
         reassignment replaced while it moved here may have added it to the group without
         recording it (a stray member, which acknowledged entries: deleting its log then
         could lose them). The driver removes strays; until then, and while no leader
         answers, the replica stays (checked again in REPLICA_DELETE_RECHECK_S)."""
-        info = state.topics.get(replica.topic)
-        if info is None or info.topic_id != replica.topic_id:
+        info = state.topics.get(topic)
+        if info is None or info.topic_id != topic_id or partition >= len(info.partitions):
             return False  # the topic was deleted: its group is gone everywhere
-        placement = info.partitions[replica.partition]
-        if placement.status == PARTITION_GONE:
+        if info.partitions[partition].status == PARTITION_GONE:
             return False
         try:  # bounded: reconciling (new replicas to open) waits for this answer
             progress = await asyncio.wait_for(
-                self.operations.partition_progress(info, replica.partition),
-                REPLICA_DELETE_RECHECK_S,
+                self.operations.partition_progress(info, partition), REPLICA_DELETE_RECHECK_S
             )
             member = self.config.node_id in progress["members"]
         except (errors.DmqError, TimeoutError) as exc:
-            _log.info("keeping replica %s until its leader answers: %r", replica.name, exc)
+            _log.info("keeping replica %s-%d until its leader answers: %r", topic, partition, exc)
             member = True
         if member:
             asyncio.get_running_loop().call_later(
                 REPLICA_DELETE_RECHECK_S, self._reconcile_wanted.set
             )
         return member
+
+    async def _drop_unplaced_dirs(self, state: MetadataState) -> None:
+        """The directories `_remove_orphans` left at start-up (a partition that exists but
+        is not placed here): deleted once its leader says this broker is not a member,
+        kept (and opened from them) if the catalogue places the partition here again."""
+        by_id = {info.topic_id: info for info in state.topics.values()}
+        for (topic_id, partition), paths in list(self._unplaced_dirs.items()):
+            info = by_id.get(topic_id)
+            placement = (
+                info.partitions[partition]
+                if info is not None and partition < len(info.partitions)
+                else None
+            )
+            if placement is not None and hosts_replica(placement, self.config.node_id):
+                del self._unplaced_dirs[(topic_id, partition)]  # reconcile opens them
+                continue
+            name = info.name if info is not None else ""
+            if await self._still_a_member(state, name, topic_id, partition):
+                continue
+            del self._unplaced_dirs[(topic_id, partition)]
+            for path in paths:
+                _log.info("removing directory %s: not a member of its group", path)
+                shutil.rmtree(path, ignore_errors=True)
 
     async def _open_replica(
         self, info: TopicInfo, partition: int, members: tuple[str, ...]
@@ -679,7 +709,8 @@ class Broker:
         """Directories of replicas no longer placed here, that a crash left behind.
 
         Only topic ids below the catalogue's next_topic_id are judged: a newer one may
-        belong to a topic this broker has not heard of yet (its state lags).
+        belong to a topic this broker has not heard of yet (its state lags). Those of a
+        partition that still exists wait for its leader's word (`_drop_unplaced_dirs`).
         """
         state = self.metadata.state
         node_id = self.config.node_id
@@ -689,6 +720,20 @@ class Broker:
             for p, placement in enumerate(info.partitions)
             if hosts_replica(placement, node_id)
         }
+        existing = {
+            (info.topic_id, p)
+            for info in state.topics.values()
+            for p, placement in enumerate(info.partitions)
+            if placement.status != PARTITION_GONE
+        }
+
+        def remove(key: tuple[int, int], path: Path, what: str) -> None:
+            if key in existing:
+                self._unplaced_dirs.setdefault(key, []).append(path)
+                return
+            _log.info("removing orphan %s directory %s", what, path)
+            shutil.rmtree(path)
+
         root = self.data_dir / "partitions"
         for path in sorted(root.iterdir()) if root.exists() else []:
             try:
@@ -697,16 +742,14 @@ class Broker:
             except (OSError, ValueError):
                 continue  # not ours to judge
             if topic_id < state.next_topic_id and (topic_id, partition) not in placed:
-                _log.info("removing orphan partition directory %s", path)
-                shutil.rmtree(path)
+                remove((topic_id, partition), path, "partition")
         groups = self.data_dir / "raft" / "groups"
         for path in sorted(groups.iterdir()) if groups.exists() else []:
             if not path.name.isdigit() or int(path.name) == 0:
                 continue
             topic_id, partition = divmod(int(path.name), GROUPS_PER_TOPIC)
             if topic_id < state.next_topic_id and (topic_id, partition) not in placed:
-                _log.info("removing orphan raft group directory %s", path)
-                shutil.rmtree(path)
+                remove((topic_id, partition), path, "raft group")
 
     # ------------------------------------------------------------------ duties
 
