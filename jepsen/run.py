@@ -29,7 +29,7 @@ from jepsen.checker.groups import check_groups
 from jepsen.checker.log import check_log
 from jepsen.cluster import RETRIABLE, Cluster, HarnessError, http
 from jepsen.groups import GroupClient, GroupWorker, final_drain
-from jepsen.history import History
+from jepsen.history import NEMESIS, History
 from jepsen.nemesis import BACKGROUND, FAULTS, MEMBERSHIP, Nemesis
 from jepsen.report import plot, results, summary_line
 from jepsen.workload import Client, Worker
@@ -37,8 +37,9 @@ from jepsen.workload import Client, Worker
 TOPIC = "jepsen"
 EXIT = {"valid": 0, "invalid": 1, "unknown": 2}
 STORE = Path("jepsen") / "store"
-# With joins and leaves the metadata voters are fixed to the first ids: today only
-# non-voters can be decommissioned (dmq/README.md, known limits).
+# With joins, leaves or voter changes the metadata voters start as the first ids, so the
+# other brokers are non-voters a voter change can add (and, without the voters nemesis,
+# the only ones a leave decommissions).
 MEMBERSHIP_VOTERS = 3
 
 
@@ -152,6 +153,8 @@ def run_phases(
         final.wait_for_leaders(cluster)
     if any(kind in MEMBERSHIP for kind in args.nemesis):
         final.check_placement(cluster, TOPIC, min(args.replication_factor, args.nodes))
+    if "voters" in args.nemesis:
+        history.add(NEMESIS, "info", "final-voters", None, final.check_voters(cluster))
     final.final_reads(cluster, history, TOPIC, args.partitions, processes)
     if args.group_workers:
         final_drain(cluster, history, TOPIC, final.read_ends(history, args.partitions), processes)
