@@ -205,9 +205,13 @@ def report(
         verdicts.update(check_groups(ops))
     valid = merge(verdicts)
     if harness_error is not None:
-        # An interrupted run proves nothing valid, and without its final reads an unread
-        # ack proves nothing lost: only the other anomalies make it invalid.
-        proven = [k for v in verdicts.values() for k in v.anomalies if k != "unseen"]
+        # An interrupted run proves nothing valid, and without its final reads and group
+        # drain an unread ack proves nothing lost (log "unseen", group-queue "lost"): only
+        # the other anomalies make it invalid.
+        unproven = {("log", "unseen"), ("group-queue", "lost")}
+        proven = [
+            k for name, v in verdicts.items() for k in v.anomalies if (name, k) not in unproven
+        ]
         valid = "invalid" if proven else UNKNOWN
     setup = {
         "seed": args.seed,
