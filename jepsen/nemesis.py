@@ -173,6 +173,7 @@ class Catalogue(NamedTuple):
     leaving: set[str]  # brokers being decommissioned
     voters: list[str]
     voters_target: list[str] | None = None  # the metadata voter change running, if any
+    operations: bool = False  # the operations doc answered (else leaving, target unknown)
 
 
 @dataclass
@@ -510,10 +511,11 @@ class Nemesis:
             return None
         leaving: set[str] = set()
         target: list[str] | None = None
+        answered = False
         try:
             ops = http(source.url + "/v1/cluster/operations", timeout_s=2.0)
             if ops.status == 200:
-                doc = ops.json()
+                answered, doc = True, ops.json()
                 leaving = {d["broker_id"] for d in doc.get("decommissions", [])}
                 target = (doc.get("metadata_voters") or {}).get("target")
         except OSError:
@@ -524,6 +526,7 @@ class Nemesis:
             leaving,
             list(best["metadata_voters"]),
             sorted(target) if target else None,
+            answered,
         )
 
     def _start_leave(self, fallback: bool = True) -> None:
@@ -615,6 +618,8 @@ class Nemesis:
         one, even while a change runs (the broker must refuse another: 409). A refusal
         (409; 400: a broker left meanwhile) is a recorded no-op."""
         view = self._catalogue()
+        if view is not None and not view.operations:
+            view = None  # whether a change runs is unknown
         choice = None if view is None else self._voters_target(view)
         if view is None or choice is None:
             voters = None if view is None else view.voters
@@ -653,7 +658,7 @@ class Nemesis:
                     return
                 continue
             view = self._catalogue()
-            if view is not None:
+            if view is not None and view.operations:  # else "no target" means no answer
                 if view.voters_target == target:
                     seen_at = max(seen_at or 0, view.version)
                 ended = seen_at is not None and view.version > seen_at
