@@ -32,6 +32,14 @@ healing: `settle` waits for them); a 4xx refusal (too few brokers would stay) en
 leave as `refused`. At most `nodes + MEMBERSHIP_EXTRA_MAX` brokers at once, one join or
 leave per node at a time. `self.lock` serialises process actions (faults, heals, a
 departing broker's stop) so a heal never restarts a broker that just left.
+
+Metadata voter changes (`voters`): from the recorded voter set, 3 -> 5 (two live
+registered non-voters added) or 5 -> 3 (two voters dropped, half the time the metadata
+leader among them), `POST /v1/cluster/metadata-voters`; a 4xx (409: a change runs) is a
+recorded no-op; then, in a thread like a leave, the newest catalogue's operations doc is
+polled until `metadata_voters.target` is null. With `voters` on, a leave may pick a
+metadata voter too (the broker swaps it for a live non-voter first), never leaving fewer
+than BROKERS_MIN registered brokers.
 """
 
 from __future__ import annotations

@@ -393,7 +393,8 @@ def test_a_broker_killed_while_promoting_is_added_after_its_restart(
     assert voters_doc(n5)["target"] == everyone  # the observed catalogue, not an empty one
     cluster["n4"].start()
     wait_voters(cluster["n1"], everyone, [])
-    assert group0_members(n5) == everyone
+    # n5 learns n4's addition from the log it replicates: a moment after the record.
+    wait_for(lambda: group0_members(n5) == everyone, 20.0, "n5 sees every member")
     wait_for(lambda: not (n5.data_dir / "meta" / "metadata_promoting").exists(), 20.0,
              "n5's promotion finished")  # fmt: skip
 
