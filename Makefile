@@ -41,7 +41,7 @@ bench: $(STAMP) system-deps
 
 # The Jepsen harness (jepsen/README.md): 5 brokers, every fault, 2 minutes. Override with
 # e.g. `make jepsen JEPSEN_ARGS="--nodes 3 --nemesis partition --seed 7"`.
-JEPSEN_ARGS ?= --nodes 5 --nemesis partition,kill,pause,power,reassign,join,leave --time-limit-s 120
+JEPSEN_ARGS ?= --nodes 5 --nemesis partition,kill,pause,power,reassign,join,leave,voters --time-limit-s 120
 jepsen: $(STAMP) system-deps
 	$(BIN)/python -m jepsen.run $(JEPSEN_ARGS)
 

@@ -76,6 +76,9 @@ METADATA_MEMBERSHIP_CHECK_S = 2.0
 # group 0 busy.
 METADATA_MEMBERSHIP_CHECK_IDLE_S = 30.0
 METADATA_LEFT_MARKER = "metadata_left"  # in <data dir>/meta/
+# Written durably before a broker opens group 0 to become a voter, removed once its
+# machine caught up: a broker killed in between reopens group 0 still promoting.
+METADATA_PROMOTING_MARKER = "metadata_promoting"  # next to METADATA_LEFT_MARKER
 
 
 def wall_ms() -> int:
@@ -188,6 +191,7 @@ class MetadataService:
         # Written durably before a removed voter deletes its group-0 directory: on restart
         # it stays an observer although `metadata_voters` may name it.
         self._left_marker = left_marker
+        self._promoting_marker = left_marker.with_name(METADATA_PROMOTING_MARKER)
         self._machine: _NotifyingMachine | None = None
         self._replica: Replica | None = None
         # Group 0 is open but its machine has not reached the observed catalogue yet: the
@@ -233,7 +237,16 @@ class MetadataService:
         stays an observer, and a configured voter bootstraps a new cluster."""
         self._loop = asyncio.get_running_loop()
         group_dir = self._raft_node.data_dir / "groups" / str(METADATA_GROUP_ID)
-        if group_dir.exists():
+        if group_dir.exists() and self._promoting_marker.exists():
+            # Killed while promoting: the members may not have added it yet, so it
+            # cannot reach a leader through its own replica (they ignore a non-member):
+            # it observes and proposes through the voters, as before the kill, or it
+            # could never heartbeat and the leader, waiting for it to be live, would
+            # never add it (found by jepsen/, README "Findings").
+            self._promoting = True
+            await self._open_group(sorted({*self.config_voters, self.node_id}))
+            self._follow_task = self._loop.create_task(self._follow())
+        elif group_dir.exists():
             await self._open_group(sorted({*self.config_voters, self.node_id}))
         elif not self._left_marker.exists() and self.node_id in self.config_voters:
             await self._open_group(self.config_voters)
@@ -429,6 +442,7 @@ class MetadataService:
                 await self._raft_node.add_peer(member, info.raft_addr)
         _log.info("joining the metadata voters (group 0 members %s)", members)
         self._promoting = True
+        write_durably(self._promoting_marker, b"joining the metadata voters\n")
         try:
             await self._open_group(members)
         except BaseException:
@@ -446,7 +460,10 @@ class MetadataService:
             return False
         if machine.state.metadata_version < self._observed.metadata_version:
             return False
+        if self._observed.metadata_version == 0:  # restarted promoting: nothing observed yet
+            return False
         self._promoting = False
+        self._promoting_marker.unlink(missing_ok=True)
         _log.info(
             "metadata voter now: group 0 caught up to version %d", machine.state.metadata_version
         )
@@ -493,6 +510,7 @@ class MetadataService:
     async def _become_observer(self, leader_state: MetadataState) -> None:
         _log.info("left the metadata voters: deleting group 0 here, following the catalogue")
         write_durably(self._left_marker, b"left the metadata voters\n")
+        self._promoting_marker.unlink(missing_ok=True)
         served = self.state
         replica = self._replica
         self._replica = None

@@ -18,6 +18,7 @@ FINAL_READ_S = 60.0  # per partition
 HW_STABLE_S = 10.0
 OPERATIONS_WAIT_S = 90.0
 CATCH_UP_WAIT_S = 30.0
+VOTERS_WAIT_S = 30.0  # for every broker's catalogue to show the final metadata voters
 PLACEMENT_WAIT_S = 20.0  # for every broker's catalogue to show the final placement
 REPLICA_PAGES_MAX = 100_000  # pages of fetch_bytes_max: far above any run's log
 
@@ -39,9 +40,9 @@ def wait_for_leaders(cluster: Cluster, timeout_s: float = LEADERS_WAIT_S) -> flo
 
 
 def wait_operations(cluster: Cluster, timeout_s: float = OPERATIONS_WAIT_S) -> float:
-    """Wait until no reassignment nor broker decommission is running (GET
-    /v1/cluster/operations); seconds. One that does not finish on a healed cluster is a
-    harness error (unknown)."""
+    """Wait until no reassignment, broker decommission nor metadata voter change is
+    running (GET /v1/cluster/operations); seconds. One that does not finish on a healed
+    cluster is a harness error (unknown)."""
     started = time.monotonic()
     left: Any = None
     while time.monotonic() < started + timeout_s:
@@ -53,6 +54,9 @@ def wait_operations(cluster: Cluster, timeout_s: float = OPERATIONS_WAIT_S) -> f
             if answer.status == 200:
                 doc = answer.json()
                 left = doc.get("reassignments", []) + doc.get("decommissions", [])
+                voters = doc.get("metadata_voters") or {}
+                if voters.get("target"):
+                    left.append(voters)
                 if not left:
                     return time.monotonic() - started
                 break
@@ -100,6 +104,61 @@ def _misplaced(cluster: Cluster, topic: str, replication_factor: int) -> list[st
             if len(replicas) < replication_factor or not set(replicas) <= current:
                 wrong.append(f"{broker.node_id}: {topic}-{number} on {replicas}")
     return wrong
+
+
+def check_voters(cluster: Cluster, timeout_s: float = VOTERS_WAIT_S) -> list[str]:
+    """After voter changes ended: the catalogue's `metadata_voters` (GET /v1/cluster on
+    the metadata leader) equals group 0's members as that leader's Raft node knows them
+    (GET /v1/internal/status), and every broker still registered answers the catalogue
+    with the same voters and brokers (an observer that is behind gets timeout_s); the
+    voters. A mismatch past timeout_s is a harness error (the run says unknown): the
+    checkers read the data, this is the operation's own end state."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        wrong, voters = _voters_mismatch(cluster)
+        if not wrong:
+            return voters
+        if time.monotonic() > deadline:
+            raise HarnessError(f"metadata voters after every change ended: {wrong}")
+        time.sleep(0.5)
+
+
+def _voters_mismatch(cluster: Cluster) -> tuple[list[str], list[str]]:
+    """What disagrees (empty: nothing), and the leader's catalogue voters."""
+    leader = cluster.leader_of(None, None)
+    if leader not in cluster.brokers:
+        return [f"no metadata leader among the brokers ({leader})"], []
+    url = cluster.brokers[leader].url
+    try:
+        catalogue = http(url + "/v1/cluster", timeout_s=5.0).json()
+        local = http(url + "/v1/internal/status", timeout_s=5.0).json()
+    except (OSError, ValueError) as error:
+        return [f"{leader}: {error!r}"], []
+    voters = sorted(catalogue["metadata_voters"])
+    registered = sorted(b["node_id"] for b in catalogue["brokers"])
+    members = [sorted(r["members"]) for r in local["replicas"] if r["group_id"] == 0]
+    wrong = []
+    if members != [voters]:
+        wrong.append(f"leader {leader}: catalogue voters {voters}, group 0 members {members}")
+    if not set(registered) <= set(cluster.brokers):
+        wrong.append(f"registered {registered}, brokers running {sorted(cluster.brokers)}")
+    for node_id in registered:
+        broker = cluster.brokers.get(node_id)
+        if broker is None:
+            continue
+        try:
+            answer = http(broker.url + "/v1/cluster", timeout_s=5.0)
+        except OSError as error:
+            wrong.append(f"{node_id}: {error!r}")
+            continue
+        doc = answer.json() if answer.status == 200 else {}
+        seen = (
+            sorted(doc.get("metadata_voters", [])),
+            sorted(b["node_id"] for b in doc.get("brokers", [])),
+        )
+        if seen != (voters, registered):
+            wrong.append(f"{node_id}: {answer.status} voters and brokers {seen}")
+    return wrong, voters
 
 
 def acked_ends(history: History, partitions: int) -> dict[int, int]:

@@ -32,6 +32,14 @@ healing: `settle` waits for them); a 4xx refusal (too few brokers would stay) en
 leave as `refused`. At most `nodes + MEMBERSHIP_EXTRA_MAX` brokers at once, one join or
 leave per node at a time. `self.lock` serialises process actions (faults, heals, a
 departing broker's stop) so a heal never restarts a broker that just left.
+
+Metadata voter changes (`voters`): from the recorded voter set, 3 -> 5 (two live
+registered non-voters added) or 5 -> 3 (two voters dropped, half the time the metadata
+leader among them), `POST /v1/cluster/metadata-voters`; a 4xx (409: a change runs) is a
+recorded no-op; then, in a thread like a leave, the newest catalogue's operations doc is
+polled until `metadata_voters.target` is null. With `voters` on, a leave may pick a
+metadata voter too (the broker swaps it for a live non-voter first), never leaving fewer
+than BROKERS_MIN registered brokers.
 """
 
 from __future__ import annotations
@@ -52,10 +60,13 @@ from typing import Any, NamedTuple
 from jepsen.cluster import Broker, Cluster, HarnessError, http
 from jepsen.history import NEMESIS, History
 
-FAULTS = ("partition", "kill", "pause", "power", "reassign", "join", "leave")
+FAULTS = ("partition", "kill", "pause", "power", "reassign", "join", "leave", "voters")
 # Run on their own while a process or network fault strikes (never alone, never with power).
-BACKGROUND = ("reassign", "join", "leave")
-MEMBERSHIP = ("join", "leave")
+BACKGROUND = ("reassign", "join", "leave", "voters")
+MEMBERSHIP = ("join", "leave", "voters")  # each ends in a thread of its own (settle)
+VOTERS_SMALL = 3  # the voters nemesis alternates between these metadata voter counts
+VOTERS_LARGE = 5
+BROKERS_MIN = 3  # a leave never takes the registered brokers below this
 MEMBERSHIP_EXTRA_MAX = 2  # brokers beyond --nodes at once
 MEMBERSHIP_POLL_S = 0.5
 SETTLE_WAIT_S = 150.0  # after healing, for joins and leaves in flight to end
@@ -169,6 +180,8 @@ class Catalogue(NamedTuple):
     registered: set[str]
     leaving: set[str]  # brokers being decommissioned
     voters: list[str]
+    voters_target: list[str] | None = None  # the metadata voter change running, if any
+    operations: bool = False  # the operations doc answered (else leaving, target unknown)
 
 
 @dataclass
@@ -505,10 +518,14 @@ class Nemesis:
         if best is None or source is None:
             return None
         leaving: set[str] = set()
+        target: list[str] | None = None
+        answered = False
         try:
             ops = http(source.url + "/v1/cluster/operations", timeout_s=2.0)
             if ops.status == 200:
-                leaving = {d["broker_id"] for d in ops.json().get("decommissions", [])}
+                answered, doc = True, ops.json()
+                leaving = {d["broker_id"] for d in doc.get("decommissions", [])}
+                target = (doc.get("metadata_voters") or {}).get("target")
         except OSError:
             pass
         return Catalogue(
@@ -516,6 +533,8 @@ class Nemesis:
             {b["node_id"] for b in best["brokers"]},
             leaving,
             list(best["metadata_voters"]),
+            sorted(target) if target else None,
+            answered,
         )
 
     def _start_leave(self, fallback: bool = True) -> None:
@@ -523,7 +542,12 @@ class Nemesis:
         if view is None:
             self._noop("leave", "no-catalogue")
             return
-        candidates = sorted((set(self.ids) & view.registered) - set(view.voters) - self._busy())
+        staying = view.registered - view.leaving - self._busy()
+        candidates = sorted((set(self.ids) & staying) - self._busy())
+        if "voters" not in self.kinds:  # only the voters nemesis lets a voter leave
+            candidates = [c for c in candidates if c not in view.voters]
+        if len(staying) <= BROKERS_MIN:
+            candidates = []
         if not candidates:
             if fallback and "join" in self.kinds:  # nothing removable: grow instead
                 self._start_join(fallback=False)
@@ -532,7 +556,11 @@ class Nemesis:
             return
         node_id = self.rng.choice(candidates)
         fault = self._begin_background(
-            "leave", "decommission", [node_id], voters=view.voters, listed_at=view.version
+            "leave",
+            "decommission-voter" if node_id in view.voters else "decommission",
+            [node_id],
+            voters=view.voters,
+            listed_at=view.version,
         )
         self._spawn(fault, node_id, self._finish_leave)
 
@@ -564,6 +592,86 @@ class Nemesis:
                 status, answer = self._ask(path, {}, rng)
                 if 400 <= status < 500 and status != 404:
                     self._end(fault, "refused", status=status, answer=answer)
+                    return
+            time.sleep(MEMBERSHIP_POLL_S)
+        self._end(fault, "unfinished", requests=asked)
+
+    # --- metadata voter changes -----------------------------------------------------
+
+    def _voters_target(self, view: Catalogue) -> tuple[str, list[str]] | None:
+        """(variant, target): 3 -> 5 adds two live registered non-voters; 5 -> 3 drops two
+        voters, half the time the metadata leader among them. None: no such change."""
+        voters = sorted(view.voters)
+        if len(voters) == VOTERS_SMALL:
+            spare = [
+                b.node_id
+                for b in self.cluster.live()
+                if b.node_id in view.registered - view.leaving - set(voters) - self._busy()
+            ]
+            if len(spare) < VOTERS_LARGE - VOTERS_SMALL:
+                return None
+            return "grow", sorted(voters + self.rng.sample(spare, VOTERS_LARGE - VOTERS_SMALL))
+        if len(voters) == VOTERS_LARGE:
+            leader = self.cluster.leader_of(None, None)
+            drop = self.rng.sample(voters, VOTERS_LARGE - VOTERS_SMALL)
+            variant = "shrink"
+            if leader in voters and self.rng.random() < 0.5:
+                others = [v for v in voters if v != leader]
+                drop, variant = [leader, self.rng.choice(others)], "shrink-leader"
+            return variant, sorted(v for v in voters if v not in drop)
+        return None  # a change ran halfway (4 voters recorded): the next one goes on
+
+    def _start_voters(self) -> None:
+        """Ask for the next voter set (POST /v1/cluster/metadata-voters) from the recorded
+        one, even while a change runs (the broker must refuse another: 409). A refusal
+        (409; 400: a broker left meanwhile) is a recorded no-op."""
+        view = self._catalogue()
+        if view is not None and not view.operations:
+            view = None  # whether a change runs is unknown
+        choice = None if view is None else self._voters_target(view)
+        if view is None or choice is None:
+            voters = None if view is None else view.voters
+            self._noop("voters", "no-target", voters=voters)
+            return
+        variant, target = choice
+        status, answer = self._ask("/v1/cluster/metadata-voters", {"voters": target})
+        fault = self._begin_background(
+            "voters",
+            variant,
+            target,
+            voters=view.voters,
+            running=view.voters_target,
+            status=status,
+            answer=answer if status != 202 else None,
+        )
+        if 400 <= status < 500:
+            self._end(fault, "refused")
+            return
+        self._spawn(fault, f"voters-{len(self.windows)}", self._finish_voters)
+
+    def _finish_voters(self, fault: Fault, _: str, rng: random.Random) -> None:
+        """Ask again while the answer is unknown (no answer, 5xx: repeating the running
+        target is a no-op, so is asking for the recorded set), then poll the newest
+        catalogue until no voter change runs: ours ended once a catalogue newer than the
+        last one showing it running shows none, or the recorded voters are the target."""
+        target = sorted(fault.targets)
+        status, asked, seen_at = int(fault.detail["status"]), 1, None
+        while not self._settle_over():
+            if status != 202:
+                time.sleep(MEMBERSHIP_POLL_S)
+                status, answer = self._ask("/v1/cluster/metadata-voters", {"voters": target}, rng)
+                asked += 1
+                if 400 <= status < 500:  # another change started meanwhile
+                    self._end(fault, "refused", requests=asked, status=status, answer=answer)
+                    return
+                continue
+            view = self._catalogue()
+            if view is not None and view.operations:  # else "no target" means no answer
+                if view.voters_target == target:
+                    seen_at = max(seen_at or 0, view.version)
+                ended = seen_at is not None and view.version > seen_at
+                if view.voters_target is None and (ended or sorted(view.voters) == target):
+                    self._end(fault, "changed", requests=asked, final=sorted(view.voters))
                     return
             time.sleep(MEMBERSHIP_POLL_S)
         self._end(fault, "unfinished", requests=asked)

@@ -89,12 +89,14 @@ def results(
 
 
 def membership(faults: list[Fault]) -> list[dict[str, Any]]:
-    """Every join and leave: node, start and end (seconds), outcome (joined, left,
-    refused, failed, skipped, unfinished) and its details."""
+    """Every join, leave and voter change: node (the first target), targets, start and
+    end (seconds), outcome (joined, left, changed, refused, failed, skipped, unfinished)
+    and its details."""
     return [
         {
             "kind": f.kind,
             "node": f.targets[0] if f.targets else None,
+            "targets": f.targets,  # a voter change's target set
             "start_s": round(f.start, 2),
             "stop_s": None if f.stop is None else round(f.stop, 2),
             **f.detail,

@@ -29,7 +29,7 @@ from jepsen.checker.groups import check_groups
 from jepsen.checker.log import check_log
 from jepsen.cluster import RETRIABLE, Cluster, HarnessError, http
 from jepsen.groups import GroupClient, GroupWorker, final_drain
-from jepsen.history import History
+from jepsen.history import NEMESIS, History
 from jepsen.nemesis import BACKGROUND, FAULTS, MEMBERSHIP, Nemesis
 from jepsen.report import plot, results, summary_line
 from jepsen.workload import Client, Worker
@@ -37,8 +37,9 @@ from jepsen.workload import Client, Worker
 TOPIC = "jepsen"
 EXIT = {"valid": 0, "invalid": 1, "unknown": 2}
 STORE = Path("jepsen") / "store"
-# With joins and leaves the metadata voters are fixed to the first ids: today only
-# non-voters can be decommissioned (dmq/README.md, known limits).
+# With joins, leaves or voter changes the metadata voters start as the first ids, so the
+# other brokers are non-voters a voter change can add (and, without the voters nemesis,
+# the only ones a leave decommissions).
 MEMBERSHIP_VOTERS = 3
 
 
@@ -152,6 +153,8 @@ def run_phases(
         final.wait_for_leaders(cluster)
     if any(kind in MEMBERSHIP for kind in args.nemesis):
         final.check_placement(cluster, TOPIC, min(args.replication_factor, args.nodes))
+    if "voters" in args.nemesis:
+        history.add(NEMESIS, "info", "final-voters", None, final.check_voters(cluster))
     final.final_reads(cluster, history, TOPIC, args.partitions, processes)
     if args.group_workers:
         final_drain(cluster, history, TOPIC, final.read_ends(history, args.partitions), processes)
@@ -202,9 +205,13 @@ def report(
         verdicts.update(check_groups(ops))
     valid = merge(verdicts)
     if harness_error is not None:
-        # An interrupted run proves nothing valid, and without its final reads an unread
-        # ack proves nothing lost: only the other anomalies make it invalid.
-        proven = [k for v in verdicts.values() for k in v.anomalies if k != "unseen"]
+        # An interrupted run proves nothing valid, and without its final reads and group
+        # drain an unread ack proves nothing lost (log "unseen", group-queue "lost"): only
+        # the other anomalies make it invalid.
+        unproven = {("log", "unseen"), ("group-queue", "lost")}
+        proven = [
+            k for name, v in verdicts.items() for k in v.anomalies if (name, k) not in unproven
+        ]
         valid = "invalid" if proven else UNKNOWN
     setup = {
         "seed": args.seed,

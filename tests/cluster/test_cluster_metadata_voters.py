@@ -19,6 +19,10 @@ to 5 and shrinks back while the cluster serves (dmq/operations.py, dmq/metadata.
 - kill -9 of the metadata leader halfway through a change (n4 added, waiting for n5 that
   is down): the new leader finishes it once n5 is back, and the old one restarts with
   the 5-member group;
+- a broker killed while promoting (group 0 open, not added yet: the change waits for
+  n4, which is down) restarts promoting (`metadata_promoting`): it registers through
+  the voters and is added once n4 is back; before that fix it reopened group 0 as a
+  voter nobody answered, never registered, and the change waited for it for ever;
 - decommissioning a voter first swaps it for a non-voting broker, then it leaves the
   catalogue; with no broker to take its place the request is refused (400, broker_id);
 - a voter restarted with its first flags (peers n1-n3 only) reaches the voters that
@@ -369,6 +373,30 @@ def test_a_new_metadata_leader_resumes_a_voter_change(
     assert group0_members(cluster["n5"]) == everyone
     node = restart_configured(cluster, leader, ["n1", "n2", "n3"])
     assert group0_members(node) == everyone
+
+
+def test_a_broker_killed_while_promoting_is_added_after_its_restart(
+    dmq_cluster: Callable[..., DmqCluster],
+) -> None:
+    cluster = start_three_voters_two_joiners(dmq_cluster, 5)
+    everyone = sorted(cluster.nodes)
+    cluster.kill9("n4")  # the change adds n4 first: it waits, n5 promotes meanwhile
+    change_voters(cluster["n1"], everyone)
+    n5 = cluster["n5"]
+    wait_for(lambda: group0_members(n5) is not None, 30.0, "n5 opened group 0")
+    assert (n5.data_dir / "meta" / "metadata_promoting").exists()
+    leader = cluster.metadata_leader()
+    assert "n5" not in (group0_members(cluster[leader]) or []), "added already"
+    n5.kill9()
+    n5.start()
+    cluster.wait_ready([n5])  # registered through the voters: before the fix, never
+    assert voters_doc(n5)["target"] == everyone  # the observed catalogue, not an empty one
+    cluster["n4"].start()
+    wait_voters(cluster["n1"], everyone, [])
+    # n5 learns n4's addition from the log it replicates: a moment after the record.
+    wait_for(lambda: group0_members(n5) == everyone, 20.0, "n5 sees every member")
+    wait_for(lambda: not (n5.data_dir / "meta" / "metadata_promoting").exists(), 20.0,
+             "n5's promotion finished")  # fmt: skip
 
 
 def test_a_voter_restarted_with_only_the_first_peers_reaches_the_joined_voters(
