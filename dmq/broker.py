@@ -438,7 +438,7 @@ class Broker:
         this broker's own HTTP port (brokers usually share one port; see dmq/README.md).
         """
         state = self._metadata.state if self._metadata is not None else None
-        voters = list(state.voters) if state is not None and state.voters else self.config.voters
+        voters = self._metadata.voters if self._metadata is not None else self.config.voters
         out = []
         for voter in voters:
             if voter == self.config.node_id:
@@ -1464,7 +1464,7 @@ class Broker:
         return {
             "cluster_id": self.cluster_id,
             "node_id": self.config.node_id,
-            "metadata_voters": list(state.voters) or self.config.voters,
+            "metadata_voters": self.metadata.voters,
             "metadata_version": state.metadata_version,
             "brokers": [
                 {

@@ -217,11 +217,15 @@ def resolve_join(config: BrokerConfig) -> BrokerConfig:
         )
         kept = json.loads(saved.read_text())
         peers, voters = dict(kept["peers"]), list(kept["metadata_voters"])
+        fresh = False
+    else:
+        fresh = True
     if config.node_id in peers and peers[config.node_id] != config.raft_addr:
         raise DmqError(f"--join: broker id {config.node_id} is taken by {peers[config.node_id]}")
     peers[config.node_id] = config.raft_addr
-    saved.parent.mkdir(parents=True, exist_ok=True)
-    write_durably(saved, json.dumps({"peers": peers, "metadata_voters": voters}).encode())
+    if fresh:  # kept for the next start (a copy read back is not written again)
+        saved.parent.mkdir(parents=True, exist_ok=True)
+        write_durably(saved, json.dumps({"peers": peers, "metadata_voters": voters}).encode())
     return dataclasses.replace(
         config,
         peers=",".join(f"{k}={v}" for k, v in sorted(peers.items())),

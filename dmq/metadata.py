@@ -237,17 +237,16 @@ class MetadataService:
         stays an observer, and a configured voter bootstraps a new cluster."""
         self._loop = asyncio.get_running_loop()
         group_dir = self._raft_node.data_dir / "groups" / str(METADATA_GROUP_ID)
-        if group_dir.exists() and self._promoting_marker.exists():
+        if group_dir.exists():
             # Killed while promoting: the members may not have added it yet, so it
             # cannot reach a leader through its own replica (they ignore a non-member):
             # it observes and proposes through the voters, as before the kill, or it
             # could never heartbeat and the leader, waiting for it to be live, would
             # never add it (found by jepsen/, README "Findings").
-            self._promoting = True
+            self._promoting = self._promoting_marker.exists()
             await self._open_group(sorted({*self.config_voters, self.node_id}))
-            self._follow_task = self._loop.create_task(self._follow())
-        elif group_dir.exists():
-            await self._open_group(sorted({*self.config_voters, self.node_id}))
+            if self._promoting:
+                self._follow_task = self._loop.create_task(self._follow())
         elif not self._left_marker.exists() and self.node_id in self.config_voters:
             await self._open_group(self.config_voters)
         else:

@@ -170,7 +170,7 @@ class OperationsService:
         """A metadata voter leaves group 0 first: the voter set wanted becomes this one's
         with `broker_id` replaced by the eligible non-voter holding the fewest replicas."""
         state = self._broker.metadata.state
-        voters = set(state.voters_target or state.voters or self._broker.config.voters)
+        voters = set(state.voters_target or self._broker.metadata.voters)
         if broker_id not in voters:
             return
         counts = replica_counts(state)
@@ -248,7 +248,7 @@ class OperationsService:
         """Group 0's recorded voters, the change running (target, step, progress = steps
         done / steps of the change, counted from the set this broker first saw it at)."""
         state = self._broker.metadata.state
-        voters = tuple(state.voters) or tuple(self._broker.config.voters)
+        voters = tuple(self._broker.metadata.voters)
         target = state.voters_target
         if not target:
             self._voters_start.clear()
@@ -303,7 +303,6 @@ class OperationsService:
             while True:
                 await asyncio.sleep(OPERATIONS_INTERVAL_S)
                 try:
-                    await self.add_known_peers()
                     if self._leads_metadata():
                         await self._drive()
                 except Exception:  # the next round tries again
@@ -325,10 +324,11 @@ class OperationsService:
         return replica is not None and replica.status().is_leader
 
     async def add_known_peers(self) -> None:
-        """Brokers registered since this one started become Raft peers (joins). Also called
-        before registering (dmq/broker.py): a restarted voter's group 0 may name members
-        that joined after its `--peers` was written; it learns their addresses from the
-        catalogue it replayed, else it could neither answer them nor commit anything."""
+        """Brokers registered since this one started become Raft peers (joins). The broker
+        calls it before registering and at each reconciliation (every catalogue change, a
+        registration included): a restarted voter's group 0 may name members that joined
+        after its `--peers` was written; it learns their addresses from the catalogue it
+        replayed, else it could neither answer them nor commit anything."""
         node = self._broker.raft_node
         if node is None:
             return
