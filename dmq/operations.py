@@ -111,11 +111,7 @@ class OperationsService:
 
     async def reassign(self, topic: str, partition: int, replicas: list[str]) -> dict[str, Any]:
         """Record a reassignment (the metadata leader then carries it out)."""
-        info = self._topic_info(topic)
-        if not 0 <= partition < len(info.partitions):
-            raise errors.PartitionNotFound(
-                f"topic {topic!r} has {len(info.partitions)} partitions", field="partition"
-            )
+        info = self._partition_info(topic, partition)
         brokers = self._broker.metadata.state.brokers
         unknown = sorted(b for b in replicas if b not in brokers)
         if unknown:
@@ -155,11 +151,7 @@ class OperationsService:
 
     async def decommission_partition(self, topic: str, partition: int) -> dict[str, Any]:
         """Stop the partition taking new records; the driver removes it once empty."""
-        info = self._topic_info(topic)
-        if not 0 <= partition < len(info.partitions):
-            raise errors.PartitionNotFound(
-                f"topic {topic!r} has {len(info.partitions)} partitions", field="partition"
-            )
+        info = self._partition_info(topic, partition)
         await self._broker.metadata.propose(
             DecommissionPartition(topic, info.topic_id, partition, wall_ms())
         )
@@ -195,6 +187,15 @@ class OperationsService:
         info = self._broker.metadata.state.topics.get(topic)
         if info is None:
             raise errors.TopicNotFound(f"topic {topic!r} does not exist", field="topic")
+        return info
+
+    def _partition_info(self, topic: str, partition: int) -> TopicInfo:
+        """The topic, which must have `partition` (404 naming the field otherwise)."""
+        info = self._topic_info(topic)
+        if not 0 <= partition < len(info.partitions):
+            raise errors.PartitionNotFound(
+                f"topic {topic!r} has {len(info.partitions)} partitions", field="partition"
+            )
         return info
 
     # ------------------------------------------------------------------ progress
@@ -370,9 +371,9 @@ class OperationsService:
     async def _drive_voters(self) -> None:
         """One step of group 0's voter change, on its leader (raft/README.md, "Metadata
         voter changes"); never blocks the partition operations on an error."""
-        if self._broker.metadata.state.voters_target:
-            # Progress counts from the set the change started at: note it while it runs.
-            self._metadata_voters_doc()
+        target = self._broker.metadata.state.voters_target
+        if target:  # progress counts from the set the change started at: note it now
+            self._voters_start.setdefault(target, tuple(self._broker.metadata.voters))
         try:
             self._voters_step = await self._advance_voters()
         except raft_errors.RaftError as exc:
