@@ -12,7 +12,7 @@ from typing import Any, Literal
 
 from aiohttp import web
 
-from dmq import errors, limits
+from dmq import errors
 from dmq.broker import Acks, Broker, FetchResult, TopicDescription
 from dmq.types import PARTITION_COUNT_HEADER
 from http_api import codec
@@ -31,25 +31,6 @@ from http_api.sendfile import FileRangesResponse
 
 BATCH_CONTENT_TYPE = "application/vnd.dmq.batch"
 BATCHES_CONTENT_TYPE = "application/vnd.dmq.batches"
-
-
-def int_param(
-    request: web.Request, name: str, default: int | None, minimum: int, maximum: int
-) -> int | None:
-    raw = request.query.get(name)
-    if raw is None or raw == "":
-        return default
-    try:
-        value = int(raw)
-    except ValueError:
-        raise errors.InvalidRequest(f"{name} must be an integer, got {raw!r}", field=name) from None
-    if not minimum <= value <= maximum:
-        raise errors.InvalidRequest(
-            f"{name}={value} is outside [{minimum}, {maximum}]",
-            field=name,
-            limit=maximum if value > maximum else minimum,
-        )
-    return value
 
 
 def _partition_param(request: web.Request) -> int:
@@ -136,11 +117,7 @@ async def list_topics(request: web.Request) -> web.Response:
 
 async def create_topic(request: web.Request) -> web.Response:
     doc = await _json_body(request)
-    unknown = set(doc) - {"name", "partitions", "replication_factor", "config"}
-    if unknown:
-        raise errors.InvalidRequest(
-            f"unknown field {sorted(unknown)[0]!r}", field=sorted(unknown)[0]
-        )
+    codec.only_fields(doc, {"name", "partitions", "replication_factor", "config"})
     name = doc.get("name")
     if not isinstance(name, str):
         raise errors.InvalidRequest("name must be a string", field="name")
@@ -198,7 +175,7 @@ async def produce(request: web.Request) -> web.Response:
     broker = broker_of(request)
     topic = request.match_info["topic"]
     acks = _acks(request)
-    partition = int_param(request, "partition", None, 0, 2**31 - 1)
+    partition = codec.int_param(request, "partition", None, 0, 2**31 - 1)
     content_type = request.content_type
     body = await request.read()
     records_max = broker.config.produce_records_max
@@ -269,14 +246,14 @@ def _format(request: web.Request) -> Format:
 
 
 async def _fetch_offset(request: web.Request, broker: Broker, topic: str, partition: int) -> int:
-    timestamp = int_param(request, "timestamp", None, 0, 2**63 - 1)
+    timestamp = codec.int_param(request, "timestamp", None, 0, 2**63 - 1)
     raw = request.query.get("offset") or "earliest"  # empty means absent, as in int_param
     offset: int | Literal["earliest", "latest"]
     if raw in ("earliest", "latest"):
         offset = raw  # type: ignore[assignment]
     else:
         # Any int64: one below log_start_offset answers 416 with the valid range (README).
-        parsed = int_param(request, "offset", 0, -(2**63), 2**63 - 1)
+        parsed = codec.int_param(request, "offset", 0, -(2**63), 2**63 - 1)
         assert parsed is not None
         offset = parsed
     return await broker.resolve_offset(
@@ -291,22 +268,7 @@ async def fetch(request: web.Request) -> web.StreamResponse:
     partition = _partition_param(request)
     fmt = _format(request)
     encoding = codec.check_encoding(request.query.get("value_encoding"))
-    max_records = int_param(
-        request,
-        "max_records",
-        min(limits.FETCH_RECORDS_DEFAULT, c.fetch_records_max),
-        1,
-        c.fetch_records_max,
-    )
-    max_bytes = int_param(
-        request,
-        "max_bytes",
-        min(limits.FETCH_BYTES_DEFAULT, c.fetch_bytes_max),
-        1,
-        c.fetch_bytes_max,
-    )
-    wait_ms = int_param(request, "wait_ms", 0, 0, c.fetch_wait_ms_max)
-    assert max_records is not None and max_bytes is not None and wait_ms is not None
+    max_records, max_bytes, wait_ms = codec.fetch_limits(request, c)
     offset = await _fetch_offset(request, broker, topic, partition)
     result = await broker.fetch(
         topic,
@@ -376,7 +338,7 @@ async def init_producer(request: web.Request) -> web.Response:
 
 async def list_offsets(request: web.Request) -> web.Response:
     partition = _partition_param(request)
-    timestamp = int_param(request, "timestamp", None, 0, 2**63 - 1)
+    timestamp = codec.int_param(request, "timestamp", None, 0, 2**63 - 1)
     result = await broker_of(request).list_offsets(
         request.match_info["topic"], partition, timestamp, forwarded=is_forwarded(request)
     )
@@ -406,10 +368,10 @@ async def internal_status(request: web.Request) -> web.Response:
 
 async def internal_append(request: web.Request) -> web.Response:
     partition = _partition_param(request)
-    topic_id = int_param(request, "topic_id", None, 1, 2**62)
+    topic_id = codec.int_param(request, "topic_id", None, 1, 2**62)
     if topic_id is None:
         raise errors.InvalidRequest("topic_id is required", field="topic_id")
-    append_time = int_param(request, "log_append_time_ms", None, 0, 2**63 - 1)
+    append_time = codec.int_param(request, "log_append_time_ms", None, 0, 2**63 - 1)
     base_offset = await broker_of(request).append_forwarded(
         request.match_info["topic"],
         topic_id,
@@ -423,8 +385,8 @@ async def internal_append(request: web.Request) -> web.Response:
 
 async def internal_batches(request: web.Request) -> web.Response:
     broker = broker_of(request)
-    start = int_param(request, "start_offset", None, 0, 2**63 - 1)
-    end = int_param(request, "end_offset", None, 0, 2**63 - 1)
+    start = codec.int_param(request, "start_offset", None, 0, 2**63 - 1)
+    end = codec.int_param(request, "end_offset", None, 0, 2**63 - 1)
     if start is None or end is None:
         raise errors.InvalidRequest(
             "start_offset and end_offset are required", field="start_offset"
@@ -446,8 +408,8 @@ async def internal_metadata_propose(request: web.Request) -> web.Response:
 
 async def internal_metadata(request: web.Request) -> web.Response:
     broker = broker_of(request)
-    after = int_param(request, "after_version", -1, -1, 2**63 - 1)
-    wait_ms = int_param(request, "wait_ms", 0, 0, broker.config.fetch_wait_ms_max)
+    after = codec.int_param(request, "after_version", -1, -1, 2**63 - 1)
+    wait_ms = codec.int_param(request, "wait_ms", 0, 0, broker.config.fetch_wait_ms_max)
     assert after is not None and wait_ms is not None
     return codec.json_response(
         await broker.metadata_state_after(after, wait_ms, request.query.get("consistency"))

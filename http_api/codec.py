@@ -13,8 +13,9 @@ from typing import Any
 
 from aiohttp import web
 
-from dmq import errors
+from dmq import errors, limits
 from dmq.broker import ProduceRecord, ProducerSequence
+from dmq.config import BrokerConfig
 from dmq.types import Header, Record
 
 ENCODINGS = ("string", "base64")
@@ -240,3 +241,51 @@ def json_response(payload: Any, status: int = 200) -> web.Response:
         text=json.dumps(payload, separators=(",", ":")),
         content_type="application/json",
     )
+
+
+def int_param(
+    request: web.Request, name: str, default: int | None, minimum: int, maximum: int
+) -> int | None:
+    raw = request.query.get(name)
+    if raw is None or raw == "":
+        return default
+    try:
+        value = int(raw)
+    except ValueError:
+        raise errors.InvalidRequest(f"{name} must be an integer, got {raw!r}", field=name) from None
+    if not minimum <= value <= maximum:
+        raise errors.InvalidRequest(
+            f"{name}={value} is outside [{minimum}, {maximum}]",
+            field=name,
+            limit=maximum if value > maximum else minimum,
+        )
+    return value
+
+
+def only_fields(doc: dict[str, Any], known: set[str]) -> None:
+    """Refuse a body with a field outside `known` (400 naming the first one)."""
+    unknown = sorted(set(doc) - known)
+    if unknown:
+        raise errors.InvalidRequest(f"unknown field {unknown[0]!r}", field=unknown[0])
+
+
+def fetch_limits(request: web.Request, config: BrokerConfig) -> tuple[int, int, int]:
+    """A fetch's `max_records`, `max_bytes` and `wait_ms` query parameters, defaulted and
+    bounded by the broker's config (partition fetches and group fetches alike)."""
+    max_records = int_param(
+        request,
+        "max_records",
+        min(limits.FETCH_RECORDS_DEFAULT, config.fetch_records_max),
+        1,
+        config.fetch_records_max,
+    )
+    max_bytes = int_param(
+        request,
+        "max_bytes",
+        min(limits.FETCH_BYTES_DEFAULT, config.fetch_bytes_max),
+        1,
+        config.fetch_bytes_max,
+    )
+    wait_ms = int_param(request, "wait_ms", 0, 0, config.fetch_wait_ms_max)
+    assert max_records is not None and max_bytes is not None and wait_ms is not None
+    return max_records, max_bytes, wait_ms

@@ -52,16 +52,6 @@ def _int(doc: dict[str, Any], field: str, default: int | None, low: int, high: i
     return value
 
 
-def _query_int(request: web.Request, field: str, default: int, low: int, high: int) -> int:
-    raw = request.query.get(field)
-    if raw is None or raw == "":
-        return default
-    try:
-        return _int({field: int(raw)}, field, default, low, high)
-    except ValueError:
-        raise errors.InvalidRequest(f"{field} must be an integer", field=field) from None
-
-
 def _offsets(doc: dict[str, Any], field: str = "offsets") -> tuple[tuple[str, int, int], ...]:
     items = doc.get(field)
     limit = limits.OFFSETS_PER_COMMIT_MAX
@@ -119,16 +109,10 @@ def _subscription(doc: dict[str, Any]) -> tuple[tuple[str, ...], str]:
 async def join(request: web.Request) -> web.Response:
     group = _name(request.match_info["group"], "group")
     doc = codec.parse_json_object(await request.read())
-    unknown = set(doc) - {
-        "topics",
-        "topic_pattern",
-        "session_timeout_ms",
-        "assignor",
-        "instance_id",
-        "member_id",
-    }
-    if unknown:
-        raise errors.InvalidRequest(f"unknown fields {sorted(unknown)}", field=sorted(unknown)[0])
+    codec.only_fields(
+        doc,
+        {"topics", "topic_pattern", "session_timeout_ms", "assignor", "instance_id", "member_id"},
+    )
     topics, pattern = _subscription(doc)
     timeout_ms = _int(
         doc, "session_timeout_ms", limits.SESSION_TIMEOUT_MS_DEFAULT,
@@ -172,11 +156,7 @@ async def member_records(request: web.Request) -> web.Response:
     member_id = _name(request.match_info["member_id"], "member_id")
     broker = request.app[BROKER]
     c = broker.config
-    wait_ms = _query_int(request, "wait_ms", 0, 0, c.fetch_wait_ms_max)
-    default_records = min(limits.FETCH_RECORDS_DEFAULT, c.fetch_records_max)
-    max_records = _query_int(request, "max_records", default_records, 1, c.fetch_records_max)
-    default_bytes = min(limits.FETCH_BYTES_DEFAULT, c.fetch_bytes_max)
-    max_bytes = _query_int(request, "max_bytes", default_bytes, 1, c.fetch_bytes_max)
+    max_records, max_bytes, wait_ms = codec.fetch_limits(request, c)
     encoding = codec.check_encoding(request.query.get("value_encoding"))
     auto_commit = request.query.get("auto_commit", "false")
     if auto_commit not in ("true", "false"):

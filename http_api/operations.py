@@ -46,12 +46,6 @@ def _broker_id(value: Any, field: str) -> str:
     return value
 
 
-def _only_fields(doc: dict[str, Any], known: set[str]) -> None:
-    unknown = sorted(set(doc) - known)
-    if unknown:
-        raise errors.InvalidRequest(f"unknown field {unknown[0]!r}", field=unknown[0])
-
-
 def _broker_ids(doc: dict[str, Any], field: str, count_max: int) -> list[str]:
     """doc[field]: a list of 1..count_max broker ids."""
     value = doc.get(field)
@@ -64,7 +58,7 @@ def _broker_ids(doc: dict[str, Any], field: str, count_max: int) -> list[str]:
 
 async def reassign(request: web.Request) -> web.Response:
     doc = codec.parse_json_object(await request.read())
-    _only_fields(doc, {"topic", "partition", "replicas"})
+    codec.only_fields(doc, {"topic", "partition", "replicas"})
     topic, partition = doc.get("topic"), doc.get("partition")
     if not isinstance(topic, str):
         raise errors.InvalidRequest("topic must be a string", field="topic")
@@ -78,7 +72,7 @@ async def reassign(request: web.Request) -> web.Response:
 
 async def change_metadata_voters(request: web.Request) -> web.Response:
     doc = codec.parse_json_object(await request.read())
-    _only_fields(doc, {"voters"})
+    codec.only_fields(doc, {"voters"})
     ids = _broker_ids(doc, "voters", METADATA_VOTERS_LIST_MAX)
     answer = await broker_of(request).operations.change_metadata_voters(ids)
     return codec.json_response(answer, status=202)
