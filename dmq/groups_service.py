@@ -121,8 +121,7 @@ class GroupsService:
         if replica is not None:
             leader = replica.status().leader_id
             addr = None if leader is None else self._http_addr_of(leader)
-        elif self._voter_http():
-            voters = self._voter_http()
+        elif voters := self._voter_http():
             addr = voters[int(time.monotonic() * 1000) % len(voters)]
         if addr is None or hops >= GROUP_HOPS_MAX:
             raise errors.NotLeader(
@@ -327,9 +326,6 @@ class GroupsService:
 
     def groups(self) -> list[Group]:
         return list(self._metadata().state.groups.groups.values())
-
-    def group(self, name: str) -> Group:
-        return self._group(name)
 
     def touch_member(self, group: str, member_id: str) -> tuple[Group, Member]:
         found = self._member(group, member_id)

@@ -13,7 +13,7 @@ from typing import Any
 from urllib.parse import quote
 
 from dmq.client import _limits
-from dmq.client._http import Transport, topic_path
+from dmq.client._http import Transport, group_path, topic_path
 from dmq.client._parse import (
     parse_cluster,
     parse_description,
@@ -122,7 +122,7 @@ class AsyncAdmin:
 
     async def describe_group(self, group: str) -> dict[str, Any]:
         """Members, their assignment, and per partition committed offset, high watermark, lag."""
-        response = await self._transport.request("GET", "/v1/groups/" + quote(group, safe=""))
+        response = await self._transport.request("GET", group_path(group))
         doc: dict[str, Any] = response.json()
         return doc
 
@@ -141,14 +141,14 @@ class AsyncAdmin:
             }
         else:
             body = {"to": {"timestamp": to} if isinstance(to, int) else to, "topics": topics or []}
-        path = "/v1/groups/" + quote(group, safe="") + "/offsets/reset"
+        path = group_path(group) + "/offsets/reset"
         response = await self._transport.request("POST", path, json_body=body)
         return [(o["topic"], o["partition"], o["offset"]) for o in response.json()["offsets"]]
 
     async def delete_group(self, group: str) -> None:
         """Delete an empty group and its committed offsets (GroupNotEmpty while it has
         members, GroupNotFound if there is none)."""
-        await self._transport.request("DELETE", "/v1/groups/" + quote(group, safe=""))
+        await self._transport.request("DELETE", group_path(group))
 
     async def cluster(self) -> ClusterInfo:
         response = await self._transport.request("GET", "/v1/cluster")

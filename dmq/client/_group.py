@@ -37,7 +37,7 @@ from urllib.parse import quote
 
 from dmq.client import _limits
 from dmq.client._consumer import AsyncConsumer
-from dmq.client._http import Transport
+from dmq.client._http import Transport, group_path
 from dmq.client._types import ConsumerRecord, TopicPartition
 from dmq.errors import DmqError, UnknownMember
 
@@ -72,7 +72,7 @@ class AsyncGroupConsumer:
         if (topics is None) == (topic_pattern is None):
             raise ValueError("give either topics or topic_pattern")
         self._group = group
-        self._path = "/v1/groups/" + quote(group, safe="")
+        self._path = group_path(group)
         join: dict[str, Any] = {"session_timeout_ms": session_timeout_ms, "assignor": assignor}
         join |= {"topics": list(topics)} if topics is not None else {"topic_pattern": topic_pattern}
         if instance_id is not None:
@@ -142,7 +142,7 @@ class AsyncGroupConsumer:
             try:
                 answer = await self._transport.request(
                     "POST",
-                    f"{self._path}/members/{quote(self._member_id, safe='')}/heartbeat",
+                    f"{self._member_path(self._member_id)}/heartbeat",
                     json_body={"generation": self._generation},
                 )
                 self._latest = answer.json()
@@ -193,11 +193,15 @@ class AsyncGroupConsumer:
             self._group,
         )
         self._rejoin = True
-        member_id = self._member_id or ""
+        await self._leave(self._member_id or "")
+
+    def _member_path(self, member_id: str) -> str:
+        return f"{self._path}/members/{quote(member_id, safe='')}"
+
+    async def _leave(self, member_id: str) -> None:
+        """Leave the group (best effort: the session expires anyway)."""
         with contextlib.suppress(DmqError):
-            await self._transport.request(
-                "DELETE", f"{self._path}/members/{quote(member_id, safe='')}"
-            )
+            await self._transport.request("DELETE", self._member_path(member_id))
 
     # ------------------------------------------------------------------ poll and commit
 
@@ -268,10 +272,7 @@ class AsyncGroupConsumer:
             if self._auto_commit and self._consumed:
                 await self._commit_quietly(list(self._consumed))
             if self._member_id is not None:
-                with contextlib.suppress(DmqError):
-                    await self._transport.request(
-                        "DELETE", f"{self._path}/members/{quote(self._member_id, safe='')}"
-                    )
+                await self._leave(self._member_id)
         finally:
             if self._heartbeat is not None:
                 self._heartbeat.cancel()

@@ -178,6 +178,10 @@ def topic_path(topic: str) -> str:
     return "/v1/topics/" + quote(topic, safe="")
 
 
+def group_path(group: str) -> str:
+    return "/v1/groups/" + quote(group, safe="")
+
+
 def check_url(url: str) -> str:
     if not url.startswith(("http://", "https://")):
         raise ValueError(f"url must start with http:// or https://, got {url!r}")
