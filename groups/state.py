@@ -505,12 +505,27 @@ def _member(state: GroupsState, name: str, member_id: str) -> tuple[Group, Membe
     group = state.groups.get(name)
     member = group.members.get(member_id) if group is not None else None
     if group is None or member is None:
-        return Rejected(
-            REJECT_UNKNOWN_MEMBER,
-            f"{member_id!r} is not a member of group {name!r}: join again",
-            "member_id",
-        )
+        return _unknown_member(name, member_id)
     return group, member
+
+
+def _unknown_member(group: str, member_id: str) -> Rejected:
+    return Rejected(
+        REJECT_UNKNOWN_MEMBER,
+        f"{member_id!r} is not a member of group {group!r}: join again",
+        "member_id",
+    )
+
+
+def _check_generation(group: Group, generation: int) -> Rejected | None:
+    """A member's generation must be one the group has had (never a future one)."""
+    if not 0 <= generation <= group.generation:
+        return Rejected(
+            REJECT_STALE_GENERATION,
+            f"generation {generation} is not in [0, {group.generation}]",
+            "generation",
+        )
+    return None
 
 
 def _ack(state: GroupsState, cmd: AckGeneration) -> Result:
@@ -518,13 +533,9 @@ def _ack(state: GroupsState, cmd: AckGeneration) -> Result:
     if isinstance(found, Rejected):
         return state, (found,)
     group, member = found
-    if not 0 <= cmd.generation <= group.generation:
-        return _reject(
-            state,
-            REJECT_STALE_GENERATION,
-            f"generation {cmd.generation} is not in [0, {group.generation}]",
-            "generation",
-        )
+    stale = _check_generation(group, cmd.generation)
+    if stale is not None:
+        return state, (stale,)
     held = tuple(h for h in member.held if h.revoked_at == 0 or h.revoked_at > cmd.generation)
     if held == member.held:
         return state, ()
@@ -568,17 +579,10 @@ def _check_holder(group: Group, cmd: CommitOffsets) -> Rejected | None:
         return None
     member = group.members.get(cmd.member_id)
     if member is None:
-        return Rejected(
-            REJECT_UNKNOWN_MEMBER,
-            f"{cmd.member_id!r} is not a member of group {group.name!r}: join again",
-            "member_id",
-        )
-    if not 0 <= cmd.generation <= group.generation:
-        return Rejected(
-            REJECT_STALE_GENERATION,
-            f"generation {cmd.generation} is not in [0, {group.generation}]",
-            "generation",
-        )
+        return _unknown_member(group.name, cmd.member_id)
+    stale = _check_generation(group, cmd.generation)
+    if stale is not None:
+        return stale
     held = {h.tp: h for h in member.held}
     for i, (topic, partition, _) in enumerate(cmd.offsets):
         h = held.get((topic, partition))
