@@ -227,15 +227,13 @@ async def commit_offsets(request: web.Request) -> web.Response:
 
 async def read_offsets(request: web.Request) -> web.Response:
     group = _name(request.match_info["group"], "group")
-    committed = await _routed(request).groups.committed(group)
-    return codec.json_response(
-        {
-            "group": group,
-            "offsets": [
-                {"topic": t, "partition": p, "offset": o} for (t, p), o in sorted(committed.items())
-            ],
-        }
-    )
+    return _offsets_response(group, await _routed(request).groups.committed(group))
+
+
+def _offsets_response(group: str, offsets: dict[tuple[str, int], int]) -> web.Response:
+    """A group's offsets, as reading and resetting them answer."""
+    rows = [{"topic": t, "partition": p, "offset": o} for (t, p), o in sorted(offsets.items())]
+    return codec.json_response({"group": group, "offsets": rows})
 
 
 async def reset_offsets(request: web.Request) -> web.Response:
@@ -266,14 +264,7 @@ async def reset_offsets(request: web.Request) -> web.Response:
         group, topics, target, explicit,
         lambda t: len(broker.describe_topic(t).partitions), broker.partition_offsets,
     )  # fmt: skip
-    return codec.json_response(
-        {
-            "group": group,
-            "offsets": [
-                {"topic": t, "partition": p, "offset": o} for (t, p), o in sorted(done.items())
-            ],
-        }
-    )
+    return _offsets_response(group, done)
 
 
 async def list_groups(request: web.Request) -> web.Response:

@@ -98,11 +98,7 @@ class Client:
             if placed["partition"] != partition:
                 raise HarnessError(f"sent to {partition}, placed in {placed}")
             return "ok", placed["offset"]
-        definite = answer.status in DEFINITE_FAILURES
-        return ("fail" if definite else "info"), {
-            "status": answer.status,
-            "error": answer.error_code(),
-        }
+        return self._outcome(answer, {}, answer.status in DEFINITE_FAILURES)
 
     def _init_producer(self, url: str) -> None:
         """POST /v1/producers (relayed to the metadata leader); OSError or a non-201 is a
