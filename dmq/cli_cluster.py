@@ -6,7 +6,7 @@
 - `dmq cluster decommission-broker ID [--wait]`;
 - `dmq cluster metadata-voters ID,ID,... [--wait]`: change the metadata group's voters
   (one broker at a time, added ones first);
-- `dmq serve --join URL`: ask a running broker for the cluster (its brokers' Raft
+- `dmq serve --join URL[,URL...]`: ask running brokers for the cluster (its brokers' Raft
   addresses and the metadata voters) and start as a new, non-voting broker of it.
 """
 
@@ -28,7 +28,9 @@ from log.segment import write_durably
 
 BAR_WIDTH = 30
 WATCH_INTERVAL_S = 1.0
-JOIN_TIMEOUT_S = 10.0
+JOIN_ASK_TIMEOUT_S = 5.0  # one GET /v1/cluster of a --join broker
+JOIN_RETRY_FIRST_S = 0.5  # pause after a round of --join brokers none answered; doubles
+JOIN_RETRY_MAX_S = 4.0
 
 
 def add_cluster_operations(actions: Any, url: argparse.ArgumentParser) -> None:
@@ -190,31 +192,62 @@ def cmd_decommission_partition(args: argparse.Namespace) -> int:
 JOINED_FILE = "joined_cluster.json"  # in <data dir>/meta/: what the last --join read
 
 
-def resolve_join(config: BrokerConfig) -> BrokerConfig:
-    """`--join URL`: the running cluster's peers and voters, with this broker added.
+def _ask_cluster(urls: list[str], patience_s: float) -> tuple[dict[str, str], list[str]]:
+    """Peers (id -> Raft address) and metadata voters from the first broker of urls that
+    answers with every voter registered (a cluster still starting names voters it has no
+    address for yet); rounds of every url go on until patience_s has passed. DmqError
+    names each url with its last error."""
+    deadline = time.monotonic() + patience_s
+    pause = JOIN_RETRY_FIRST_S
+    while True:
+        failures = []
+        for url in urls:
+            try:
+                with urllib.request.urlopen(
+                    f"{url}/v1/cluster", timeout=JOIN_ASK_TIMEOUT_S
+                ) as resp:
+                    doc = json.loads(resp.read())
+                peers = {b["node_id"]: b["raft_addr"] for b in doc["brokers"]}
+                voters = list(doc["metadata_voters"])
+            except (OSError, ValueError, KeyError, TypeError) as exc:
+                failures.append(f"{url}: {exc}")
+                continue
+            unknown = sorted(set(voters) - set(peers))
+            if not unknown:
+                return peers, voters
+            failures.append(f"{url}: still starting (voters {','.join(unknown)} unregistered)")
+        left = deadline - time.monotonic()
+        tried = "; ".join(failures)
+        if left <= 0:
+            raise DmqError(f"--join: no broker answered with the cluster ({tried})")
+        print(f"--join: no broker answered yet ({tried}); asking again", file=sys.stderr)
+        time.sleep(min(pause, left))
+        pause = min(2 * pause, JOIN_RETRY_MAX_S)
 
-    What it read is kept in `<data dir>/meta/joined_cluster.json`: a broker restarted with
-    the same `--join` while that broker is down starts from the copy (its own catalogue
-    then brings it up to date) instead of failing to start."""
+
+def resolve_join(config: BrokerConfig) -> BrokerConfig:
+    """`--join URL,URL,...`: the running cluster's peers and voters, with this broker added.
+
+    The brokers are asked in turn (`GET /v1/cluster`) until one answers; a first join
+    keeps asking until `join_timeout_ms` (a broker down for a restart, or cut off by a
+    partition, is waited for), then fails naming every URL and its error. What it read
+    is kept in `<data dir>/meta/joined_cluster.json`: a restarted broker asks each URL
+    once and, when none answers, starts from the copy (its own catalogue then brings it
+    up to date) instead of failing to start."""
     if not config.join:
         return config
-    url = config.join.rstrip("/")
-    if "://" not in url:
-        url = f"http://{url}"
+    urls = [u.strip().rstrip("/") for u in config.join.split(",") if u.strip()]
+    urls = [u if "://" in u else f"http://{u}" for u in urls]
+    if not urls:
+        raise DmqError(f"--join {config.join!r}: name at least one broker URL")
     saved = config.data_path / "meta" / JOINED_FILE
+    patience_s = 0.0 if saved.exists() else config.join_timeout_ms / 1000
     try:
-        with urllib.request.urlopen(f"{url}/v1/cluster", timeout=JOIN_TIMEOUT_S) as resp:
-            doc = json.loads(resp.read())
-        peers = {b["node_id"]: b["raft_addr"] for b in doc["brokers"]}
-        voters = list(doc["metadata_voters"])
-    except (OSError, ValueError, KeyError, TypeError) as exc:
+        peers, voters = _ask_cluster(urls, patience_s)
+    except DmqError as exc:
         if not saved.exists():
-            raise DmqError(f"--join {config.join}: cannot read the cluster: {exc}") from exc
-        print(
-            f"--join {config.join}: cannot read the cluster ({exc}); starting from what "
-            f"the last join read ({saved})",
-            file=sys.stderr,
-        )
+            raise
+        print(f"{exc}; starting from what the last join read ({saved})", file=sys.stderr)
         kept = json.loads(saved.read_text())
         peers, voters = dict(kept["peers"]), list(kept["metadata_voters"])
         fresh = False

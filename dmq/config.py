@@ -73,7 +73,14 @@ class BrokerConfig:
     )
     join: str = field(
         default="",
-        metadata=_doc("URL of a running broker: join its cluster (sets peers, metadata_voters)"),
+        metadata=_doc(
+            "URLs of running brokers, comma-separated: join their cluster "
+            "(sets peers, metadata_voters)"
+        ),
+    )
+    join_timeout_ms: int = field(
+        default=60_000,
+        metadata=_doc("how long a first --join keeps asking its brokers for the cluster, ms"),
     )
     auto_balance_replicas: bool = field(
         default=True,

@@ -249,9 +249,9 @@ class Cluster:
 
     def add_broker(self, join_url: str, voters: list[str]) -> Broker:
         """The next node (never a reused id or address), not started: its first start
-        joins through join_url (`--join`); a restart names the current brokers and the
-        voters (a `--join` whose broker is down at restart would not start). HarnessError
-        if the cluster's ports are taken on its address."""
+        joins through join_url (`--join`, one URL or several comma-separated); a restart
+        names the current brokers and the voters (what the first join read is settled
+        by then). HarnessError if the cluster's ports are taken on its address."""
         k = len(self.every) + 1
         if FIRST_HOST + k - 1 > LAST_HOST:
             raise HarnessError(f"no loopback address left for n{k}")

@@ -21,7 +21,8 @@ raft/README.md "Cluster operations"). It runs on its own, in the metadata group,
 other faults strike; nothing is undone at its stop.
 
 Membership (`join`, `leave`): a join starts the next node (its own loopback address) with
-`dmq serve --join <a live broker's URL>` and a fresh data directory; it is a broker of the
+`dmq serve --join <live brokers' URLs, a random one first>` and a fresh data directory
+(the joiner asks them in turn until one answers); it is a broker of the
 cluster at once (clients and faults use it) and the join ends when the catalogue lists it
 and it is ready. A leave decommissions a registered broker that is not a metadata voter
 (`POST /v1/cluster/brokers/{id}/decommission`, the voters read from `GET /v1/cluster`
@@ -467,8 +468,9 @@ class Nemesis:
             self._noop("join", "no-live-broker", status=status)
             return
         contact = self.rng.choice(via)
+        urls = [contact.url, *(b.url for b in via if b is not contact)]
         try:
-            broker = self.cluster.add_broker(contact.url, list(doc["metadata_voters"]))
+            broker = self.cluster.add_broker(",".join(urls), list(doc["metadata_voters"]))
         except HarnessError as error:  # ports taken on its address, or none left: skip
             self._noop("join", "no-address", error=str(error))
             return
@@ -480,8 +482,9 @@ class Nemesis:
 
     def _finish_join(self, fault: Fault, node_id: str, rng: random.Random) -> None:
         """Until the catalogue lists the node and it is ready. A process that exits on
-        its own before it registered (its --join broker was down) is a failed join: the
-        node is retired; a kill fault's restart goes on with its peers and voters."""
+        its own before it registered (no --join broker answered within its join timeout)
+        is a failed join: the node is retired; a kill fault's restart goes on with its
+        peers and voters."""
         broker = self.cluster.every[node_id]
         while not self._settle_over():
             view = self._catalogue()

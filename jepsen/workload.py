@@ -13,7 +13,9 @@ Group operations (subscribe, group-poll, commit, read-committed) will be further
 `Client` methods and `OPS` entries; their checkers exist (checker/wgl.py, checker/queue.py).
 
 A worker is bound to a node and moves to the next one after a fail or info, so a dead
-node does not starve it; after an info it continues as a new process.
+node does not starve it, and every ROTATE_S, so every broker keeps seeing clients (a
+joined broker too, though its start was refused); after an info it continues as a new
+process.
 """
 
 from __future__ import annotations
@@ -35,6 +37,7 @@ THINK_S = 0.01  # between a worker's operations: keeps a shared 2-core machine u
 DEFINITE_FAILURES = frozenset({400, 404, 409, 413, 415, 416, 422, 429})
 IDEMPOTENT_ATTEMPTS = 4  # an idempotent send is retried (same sequence) while unknown
 RETRY_PAUSE_S = 0.3
+ROTATE_S = 2.0  # a worker moves to the next node after this long on one
 
 
 class Client:
@@ -56,6 +59,7 @@ class Client:
         self.idempotent = idempotent
         self.producer: tuple[int, int] | None = None  # (producer_id, epoch)
         self.sequences: dict[int, int] = {}  # partition -> next sequence
+        self.bound_at = time.monotonic()  # when it moved to its node
 
     @property
     def node(self) -> str:
@@ -63,7 +67,8 @@ class Client:
         return ids[self.node_ix % len(ids)]
 
     def _call(self, f: str, value: dict[str, Any], request: Any) -> tuple[str, Any]:
-        """Invoke, run request() -> (type, result), complete; move on after fail/info."""
+        """Invoke, run request() -> (type, result), complete; move on after fail/info
+        and every ROTATE_S."""
         node = self.node
         self.history.add(self.process, "invoke", f, node, value)
         try:
@@ -73,8 +78,9 @@ class Client:
         except OSError as error:
             type_, result = "info", {**value, "error": repr(error)}
         self.history.add(self.process, type_, f, node, result)
-        if type_ != "ok":
+        if type_ != "ok" or time.monotonic() - self.bound_at > ROTATE_S:
             self.node_ix += 1
+            self.bound_at = time.monotonic()
         return type_, result
 
     @staticmethod
