@@ -525,13 +525,8 @@ def _cmd_cluster_status(args: argparse.Namespace) -> int:
         )
     _print_table(rows)
     print()  # every running operation (or "no operation running"), as `cluster operations`
-    cli_cluster.render_operations(asyncio.run(_operations_of(args.url)), sys.stdout)
+    cli_cluster.render_operations(asyncio.run(cli_cluster.operations_of(args.url)), sys.stdout)
     return 0
-
-
-async def _operations_of(url: str) -> dict[str, Any]:
-    async with AsyncAdmin(url) as admin:
-        return await admin.operations()
 
 
 # --------------------------------------------------------------------------- topic

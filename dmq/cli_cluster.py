@@ -108,14 +108,19 @@ def render_operations(doc: dict[str, Any], out: TextIO) -> int:
     return running
 
 
-async def _operations(url: str) -> dict[str, Any]:
+async def operations_of(url: str) -> dict[str, Any]:
     async with AsyncAdmin(url) as admin:
         return await admin.operations()
 
 
+def _items(text: str) -> list[str]:
+    """The non-empty items of a comma-separated argument, stripped."""
+    return [item.strip() for item in text.split(",") if item.strip()]
+
+
 def _watch(url: str, out: TextIO) -> None:
     while True:
-        doc = asyncio.run(_operations(url))
+        doc = asyncio.run(operations_of(url))
         out.write(f"--- {time.strftime('%H:%M:%S')}\n")
         if not render_operations(doc, out):
             return
@@ -127,7 +132,7 @@ def cmd_operations(args: argparse.Namespace) -> int:
     if args.watch:
         _watch(args.url, sys.stdout)
         return 0
-    doc = asyncio.run(_operations(args.url))
+    doc = asyncio.run(operations_of(args.url))
     if args.json:
         print(json.dumps(doc, indent=2))
     else:
@@ -136,7 +141,7 @@ def cmd_operations(args: argparse.Namespace) -> int:
 
 
 def cmd_reassign(args: argparse.Namespace) -> int:
-    replicas = [r.strip() for r in args.replicas.split(",") if r.strip()]
+    replicas = _items(args.replicas)
 
     async def reassign() -> dict[str, Any]:
         async with AsyncAdmin(args.url) as admin:
@@ -162,7 +167,7 @@ def cmd_decommission(args: argparse.Namespace) -> int:
 
 
 def cmd_metadata_voters(args: argparse.Namespace) -> int:
-    voters = [v.strip() for v in args.voters.split(",") if v.strip()]
+    voters = _items(args.voters)
 
     async def change() -> dict[str, Any]:
         async with AsyncAdmin(args.url) as admin:
@@ -236,7 +241,7 @@ def resolve_join(config: BrokerConfig) -> BrokerConfig:
     up to date) instead of failing to start."""
     if not config.join:
         return config
-    urls = [u.strip().rstrip("/") for u in config.join.split(",") if u.strip()]
+    urls = [u.rstrip("/") for u in _items(config.join)]
     urls = [u if "://" in u else f"http://{u}" for u in urls]
     if not urls:
         raise DmqError(f"--join {config.join!r}: name at least one broker URL")

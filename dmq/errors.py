@@ -125,10 +125,6 @@ class OperationConflict(ClientError):
 
     code = "operation_conflict"
 
-    def __init__(self, message: str, *, field: str | None = None, **details: Any) -> None:
-        super().__init__(message, field=field, **details)
-        self.field = field
-
 
 class ProducerFenced(ClientError):
     code = "producer_fenced"

@@ -66,7 +66,7 @@ from raft.metadata import (
     TopicInfo,
     UnregisterBroker,
 )
-from raft.reassignment import holds_replicas
+from raft.reassignment import unregister_refusal
 from raft.voters import METADATA_VOTERS_MAX
 
 if TYPE_CHECKING:
@@ -165,21 +165,16 @@ class OperationsService:
         voters = set(state.voters_target or self._broker.metadata.voters)
         if broker_id not in voters:
             return
-        counts = replica_counts(state)
-        eligible = [
-            b
-            for b in state.eligible_brokers(max(state.clock_ms, wall_ms()))
-            if b not in voters and b != broker_id
-        ]
-        if not eligible:
+        eligible = state.eligible_brokers(max(state.clock_ms, wall_ms()))
+        new = replace_brokers(tuple(sorted(voters)), {broker_id}, eligible, replica_counts(state))
+        if new is None:
             raise errors.InvalidRequest(
                 f"{broker_id} is a metadata voter and no live, non-voting broker can take its "
                 "place: add a broker, or shrink the voter set first "
                 "(POST /v1/cluster/metadata-voters)",
                 field="broker_id",
             )
-        replacement = min(eligible, key=lambda b: (counts[b], b))
-        wanted = tuple(sorted((voters - {broker_id}) | {replacement}))
+        wanted = tuple(sorted(new))
         _log.info("decommissioning voter %s: metadata voters -> %s", broker_id, list(wanted))
         await self._broker.metadata.propose(ChangeMetadataVoters(wanted, wall_ms()))
 
@@ -695,10 +690,8 @@ class OperationsService:
         raise last
 
     async def _maybe_unregister(self, state: MetadataState) -> None:
-        for b, info in state.brokers.items():
-            if b in state.voters or b in state.voters_target:
-                continue  # a voter leaves group 0 first (the driver swaps it out)
-            if info.decommissioning and not holds_replicas(state, b):
+        for b in state.brokers:  # a voter leaves group 0 first (the driver swaps it out)
+            if unregister_refusal(state, b) is None:
                 await self._broker.metadata.propose(UnregisterBroker(b, wall_ms()))
                 _log.info("broker %s decommissioned: it holds no replica and left", b)
 

@@ -154,9 +154,7 @@ async def leave(request: web.Request) -> web.Response:
 async def member_records(request: web.Request) -> web.Response:
     group = _name(request.match_info["group"], "group")
     member_id = _name(request.match_info["member_id"], "member_id")
-    broker = request.app[BROKER]
-    c = broker.config
-    max_records, max_bytes, wait_ms = codec.fetch_limits(request, c)
+    max_records, max_bytes, wait_ms = codec.fetch_limits(request, request.app[BROKER].config)
     encoding = codec.check_encoding(request.query.get("value_encoding"))
     auto_commit = request.query.get("auto_commit", "false")
     if auto_commit not in ("true", "false"):

@@ -45,6 +45,12 @@ class HarnessError(RuntimeError):
     """The harness could not do its part (exit code 2): not a verdict on dmq."""
 
 
+def _probe_bind(host: str, port: int) -> None:
+    """OSError when host:port cannot be bound (taken)."""
+    with socket.socket() as probe:
+        probe.bind((host, port))
+
+
 def listen_ports(hosts: list[str], count: int, seed: int) -> list[int]:
     """`count` ports free on every host, below the kernel's ephemeral range: a broker
     restarted after a kill must get its port back, and an ephemeral port is handed to
@@ -63,8 +69,7 @@ def listen_ports(hosts: list[str], count: int, seed: int) -> list[int]:
             continue
         try:
             for host in hosts:
-                with socket.socket() as probe:
-                    probe.bind((host, port))
+                _probe_bind(host, port)
         except OSError:
             continue
         found.append(port)
@@ -165,12 +170,9 @@ class Broker:
             if self.paused:
                 self.proc.send_signal(signal.SIGCONT)
             self.proc.terminate()
-            try:
+            with contextlib.suppress(subprocess.TimeoutExpired):
                 self.proc.wait(timeout_s)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(30)
-        self.paused = False
+        self.kill9()  # past timeout_s; nothing when it has exited
 
     @property
     def killed(self) -> bool:
@@ -257,11 +259,10 @@ class Cluster:
             raise HarnessError(f"no loopback address left for n{k}")
         node_id, host = f"n{k}", f"127.0.0.{FIRST_HOST + k - 1}"
         for port in self.ports:
-            with socket.socket() as probe:
-                try:
-                    probe.bind((host, port))
-                except OSError as error:
-                    raise HarnessError(f"{host}:{port} is taken: {error}") from error
+            try:
+                _probe_bind(host, port)
+            except OSError as error:
+                raise HarnessError(f"{host}:{port} is taken: {error}") from error
         self.hosts = {**self.hosts, node_id: host}
         broker = self._make(node_id, self.peers_arg([*self.brokers, node_id], voters))
         broker.first_args = [*self._own_args(broker), "--join", join_url]

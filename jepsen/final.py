@@ -7,11 +7,14 @@ from __future__ import annotations
 import hashlib
 import itertools
 import time
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 from jepsen.cluster import Cluster, HarnessError, http
 from jepsen.history import History
 from jepsen.workload import Client
+
+T = TypeVar("T")
 
 LEADERS_WAIT_S = 90.0
 FINAL_READ_S = 60.0  # per partition
@@ -73,16 +76,28 @@ def check_placement(
     before its decommission did (a harness bug) or a broker unregistered while it held
     replicas (a dmq bug): a harness error either way, so the run says unknown (the
     checkers read the data, not the placement)."""
+    _until_right(
+        lambda: (_misplaced(cluster, topic, replication_factor), None),
+        timeout_s,
+        lambda wrong: (
+            f"after every operation ended: {wrong} (replication factor "
+            f"{replication_factor}, brokers {sorted(cluster.brokers)})"
+        ),
+    )
+
+
+def _until_right(
+    check: Callable[[], tuple[list[str], T]], timeout_s: float, failure: Callable[[list[str]], str]
+) -> T:
+    """check() every 0.5 s until it finds nothing wrong (then its value); HarnessError
+    with failure(what is wrong) past timeout_s."""
     deadline = time.monotonic() + timeout_s
     while True:
-        wrong = _misplaced(cluster, topic, replication_factor)
+        wrong, value = check()
         if not wrong:
-            return
+            return value
         if time.monotonic() > deadline:
-            raise HarnessError(
-                f"after every operation ended: {wrong} (replication factor "
-                f"{replication_factor}, brokers {sorted(cluster.brokers)})"
-            )
+            raise HarnessError(failure(wrong))
         time.sleep(0.5)
 
 
@@ -113,14 +128,11 @@ def check_voters(cluster: Cluster, timeout_s: float = VOTERS_WAIT_S) -> list[str
     with the same voters and brokers (an observer that is behind gets timeout_s); the
     voters. A mismatch past timeout_s is a harness error (the run says unknown): the
     checkers read the data, this is the operation's own end state."""
-    deadline = time.monotonic() + timeout_s
-    while True:
-        wrong, voters = _voters_mismatch(cluster)
-        if not wrong:
-            return voters
-        if time.monotonic() > deadline:
-            raise HarnessError(f"metadata voters after every change ended: {wrong}")
-        time.sleep(0.5)
+    return _until_right(
+        lambda: _voters_mismatch(cluster),
+        timeout_s,
+        lambda wrong: f"metadata voters after every change ended: {wrong}",
+    )
 
 
 def _voters_mismatch(cluster: Cluster) -> tuple[list[str], list[str]]:

@@ -63,8 +63,8 @@ from jepsen.history import NEMESIS, History
 
 FAULTS = ("partition", "kill", "pause", "power", "reassign", "join", "leave", "voters")
 # Run on their own while a process or network fault strikes (never alone, never with power).
-BACKGROUND = ("reassign", "join", "leave", "voters")
 MEMBERSHIP = ("join", "leave", "voters")  # each ends in a thread of its own (settle)
+BACKGROUND = ("reassign", *MEMBERSHIP)
 VOTERS_SMALL = 3  # the voters nemesis alternates between these metadata voter counts
 VOTERS_LARGE = 5
 BROKERS_MIN = 3  # a leave never takes the registered brokers below this
@@ -181,8 +181,8 @@ class Catalogue(NamedTuple):
     registered: set[str]
     leaving: set[str]  # brokers being decommissioned
     voters: list[str]
-    voters_target: list[str] | None = None  # the metadata voter change running, if any
-    operations: bool = False  # the operations doc answered (else leaving, target unknown)
+    voters_target: list[str] | None  # the metadata voter change running, if any
+    operations: bool  # the operations doc answered (else leaving, target unknown)
 
 
 @dataclass
@@ -276,11 +276,23 @@ class Nemesis:
         self.history.add(NEMESIS, "info", f, None, value)
 
     def _begin(self, kind: str, variant: str, targets: list[str], **detail: Any) -> Fault:
-        fault = Fault(kind, variant, targets, self.history.now(), detail=detail)
+        """A fault's window: in `windows` (reports) and in `active` (heals)."""
+        fault = self._begin_background(kind, variant, targets, **detail)
         self.active.append(fault)
+        return fault
+
+    def _begin_background(
+        self, kind: str, variant: str, targets: list[str], **detail: Any
+    ) -> Fault:
+        """A join or leave's window: in `windows` (reports), not in `active` (heals)."""
+        fault = Fault(kind, variant, targets, self.history.now(), detail=detail)
         self.windows.append(fault)
         self._record(fault, f"start-{kind}")
         return fault
+
+    def _stop(self, fault: Fault) -> None:
+        fault.stop = self.history.now()
+        self._record(fault, f"stop-{fault.kind}")
 
     # --- partitions -----------------------------------------------------------------
 
@@ -425,8 +437,7 @@ class Nemesis:
 
     def _end(self, fault: Fault, outcome: str, **detail: Any) -> None:
         fault.detail.update(outcome=outcome, **detail)
-        fault.stop = self.history.now()
-        self._record(fault, f"stop-{fault.kind}")
+        self._stop(fault)
 
     def _spawn(
         self, fault: Fault, node_id: str, target: Callable[[Fault, str, random.Random], None]
@@ -444,14 +455,6 @@ class Nemesis:
         self.moving[node_id] = thread
         thread.start()
 
-    def _begin_background(
-        self, kind: str, variant: str, targets: list[str], **detail: Any
-    ) -> Fault:
-        """A join or leave's window: in `windows` (reports), not in `active` (heals)."""
-        fault = self._begin(kind, variant, targets, **detail)
-        self.active.pop()  # _begin appended it
-        return fault
-
     def _busy(self) -> set[str]:
         return {n for n, t in self.moving.items() if t.is_alive()}
 
@@ -462,7 +465,8 @@ class Nemesis:
                 return
             self._noop("join", "at-limit", brokers=len(self.cluster.brokers))
             return
-        via = [b for b in self.cluster.live() if b.node_id not in self._busy()]
+        busy = self._busy()
+        via = [b for b in self.cluster.live() if b.node_id not in busy]
         status, doc = self._ask("/v1/cluster")
         if not via or status != 200:
             self._noop("join", "no-live-broker", status=status)
@@ -546,7 +550,7 @@ class Nemesis:
             self._noop("leave", "no-catalogue")
             return
         staying = view.registered - view.leaving - self._busy()
-        candidates = sorted((set(self.ids) & staying) - self._busy())
+        candidates = sorted(set(self.ids) & staying)
         if "voters" not in self.kinds:  # only the voters nemesis lets a voter leave
             candidates = [c for c in candidates if c not in view.voters]
         if len(staying) <= BROKERS_MIN:
@@ -606,11 +610,8 @@ class Nemesis:
         voters, half the time the metadata leader among them. None: no such change."""
         voters = sorted(view.voters)
         if len(voters) == VOTERS_SMALL:
-            spare = [
-                b.node_id
-                for b in self.cluster.live()
-                if b.node_id in view.registered - view.leaving - set(voters) - self._busy()
-            ]
+            free = view.registered - view.leaving - set(voters) - self._busy()
+            spare = [b.node_id for b in self.cluster.live() if b.node_id in free]
             if len(spare) < VOTERS_LARGE - VOTERS_SMALL:
                 return None
             return "grow", sorted(voters + self.rng.sample(spare, VOTERS_LARGE - VOTERS_SMALL))
@@ -699,8 +700,7 @@ class Nemesis:
                         broker.resume()
                     elif fault.kind in ("kill", "power"):
                         broker.start()
-                fault.stop = self.history.now()
-                self._record(fault, f"stop-{fault.kind}")
+                self._stop(fault)
             self.active = []
 
     def settle(self, timeout_s: float = SETTLE_WAIT_S) -> None:

@@ -30,17 +30,13 @@ from jepsen.checker.log import check_log
 from jepsen.cluster import RETRIABLE, Cluster, HarnessError, http
 from jepsen.groups import GroupClient, GroupWorker, final_drain
 from jepsen.history import NEMESIS, History
-from jepsen.nemesis import BACKGROUND, FAULTS, MEMBERSHIP, Nemesis
+from jepsen.nemesis import BACKGROUND, FAULTS, MEMBERSHIP, VOTERS_SMALL, Nemesis
 from jepsen.report import plot, results, summary_line
 from jepsen.workload import Client, Worker
 
 TOPIC = "jepsen"
 EXIT = {"valid": 0, "invalid": 1, "unknown": 2}
 STORE = Path("jepsen") / "store"
-# With joins, leaves or voter changes the metadata voters start as the first ids, so the
-# other brokers are non-voters a voter change can add (and, without the voters nemesis,
-# the only ones a leave decommissions).
-MEMBERSHIP_VOTERS = 3
 
 
 def parse(argv: list[str] | None) -> argparse.Namespace:
@@ -172,7 +168,10 @@ def run(args: argparse.Namespace) -> int:
         planted_bug=args.planted_bug,
         durable_trace="power" in args.nemesis,
         seed=args.seed,
-        metadata_voters=[f"n{k + 1}" for k in range(MEMBERSHIP_VOTERS)] if membership else None,
+        # With joins, leaves or voter changes the metadata voters start as the first
+        # VOTERS_SMALL ids, so the other brokers are non-voters a voter change can add
+        # (and, without the voters nemesis, the only ones a leave decommissions).
+        metadata_voters=[f"n{k + 1}" for k in range(VOTERS_SMALL)] if membership else None,
     )
     nemesis = Nemesis(cluster, history, args.nemesis, args.seed, TOPIC, args.partitions)
     harness_error: str | None = None

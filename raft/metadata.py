@@ -655,7 +655,8 @@ def _check_common(command: CatalogueCommand) -> Rejected | None:
     return None
 
 
-def _bump(state: MetadataState, now_ms: int, **changes: Any) -> MetadataState:
+def bump(state: MetadataState, now_ms: int, **changes: Any) -> MetadataState:
+    """`state` with `changes`, the next metadata_version and the command's clock."""
     return replace(state, metadata_version=state.metadata_version + 1, clock_ms=now_ms, **changes)
 
 
@@ -666,7 +667,7 @@ def with_partition(
     partitions = list(topic.partitions)
     partitions[partition] = new
     new_topic = replace(topic, partitions=tuple(partitions))
-    new_state = _bump(state, now_ms, topics={**state.topics, topic.name: new_topic})
+    new_state = bump(state, now_ms, topics={**state.topics, topic.name: new_topic})
     return new_state, Applied(new_state.metadata_version, topic=new_topic)
 
 
@@ -689,7 +690,7 @@ def _register_broker(
     if old is not None and (old.http_addr, old.raft_addr) == (cmd.http_addr, cmd.raft_addr):
         new_state = replace(state, brokers=brokers, clock_ms=now_ms)  # a heartbeat, in effect
     else:
-        new_state = _bump(state, now_ms, brokers=brokers)
+        new_state = bump(state, now_ms, brokers=brokers)
     return new_state, Applied(new_state.metadata_version, broker=broker)
 
 
@@ -801,7 +802,7 @@ def _create_topic(
         partitions=tuple(PartitionInfo(replicas) for replicas in placed),
         created_ms=now_ms,
     )
-    new_state = _bump(
+    new_state = bump(
         state, now_ms, topics={**state.topics, cmd.name: topic}, next_topic_id=topic.topic_id + 1
     )
     return new_state, Applied(new_state.metadata_version, topic=topic)
@@ -818,7 +819,7 @@ def _delete_topic(
     if topic is None:
         return state, _unknown_topic(cmd.name)
     topics = {name: t for name, t in state.topics.items() if name != cmd.name}
-    new_state = _bump(state, now_ms, topics=topics)
+    new_state = bump(state, now_ms, topics=topics)
     return new_state, Applied(new_state.metadata_version, topic=topic)
 
 
@@ -839,7 +840,7 @@ def _alter_config(
     config = {k: v for k, v in topic.config if k not in cmd.removals}
     config.update(cmd.updates)
     new_topic = replace(topic, config=_sorted_config(config))
-    new_state = _bump(state, now_ms, topics={**state.topics, cmd.name: new_topic})
+    new_state = bump(state, now_ms, topics={**state.topics, cmd.name: new_topic})
     return new_state, Applied(new_state.metadata_version, topic=new_topic)
 
 
@@ -858,22 +859,38 @@ def _add_partitions(
     new_topic = replace(
         topic, partitions=topic.partitions + tuple(PartitionInfo(r) for r in placed)
     )
-    new_state = _bump(state, now_ms, topics={**state.topics, cmd.name: new_topic})
+    new_state = bump(state, now_ms, topics={**state.topics, cmd.name: new_topic})
     return new_state, Applied(new_state.metadata_version, topic=new_topic)
+
+
+def topic_of(
+    state: MetadataState,
+    cmd: ReportLeader
+    | ReassignPartition
+    | AlterPartitionReplicas
+    | DecommissionPartition
+    | RemovePartition,
+) -> TopicInfo | Rejected:
+    """The command's topic, or its refusal: the topic must still be the one the command
+    names by id (a deleted and recreated topic is another one), with that partition."""
+    topic = state.topics.get(cmd.topic)
+    if topic is None or topic.topic_id != cmd.topic_id:
+        return Rejected(
+            REJECT_UNKNOWN_TOPIC, f"topic {cmd.topic!r} id {cmd.topic_id} does not exist", "topic"
+        )
+    if not 0 <= cmd.partition < len(topic.partitions):
+        return Rejected(
+            REJECT_UNKNOWN_PARTITION, f"partition {cmd.partition} does not exist", "partition"
+        )
+    return topic
 
 
 def _report_leader(
     state: MetadataState, cmd: ReportLeader, now_ms: int
 ) -> tuple[MetadataState, Result]:
-    topic = state.topics.get(cmd.topic)
-    if topic is None or topic.topic_id != cmd.topic_id:
-        return state, Rejected(
-            REJECT_UNKNOWN_TOPIC, f"topic {cmd.topic!r} id {cmd.topic_id} does not exist", "topic"
-        )
-    if not 0 <= cmd.partition < len(topic.partitions):
-        return state, Rejected(
-            REJECT_UNKNOWN_PARTITION, f"partition {cmd.partition} does not exist", "partition"
-        )
+    topic = topic_of(state, cmd)
+    if isinstance(topic, Rejected):
+        return state, topic
     old = topic.partitions[cmd.partition]
     if cmd.leader not in old.replicas:
         return state, Rejected(

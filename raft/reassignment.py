@@ -61,30 +61,10 @@ def _check_replicas(state: MetadataState, replicas: tuple[str, ...]) -> md.Rejec
     return None
 
 
-def _topic_of(
-    state: MetadataState,
-    cmd: ReassignPartition | AlterPartitionReplicas | DecommissionPartition | RemovePartition,
-) -> md.TopicInfo | md.Rejected:
-    """The command's topic, or its refusal: the topic must still be the one the command
-    names by id (a deleted and recreated topic is another one), with that partition."""
-    topic = state.topics.get(cmd.topic)
-    if topic is None or topic.topic_id != cmd.topic_id:
-        return _reject(
-            md.REJECT_UNKNOWN_TOPIC,
-            f"topic {cmd.topic!r} id {cmd.topic_id} does not exist",
-            "topic",
-        )
-    if not 0 <= cmd.partition < len(topic.partitions):
-        return _reject(
-            md.REJECT_UNKNOWN_PARTITION, f"partition {cmd.partition} does not exist", "partition"
-        )
-    return topic
-
-
 def apply_partition_command(
     state: MetadataState, cmd: ReassignPartition | AlterPartitionReplicas, now_ms: int
 ) -> Outcome:
-    topic = _topic_of(state, cmd)
+    topic = md.topic_of(state, cmd)
     if isinstance(topic, md.Rejected):
         return state, topic
     rejected = _check_replicas(state, cmd.replicas)
@@ -166,7 +146,7 @@ def _gone(topic: str, partition: int) -> md.Rejected:
 def apply_partition_lifecycle(
     state: MetadataState, cmd: DecommissionPartition | RemovePartition, now_ms: int
 ) -> Outcome:
-    topic = _topic_of(state, cmd)
+    topic = md.topic_of(state, cmd)
     if isinstance(topic, md.Rejected):
         return state, topic
     old = topic.partitions[cmd.partition]
@@ -212,31 +192,28 @@ def apply_broker_command(
         new_broker = replace(broker, decommissioning=True)
         brokers = {**state.brokers, cmd.broker_id: new_broker}
     else:
-        if not broker.decommissioning:
-            return state, _reject(
-                md.REJECT_BROKER_IN_USE,
-                f"broker {cmd.broker_id!r} must be decommissioned first",
-                "broker_id",
-            )
-        if holds_replicas(state, cmd.broker_id):
-            return state, _reject(
-                md.REJECT_BROKER_IN_USE,
-                f"broker {cmd.broker_id!r} still holds replicas",
-                "broker_id",
-            )
-        if cmd.broker_id in state.voters or cmd.broker_id in state.voters_target:
-            return state, _reject(
-                md.REJECT_BROKER_IN_USE,
-                f"broker {cmd.broker_id!r} is a metadata voter; it must leave the metadata "
-                "group first",
-                "broker_id",
-            )
+        rejected = unregister_refusal(state, cmd.broker_id)
+        if rejected is not None:
+            return state, rejected
         new_broker = broker
         brokers = {b: info for b, info in state.brokers.items() if b != cmd.broker_id}
-    new_state = replace(
-        state, brokers=brokers, metadata_version=state.metadata_version + 1, clock_ms=now_ms
-    )
+    new_state = md.bump(state, now_ms, brokers=brokers)
     return new_state, md.Applied(new_state.metadata_version, broker=new_broker)
+
+
+def unregister_refusal(state: MetadataState, broker_id: str) -> md.Rejected | None:
+    """Why a registered broker may not be unregistered yet (None: it may): it must be
+    decommissioning, hold no replica and be no metadata voter, recorded or wanted. The
+    operations driver asks this before proposing `UnregisterBroker`."""
+    if not state.brokers[broker_id].decommissioning:
+        reason = "must be decommissioned first"
+    elif holds_replicas(state, broker_id):
+        reason = "still holds replicas"
+    elif broker_id in state.voters or broker_id in state.voters_target:
+        reason = "is a metadata voter; it must leave the metadata group first"
+    else:
+        return None
+    return _reject(md.REJECT_BROKER_IN_USE, f"broker {broker_id!r} {reason}", "broker_id")
 
 
 def _check_enough_left(state: MetadataState, broker_id: str, now_ms: int) -> md.Rejected | None:

@@ -31,7 +31,6 @@ the module object (the two import each other).
 
 from __future__ import annotations
 
-from dataclasses import replace
 from typing import TYPE_CHECKING, Final
 
 from raft import metadata as md
@@ -126,11 +125,5 @@ def _check_target(state: MetadataState, voters: tuple[str, ...]) -> md.Rejected 
 def _bumped(
     state: MetadataState, now_ms: int, voters: tuple[str, ...], target: tuple[str, ...]
 ) -> Outcome:
-    new_state = replace(
-        state,
-        voters=voters,
-        voters_target=target,
-        metadata_version=state.metadata_version + 1,
-        clock_ms=now_ms,
-    )
+    new_state = md.bump(state, now_ms, voters=voters, voters_target=target)
     return new_state, md.Applied(new_state.metadata_version)

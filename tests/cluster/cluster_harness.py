@@ -32,7 +32,7 @@ import urllib.request
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, Self, TypeVar
 
 from bench.loopback import common_free_port as free_port_on
 
@@ -106,6 +106,13 @@ class Node:
     @property
     def alive(self) -> bool:
         return self.proc is not None and self.proc.poll() is None
+
+    def drop_flags(self, *flags: str) -> None:
+        """Remove each of `flags` given, with its value, from the next start's args."""
+        for flag in flags:
+            if flag in self.args:
+                at = self.args.index(flag)
+                del self.args[at : at + 2]
 
     def start(self) -> Node:
         """Spawn the process (no wait: a node is ready only once a majority runs)."""
@@ -231,11 +238,20 @@ class DmqCluster:
     def limit_peers(self, node_ids: Iterable[str], known: Iterable[str]) -> None:
         """Start `node_ids` knowing only `known` as peers (a cluster that others join
         later: the joiners list everyone, the first brokers learn them from the catalogue)."""
-        known_ids = list(known)
-        peers = ",".join(f"{i}={self.nodes[i].host}:{self.raft_port}" for i in known_ids)
+        peers = self.peers_of(known)
         for node_id in node_ids:
             args = self.nodes[node_id].args
             args[args.index("--peers") + 1] = peers
+
+    def peers_of(self, node_ids: Iterable[str]) -> str:
+        """The `--peers` value naming node_ids."""
+        return ",".join(f"{i}={self.nodes[i].host}:{self.raft_port}" for i in node_ids)
+
+    def use_join(self, node_id: str, urls: str) -> None:
+        """Its next start joins through `--join urls` instead of naming peers and voters."""
+        node = self.nodes[node_id]
+        node.drop_flags("--join", "--peers", "--metadata-voters")
+        node.args += ["--join", urls]
 
     # --- processes ----------------------------------------------------------------------
 
@@ -392,8 +408,29 @@ class Ack:
     done: float  # ... and when its acknowledgement arrived
 
 
-@dataclass(eq=False)  # a producer is itself, not its fields
-class Producer:
+@dataclass(eq=False)  # a load is itself, not its fields
+class LoadThread:
+    """A daemon thread running `_run` until `finish()` sets `stop` (then joined, 30 s)."""
+
+    stop: threading.Event = field(default_factory=threading.Event, kw_only=True)
+    thread: threading.Thread | None = field(default=None, kw_only=True)
+
+    def start(self) -> Self:
+        self.thread = threading.Thread(target=self._run, name=type(self).__name__, daemon=True)
+        self.thread.start()
+        return self
+
+    def _run(self) -> None:
+        raise NotImplementedError
+
+    def finish(self) -> None:
+        self.stop.set()
+        assert self.thread is not None
+        self.thread.join(30)
+
+
+@dataclass(eq=False)
+class Producer(LoadThread):
     """A thread producing one record per request (acks=all) through one node, to the given
     partitions in turn, until finish(). After a retriable answer (429, 503, 504) or a
     connection failure it goes on with a new value: an unanswered attempt may or may not
@@ -406,13 +443,6 @@ class Producer:
     attempts: list[str] = field(default_factory=list)
     acked: list[Ack] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
-    stop: threading.Event = field(default_factory=threading.Event)
-    thread: threading.Thread | None = None
-
-    def start(self) -> Producer:
-        self.thread = threading.Thread(target=self._run, name=self.name, daemon=True)
-        self.thread.start()
-        return self
 
     def _run(self) -> None:
         attempt = 0
@@ -443,10 +473,8 @@ class Producer:
                 return
 
     def finish(self) -> None:
-        self.stop.set()
-        assert self.thread is not None
-        self.thread.join(30)
-        assert not self.thread.is_alive(), f"{self.name} is stuck"
+        super().finish()
+        assert self.thread is not None and not self.thread.is_alive(), f"{self.name} is stuck"
 
 
 def retry(call: Callable[[], Response], timeout_s: float) -> Response:

@@ -17,7 +17,6 @@ reordering a record (dmq/operations.py):
 from __future__ import annotations
 
 import collections
-import threading
 import time
 import urllib.parse
 from collections.abc import Callable
@@ -25,7 +24,9 @@ from dataclasses import dataclass, field
 
 import pytest
 from cluster_harness import (
+    RETRIABLE_STATUSES,
     DmqCluster,
+    LoadThread,
     Node,
     Producer,
     check_log_against_acks,
@@ -39,7 +40,7 @@ MOVE_TIMEOUT_S = 180.0  # every replica move of the test, on a loaded 2-core mac
 
 
 @dataclass(eq=False)
-class Consumer:
+class Consumer(LoadThread):
     """Long-polls every partition in turn through one node; records what it read."""
 
     node: Node
@@ -47,13 +48,6 @@ class Consumer:
     partitions: int
     seen: dict[int, list[tuple[int, str | None]]] = field(default_factory=dict)
     errors: list[str] = field(default_factory=list)
-    stop: threading.Event = field(default_factory=threading.Event)
-    thread: threading.Thread | None = None
-
-    def start(self) -> Consumer:
-        self.thread = threading.Thread(target=self._run, daemon=True)
-        self.thread.start()
-        return self
 
     def _run(self) -> None:
         offsets = [0] * self.partitions
@@ -67,18 +61,13 @@ class Consumer:
                 except OSError:
                     continue
                 if resp.status != 200:
-                    if resp.status not in (429, 503, 504):
+                    if resp.status not in RETRIABLE_STATUSES:
                         self.errors.append(f"{p}@{offsets[p]}: {resp!r}")
                     continue
                 answer = resp.json()
                 for record in answer["records"]:
                     self.seen.setdefault(p, []).append((record["offset"], record["value"]))
                 offsets[p] = answer["next_offset"]
-
-    def finish(self) -> None:
-        self.stop.set()
-        assert self.thread is not None
-        self.thread.join(30)
 
 
 def replica_counts(node: Node, topic: str) -> dict[str, int]:

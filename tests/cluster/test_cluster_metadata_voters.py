@@ -33,7 +33,6 @@ to 5 and shrinks back while the cluster serves (dmq/operations.py, dmq/metadata.
 from __future__ import annotations
 
 import itertools
-import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -41,7 +40,9 @@ from typing import Any
 
 import pytest
 from cluster_harness import (
+    RETRIABLE_STATUSES,
     DmqCluster,
+    LoadThread,
     Node,
     Producer,
     Response,
@@ -53,7 +54,6 @@ from cluster_harness import (
 )
 
 CHANGE_TIMEOUT_S = 60.0  # one voter change of several steps, on a loaded 2-core machine
-RETRIABLE = (429, 503, 504)
 
 
 @dataclass(eq=False)
@@ -78,7 +78,7 @@ class AnyLive:
 
 
 @dataclass(eq=False)
-class AdminAndGroupLoad:
+class AdminAndGroupLoad(LoadThread):
     """A thread: every round commits the group's next offset (one member of group `g`),
     reads it back linearizably through another broker, and about once a second makes an
     admin call (create a topic, or alter `mv`'s config). Keeps the monotonic times of
@@ -91,13 +91,6 @@ class AdminAndGroupLoad:
     admin_at: list[float] = field(default_factory=list)
     reads: list[int] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
-    stop: threading.Event = field(default_factory=threading.Event)
-    thread: threading.Thread | None = None
-
-    def start(self) -> AdminAndGroupLoad:
-        self.thread = threading.Thread(target=self._run, daemon=True)
-        self.thread.start()
-        return self
 
     def _call(self, method: str, path: str, body: Any, ok: tuple[int, ...]) -> Response | None:
         try:
@@ -106,7 +99,7 @@ class AdminAndGroupLoad:
             return None
         if resp.status in ok:
             return resp
-        if resp.status not in RETRIABLE:
+        if resp.status not in RETRIABLE_STATUSES:
             self.errors.append(f"{method} {path}: {resp!r}")
         return None
 
@@ -141,11 +134,6 @@ class AdminAndGroupLoad:
                     self.admin_at.append(time.monotonic())
             time.sleep(0.05)
 
-    def finish(self) -> None:
-        self.stop.set()
-        assert self.thread is not None
-        self.thread.join(30)
-
 
 def voters_doc(node: Node) -> dict[str, Any]:
     return operations(node)["metadata_voters"]  # type: ignore[no-any-return]
@@ -178,11 +166,7 @@ def group0_members(node: Node) -> list[str] | None:
 
 
 def start_with_join(cluster: DmqCluster, node_id: str, url: str) -> None:
-    args = cluster[node_id].args
-    for flag in ("--peers", "--metadata-voters"):
-        at = args.index(flag)
-        del args[at : at + 2]
-    args += ["--join", url]
+    cluster.use_join(node_id, url)
     cluster[node_id].start()
 
 
@@ -192,13 +176,8 @@ def restart_configured(cluster: DmqCluster, node_id: str, voters: list[str]) -> 
     from a configuration that happens to match."""
     node = cluster[node_id]
     node.kill9()
-    args = node.args
-    for flag in ("--join", "--peers", "--metadata-voters"):
-        if flag in args:
-            at = args.index(flag)
-            del args[at : at + 2]
-    peers = ",".join(f"{i}={n.host}:{cluster.raft_port}" for i, n in cluster.nodes.items())
-    args += ["--peers", peers, "--metadata-voters", ",".join(voters)]
+    node.drop_flags("--join", "--peers", "--metadata-voters")
+    node.args += ["--peers", cluster.peers_of(cluster.nodes), "--metadata-voters", ",".join(voters)]
     node.start()
     cluster.wait_ready([node])
     return node

@@ -46,13 +46,9 @@ def test_join_reassign_and_decommission_through_the_cli(
     first = ["n1", "n2", "n3"]
     cluster.limit_peers(first, first)
     joiner = cluster["n4"]
-    args = joiner.args
-    at = args.index("--peers")
-    del args[at : at + 2]
-    at = args.index("--metadata-voters")
-    del args[at : at + 2]
     dead = f"http://127.0.0.1:{free_port()}"  # nothing listens there
-    args += ["--join", f"{dead},{cluster['n1'].url}", "--auto-balance-replicas", "false"]
+    cluster.use_join("n4", f"{dead},{cluster['n1'].url}")
+    joiner.args += ["--auto-balance-replicas", "false"]
     joiner.start()  # before the cluster it joins: it asks again until n1 answers
     wait_for(lambda: "asking again" in joiner.log_path.read_text(), 30.0, "n4 waiting")
     assert joiner.alive
