@@ -8,7 +8,7 @@ fills partition 0 of a topic `big` (replication factor 3, on three brokers) with
    (batches of 128 x 1 KiB, `--in-flight` (4) requests at once): MB/s;
 2. **move**: `POST /v1/cluster/reassignments` moves `big`-0 from its leader's broker to
    the fourth broker (a new replica added to the Raft group, caught up, leadership moved,
-   the old replica removed: dmq/operations.py) while the same load runs: seconds until
+   the old replica removed: dmq/broker/operations.py) while the same load runs: seconds until
    `GET /v1/cluster/operations` shows none, the moved MiB/s, and the load's MB/s during
    the move as a ratio of the baseline.
 

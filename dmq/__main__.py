@@ -1,4 +1,4 @@
-"""`python -m dmq ...` runs the `dmq` command (dmq/cli.py)."""
+"""`python -m dmq ...` runs the `dmq` command (dmq/cli/__init__.py)."""
 
 import sys
 

@@ -29,7 +29,7 @@ PRODUCE_QUEUE_DEPTH_MAX: Final = 1_000
 PRODUCE_QUEUE_BYTES_MAX: Final = 64 * MiB
 
 # Group commit is the Raft node's: one Raft entry holds at most 4,096 produce requests
-# and batch_bytes_max + 4 KiB (raft/config.py; dmq/broker.py raft_config_for).
+# and batch_bytes_max + 4 KiB (raft/config.py; dmq/broker/broker.py raft_config_for).
 
 # Fetch: the longest a long-poll may wait, the largest response, the most records
 # a JSON response may carry, and how many fetches may wait at once (each holds a

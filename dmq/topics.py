@@ -1,7 +1,7 @@
 """Topic names and topic configuration: pure validation.
 
 The catalogue itself (which topics exist, their partitions, placement and config) is
-the metadata Raft group's state (raft/metadata.py, dmq/metadata.py). The Broker checks
+the metadata Raft group's state (dmq/metadata/machine.py, dmq/metadata/service.py). The Broker checks
 names and config values here before it proposes a command: raft/ may not import dmq/.
 """
 

@@ -6,7 +6,7 @@ during apply. Ids come in the command too: the broker draws a member id before p
 a join, so every replica applies the same id.
 
 Encoding: `{"type": ..., "version": ..., "fields": {...}}` as compact, key-sorted JSON, the
-same envelope as raft/metadata.py's commands (the metadata group carries both kinds).
+same envelope as dmq/metadata/machine.py's commands (the metadata group carries both kinds).
 """
 
 from __future__ import annotations

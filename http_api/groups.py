@@ -12,7 +12,7 @@ from aiohttp import web
 
 from dmq import errors, limits
 from dmq.broker import Broker
-from dmq.groups_service import MemberView, PartitionFetch, group_summary
+from dmq.broker.groups import MemberView, PartitionFetch, group_summary
 from http_api import codec
 from http_api.forward import BROKER, forwarded_hops
 
@@ -267,7 +267,9 @@ async def reset_offsets(request: web.Request) -> web.Response:
 
 async def list_groups(request: web.Request) -> web.Response:
     groups = _routed(request).groups.groups()
-    return codec.json_response({"groups": [group_summary(g) for g in sorted(groups, key=lambda g: g.name)]})
+    return codec.json_response(
+        {"groups": [group_summary(g) for g in sorted(groups, key=lambda g: g.name)]}
+    )
 
 
 async def delete_group(request: web.Request) -> web.Response:

@@ -297,7 +297,7 @@ def _internal_paths(config: BrokerConfig) -> dict[str, Any]:
 
 
 def _operations_paths() -> dict[str, Any]:
-    """Cluster operations (http_api/operations.py, dmq/operations.py)."""
+    """Cluster operations (http_api/operations.py, dmq/broker/operations.py)."""
     ids = {"type": "array", "items": {"type": "string", "minLength": 1}, "minItems": 1}
     reassign = _object(
         {"topic": {"type": "string"}, "partition": _int(0, 2**31 - 1), "replicas": ids},

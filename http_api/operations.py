@@ -1,4 +1,4 @@
-"""HTTP routes of cluster operations (dmq/operations.py): thin, as every handler here.
+"""HTTP routes of cluster operations (dmq/broker/operations.py): thin, as every handler here.
 
 Public:
 
@@ -33,7 +33,7 @@ from http_api.forward import broker_of
 # A replica list longer than this is refused before it reaches the metadata group (the
 # group then checks it against the topic's replication factor).
 REASSIGN_REPLICAS_MAX = 16
-# Likewise for a voter set (the metadata group checks raft/voters.py's METADATA_VOTERS_MAX).
+# Likewise for a voter set (the metadata group checks dmq/metadata/voters.py's METADATA_VOTERS_MAX).
 METADATA_VOTERS_LIST_MAX = 16
 BROKER_ID_CHARS_MAX = 255
 

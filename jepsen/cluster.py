@@ -32,7 +32,7 @@ from dmq.planted import PLANTED_BUG_ENV
 
 FIRST_HOST = 11  # node k (1-based) listens on 127.0.0.(10 + k)
 LAST_HOST = 254  # joins stop there (ids and addresses are never reused)
-DURABLE_TRACE_ENV = "DMQ_DURABLE_TRACE"  # dmq/broker.py: the power-loss test hook
+DURABLE_TRACE_ENV = "DMQ_DURABLE_TRACE"  # dmq/broker/broker.py: the power-loss test hook
 RETRIABLE = (429, 503, 504)
 STOP_WAIT_S = 15.0  # a retired broker's graceful stop (SIGTERM) before SIGKILL
 

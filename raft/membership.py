@@ -12,7 +12,7 @@ runs those calls on the node's tick thread and reports back.
 Everything here runs on the tick thread (RaftNode wraps each call with `_on_tick_thread`).
 
 Steps of one change as `RaftNode.change_membership(group, "add" | "remove", member)` runs
-them (the caller orders the changes; dmq/operations.py adds before it removes):
+them (the caller orders the changes; dmq/broker/operations.py adds before it removes):
 
 1. On the group's leader only (else NotLeader naming the leader): a member already in
    (add) or already out (remove) of the configuration, with no change pending, is done

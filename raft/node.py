@@ -150,7 +150,7 @@ class _GroupSyncObj(SyncObj):  # type: ignore[misc]  # pysyncobj is untyped
     @replicated  # type: ignore[untyped-decorator]
     def _apply_batch(self, commands: list[bytes]) -> list[Any]:
         # A machine with `apply_at(index, position, command)` is told where each command
-        # sits in the Raft log (raft/partition.py skips what it applied before a restart).
+        # sits in the Raft log (dmq/partition/machine.py skips what it applied before a restart).
         # pysyncobj raises raftLastApplied only after the entry's apply returns.
         apply_at = getattr(self._machine, "apply_at", None)
         if apply_at is None:

@@ -26,7 +26,7 @@ Idempotence (`idempotent=True`, or a `transactional_id`): before its first batch
 producer gets a producer id and epoch (`POST /v1/producers`); each batch carries them and
 the sequence number of its first record, counted per partition. A retry sends the very
 same bytes, so the partition answers a batch it already wrote with its original offsets
-and writes nothing (raft/producers.py): retries of timeouts and lost answers, even across
+and writes nothing (dmq/partition/producers.py): retries of timeouts and lost answers, even across
 a leader's crash, leave no duplicates. A batch that fails for good (its retries ran out)
 may or may not have been written; the producer then takes a new epoch (a new id without a
 transactional id) so that its next batches start a fresh sequence instead of being

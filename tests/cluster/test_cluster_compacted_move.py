@@ -1,6 +1,6 @@
 """Proves, on real `dmq serve` processes, that a partition of a compacted topic
 (cleanup_policy=compact) moves to a broker that held none of it, through the snapshot path,
-without stopping that broker (issue 5; raft/partition.py `_copy_missing`, log/README.md
+without stopping that broker (issue 5; dmq/partition/machine.py `_copy_missing`, log/README.md
 invariants 12 and 13).
 
 Three brokers run with --raft-snapshot-entries 64 and compaction every 200 ms. The topic

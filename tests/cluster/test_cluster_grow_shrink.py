@@ -1,6 +1,6 @@
 """Proves, on real `dmq serve` processes under a steady produce and consume load, that a
 cluster grows from 3 to 5 brokers and shrinks back to 3 without losing, duplicating or
-reordering a record (dmq/operations.py):
+reordering a record (dmq/broker/operations.py):
 
 - the first three brokers know only each other; two more start later listing everyone,
   register through the metadata group and become Raft peers of the first three

@@ -1,5 +1,5 @@
 """Proves, on real `dmq serve` processes, that the metadata group's voter set grows from 3
-to 5 and shrinks back while the cluster serves (dmq/operations.py, dmq/metadata.py):
+to 5 and shrinks back while the cluster serves (dmq/broker/operations.py, dmq/metadata/service.py):
 
 - three voters start a cluster, two brokers join it with `dmq serve --join` as observers;
   `POST /v1/cluster/metadata-voters` (sent to an observer) makes all five voters, one

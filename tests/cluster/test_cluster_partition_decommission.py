@@ -1,5 +1,5 @@
 """Proves, on real `dmq serve` processes, the life of a decommissioned partition
-(dmq/operations.py, raft/reassignment.py):
+(dmq/broker/operations.py, dmq/metadata/reassignment.py):
 
 - once decommissioned (`dmq cluster decommission-partition`, then the same over HTTP again,
   through a broker that does not lead the metadata group) it takes no new record: an explicit produce to it answers 409 partition_decommissioned

@@ -1,5 +1,5 @@
 """Proves, on real `dmq serve` processes, that a partition moves between brokers without
-losing or duplicating a record (dmq/operations.py, raft/membership.py):
+losing or duplicating a record (dmq/broker/operations.py, raft/membership.py):
 
 - a reassignment to a broker that holds no replica yet, with producers running through
   the other brokers, is interrupted by kill -9 of the receiving broker once it opened its

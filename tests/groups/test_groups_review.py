@@ -15,6 +15,8 @@ from __future__ import annotations
 
 import pytest
 
+from dmq.metadata.machine import CreateTopic, MetadataMachine, RegisterBroker, encode_command
+from dmq.metadata.machine import Rejected as MetadataRejected
 from groups.commands import (
     CommitOffsets,
     DeleteGroup,
@@ -24,8 +26,6 @@ from groups.commands import (
     UpdateTopics,
 )
 from groups.state import GroupDeleted, GroupsState, Rejected, apply
-from raft.metadata import CreateTopic, MetadataMachine, RegisterBroker, encode_command
-from raft.metadata import Rejected as MetadataRejected
 
 
 @pytest.mark.timeout(60)

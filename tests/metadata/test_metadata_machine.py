@@ -1,4 +1,4 @@
-"""Proves that the metadata state machine (raft/metadata.py) is deterministic and safe to
+"""Proves that the metadata state machine (dmq/metadata/machine.py) is deterministic and safe to
 replicate:
 
 - any sequence of commands (valid or not, time going forwards or backwards) applied to two
@@ -26,7 +26,7 @@ from hypothesis import event, given, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
 
-from raft.metadata import (
+from dmq.metadata.machine import (
     AddPartitions,
     AlterTopicConfig,
     Applied,

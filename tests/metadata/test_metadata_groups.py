@@ -1,4 +1,4 @@
-"""Proves how consumer groups ride the metadata state machine (raft/metadata.py):
+"""Proves how consumer groups ride the metadata state machine (dmq/metadata/machine.py):
 
 - a group command goes through the same envelope and apply, moves clock_ms but never
   metadata_version (observers' catalogue long-polls are not woken by commits);
@@ -15,8 +15,7 @@ from __future__ import annotations
 
 import json
 
-from groups.commands import CommitOffsets, JoinGroup, UpdateTopics
-from raft.metadata import (
+from dmq.metadata.machine import (
     AddPartitions,
     Applied,
     CreateTopic,
@@ -29,6 +28,7 @@ from raft.metadata import (
     encode_command,
     state_to_json,
 )
+from groups.commands import CommitOffsets, JoinGroup, UpdateTopics
 
 
 def _machine() -> MetadataMachine:

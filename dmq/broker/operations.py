@@ -1,6 +1,6 @@
 """Cluster operations: reassign partitions, decommission brokers, balance replicas.
 
-Every operation is state in the metadata group (raft/reassignment.py): a partition's
+Every operation is state in the metadata group (dmq/metadata/reassignment.py): a partition's
 `target` replica set, a broker's `decommissioning` flag. Whichever broker leads the
 metadata group drives them (`run`, every OPERATIONS_INTERVAL_S): a new metadata leader
 picks up where a crashed or restarted one stopped, because each step reads where the
@@ -49,10 +49,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
 from dmq import errors
-from dmq.metadata import METADATA_GROUP_ID, translate_raft_error, wall_ms
-from dmq.replica import group_id_for
-from raft import errors as raft_errors
-from raft.metadata import (
+from dmq.metadata.machine import (
     PARTITION_DECOMMISSIONED,
     AlterMetadataVoters,
     AlterPartitionReplicas,
@@ -66,13 +63,16 @@ from raft.metadata import (
     TopicInfo,
     UnregisterBroker,
 )
-from raft.reassignment import unregister_refusal
-from raft.voters import METADATA_VOTERS_MAX
+from dmq.metadata.reassignment import unregister_refusal
+from dmq.metadata.service import METADATA_GROUP_ID, translate_raft_error, wall_ms
+from dmq.metadata.voters import METADATA_VOTERS_MAX
+from dmq.partition.replica import group_id_for
+from raft import errors as raft_errors
 
 if TYPE_CHECKING:
-    from dmq.broker import Broker
+    from dmq.broker.broker import Broker
 
-_log = logging.getLogger("dmq.operations")
+_log = logging.getLogger("dmq.broker.operations")
 
 OPERATIONS_INTERVAL_S = 0.5  # how often the metadata leader advances operations
 # Partitions moved at once (each copies its log to a new broker: disk and network bound).
@@ -156,7 +156,11 @@ class OperationsService:
             DecommissionPartition(topic, info.topic_id, partition, wall_ms())
         )
         after = self._topic_info(topic)  # the state, as in reassign
-        return {"topic": topic, "partition": partition, "status": after.partitions[partition].status}
+        return {
+            "topic": topic,
+            "partition": partition,
+            "status": after.partitions[partition].status,
+        }
 
     async def _maybe_swap_voter_out(self, broker_id: str) -> None:
         """A metadata voter leaves group 0 first: the voter set wanted becomes this one's

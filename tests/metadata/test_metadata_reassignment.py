@@ -1,4 +1,4 @@
-"""Proves the metadata state machine's rules for moving replicas (raft/reassignment.py):
+"""Proves the metadata state machine's rules for moving replicas (dmq/metadata/reassignment.py):
 
 - property: whatever sequence of ReassignPartition and AlterPartitionReplicas commands
   (valid or not, any replica lists) is applied, a partition always holds at least its
@@ -16,7 +16,7 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from raft.metadata import (
+from dmq.metadata.machine import (
     AlterPartitionReplicas,
     Applied,
     CreateTopic,

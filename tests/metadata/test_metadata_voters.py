@@ -1,5 +1,5 @@
 """Proves the metadata state machine's rules for the metadata group's own voters
-(raft/voters.py):
+(dmq/metadata/voters.py):
 
 - property: whatever sequence of ChangeMetadataVoters and AlterMetadataVoters commands
   (valid or not, any sets) and broker decommissions/unregistrations is applied, once
@@ -23,7 +23,7 @@ import json
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from raft.metadata import (
+from dmq.metadata.machine import (
     AlterMetadataVoters,
     Applied,
     ChangeMetadataVoters,
@@ -37,7 +37,7 @@ from raft.metadata import (
     state_from_json,
     state_to_json,
 )
-from raft.voters import METADATA_VOTERS_MAX
+from dmq.metadata.voters import METADATA_VOTERS_MAX
 
 BROKERS = tuple(f"n{k}" for k in range(1, 9))  # one more than METADATA_VOTERS_MAX
 BOOT = ("n1", "n2", "n3")
@@ -63,7 +63,7 @@ def _apply(
 
 def _driver_record(voters: tuple[str, ...], target: tuple[str, ...]) -> tuple[str, ...]:
     """The driver's next Raft change, as its record: add a missing target broker first,
-    then remove one the target does not name (dmq/operations.py's order)."""
+    then remove one the target does not name (dmq/broker/operations.py's order)."""
     missing = [b for b in target if b not in voters]
     if missing:
         return tuple(sorted((*voters, missing[0])))

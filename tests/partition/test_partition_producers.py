@@ -1,5 +1,5 @@
-"""Proves idempotent producers in the partition state machine (raft/producers.py,
-raft/partition.py):
+"""Proves idempotent producers in the partition state machine (dmq/partition/producers.py,
+dmq/partition/machine.py):
 
 - any sequence of batches from a few producers (new ones, retries of recent batches, gaps,
   old and new epochs) is answered by a simple model: a retry of one of a producer's last 5
@@ -23,16 +23,20 @@ from pathlib import Path
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from log import FlushPolicy, LogConfig, PartitionLog, Record, compaction, encode_batch
-from log.config import CleanupPolicy
-from log.records import iter_batches
-from raft.partition import (
+from dmq.partition.machine import (
     PRODUCE_COMMAND_VERSION,
     CopiedChunk,
     PartitionStateMachine,
     ProduceCommand,
 )
-from raft.producers import PRODUCER_BATCHES_KEPT, OutOfOrderSequenceError, ProducerFencedError
+from dmq.partition.producers import (
+    PRODUCER_BATCHES_KEPT,
+    OutOfOrderSequenceError,
+    ProducerFencedError,
+)
+from log import FlushPolicy, LogConfig, PartitionLog, Record, compaction, encode_batch
+from log.config import CleanupPolicy
+from log.records import iter_batches
 
 CONFIG = LogConfig(segment_bytes=700, flush=FlushPolicy(interval_records=None))
 COMPACTED = LogConfig(

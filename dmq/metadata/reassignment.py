@@ -2,7 +2,7 @@
 
 A reassignment is persisted in the catalogue itself: `PartitionInfo.target` is the replica
 set wanted, `PartitionInfo.replicas` the set the partition's Raft group has (as last
-recorded). dmq/operations.py moves one towards the other, one Raft membership change at a
+recorded). dmq/broker/operations.py moves one towards the other, one Raft membership change at a
 time, and records each change with `AlterPartitionReplicas` once it committed. The
 invariants apply() keeps whatever commands arrive:
 
@@ -13,14 +13,14 @@ invariants apply() keeps whatever commands arrive:
 - reaching the target's set ends the reassignment: `replicas = target`, `target = None`;
 - a decommissioning broker takes no new replica (placement, targets); it may be
   unregistered only once it holds no replica, no target names it, and it is neither a
-  metadata voter nor in the voters' target (raft/voters.py).
+  metadata voter nor in the voters' target (dmq/metadata/voters.py).
 
 Partition decommission (`DecommissionPartition`, `RemovePartition`): active ->
 decommissioned (takes no new records, stays readable; refused for a topic's last active
 partition) -> gone (no replicas, its number never reused; only once decommissioned and
 not being moved). Whether the log is empty is the driver's check, outside apply.
 
-raft/metadata.py dispatches the six commands here; this module reads its types through
+dmq/metadata/machine.py dispatches the six commands here; this module reads its types through
 the module object (the two import each other).
 """
 
@@ -29,10 +29,10 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
-from raft import metadata as md
+from dmq.metadata import machine as md
 
 if TYPE_CHECKING:
-    from raft.metadata import (
+    from dmq.metadata.machine import (
         AlterPartitionReplicas,
         DecommissionBroker,
         DecommissionPartition,

@@ -1,7 +1,7 @@
 """Consumer groups on the broker: routing, sessions and the group fetch.
 
 The protocol itself is groups/ (pure); its state lives in the metadata group
-(raft/metadata.py). This service is the broker's side:
+(dmq/metadata/machine.py). This service is the broker's side:
 
 1. Routing. Every group request is answered by the metadata group's leader: it holds the
    members' last-heard times and reads the newest committed offsets. A broker that does not
@@ -38,7 +38,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from dmq import errors, limits, planted
-from dmq.metadata import MetadataService, wall_ms
+from dmq.metadata.machine import ExpireTransactionalIds, idle_transactional_ids
+from dmq.metadata.service import MetadataService, wall_ms
 from groups.commands import (
     AckGeneration,
     CommitOffsets,
@@ -51,7 +52,6 @@ from groups.commands import (
     ResetOffsets,
 )
 from groups.state import Group, Member, expired_groups
-from raft.metadata import ExpireTransactionalIds, idle_transactional_ids
 
 _log = logging.getLogger("dmq.groups")
 

@@ -16,7 +16,7 @@ order, so every replica accepts and refuses the same batches:
 The state is part of the replicated state, never derived from the local log: compaction
 and retention run on each replica's own clock, so two replicas' logs may hold different
 batch headers for the same offsets (a thinned batch, a deleted prefix), and a state read
-back from them would differ. The partition machine (raft/partition.py) stores it with its
+back from them would differ. The partition machine (dmq/partition/machine.py) stores it with its
 applied checkpoint (`raft-producers`) and in its snapshots (`to_json` / `from_json`), and
 a replica that restarts replays the commands after it from the Raft journal. A producer
 is known while its last batch ends within `PRODUCER_WINDOW_OFFSETS` of the log end offset,

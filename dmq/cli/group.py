@@ -1,4 +1,4 @@
-"""`dmq group list|describe|reset` and `dmq consume --group` (wired in dmq/cli.py)."""
+"""`dmq group list|describe|reset` and `dmq consume --group` (wired in dmq/cli/__init__.py)."""
 
 from __future__ import annotations
 

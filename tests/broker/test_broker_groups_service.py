@@ -17,9 +17,15 @@ from typing import Any
 import pytest
 
 from dmq import errors, limits
-from dmq.groups_service import GroupsService
+from dmq.broker.groups import GroupsService
+from dmq.metadata.machine import (
+    Applied,
+    CreateTopic,
+    MetadataMachine,
+    RegisterBroker,
+    encode_command,
+)
 from groups.commands import CommitOffsets, JoinGroup
-from raft.metadata import Applied, CreateTopic, MetadataMachine, RegisterBroker, encode_command
 
 
 class Metadata:

@@ -1,4 +1,4 @@
-"""`dmq cluster ...` operations commands and `dmq serve --join` (dmq/cli.py registers them).
+"""`dmq cluster ...` operations commands and `dmq serve --join` (dmq/cli/__init__.py registers them).
 
 - `dmq cluster operations [--watch]`: running reassignments with a progress bar each, and
   decommissions with the replicas they still hold;

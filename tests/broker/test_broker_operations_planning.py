@@ -1,4 +1,4 @@
-"""Proves the planning of cluster operations (dmq/operations.py), pure functions of a
+"""Proves the planning of cluster operations (dmq/broker/operations.py), pure functions of a
 catalogue:
 
 - property: from any placement of partitions over a set of brokers, applying
@@ -28,7 +28,7 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from dmq.operations import (
+from dmq.broker.operations import (
     REPLICA_LAG_ENTRIES_MAX,
     REPLICA_LAG_TIME_MAX_S,
     _caught_up,
@@ -38,7 +38,7 @@ from dmq.operations import (
     replace_brokers,
     replica_counts,
 )
-from raft.metadata import BrokerInfo, MetadataState, PartitionInfo, TopicInfo
+from dmq.metadata.machine import BrokerInfo, MetadataState, PartitionInfo, TopicInfo
 
 BROKERS = ["a", "b", "c", "d", "e", "f"]
 

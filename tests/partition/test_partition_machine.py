@@ -1,4 +1,4 @@
-"""Proves raft/partition.py: a partition's PartitionLog as the state of its Raft group.
+"""Proves dmq/partition/machine.py: a partition's PartitionLog as the state of its Raft group.
 
 - ProduceCommand's binary encoding round-trips (property test) and decode refuses unknown
   versions, unknown flags and every cut-short or padded frame;
@@ -28,9 +28,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from raft_harness import free_port_on
 
-from log import FlushPolicy, LogConfig, PartitionLog, Record, encode_batch, iter_batches
-from raft import RaftConfig, RaftNode
-from raft.partition import (
+from dmq.partition.machine import (
     APPLIED_CHECKPOINT,
     POSITION_RESTORING,
     PRODUCE_COMMAND_VERSION,
@@ -40,6 +38,8 @@ from raft.partition import (
     PartitionStateMachine,
     ProduceCommand,
 )
+from log import FlushPolicy, LogConfig, PartitionLog, Record, encode_batch, iter_batches
+from raft import RaftConfig, RaftNode
 
 # Small segments, so that a few commands span several of them (rolls are replicated too).
 CONFIG = LogConfig(segment_bytes=600, flush=FlushPolicy(interval_records=None))

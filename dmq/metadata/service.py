@@ -1,6 +1,6 @@
 """The broker's view of the metadata group: the cluster catalogue and how to change it.
 
-The metadata group (Raft group 0) runs raft/metadata.py's MetadataMachine on the voters
+The metadata group (Raft group 0) runs dmq/metadata/machine.py's MetadataMachine on the voters
 (bootstrapped from `metadata_voters`, then the catalogue's `voters`). The other brokers
 are observers: they do not vote and follow the voters' state over HTTP. A broker switches
 role when the voter set changes (raft/README.md, "Metadata voter changes"): an observer
@@ -31,10 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from dmq import errors
-from dmq.peers import PeerClient
-from log.segment import write_durably
-from raft import errors as raft_errors
-from raft.metadata import (
+from dmq.metadata.machine import (
     REJECT_NOT_ENOUGH_BROKERS,
     REJECT_PARTITION_GONE,
     REJECT_TOO_MANY_TOPICS,
@@ -57,9 +54,12 @@ from raft.metadata import (
     state_from_json,
     state_to_json,
 )
+from dmq.peers import PeerClient
+from log.segment import write_durably
+from raft import errors as raft_errors
 from raft.node import RaftNode, Replica
 
-_log = logging.getLogger("dmq.metadata")
+_log = logging.getLogger("dmq.metadata.service")
 
 METADATA_GROUP_ID = 0
 # An observer's long-poll for a newer state: how long a voter holds it.
@@ -131,8 +131,7 @@ def translate_raft_error(exc: raft_errors.RaftError, what: str) -> errors.DmqErr
         return errors.RecordTooLarge(f"{what}: {exc}", field="records")
     if isinstance(exc, raft_errors.StoppedInFlight):
         return errors.RequestTimeout(
-            f"{what}: this broker stopped while the request was in flight; the outcome is "
-            "unknown",
+            f"{what}: this broker stopped while the request was in flight; the outcome is unknown",
             retry_after_ms=1000,
         )
     if isinstance(exc, raft_errors.ReplicaStopped):

@@ -1,5 +1,5 @@
 """Proves the metadata state machine's rules for decommissioning partitions
-(raft/reassignment.py, `apply_partition_lifecycle`):
+(dmq/metadata/reassignment.py, `apply_partition_lifecycle`):
 
 - property: whatever sequence of DecommissionPartition, RemovePartition, ReassignPartition
   and AddPartitions commands is applied, a partition's status only moves forward (active ->
@@ -18,8 +18,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from groups.commands import CommitOffsets, JoinGroup
-from raft.metadata import (
+from dmq.metadata.machine import (
     PARTITION_ACTIVE,
     PARTITION_DECOMMISSIONED,
     PARTITION_GONE,
@@ -35,6 +34,7 @@ from raft.metadata import (
     RemovePartition,
     encode_command,
 )
+from groups.commands import CommitOffsets, JoinGroup
 
 BROKERS = ("a", "b", "c", "d")
 ORDER = {PARTITION_ACTIVE: 0, PARTITION_DECOMMISSIONED: 1, PARTITION_GONE: 2}

@@ -7,8 +7,8 @@ errors into dmq.errors, and owns this node's replicas.
 The cluster (issue 4) underneath:
 
 - a RaftNode (raft/node.py) hosts every Raft group of this broker on one address and
-  one thread: the metadata group (`dmq/metadata.py`, on the voters) and one group per
-  partition replica placed here (`dmq/replica.py`);
+  one thread: the metadata group (`dmq/metadata/service.py`, on the voters) and one group per
+  partition replica placed here (`dmq/partition/replica.py`);
 - the topic catalogue is the metadata group's state; admin requests are commands
   proposed to it, and this broker opens, reconfigures and deletes its replicas to match
   (`_reconcile`, after each change of `metadata_version`);
@@ -37,33 +37,10 @@ from pathlib import Path
 from typing import Any, Literal
 
 from dmq import errors, limits, planted
+from dmq.broker.groups import GroupsService
+from dmq.broker.operations import OperationsService
 from dmq.config import BrokerConfig
-from dmq.groups_service import GroupsService
-from dmq.metadata import METADATA_LEFT_MARKER, MetadataService, wall_ms
-from dmq.operations import OperationsService
-from dmq.partitioner import StickyPartitioner, partition_for_key
-from dmq.peers import PeerClient, fetch_batches_blocking
-from dmq.replica import (
-    GROUPS_PER_TOPIC,
-    TOPIC_ID_FILE,
-    PartitionReplica,
-    StorageThreads,
-    raft_status_fields,
-)
-from dmq.topics import (
-    check_topic_name,
-    default_topic_config,
-    log_config_for,
-    validate_topic_config,
-)
-from log import errors as log_errors
-from log import limits as log_limits
-from log.partition_log import ReadResult
-from log.records import Header, Record, RecordLimits, encode_batch, validate_batch
-from log.segment import write_durably
-from raft import quiesce
-from raft.config import RaftConfig
-from raft.metadata import (
+from dmq.metadata.machine import (
     PARTITION_ACTIVE,
     PARTITION_GONE,
     AddPartitions,
@@ -78,14 +55,37 @@ from raft.metadata import (
     TopicInfo,
     config_items,
 )
+from dmq.metadata.reassignment import hosts_replica
+from dmq.metadata.service import METADATA_LEFT_MARKER, MetadataService, wall_ms
+from dmq.partition.producers import OutOfOrderSequenceError, ProducerFencedError
+from dmq.partition.replica import (
+    GROUPS_PER_TOPIC,
+    TOPIC_ID_FILE,
+    PartitionReplica,
+    StorageThreads,
+    raft_status_fields,
+)
+from dmq.partitioner import StickyPartitioner, partition_for_key
+from dmq.peers import PeerClient, fetch_batches_blocking
+from dmq.topics import (
+    check_topic_name,
+    default_topic_config,
+    log_config_for,
+    validate_topic_config,
+)
+from log import errors as log_errors
+from log import limits as log_limits
+from log.partition_log import ReadResult
+from log.records import Header, Record, RecordLimits, encode_batch, validate_batch
+from log.segment import write_durably
+from raft import quiesce
+from raft.config import RaftConfig
 from raft.node import RaftNode, Replica
-from raft.producers import OutOfOrderSequenceError, ProducerFencedError
-from raft.reassignment import hosts_replica
 
 _log = logging.getLogger("dmq.broker")
 
 Acks = Literal["0", "1", "all"]
-STORAGE_THREADS = 4  # bounded: partitions are spread over these, see dmq/replica.py
+STORAGE_THREADS = 4  # bounded: partitions are spread over these, see dmq/partition/replica.py
 # Background duties, each on its own period.
 HEARTBEAT_INTERVAL_S = 2.5  # a quarter of the metadata's broker_session_ms (10 s)
 LEADER_REPORT_INTERVAL_S = 1.0  # partition leaders published to the catalogue
@@ -114,7 +114,7 @@ class ForwardRequest(Exception):  # noqa: N818 - a control signal, not an error
 
 @dataclass(frozen=True, slots=True)
 class ProducerSequence:
-    """An idempotent producer's fields for one batch (raft/producers.py checks them)."""
+    """An idempotent producer's fields for one batch (dmq/partition/producers.py checks them)."""
 
     producer_id: int
     producer_epoch: int
@@ -558,7 +558,7 @@ class Broker:
                 for p, placement in enumerate(info.partitions):
                     if hosts_replica(placement, node_id):
                         # A replica a reassignment brings here opens before the leader adds
-                        # it to the group (dmq/operations.py, step 1: else a group that
+                        # it to the group (dmq/broker/operations.py, step 1: else a group that
                         # needs its answer to commit the add could never commit it).
                         members = tuple(dict.fromkeys((*placement.replicas, node_id)))
                         wanted[(info.name, p)] = (info, members)
@@ -1401,7 +1401,7 @@ class Broker:
         max_records: int,
         max_bytes: int = limits.FETCH_BYTES_DEFAULT,
     ) -> FetchResult:
-        """For the group fetch (dmq/groups_service.py): records from `offset`, read here or
+        """For the group fetch (dmq/broker/groups.py): records from `offset`, read here or
         at the partition leader's broker. A position below the log start (retention removed
         it) reads from the log start, as Kafka's auto.offset.reset=earliest. A position past
         the log end is never moved back: a new leader may still lag the committed offset,
@@ -1529,7 +1529,7 @@ class Broker:
 
     async def metadata_voters_view(self) -> dict[str, Any]:
         """Internal, on the metadata leader: group 0's members and the catalogue (a voter
-        checking whether it is still one, dmq/metadata.py)."""
+        checking whether it is still one, dmq/metadata/service.py)."""
         return await self.metadata.leader_view()
 
     async def metadata_state_after(

@@ -43,7 +43,7 @@ to the offset the source vouches for (`CopiedChunk.covered_end_offset`), and the
 rolls to the snapshot's end, so offsets assigned after it match the leader's.
 
 **Idempotent producers.** Before a batch with a producer id is appended, its producer's
-epoch and sequence are checked (raft/producers.py): a retry is answered with its original
+epoch and sequence are checked (dmq/partition/producers.py): a retry is answered with its original
 base offset and not written, a gap or an old epoch is refused. That state is replicated
 state, never read back from the local log (compaction and retention change each replica's
 log on its own clock). It travels in the snapshot (`PartitionSnapshot.producers`) and is
@@ -70,10 +70,10 @@ from pathlib import Path
 
 import crc32c
 
+from dmq.partition.producers import ProducerStates
 from log import InvalidOffsetError, InvalidRecordError, LogError, PartitionLog, StorageError
 from log.records import read_header
 from log.segment import fsync_directory, write_durably
-from raft.producers import ProducerStates
 
 PRODUCE_COMMAND_VERSION = 1
 # Batches one command carries, at most: bounds decode work (raft/ bounds the bytes).
@@ -235,7 +235,7 @@ class PartitionStateMachine:
         self.fetch_missing = fetch_missing
         self.checkpoint_path = log.directory / APPLIED_CHECKPOINT
         self.producers_path = log.directory / PRODUCER_STATE
-        self.producers = ProducerStates()  # set by _reconcile (raft/producers.py)
+        self.producers = ProducerStates()  # set by _reconcile (dmq/partition/producers.py)
         self.applied: Position = POSITION_NONE
         self.replayed_commands = 0  # skipped as already applied (a metric, and for tests)
         self._checkpoint_fd = -1  # appends one record per applied command

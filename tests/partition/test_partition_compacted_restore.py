@@ -1,4 +1,4 @@
-"""Proves that a snapshot restore copies from a compacted replica (raft/partition.py
+"""Proves that a snapshot restore copies from a compacted replica (dmq/partition/machine.py
 `_copy_missing`, log/README.md invariants 12 and 13):
 
 - when the source's compaction thinned the last batch before the snapshot's end (its last
@@ -20,17 +20,17 @@ from pathlib import Path
 
 import pytest
 
-from log import FlushPolicy, LogConfig, PartitionLog, Record, StorageError, compaction
-from log import records as fmt
-from log.config import CleanupPolicy
-from log.records import iter_batches
-from raft.partition import (
+from dmq.partition.machine import (
     PRODUCE_COMMAND_VERSION,
     CopiedChunk,
     PartitionSnapshot,
     PartitionStateMachine,
     ProduceCommand,
 )
+from log import FlushPolicy, LogConfig, PartitionLog, Record, StorageError, compaction
+from log import records as fmt
+from log.config import CleanupPolicy
+from log.records import iter_batches
 
 COMPACTED = LogConfig(
     segment_bytes=300,

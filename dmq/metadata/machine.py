@@ -17,11 +17,11 @@ Invariants (checked by tests/raft/test_raft_metadata.py):
 - topic ids are never reused (`next_topic_id` only grows), so a re-created topic is
   distinguishable from a deleted one of the same name;
 - each partition's replicas are distinct registered brokers, the first is the preferred
-  leader, chosen by raft/placement.py among the live brokers at creation time; a gone
+  leader, chosen by dmq/metadata/placement.py among the live brokers at creation time; a gone
   partition (decommissioned, then emptied by retention) has none, and keeps its number.
 
 The metadata group's own voter set is in the catalogue too (`voters`, `voters_target`;
-raft/voters.py has its rules, checked by tests/raft/test_raft_voters.py).
+dmq/metadata/voters.py has its rules, checked by tests/raft/test_raft_voters.py).
 
 Consumer groups (groups/state.py) live in the same state (`MetadataState.groups`) and their
 commands in the same log: a group command moves `clock_ms` and the groups only, never
@@ -46,6 +46,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, fields, replace
 from typing import Any, Final
 
+from dmq.metadata import reassignment
+from dmq.metadata import voters as voter_set
+from dmq.metadata.placement import PlacementError, assign_replicas
 from groups import state as groups_state
 from groups.commands import (
     COMMAND_TYPES as GROUP_COMMAND_TYPES,
@@ -58,9 +61,6 @@ from groups.commands import (
     encode_group_command,
 )
 from groups.state import GroupsState, groups_from_json, groups_to_json
-from raft import reassignment
-from raft import voters as voter_set
-from raft.placement import PlacementError, assign_replicas
 
 # Versions of the command encoding this code can decode. A replica that meets a newer one
 # rejects the command; a rolling upgrade must therefore enable a new version only once every
@@ -203,7 +203,7 @@ class ExpireTransactionalIds:
 @dataclass(frozen=True, slots=True)
 class ReassignPartition:
     """Start (or replace) moving a partition to `replicas` (leader first); an operation
-    that dmq/operations.py then carries out with AlterPartitionReplicas steps."""
+    that dmq/broker/operations.py then carries out with AlterPartitionReplicas steps."""
 
     topic: str
     topic_id: int
@@ -231,7 +231,7 @@ class AlterPartitionReplicas:
 @dataclass(frozen=True, slots=True)
 class DecommissionPartition:
     """The partition takes no new records; it stays readable until retention empties it
-    (raft/reassignment.py)."""
+    (dmq/metadata/reassignment.py)."""
 
     topic: str
     topic_id: int
@@ -263,8 +263,8 @@ class DecommissionBroker:
 
 @dataclass(frozen=True, slots=True)
 class ChangeMetadataVoters:
-    """Start changing the metadata group's voters to `voters` (raft/voters.py): an
-    operation that dmq/operations.py carries out, one Raft membership change at a time."""
+    """Start changing the metadata group's voters to `voters` (dmq/metadata/voters.py): an
+    operation that dmq/broker/operations.py carries out, one Raft membership change at a time."""
 
     voters: tuple[str, ...]
     now_ms: int
@@ -494,7 +494,7 @@ class MetadataState:
     next_producer_id: int = 0
     # -> (producer id, epoch, last InitProducer's now_ms)
     transactional_ids: dict[str, tuple[int, int, int]] = field(default_factory=dict)
-    # The metadata group's own voters (raft/voters.py): its Raft configuration as last
+    # The metadata group's own voters (dmq/metadata/voters.py): its Raft configuration as last
     # recorded (sorted; () until its leader first records it), and the set a running
     # change is heading for (() = none).
     voters: tuple[str, ...] = ()

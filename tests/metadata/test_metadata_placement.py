@@ -1,4 +1,4 @@
-"""Proves the invariants raft/placement.py states in its docstring:
+"""Proves the invariants dmq/metadata/placement.py states in its docstring:
 
 - every partition gets `replication_factor` distinct brokers, all from `brokers`;
 - on a fixed broker set, any sequence of placements (topics of any replication factor and
@@ -18,7 +18,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from raft.placement import PlacementError, assign_replicas
+from dmq.metadata.placement import PlacementError, assign_replicas
 
 
 def _brokers(count: int) -> list[str]:

@@ -1,7 +1,7 @@
 """A partition replica on this broker: its log, its Raft group, and long-poll waiters.
 
 Each partition replica is one Raft group (raft/node.py) whose state machine is the
-partition's PartitionLog (raft/partition.py: offsets are assigned at apply, so every
+partition's PartitionLog (dmq/partition/machine.py: offsets are assigned at apply, so every
 replica holds the same bytes at the same offsets). A produce becomes one
 `ProduceCommand`; concurrent produces to the partition coalesce into one Raft entry in
 the RaftNode (group commit, bounded by bytes and count in RaftConfig).
@@ -34,7 +34,13 @@ from typing import Any, Literal, TypeVar
 
 from dmq import planted
 from dmq.errors import Backpressure, BrokerUnavailable
-from dmq.metadata import translate_raft_error
+from dmq.metadata.service import translate_raft_error
+from dmq.partition.machine import (
+    PRODUCE_COMMAND_VERSION,
+    CopiedChunk,
+    PartitionStateMachine,
+    ProduceCommand,
+)
 from log import compaction
 from log.config import LogConfig
 from log.errors import LogError
@@ -42,19 +48,13 @@ from log.partition_log import PartitionLog, ReadResult
 from log.records import Record, iter_batches
 from raft import errors as raft_errors
 from raft.node import RaftNode, Replica
-from raft.partition import (
-    PRODUCE_COMMAND_VERSION,
-    CopiedChunk,
-    PartitionStateMachine,
-    ProduceCommand,
-)
 
 T = TypeVar("T")
-_log = logging.getLogger("dmq.replica")
+_log = logging.getLogger("dmq.partition.replica")
 
 Acks = Literal["0", "1", "all"]
 # fetch_missing(start_offset, end_offset) -> (response body of concatenated batches, the
-# offset the source vouches for up to: raft.partition.CopiedChunk), one per response
+# offset the source vouches for up to: dmq.partition.machine.CopiedChunk), one per response
 FetchMissing = Callable[[int, int], Iterator[tuple[bytes, int]]]
 TOPIC_ID_FILE = "topic_id"
 

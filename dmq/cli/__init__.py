@@ -43,8 +43,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import IO, Any, BinaryIO, TextIO
 
-from dmq import cli_cluster
-from dmq.cli_groups import add_group, consume_group
+from dmq.cli import cluster as cli_cluster
+from dmq.cli.group import add_group, consume_group
 from dmq.client import (
     AsyncAdmin,
     AsyncConsumer,

@@ -2,7 +2,7 @@
 
 Group 0 (the metadata group) changes its own members with the same single-server Raft
 changes as a partition group (raft/membership.py), driven by its leader
-(dmq/operations.py). The catalogue keeps two sets so that every broker, voter or
+(dmq/broker/operations.py). The catalogue keeps two sets so that every broker, voter or
 observer, can see the change and a new metadata leader can resume it:
 
 - `MetadataState.voters`: group 0's configuration as last recorded. The driver proposes
@@ -23,9 +23,9 @@ The invariants apply() keeps whatever commands arrive:
   a running change can be repeated (no-op) or rolled back (target = the recorded voters),
   not replaced by another (`metadata_voters_change_running`): the driver must never be
   led to remove a member that the recorded set does not show yet;
-- a broker in `voters` or `voters_target` cannot be unregistered (raft/reassignment.py).
+- a broker in `voters` or `voters_target` cannot be unregistered (dmq/metadata/reassignment.py).
 
-raft/metadata.py dispatches the two commands here; this module reads its types through
+dmq/metadata/machine.py dispatches the two commands here; this module reads its types through
 the module object (the two import each other).
 """
 
@@ -33,10 +33,15 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Final
 
-from raft import metadata as md
+from dmq.metadata import machine as md
 
 if TYPE_CHECKING:
-    from raft.metadata import AlterMetadataVoters, ChangeMetadataVoters, MetadataState, Result
+    from dmq.metadata.machine import (
+        AlterMetadataVoters,
+        ChangeMetadataVoters,
+        MetadataState,
+        Result,
+    )
 
 Outcome = tuple["MetadataState", "Result"]
 

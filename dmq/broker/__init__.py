@@ -1,0 +1,21 @@
+"""The broker: a thin `Broker` that composes the services http_api calls (dmq/README.md)."""
+
+from dmq.broker.broker import (
+    Acks,
+    Broker,
+    FetchResult,
+    ForwardRequest,
+    ProduceRecord,
+    ProducerSequence,
+    TopicDescription,
+)
+
+__all__ = [
+    "Acks",
+    "Broker",
+    "FetchResult",
+    "ForwardRequest",
+    "ProduceRecord",
+    "ProducerSequence",
+    "TopicDescription",
+]
