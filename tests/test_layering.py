@@ -4,8 +4,11 @@ Proves, by reading every .py file of each package with `ast` (nothing is importe
 - log/ imports no network, asyncio or Raft library and no other dmq layer;
 - groups/ does no I/O and reads no clock or randomness: it imports none of the modules that
   would let it, and no other layer;
-- raft/ knows nothing of HTTP;
+- raft/ is consensus only: no HTTP and no other layer of dmq;
+- the state machines (dmq/metadata, dmq/partition) do not import the broker that composes
+  them, and dmq/broker imports neither http_api nor the CLI;
 - http_api/ reaches storage, Raft and the group protocol only through dmq.broker;
+- no module of the project imports itself back through others (no import circle).
 - the clients (spark_io/, jepsen/) reach the broker only through its HTTP API (dmq.client).
 
 Imports are `import x`, `from x import y` (relative ones resolved), and `importlib.import_module`
@@ -32,6 +35,9 @@ ROOT = Path(__file__).resolve().parent.parent
 ALLOWED: frozenset[tuple[str, str]] = frozenset()
 
 LAYERS = frozenset({"dmq", "log", "raft", "http_api", "groups", "spark_io"})
+CLIENTS = frozenset({"jepsen", "bench"})
+# Every package of the project whose modules take part in the import graph.
+PROJECT_PACKAGES = ("dmq", "raft", "log", "http_api", "groups", "spark_io", "jepsen", "bench")
 # Modules through which code reaches files, the network, processes or threads.
 IO_MODULES = frozenset({"asyncio", "socket", "aiohttp", "pysyncobj", "select", "selectors"}) | {
     "os", "io", "pathlib", "shutil", "tempfile", "subprocess", "threading", "multiprocessing"
@@ -63,12 +69,32 @@ RULES = (
     ),
     Rule(
         "raft",
-        frozenset({"aiohttp", "http_api"}),
-        "raft/ turns proposals into applied commands and does not know HTTP",
+        frozenset({"aiohttp"}) | (LAYERS - {"raft"}) | CLIENTS,
+        "raft/ is consensus only: it turns proposals into applied commands for any state "
+        "machine and knows neither HTTP nor the application (the state machines live in "
+        "dmq/partition and dmq/metadata)",
+    ),
+    Rule(
+        "dmq/metadata",
+        frozenset({"dmq.broker", "dmq.cli", "dmq.server", "http_api"}) | CLIENTS,
+        "dmq/metadata/ is the catalogue's state machine and its service: the broker "
+        "composes it, never the other way round",
+    ),
+    Rule(
+        "dmq/partition",
+        frozenset({"dmq.broker", "dmq.cli", "dmq.server", "http_api"}) | CLIENTS,
+        "dmq/partition/ is a partition's state machine and replica: the broker composes "
+        "it, never the other way round",
+    ),
+    Rule(
+        "dmq/broker",
+        frozenset({"dmq.cli", "dmq.server", "http_api"}) | CLIENTS,
+        "dmq/broker/ serves http_api and is started by dmq.server: it imports neither",
     ),
     Rule(
         "http_api",
-        frozenset({"pysyncobj", "raft", "log", "groups", "spark_io"}),
+        frozenset({"pysyncobj", "raft", "log", "groups", "spark_io", "dmq.cli"})
+        | frozenset({"dmq.metadata", "dmq.partition"}),
         "http_api/ handlers are thin and go through dmq.broker",
     ),
     Rule(
@@ -204,3 +230,112 @@ def test_import_reader_sees_every_form() -> None:
     assert matches("os.path", frozenset({"os"})) == "os"
     assert matches("osx", frozenset({"os"})) is None
     assert matches("dmq.broker", frozenset({"dmq.broker"})) == "dmq.broker"
+
+
+def module_name(path: Path) -> str:
+    parts = list(path.relative_to(ROOT).with_suffix("").parts)
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def import_graph() -> dict[str, set[str]]:
+    """module -> the project modules it imports (a name resolves to its longest module).
+
+    A submodule importing its own package (`from dmq import errors` inside dmq.broker) is
+    no edge: Python loads the package first anyway, so it cannot close a circle alone.
+    """
+    files = {module_name(f): f for pkg in PROJECT_PACKAGES for f in python_files(pkg)}
+    graph: dict[str, set[str]] = {name: set() for name in files}
+    for name, file in files.items():
+        relative = file.relative_to(ROOT).as_posix()
+        for target in imported_modules(file.read_text(encoding="utf-8"), relative):
+            while target and target not in files:
+                target = target.rpartition(".")[0]
+            if target and target != name and not name.startswith(target + "."):
+                graph[name].add(target)
+    return graph
+
+
+def imported_modules(source: str, path: str) -> Iterator[str]:
+    """imports_of, plus `x.y` for every `from x import y`, which may name a module."""
+    for imp in imports_of(source, path):
+        yield imp.module
+    package_parts = path.removesuffix(".py").split("/")[:-1]
+    for node in ast.walk(ast.parse(source, filename=path)):
+        if isinstance(node, ast.ImportFrom) and node.module:
+            base = package_parts[: len(package_parts) - (node.level - 1)] if node.level else []
+            yield from (".".join([*base, node.module, alias.name]) for alias in node.names)
+
+
+def circles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Strongly connected components of more than one module (Tarjan, iterative)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+    for root in graph:
+        if root in index:
+            continue
+        work = [(root, iter(sorted(graph[root])))]
+        index[root] = low[root] = len(index)
+        stack.append(root)
+        on_stack.add(root)
+        while work:
+            node, children = work[-1]
+            child = next(children, None)
+            if child is not None:
+                if child not in index:
+                    index[child] = low[child] = len(index)
+                    stack.append(child)
+                    on_stack.add(child)
+                    work.append((child, iter(sorted(graph[child]))))
+                elif child in on_stack:
+                    low[node] = min(low[node], index[child])
+                continue
+            work.pop()
+            if work:
+                low[work[-1][0]] = min(low[work[-1][0]], low[node])
+            if low[node] == index[node]:
+                component = []
+                while True:
+                    member = stack.pop()
+                    on_stack.discard(member)
+                    component.append(member)
+                    if member == node:
+                        break
+                if len(component) > 1:
+                    found.append(sorted(component))
+    return found
+
+
+def test_no_import_circle_among_the_project_modules() -> None:
+    found = circles(import_graph())
+    assert not found, "import circles (cut each with a shared module both sides import):\n" + (
+        "\n".join(" <-> ".join(c) for c in found)
+    )
+
+
+def test_circle_finder_finds_a_circle_and_only_circles() -> None:
+    # The check passes trivially if the finder misses circles; pin it on a known graph.
+    graph = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}, "e": {"e"}, "f": set()}
+    assert circles(graph) == [["a", "b", "c"]]
+    assert import_graph()["dmq.server"] >= {"dmq.broker", "http_api.app"}
+    assert set(imported_modules("from raft import node", "raft/membership.py")) == {
+        "raft",
+        "raft.node",
+    }
+
+
+MODULE_LINES_MAX = 1000  # past this a module is several things; aim for 700 (STYLE.md)
+
+
+def test_no_module_is_over_the_line_limit() -> None:
+    # bench/ is left out: a benchmark script is a flat list of scenarios, read top to bottom.
+    sizes = {
+        file.relative_to(ROOT).as_posix(): len(file.read_text(encoding="utf-8").splitlines())
+        for pkg in PROJECT_PACKAGES
+        if pkg != "bench"
+        for file in python_files(pkg)
+    }
+    large = {path: n for path, n in sizes.items() if n > MODULE_LINES_MAX}
+    assert not large, f"modules over {MODULE_LINES_MAX} lines, split them: {large}"
