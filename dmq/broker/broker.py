@@ -32,13 +32,26 @@ import shutil
 import time
 import uuid
 from collections.abc import Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
 from dmq import errors, limits, planted
 from dmq.broker.groups import GroupsService
 from dmq.broker.operations import OperationsService
+from dmq.broker.translate import translate
+from dmq.broker.types import (
+    Acks,
+    FetchResult,
+    ForwardRequest,
+    OffsetRun,
+    OffsetsResult,
+    PartitionInfo,
+    ProduceRecord,
+    ProducerSequence,
+    TopicDescription,
+    TopicSummary,
+    TopicView,
+)
 from dmq.config import BrokerConfig
 from dmq.metadata.machine import (
     PARTITION_ACTIVE,
@@ -57,7 +70,6 @@ from dmq.metadata.machine import (
 )
 from dmq.metadata.reassignment import hosts_replica
 from dmq.metadata.service import METADATA_LEFT_MARKER, MetadataService, wall_ms
-from dmq.partition.producers import OutOfOrderSequenceError, ProducerFencedError
 from dmq.partition.replica import (
     GROUPS_PER_TOPIC,
     TOPIC_ID_FILE,
@@ -75,7 +87,6 @@ from dmq.topics import (
 )
 from log import errors as log_errors
 from log import limits as log_limits
-from log.partition_log import ReadResult
 from log.records import Header, Record, RecordLimits, encode_batch, validate_batch
 from log.segment import write_durably
 from raft import quiesce
@@ -84,7 +95,6 @@ from raft.node import RaftNode, Replica
 
 _log = logging.getLogger("dmq.broker")
 
-Acks = Literal["0", "1", "all"]
 STORAGE_THREADS = 4  # bounded: partitions are spread over these, see dmq/partition/replica.py
 # Background duties, each on its own period.
 HEARTBEAT_INTERVAL_S = 2.5  # a quarter of the metadata's broker_session_ms (10 s)
@@ -98,135 +108,6 @@ REPLICA_OPENS_CONCURRENT_MAX = 16  # replicas opened at once (start-up, large to
 STATUS_TIMEOUT_S = 2.0  # per broker, for cluster status
 LEADER_WAIT_S = 5.0  # create_topic waits at most this long for the new groups' leaders
 DURABLE_TRACE_ENV = "DMQ_DURABLE_TRACE"  # test hook of the power-loss tests
-
-
-class ForwardRequest(Exception):  # noqa: N818 - a control signal, not an error
-    """Not a DmqError: tells the HTTP layer to relay this request to `http_addr`.
-
-    `hops` is the forwarded header's value on the relayed request (consumer-group requests
-    may take two: observer -> voter -> metadata leader; everything else takes one)."""
-
-    def __init__(self, http_addr: str, hops: int = 1) -> None:
-        super().__init__(http_addr)
-        self.http_addr = http_addr
-        self.hops = hops
-
-
-@dataclass(frozen=True, slots=True)
-class ProducerSequence:
-    """An idempotent producer's fields for one batch (dmq/partition/producers.py checks them)."""
-
-    producer_id: int
-    producer_epoch: int
-    base_sequence: int
-
-
-@dataclass(frozen=True, slots=True)
-class ProduceRecord:
-    key: bytes | None
-    value: bytes | None
-    headers: tuple[Header, ...] = ()
-    partition: int | None = None
-    timestamp_ms: int | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class OffsetRun:
-    """`count` consecutive records of a produce request, in request order, that went to
-    `partition` at offsets base_offset, base_offset + 1, ... (None for acks=0 and 1).
-
-    A produce answers one entry per record; runs keep that answer compact (a
-    1000-record batch is one run) until the HTTP layer writes it out.
-    """
-
-    partition: int
-    base_offset: int | None
-    count: int
-
-
-@dataclass(frozen=True, slots=True)
-class PartitionInfo:
-    """Offsets are this broker's replica's; None when no replica is placed here."""
-
-    partition: int
-    leader: str | None
-    replicas: tuple[str, ...]
-    log_start_offset: int | None
-    high_watermark: int | None
-    log_end_offset: int | None
-    status: str = PARTITION_ACTIVE  # or decommissioned (no new records), gone
-
-
-@dataclass(frozen=True, slots=True)
-class TopicDescription:
-    name: str
-    replication_factor: int
-    partitions: tuple[PartitionInfo, ...]
-    config: dict[str, Any] = field(default_factory=dict)
-
-
-@dataclass(frozen=True, slots=True)
-class TopicSummary:
-    name: str
-    partitions: int
-    replication_factor: int
-
-
-@dataclass(frozen=True, slots=True)
-class TopicView:
-    """A catalogue topic as the produce path reads it (built once per metadata version)."""
-
-    name: str
-    topic_id: int
-    partitions: int
-    replication_factor: int
-    config: dict[str, Any]
-    info: TopicInfo
-    # Partitions taking new records (not decommissioned or gone), ascending: keyed and
-    # sticky choices map onto these (raft/README.md, "Decommission a partition").
-    active: tuple[int, ...] = ()
-
-
-@dataclass(slots=True)
-class FetchResult:
-    """Records from `offset`: decoded (`records`) or raw batches (`raw`, to be closed)."""
-
-    topic: str
-    partition: int
-    offset: int
-    next_offset: int
-    high_watermark: int
-    log_start_offset: int
-    records: list[Record] = field(default_factory=list)
-    raw: ReadResult | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class OffsetsResult:
-    partition: int
-    log_start_offset: int
-    high_watermark: int
-    offset: int | None
-
-
-def translate(exc: log_errors.LogError) -> errors.DmqError:
-    """Storage errors at the Broker's border: log/ types never reach the user."""
-    if isinstance(exc, ProducerFencedError):
-        return errors.ProducerFenced(str(exc), field=exc.field)
-    if isinstance(exc, OutOfOrderSequenceError):
-        return errors.OutOfOrderSequence(str(exc), field=exc.field)
-    if isinstance(exc, log_errors.RecordTooLargeError):
-        return errors.RecordTooLarge(str(exc), field=exc.field, limit=exc.limit)
-    if isinstance(exc, log_errors.InvalidRecordError):
-        return errors.InvalidRequest(str(exc), field=exc.field, limit=exc.limit)
-    if isinstance(exc, log_errors.OffsetOutOfRangeError):
-        return errors.OffsetOutOfRange(
-            str(exc),
-            offset=exc.offset,
-            log_start_offset=exc.log_start_offset,
-            log_end_offset=exc.log_end_offset,
-        )
-    return errors.StorageError(str(exc))
 
 
 def raft_config_for(config: BrokerConfig) -> RaftConfig:
