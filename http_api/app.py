@@ -1,6 +1,7 @@
-"""The aiohttp application: routes and thin handlers over dmq.broker.Broker.
+"""The aiohttp application: routes and thin handlers over the services of dmq.broker.Broker.
 
-Each handler parses and bounds its inputs, calls one Broker method and encodes the
+Each handler parses and bounds its inputs, calls one method of one service
+(`broker.topics`, `broker.produce`, `broker.fetch`, `broker.cluster`) and encodes the
 answer. The routes and bodies are documented in http_api/README.md and served as
 OpenAPI at /openapi.json.
 """
