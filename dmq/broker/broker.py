@@ -75,6 +75,8 @@ def raft_config_for(config: BrokerConfig) -> RaftConfig:
 
 
 class Broker:
+    """One broker process: its lifecycle and its services (module docstring)."""
+
     def __init__(self, config: BrokerConfig) -> None:
         self._ctx = ctx = BrokerContext(config)
         self._lock_fd = -1

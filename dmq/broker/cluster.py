@@ -32,6 +32,8 @@ STATUS_TIMEOUT_S = 2.0  # per broker, for cluster status
 
 
 class ClusterService:
+    """This broker's standing in the cluster (module docstring); no state of its own."""
+
     def __init__(self, ctx: BrokerContext) -> None:
         self._ctx = ctx
 
@@ -51,31 +53,32 @@ class ClusterService:
         """Publish the leaders of groups led here, so brokers without a replica can route."""
         while True:
             await asyncio.sleep(LEADER_REPORT_INTERVAL_S)
-            reports = []
-            state = self._ctx.metadata.state
-            for (name, p), replica in self._ctx.replicas.items():
-                status = replica.raft.status() if replica.raft is not None else None
-                info = state.topics.get(name)
-                if status is None or not status.is_leader or info is None:
-                    continue
-                placement = info.partitions[p] if p < len(info.partitions) else None
-                if placement is None or info.topic_id != replica.topic_id:
-                    continue
-                if (placement.leader, placement.leader_term) != (
-                    self._ctx.config.node_id,
-                    status.term,
-                ):
-                    reports.append(
-                        ReportLeader(
-                            name, info.topic_id, p, self._ctx.config.node_id, status.term, wall_ms()
-                        )
-                    )
             results = await asyncio.gather(
-                *(self._ctx.metadata.propose(r) for r in reports), return_exceptions=True
+                *(self._ctx.metadata.propose(r) for r in self._leader_reports()),
+                return_exceptions=True,
             )
             for result in results:
                 if isinstance(result, BaseException) and not isinstance(result, errors.DmqError):
                     _log.error("leader report failed: %r", result)
+
+    def _leader_reports(self) -> list[ReportLeader]:
+        """A report per group led here whose leader or term the catalogue does not have."""
+        node_id = self._ctx.node_id
+        state = self._ctx.metadata.state
+        reports = []
+        for (name, p), replica in self._ctx.replicas.items():
+            status = replica.raft.status() if replica.raft is not None else None
+            info = state.topics.get(name)
+            if status is None or not status.is_leader or info is None:
+                continue
+            placement = info.partitions[p] if p < len(info.partitions) else None
+            if placement is None or info.topic_id != replica.topic_id:
+                continue
+            if (placement.leader, placement.leader_term) != (node_id, status.term):
+                reports.append(
+                    ReportLeader(name, info.topic_id, p, node_id, status.term, wall_ms())
+                )
+        return reports
 
     async def leader_balance_loop(self) -> None:
         assert self._ctx.raft_node is not None

@@ -34,6 +34,8 @@ GROUP_AHEAD_OF_LOG_WAIT_MS = 500
 
 
 class FetchService:
+    """Owns the count of parked long-polls (waiting_fetches_max bounds it)."""
+
     def __init__(self, ctx: BrokerContext, routing: Routing) -> None:
         self._ctx = ctx
         self._routing = routing

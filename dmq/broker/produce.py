@@ -38,6 +38,8 @@ ByPartition = dict[int, list[tuple[int, Record]]]
 
 
 class ProduceService:
+    """Owns the sticky partitioner and the acks=0 appends still running."""
+
     def __init__(self, ctx: BrokerContext, routing: Routing, topics: TopicsService) -> None:
         self._ctx = ctx
         self._routing = routing

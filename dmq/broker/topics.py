@@ -33,6 +33,8 @@ _log = logging.getLogger("dmq.broker")
 
 
 class TopicsService:
+    """Topic admin as metadata commands; no state of its own (module docstring)."""
+
     def __init__(self, ctx: BrokerContext, routing: Routing, reconciler: Reconciler) -> None:
         self._ctx = ctx
         self._routing = routing
