@@ -9,8 +9,8 @@ variable unset they change nothing. Never set it outside the harness.
 |---|---|---|
 | `ack-before-commit` | dmq/partition/replica.py `append` | acks=all answers once the leader's own journal has the entry (without an offset, as acks=1), before a majority does: a failover loses acknowledged records |
 | `no-fsync` | dmq/broker/broker.py `raft_config_for` | the Raft journals are never fdatasync'ed (as `--raft-durability none`, whatever the flag says): a power loss drops acknowledged records |
-| `stale-read` | dmq/broker/broker.py `_serving_replica` | any broker with a replica serves fetches from it, even a follower that is behind or cut off: reads miss acknowledged records |
-| `fetch-off-by-one` | dmq/broker/broker.py `fetch` | a fetch from offset o > 0 reads from o + 1: one record is skipped |
+| `stale-read` | dmq/broker/routing.py `serving_replica` | any broker with a replica serves fetches from it, even a follower that is behind or cut off: reads miss acknowledged records |
+| `fetch-off-by-one` | dmq/broker/fetch.py `fetch` | a fetch from offset o > 0 reads from o + 1: one record is skipped |
 | `volatile-offsets` | dmq/broker/groups.py `commit`, `committed`, `fetch` | a commit is acknowledged once it is in the answering broker's memory (`volatile_commit`), never proposed to the metadata group: a restart or a new metadata leader forgets it |
 """
 

@@ -1,6 +1,7 @@
-"""The aiohttp application: routes and thin handlers over dmq.broker.Broker.
+"""The aiohttp application: routes and thin handlers over the services of dmq.broker.Broker.
 
-Each handler parses and bounds its inputs, calls one Broker method and encodes the
+Each handler parses and bounds its inputs, calls one method of one service
+(`broker.topics`, `broker.produce`, `broker.fetch`, `broker.cluster`) and encodes the
 answer. The routes and bodies are documented in http_api/README.md and served as
 OpenAPI at /openapi.json.
 """
@@ -91,7 +92,7 @@ async def openapi(request: web.Request) -> web.Response:
 
 
 async def cluster(request: web.Request) -> web.Response:
-    return codec.json_response(broker_of(request).cluster())
+    return codec.json_response(broker_of(request).cluster.cluster())
 
 
 # ---------------------------------------------------------------------- topics
@@ -99,8 +100,8 @@ async def cluster(request: web.Request) -> web.Response:
 
 async def list_topics(request: web.Request) -> web.Response:
     broker = broker_of(request)
-    await broker.metadata_barrier(request.query.get("consistency"))
-    topics = broker.list_topics()
+    await broker.topics.metadata_barrier(request.query.get("consistency"))
+    topics = broker.topics.list_topics()
     return codec.json_response(
         {
             "topics": [
@@ -121,7 +122,7 @@ async def create_topic(request: web.Request) -> web.Response:
     name = doc.get("name")
     if not isinstance(name, str):
         raise errors.InvalidRequest("name must be a string", field="name")
-    description = await broker_of(request).create_topic(
+    description = await broker_of(request).topics.create_topic(
         name,
         partitions=_optional_int(doc, "partitions"),
         replication_factor=_optional_int(doc, "replication_factor"),
@@ -132,15 +133,17 @@ async def create_topic(request: web.Request) -> web.Response:
 
 async def describe_topic(request: web.Request) -> web.Response:
     broker = broker_of(request)
-    await broker.metadata_barrier(request.query.get("consistency"))
-    return codec.json_response(_description(broker.describe_topic(request.match_info["topic"])))
+    await broker.topics.metadata_barrier(request.query.get("consistency"))
+    return codec.json_response(
+        _description(broker.topics.describe_topic(request.match_info["topic"]))
+    )
 
 
 async def alter_topic_config(request: web.Request) -> web.Response:
     doc = await _json_body(request)
     if set(doc) != {"config"}:
         raise errors.InvalidRequest('body must be {"config": {...}}', field="config")
-    description = await broker_of(request).alter_topic_config(
+    description = await broker_of(request).topics.alter_topic_config(
         request.match_info["topic"], doc["config"]
     )
     return codec.json_response(_description(description))
@@ -151,13 +154,13 @@ async def add_partitions(request: web.Request) -> web.Response:
     count = _optional_int(doc, "count")
     if count is None or set(doc) != {"count"}:
         raise errors.InvalidRequest('body must be {"count": <new total>}', field="count")
-    description = await broker_of(request).add_partitions(request.match_info["topic"], count)
+    description = await broker_of(request).topics.add_partitions(request.match_info["topic"], count)
     return codec.json_response(_description(description))
 
 
 async def delete_topic(request: web.Request) -> web.Response:
     name = request.match_info["topic"]
-    await broker_of(request).delete_topic(name)
+    await broker_of(request).topics.delete_topic(name)
     return codec.json_response({"deleted": name})
 
 
@@ -182,7 +185,7 @@ async def produce(request: web.Request) -> web.Response:
     encoding = codec.check_encoding(request.query.get("value_encoding"))  # checked for every body
     producer = None
     if content_type == BATCH_CONTENT_TYPE:
-        offsets = await broker.produce_batch(topic, body, partition=partition, acks=acks)
+        offsets = await broker.produce.produce_batch(topic, body, partition=partition, acks=acks)
     else:
         if content_type == "application/json":
             records, producer = codec.parse_json_produce(body, records_max, encoding)
@@ -203,7 +206,7 @@ async def produce(request: web.Request) -> web.Response:
                 else type(r)(r.key, r.value, r.headers, partition, r.timestamp_ms)
                 for r in records
             ]
-        offsets = await broker.produce(topic, records, acks=acks, producer=producer)
+        offsets = await broker.produce.produce(topic, records, acks=acks, producer=producer)
     # Formatted by hand: json.dumps of 1000 small dicts costs more than the append.
     entries = []
     for run in offsets:
@@ -213,7 +216,7 @@ async def produce(request: web.Request) -> web.Response:
         else:
             start = run.base_offset
             entries.append(",".join([f"{prefix}{o}}}" for o in range(start, start + run.count)]))
-    count = broker.partition_count(topic)
+    count = broker.routing.partition_count(topic)
     return web.Response(
         status=202 if acks == "0" else 200,
         text='{"offsets":[' + ",".join(entries) + "]}",
@@ -256,7 +259,7 @@ async def _fetch_offset(request: web.Request, broker: Broker, topic: str, partit
         parsed = codec.int_param(request, "offset", 0, -(2**63), 2**63 - 1)
         assert parsed is not None
         offset = parsed
-    return await broker.resolve_offset(
+    return await broker.fetch.resolve_offset(
         topic, partition, offset=offset, timestamp_ms=timestamp, forwarded=is_forwarded(request)
     )
 
@@ -270,7 +273,7 @@ async def fetch(request: web.Request) -> web.StreamResponse:
     encoding = codec.check_encoding(request.query.get("value_encoding"))
     max_records, max_bytes, wait_ms = codec.fetch_limits(request, c)
     offset = await _fetch_offset(request, broker, topic, partition)
-    result = await broker.fetch(
+    result = await broker.fetch.fetch(
         topic,
         partition,
         offset=offset,
@@ -332,14 +335,14 @@ async def init_producer(request: web.Request) -> web.Response:
         )
     broker = broker_of(request)
     broker.groups.route(forwarded_hops(request))  # the metadata leader answers, as for groups
-    producer_id, epoch = await broker.init_producer(tid or "")
+    producer_id, epoch = await broker.produce.init_producer(tid or "")
     return codec.json_response({"producer_id": producer_id, "producer_epoch": epoch}, status=201)
 
 
 async def list_offsets(request: web.Request) -> web.Response:
     partition = _partition_param(request)
     timestamp = codec.int_param(request, "timestamp", None, 0, 2**63 - 1)
-    result = await broker_of(request).list_offsets(
+    result = await broker_of(request).fetch.list_offsets(
         request.match_info["topic"], partition, timestamp, forwarded=is_forwarded(request)
     )
     return codec.json_response(
@@ -356,14 +359,14 @@ async def list_offsets(request: web.Request) -> web.Response:
 
 
 async def cluster_status(request: web.Request) -> web.Response:
-    return codec.json_response(await broker_of(request).cluster_status())
+    return codec.json_response(await broker_of(request).cluster.cluster_status())
 
 
 # Internal routes: one broker calling another (dmq/peers.py). Not for clients.
 
 
 async def internal_status(request: web.Request) -> web.Response:
-    return codec.json_response(broker_of(request).local_status())
+    return codec.json_response(broker_of(request).cluster.local_status())
 
 
 async def internal_append(request: web.Request) -> web.Response:
@@ -372,7 +375,7 @@ async def internal_append(request: web.Request) -> web.Response:
     if topic_id is None:
         raise errors.InvalidRequest("topic_id is required", field="topic_id")
     append_time = codec.int_param(request, "log_append_time_ms", None, 0, 2**63 - 1)
-    base_offset = await broker_of(request).append_forwarded(
+    base_offset = await broker_of(request).produce.append_forwarded(
         request.match_info["topic"],
         topic_id,
         partition,
@@ -391,7 +394,7 @@ async def internal_batches(request: web.Request) -> web.Response:
         raise errors.InvalidRequest(
             "start_offset and end_offset are required", field="start_offset"
         )
-    data, next_offset = await broker.read_batches(
+    data, next_offset = await broker.fetch.read_batches(
         request.match_info["topic"], _partition_param(request), start, end
     )
     return web.Response(
@@ -402,7 +405,7 @@ async def internal_batches(request: web.Request) -> web.Response:
 
 
 async def internal_metadata_propose(request: web.Request) -> web.Response:
-    version = await broker_of(request).propose_metadata_forwarded(await request.read())
+    version = await broker_of(request).cluster.propose_metadata_forwarded(await request.read())
     return codec.json_response({"metadata_version": version})
 
 
@@ -412,12 +415,12 @@ async def internal_metadata(request: web.Request) -> web.Response:
     wait_ms = codec.int_param(request, "wait_ms", 0, 0, broker.config.fetch_wait_ms_max)
     assert after is not None and wait_ms is not None
     return codec.json_response(
-        await broker.metadata_state_after(after, wait_ms, request.query.get("consistency"))
+        await broker.cluster.metadata_state_after(after, wait_ms, request.query.get("consistency"))
     )
 
 
 async def internal_metadata_voters(request: web.Request) -> web.Response:
-    return codec.json_response(await broker_of(request).metadata_voters_view())
+    return codec.json_response(await broker_of(request).cluster.metadata_voters_view())
 
 
 # ---------------------------------------------------------------------- app

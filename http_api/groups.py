@@ -162,10 +162,12 @@ async def member_records(request: web.Request) -> web.Response:
     broker = _routed(request)
 
     async def read(topic: str, partition: int, offset: int, wait: int) -> Any:
-        return await broker.partition_read(topic, partition, offset, wait, max_records, max_bytes)
+        return await broker.fetch.partition_read(
+            topic, partition, offset, wait, max_records, max_bytes
+        )
 
     async def log_start(topic: str, partition: int) -> int:
-        return int((await broker.partition_offsets(topic, partition)).log_start_offset)
+        return int((await broker.fetch.partition_offsets(topic, partition)).log_start_offset)
 
     view, found = await broker.groups.fetch(group, member_id, wait_ms, read, log_start)
     parts = []
@@ -260,7 +262,7 @@ async def reset_offsets(request: web.Request) -> web.Response:
     broker = _routed(request)
     done = await broker.groups.reset_to(
         group, topics, target, explicit,
-        lambda t: len(broker.describe_topic(t).partitions), broker.partition_offsets,
+        lambda t: len(broker.topics.describe_topic(t).partitions), broker.fetch.partition_offsets,
     )  # fmt: skip
     return _offsets_response(group, done)
 
@@ -281,7 +283,7 @@ async def delete_group(request: web.Request) -> web.Response:
 async def describe_group(request: web.Request) -> web.Response:
     group = _name(request.match_info["group"], "group")
     broker = _routed(request)
-    return codec.json_response(await broker.groups.describe(group, broker.partition_offsets))
+    return codec.json_response(await broker.groups.describe(group, broker.fetch.partition_offsets))
 
 
 GROUP_ROUTES: tuple[tuple[str, str, Any], ...] = (

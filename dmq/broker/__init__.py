@@ -1,8 +1,8 @@
 """The broker: a thin `Broker` that composes the services http_api calls (dmq/README.md)."""
 
-from dmq.broker.broker import (
+from dmq.broker.broker import Broker
+from dmq.broker.types import (
     Acks,
-    Broker,
     FetchResult,
     ForwardRequest,
     ProduceRecord,

@@ -22,7 +22,7 @@ one stops halfway. In short, for a partition with replicas R and target T:
 3. **move leadership** away from a leaving replica o in R - T that leads
    (`transfer_leadership` to a caught-up member of T);
 4. **remove** o: the leader removes it from the Raft group, then the catalogue records
-   R - o; o's broker deletes the replica's log and Raft directory (`Broker._reconcile`).
+   R - o; o's broker deletes the replica's log and Raft directory (dmq/broker/reconcile.py).
    When R reaches T's set the reassignment ends (`target` cleared).
 
 Decommission a partition: `DecommissionPartition` stops it taking new records (produce
@@ -46,9 +46,10 @@ import contextlib
 import json
 import logging
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any, Literal
 
 from dmq import errors
+from dmq.broker.context import BrokerContext
 from dmq.metadata.machine import (
     PARTITION_DECOMMISSIONED,
     AlterMetadataVoters,
@@ -68,9 +69,6 @@ from dmq.metadata.service import METADATA_GROUP_ID, translate_raft_error, wall_m
 from dmq.metadata.voters import METADATA_VOTERS_MAX
 from dmq.partition.replica import group_id_for
 from raft import errors as raft_errors
-
-if TYPE_CHECKING:
-    from dmq.broker.broker import Broker
 
 _log = logging.getLogger("dmq.broker.operations")
 
@@ -95,8 +93,8 @@ def _key(topic: str, partition: int) -> str:
 class OperationsService:
     """The broker's side of cluster operations (module docstring)."""
 
-    def __init__(self, broker: Broker) -> None:
-        self._broker = broker
+    def __init__(self, ctx: BrokerContext) -> None:
+        self._ctx = ctx
         self._running: dict[str, asyncio.Task[None]] = {}
         self._last_step: dict[str, str] = {}  # partition key -> what its last step did
         # Checks of decommissioned partitions' logs, off the driver's round: a broker that
@@ -112,11 +110,11 @@ class OperationsService:
     async def reassign(self, topic: str, partition: int, replicas: list[str]) -> dict[str, Any]:
         """Record a reassignment (the metadata leader then carries it out)."""
         info = self._partition_info(topic, partition)
-        brokers = self._broker.metadata.state.brokers
+        brokers = self._ctx.metadata.state.brokers
         unknown = sorted(b for b in replicas if b not in brokers)
         if unknown:
             raise errors.InvalidRequest(f"unknown broker(s) {unknown}", field="replicas")
-        await self._broker.metadata.propose(
+        await self._ctx.metadata.propose(
             ReassignPartition(topic, info.topic_id, partition, tuple(replicas), wall_ms())
         )
         # From the state, not the Applied: an observer's proposal returns only the version
@@ -134,25 +132,25 @@ class OperationsService:
                 field="voters",
                 limit=METADATA_VOTERS_MAX,
             )
-        unknown = sorted(b for b in wanted if b not in self._broker.metadata.state.brokers)
+        unknown = sorted(b for b in wanted if b not in self._ctx.metadata.state.brokers)
         if unknown:
             raise errors.InvalidRequest(f"unknown broker(s) {unknown}", field="voters")
-        await self._broker.metadata.propose(ChangeMetadataVoters(wanted, wall_ms()))
+        await self._ctx.metadata.propose(ChangeMetadataVoters(wanted, wall_ms()))
         return self._metadata_voters_doc()
 
     async def decommission(self, broker_id: str) -> dict[str, Any]:
-        if broker_id not in self._broker.metadata.state.brokers:
+        if broker_id not in self._ctx.metadata.state.brokers:
             raise errors.NotFound(f"broker {broker_id!r} is not registered", field="broker_id")
         await self._maybe_swap_voter_out(broker_id)
-        await self._broker.metadata.propose(DecommissionBroker(broker_id, wall_ms()))
+        await self._ctx.metadata.propose(DecommissionBroker(broker_id, wall_ms()))
         # The state, not the Applied: an observer's proposal returns only the version.
-        info = self._broker.metadata.state.brokers.get(broker_id)
+        info = self._ctx.metadata.state.brokers.get(broker_id)
         return {"broker_id": broker_id, "decommissioning": info is None or info.decommissioning}
 
     async def decommission_partition(self, topic: str, partition: int) -> dict[str, Any]:
         """Stop the partition taking new records; the driver removes it once empty."""
         info = self._partition_info(topic, partition)
-        await self._broker.metadata.propose(
+        await self._ctx.metadata.propose(
             DecommissionPartition(topic, info.topic_id, partition, wall_ms())
         )
         after = self._topic_info(topic)  # the state, as in reassign
@@ -165,8 +163,8 @@ class OperationsService:
     async def _maybe_swap_voter_out(self, broker_id: str) -> None:
         """A metadata voter leaves group 0 first: the voter set wanted becomes this one's
         with `broker_id` replaced by the eligible non-voter holding the fewest replicas."""
-        state = self._broker.metadata.state
-        voters = set(state.voters_target or self._broker.metadata.voters)
+        state = self._ctx.metadata.state
+        voters = set(state.voters_target or self._ctx.metadata.voters)
         if broker_id not in voters:
             return
         eligible = state.eligible_brokers(max(state.clock_ms, wall_ms()))
@@ -180,10 +178,10 @@ class OperationsService:
             )
         wanted = tuple(sorted(new))
         _log.info("decommissioning voter %s: metadata voters -> %s", broker_id, list(wanted))
-        await self._broker.metadata.propose(ChangeMetadataVoters(wanted, wall_ms()))
+        await self._ctx.metadata.propose(ChangeMetadataVoters(wanted, wall_ms()))
 
     def _topic_info(self, topic: str) -> TopicInfo:
-        info = self._broker.metadata.state.topics.get(topic)
+        info = self._ctx.metadata.state.topics.get(topic)
         if info is None:
             raise errors.TopicNotFound(f"topic {topic!r} does not exist", field="topic")
         return info
@@ -201,7 +199,7 @@ class OperationsService:
 
     async def operations(self) -> dict[str, Any]:
         """Every running reassignment with its progress, and every decommission."""
-        state = self._broker.metadata.state
+        state = self._ctx.metadata.state
         moving = [
             (info, p, placement)
             for info in state.topics.values()
@@ -247,8 +245,8 @@ class OperationsService:
     def _metadata_voters_doc(self) -> dict[str, Any]:
         """Group 0's recorded voters, the change running (target, step, progress = steps
         done / steps of the change, counted from the set this broker first saw it at)."""
-        state = self._broker.metadata.state
-        voters = tuple(self._broker.metadata.voters)
+        state = self._ctx.metadata.state
+        voters = tuple(self._ctx.metadata.voters)
         target = state.voters_target
         if not target:
             self._voters_start.clear()
@@ -320,7 +318,7 @@ class OperationsService:
             self._running.clear()
 
     def _leads_metadata(self) -> bool:
-        replica = self._broker.metadata.replica
+        replica = self._ctx.metadata.replica
         return replica is not None and replica.status().is_leader
 
     async def add_known_peers(self) -> None:
@@ -329,19 +327,19 @@ class OperationsService:
         registration included): a restarted voter's group 0 may name members that joined
         after its `--peers` was written; it learns their addresses from the catalogue it
         replayed, else it could neither answer them nor commit anything."""
-        node = self._broker.raft_node
+        node = self._ctx.raft_node
         if node is None:
             return
-        for b in list(self._broker.metadata.state.brokers.values()):
+        for b in list(self._ctx.metadata.state.brokers.values()):
             known = node.peers.get(b.broker_id) == b.raft_addr
             if not known and await node.add_peer(b.broker_id, b.raft_addr):
                 _log.info("raft peer %s at %s added", b.broker_id, b.raft_addr)
 
     async def _drive(self) -> None:
         await self._drive_voters()
-        state = self._broker.metadata.state
+        state = self._ctx.metadata.state
         await self._plan_decommissions(state)
-        state = self._broker.metadata.state
+        state = self._ctx.metadata.state
         moving = [
             (info, p)
             for info in state.topics.values()
@@ -370,9 +368,9 @@ class OperationsService:
     async def _drive_voters(self) -> None:
         """One step of group 0's voter change, on its leader (raft/README.md, "Metadata
         voter changes"); never blocks the partition operations on an error."""
-        target = self._broker.metadata.state.voters_target
+        target = self._ctx.metadata.state.voters_target
         if target:  # progress counts from the set the change started at: note it now
-            self._voters_start.setdefault(target, tuple(self._broker.metadata.voters))
+            self._voters_start.setdefault(target, tuple(self._ctx.metadata.voters))
         try:
             self._voters_step = await self._advance_voters()
         except raft_errors.RaftError as exc:
@@ -383,23 +381,23 @@ class OperationsService:
 
     async def _advance_voters(self) -> str:
         """One step of `next_voter_step`, acted on; what it did."""
-        node = self._broker.raft_node
+        node = self._ctx.raft_node
         assert node is not None
         progress = await node.group_progress(METADATA_GROUP_ID)
         if progress.change_pending:
             return "waiting for the membership change to commit"
-        state = self._broker.metadata.state
+        state = self._ctx.metadata.state
         doc = progress.to_json()
         step = next_voter_step(
             progress.members,
             state.voters,
             state.voters_target,
-            me=self._broker.config.node_id,
+            me=self._ctx.config.node_id,
             live=frozenset(state.live_brokers(max(state.clock_ms, wall_ms()))),
             in_sync=frozenset(m for m in progress.members if _caught_up(doc, m)),
         )
         if step.action == "record":
-            await self._broker.metadata.propose(AlterMetadataVoters(progress.members, wall_ms()))
+            await self._ctx.metadata.propose(AlterMetadataVoters(progress.members, wall_ms()))
         elif step.action == "add":
             assert step.broker is not None
             if not await self._opened_metadata_group(step.broker):
@@ -416,23 +414,23 @@ class OperationsService:
     async def _change_voter(self, action: Literal["add", "remove"], broker_id: str) -> None:
         """One Raft change of group 0, then its record in the catalogue (a crash between
         the two: the next round finds the configuration differs and records it)."""
-        node = self._broker.raft_node
+        node = self._ctx.raft_node
         assert node is not None
         _log.info("metadata voters: %s %s", action, broker_id)
         await node.change_membership(
             METADATA_GROUP_ID, action, broker_id, timeout_s=MEMBERSHIP_CHANGE_TIMEOUT_S
         )
         members = (await node.group_progress(METADATA_GROUP_ID)).members
-        await self._broker.metadata.propose(AlterMetadataVoters(members, wall_ms()))
+        await self._ctx.metadata.propose(AlterMetadataVoters(members, wall_ms()))
 
     async def _opened_metadata_group(self, broker_id: str) -> bool:
         """Whether `broker_id` opened its group-0 replica (it does on seeing itself in the
         target): added before, the group would count a member that cannot answer yet."""
-        info = self._broker.metadata.state.brokers.get(broker_id)
+        info = self._ctx.metadata.state.brokers.get(broker_id)
         if info is None:
             return False
         try:
-            status = await self._broker.peers.call(
+            status = await self._ctx.peers.call(
                 "GET", info.http_addr, "/v1/internal/status", timeout_s=VOTER_STATUS_TIMEOUT_S
             )
         except errors.DmqError:
@@ -452,7 +450,7 @@ class OperationsService:
 
     async def _advance(self, topic: str, partition: int) -> str:
         """One step of the partition's reassignment (module docstring); what it did."""
-        state = self._broker.metadata.state
+        state = self._ctx.metadata.state
         info = state.topics.get(topic)
         if info is None or partition >= len(info.partitions):
             return "topic gone"
@@ -465,7 +463,7 @@ class OperationsService:
         members = set(progress["members"])
         # A member neither placed nor wanted: added before its target was replaced, or by
         # a driver that lost the metadata leadership while reading an older target. Its
-        # broker keeps its replica until it is out of the group (Broker._still_a_member).
+        # broker keeps its replica until it is out of the group (Reconciler._still_a_member).
         strays = sorted(members - set(replicas) - set(target))
         if strays:
             await self._membership(info, partition, progress["leader"], "remove", strays[0])
@@ -508,7 +506,7 @@ class OperationsService:
         return True
 
     async def _record(self, info: TopicInfo, partition: int, replicas: tuple[str, ...]) -> None:
-        await self._broker.metadata.propose(
+        await self._ctx.metadata.propose(
             AlterPartitionReplicas(info.name, info.topic_id, partition, replicas, wall_ms())
         )
 
@@ -557,12 +555,12 @@ class OperationsService:
         method: str = "GET",
     ) -> Any:
         """An internal partition-group call on broker `node_id` (locally if it is this one)."""
-        if node_id == self._broker.config.node_id:
+        if node_id == self._ctx.config.node_id:
             return await self.local_call(info.name, partition, info.topic_id, what, body or {})
-        addr = self._broker.metadata.state.brokers.get(node_id)
+        addr = self._ctx.metadata.state.brokers.get(node_id)
         if addr is None:
             raise errors.BrokerUnavailable(f"broker {node_id} is not registered")
-        return await self._broker.peers.call(
+        return await self._ctx.peers.call(
             method,
             addr.http_addr,
             f"/v1/internal/partitions/{info.name}/{partition}/{what}",
@@ -576,7 +574,7 @@ class OperationsService:
         self, topic: str, partition: int, topic_id: int, what: str, body: dict[str, Any]
     ) -> Any:
         """The internal routes' one entry point: act on this broker's replica's group."""
-        node = self._broker.raft_node
+        node = self._ctx.raft_node
         if node is None:
             raise errors.BrokerUnavailable("the broker is starting", retry_after_ms=500)
         group_id = group_id_for(topic_id, partition)
@@ -611,7 +609,7 @@ class OperationsService:
         raise errors.InvalidRequest(f"unknown internal operation {what!r}", field="operation")
 
     def _local_log(self, topic: str, partition: int, topic_id: int) -> dict[str, Any]:
-        replica = self._broker.local_replica(topic, partition, topic_id)
+        replica = self._ctx.replicas.local(topic, partition, topic_id)
         if replica is None:  # the group id matched, but not this topic's name
             raise errors.PartitionNotFound(
                 f"no replica of {topic}-{partition} (topic id {topic_id}) on this broker",
@@ -640,7 +638,7 @@ class OperationsService:
                 target = replace_brokers(placement.replicas, leaving, eligible, counts)
                 if target is None:
                     continue  # not enough eligible brokers now: a later round
-                await self._broker.metadata.propose(
+                await self._ctx.metadata.propose(
                     ReassignPartition(info.name, info.topic_id, p, target, wall_ms())
                 )
 
@@ -670,7 +668,7 @@ class OperationsService:
                     "left until retention removes them"
                 )
                 continue
-            await self._broker.metadata.propose(
+            await self._ctx.metadata.propose(
                 RemovePartition(info.name, info.topic_id, p, wall_ms())
             )
             self._last_step.pop(key, None)
@@ -696,11 +694,11 @@ class OperationsService:
     async def _maybe_unregister(self, state: MetadataState) -> None:
         for b in state.brokers:  # a voter leaves group 0 first (the driver swaps it out)
             if unregister_refusal(state, b) is None:
-                await self._broker.metadata.propose(UnregisterBroker(b, wall_ms()))
+                await self._ctx.metadata.propose(UnregisterBroker(b, wall_ms()))
                 _log.info("broker %s decommissioned: it holds no replica and left", b)
 
     async def _maybe_balance(self, state: MetadataState) -> None:
-        if not self._broker.config.auto_balance_replicas:
+        if not self._ctx.config.auto_balance_replicas:
             return
         now_ms = max(state.clock_ms, wall_ms())
         eligible = state.eligible_brokers(now_ms)
@@ -711,7 +709,7 @@ class OperationsService:
         if move is not None:
             info, p, target = move
             _log.info("balancing: %s-%d -> %s", info.name, p, list(target))
-            await self._broker.metadata.propose(
+            await self._ctx.metadata.propose(
                 ReassignPartition(info.name, info.topic_id, p, target, wall_ms())
             )
 

@@ -1,0 +1,208 @@
+"""This broker as a member of the cluster: what it tells the others, what it shows of them.
+
+- duties: a heartbeat to the catalogue every HEARTBEAT_INTERVAL_S (a broker silent for
+  broker_session_ms is not live and gets no new replicas), the leaders of the groups led
+  here every LEADER_REPORT_INTERVAL_S (routing for brokers without a replica, describe),
+  and `maybe_balance_leaders` every LEADER_BALANCE_INTERVAL_S;
+- `cluster` (`GET /v1/cluster`): the cluster id, the metadata voters and the brokers;
+- `cluster_status` (`GET /v1/cluster/status`): every broker's `local_status` merged;
+- the metadata group served to other brokers (internal routes): an observer's commands,
+  the catalogue once newer than a version, group 0's members for a voter checking itself.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from typing import Any
+
+from dmq import errors
+from dmq.broker.context import BrokerContext
+from dmq.metadata.machine import BrokerHeartbeat, ReportLeader
+from dmq.metadata.service import wall_ms
+from dmq.partition.replica import raft_status_fields
+
+_log = logging.getLogger("dmq.broker")
+
+HEARTBEAT_INTERVAL_S = 2.5  # a quarter of the metadata's broker_session_ms (10 s)
+LEADER_REPORT_INTERVAL_S = 1.0  # partition leaders published to the catalogue
+LEADER_BALANCE_INTERVAL_S = 5.0  # raft maybe_balance_leaders on every broker
+STATUS_TIMEOUT_S = 2.0  # per broker, for cluster status
+
+
+class ClusterService:
+    """This broker's standing in the cluster (module docstring); no state of its own."""
+
+    def __init__(self, ctx: BrokerContext) -> None:
+        self._ctx = ctx
+
+    # ------------------------------------------------------------------ duties
+
+    async def heartbeat_loop(self) -> None:
+        while True:
+            await asyncio.sleep(HEARTBEAT_INTERVAL_S)
+            try:
+                await self._ctx.metadata.propose(
+                    BrokerHeartbeat(self._ctx.config.node_id, wall_ms())
+                )
+            except errors.DmqError as exc:
+                _log.debug("heartbeat not committed: %s", exc)
+
+    async def leader_report_loop(self) -> None:
+        """Publish the leaders of groups led here, so brokers without a replica can route."""
+        while True:
+            await asyncio.sleep(LEADER_REPORT_INTERVAL_S)
+            results = await asyncio.gather(
+                *(self._ctx.metadata.propose(r) for r in self._leader_reports()),
+                return_exceptions=True,
+            )
+            for result in results:
+                if isinstance(result, BaseException) and not isinstance(result, errors.DmqError):
+                    _log.error("leader report failed: %r", result)
+
+    def _leader_reports(self) -> list[ReportLeader]:
+        """A report per group led here whose leader or term the catalogue does not have."""
+        node_id = self._ctx.node_id
+        state = self._ctx.metadata.state
+        reports = []
+        for (name, p), replica in self._ctx.replicas.items():
+            status = replica.raft.status() if replica.raft is not None else None
+            info = state.topics.get(name)
+            if status is None or not status.is_leader or info is None:
+                continue
+            placement = info.partitions[p] if p < len(info.partitions) else None
+            if placement is None or info.topic_id != replica.topic_id:
+                continue
+            if (placement.leader, placement.leader_term) != (node_id, status.term):
+                reports.append(
+                    ReportLeader(name, info.topic_id, p, node_id, status.term, wall_ms())
+                )
+        return reports
+
+    async def leader_balance_loop(self) -> None:
+        assert self._ctx.raft_node is not None
+        while True:
+            await asyncio.sleep(LEADER_BALANCE_INTERVAL_S)
+            try:
+                await self._ctx.raft_node.maybe_balance_leaders()
+            except Exception:
+                _log.exception("leader balancing failed")
+
+    # ------------------------------------------------------------------ views
+
+    def cluster(self) -> dict[str, Any]:
+        state = self._ctx.metadata.state
+        live = set(state.live_brokers(max(state.clock_ms, wall_ms())))
+        return {
+            "cluster_id": self._ctx.cluster_id,
+            "node_id": self._ctx.config.node_id,
+            "metadata_voters": self._ctx.metadata.voters,
+            "metadata_version": state.metadata_version,
+            "brokers": [
+                {
+                    "node_id": b.broker_id,
+                    "http_addr": b.http_addr,
+                    "raft_addr": b.raft_addr,
+                    "live": b.broker_id in live,
+                }
+                for b in sorted(state.brokers.values(), key=lambda b: b.broker_id)
+            ],
+        }
+
+    def local_status(self) -> dict[str, Any]:
+        """This broker's replicas as its Raft groups see them (for cluster status)."""
+        replicas = [r.status() for r in self._ctx.replicas.values()]
+        metadata = (
+            self._ctx.metadata_service.open_replica
+            if self._ctx.metadata_service is not None
+            else None
+        )
+        if metadata is not None:
+            fields = raft_status_fields(metadata)
+            # Group 0's configuration as this member knows it (voter changes; a read of
+            # pysyncobj's member list from this thread: a snapshot, for status only).
+            replicas.append(
+                {**fields, "group_id": 0, "topic": None, "partition": None,
+                 "members": metadata.members}
+            )  # fmt: skip
+        return {"node_id": self._ctx.config.node_id, "ready": self._ctx.ready, "replicas": replicas}
+
+    async def cluster_status(self) -> dict[str, Any]:
+        """Every broker's view merged: brokers, and per group its leader, term, commit
+        index and each replica's lag (leader's commit index - replica's last applied)."""
+        doc = self.cluster()
+        answers: dict[str, dict[str, Any]] = {self._ctx.config.node_id: self.local_status()}
+
+        async def ask(node_id: str, addr: str) -> None:
+            with contextlib.suppress(errors.DmqError):
+                answers[node_id] = await self._ctx.peers.call(
+                    "GET", addr, "/v1/internal/status", timeout_s=STATUS_TIMEOUT_S
+                )
+
+        await asyncio.gather(
+            *(
+                ask(b["node_id"], b["http_addr"])
+                for b in doc["brokers"]
+                if b["node_id"] != self._ctx.config.node_id
+            )
+        )
+        for b in doc["brokers"]:
+            b["reachable"] = b["node_id"] in answers
+        doc["groups"] = merge_group_status(answers)
+        return doc
+
+    # ------------------------------------------------------------------ metadata, internal
+
+    async def propose_metadata_forwarded(self, command: bytes) -> int:
+        """Internal: an observer's metadata command; the metadata version it produced."""
+        applied = await self._ctx.metadata.propose_encoded(command)
+        return applied.metadata_version
+
+    async def metadata_voters_view(self) -> dict[str, Any]:
+        """Internal, on the metadata leader: group 0's members and the catalogue (a voter
+        checking whether it is still one, dmq/metadata/service.py)."""
+        return await self._ctx.metadata.leader_view()
+
+    async def metadata_state_after(
+        self, after_version: int, wait_ms: int, consistency: str | None
+    ) -> dict[str, Any]:
+        """Internal: the catalogue for an observer, once newer than `after_version`."""
+        if consistency == "linearizable":
+            await self._ctx.metadata.read_barrier()
+        return await self._ctx.metadata.state_after(after_version, wait_ms)
+
+
+def merge_group_status(answers: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
+    """Per group: the replicas' reports side by side, the leader of the highest term."""
+    groups: dict[int, dict[str, Any]] = {}
+    for node_id, answer in sorted(answers.items()):
+        for r in answer.get("replicas", []):
+            group = groups.setdefault(
+                r["group_id"],
+                {
+                    "group_id": r["group_id"],
+                    "topic": r["topic"],
+                    "partition": r["partition"],
+                    "leader": None,
+                    "term": 0,
+                    "commit_index": 0,
+                    "replicas": [],
+                },
+            )
+            replica = {k: r[k] for k in ("is_leader", "term", "commit_index", "last_applied")}
+            replica["node_id"] = node_id
+            for k in ("high_watermark", "log_end_offset"):
+                if k in r:
+                    replica[k] = r[k]
+            group["replicas"].append(replica)
+            if r["is_leader"] and r["term"] >= group["term"]:
+                group.update(leader=node_id, term=r["term"], commit_index=r["commit_index"])
+    for group in groups.values():
+        for replica in group["replicas"]:
+            replica["lag"] = (
+                max(0, group["commit_index"] - replica["last_applied"])
+                if group["leader"] is not None
+                else None
+            )
+    return [groups[g] for g in sorted(groups)]

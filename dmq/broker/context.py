@@ -1,0 +1,65 @@
+"""What the services of one broker share: the narrow dependencies, never the Broker.
+
+A service (produce.py, fetch.py, topics.py, ...) is built with a `BrokerContext` and the
+other services it calls, and imports neither `Broker` nor broker.py: the Broker composes
+services, services do not reach back into it (dmq/README.md, "dmq/broker/"). The context
+holds only what is not any one service's own: the config, the peers client, the Raft
+node and the metadata service (both opened by `Broker.start`), this broker's replicas,
+and the lifecycle flags every request checks.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+
+from dmq import errors
+from dmq.broker.replicas import ReplicaSet
+from dmq.config import BrokerConfig
+from dmq.metadata.service import MetadataService
+from dmq.peers import PeerClient
+from raft.node import RaftNode
+
+_log = logging.getLogger("dmq.broker")
+
+
+class BrokerContext:
+    """One broker's shared state; the Broker owns it and sets what `start` opens."""
+
+    def __init__(self, config: BrokerConfig) -> None:
+        self.config = config
+        self.data_dir = config.data_path
+        self.timeout_s = config.request_timeout_ms / 1000
+        self.peers = PeerClient(local_host=config.http_host)
+        self.replicas = ReplicaSet()
+        self.raft_node: RaftNode | None = None  # set by Broker.start
+        self.metadata_service: MetadataService | None = None  # set by Broker.start
+        self.cluster_id = ""
+        self.ready = False
+        # Set when the broker must stop (its Raft node stopped on an error, a replica's
+        # data broke an invariant): dmq serve exits non-zero rather than linger half-dead.
+        self.failed = asyncio.Event()
+        self.failure: BaseException | None = None
+
+    @property
+    def metadata(self) -> MetadataService:
+        if self.metadata_service is None:
+            raise errors.BrokerUnavailable("the broker is starting", retry_after_ms=500)
+        return self.metadata_service
+
+    @property
+    def node_id(self) -> str:
+        return self.config.node_id
+
+    def check_ready(self) -> None:
+        """Requests on topics and records wait for the start (and stop at the stop)."""
+        if not self.ready:
+            raise errors.BrokerUnavailable("the broker is starting or stopping", retry_after_ms=500)
+
+    def fail(self, error: BaseException) -> None:
+        """Stop serving: the broker cannot go on safely (dmq serve then exits non-zero)."""
+        if self.failure is None:
+            _log.critical("broker %s must stop: %r", self.config.node_id, error)
+            self.failure = error
+        self.ready = False
+        self.failed.set()

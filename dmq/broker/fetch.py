@@ -1,0 +1,245 @@
+"""Fetch: committed records, offsets and offset lookups, from the partition leader.
+
+The path of one fetch (dmq/README.md, "dmq/broker/"): `resolve_offset` turns earliest,
+latest or a timestamp into an offset, then `fetch` finds the serving replica
+(routing.py: this broker's if it leads, has applied its election no-op and heard from a
+majority lately; else `ForwardRequest` to the leader's broker, relayed once by
+http_api/forward.py), checks the offset against the log, long-polls up to `wait_ms` on
+the replica's "committed advanced" event when there is nothing yet (at most
+`waiting_fetches_max` waiting), and reads on the replica's storage thread: decoded
+records, or raw batches for the binary format. Only committed records are served.
+
+The group fetch (groups.py) reads through `partition_read` / `partition_offsets`, which
+answer here or ask the leader's broker themselves (a group fetch reads many partitions
+in one request, so it cannot be relayed whole).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+from typing import Any, Literal
+
+from dmq import errors, limits, planted
+from dmq.broker.context import BrokerContext
+from dmq.broker.routing import Routing
+from dmq.broker.translate import translate
+from dmq.broker.types import FetchResult, ForwardRequest, OffsetsResult
+from log import errors as log_errors
+from log.records import Header, Record
+
+# A group position past a partition's log end (a lagging new leader) answers no records
+# after at most this long, so a long-polling member looks again soon.
+GROUP_AHEAD_OF_LOG_WAIT_MS = 500
+
+
+class FetchService:
+    """Owns the count of parked long-polls (waiting_fetches_max bounds it)."""
+
+    def __init__(self, ctx: BrokerContext, routing: Routing) -> None:
+        self._ctx = ctx
+        self._routing = routing
+        self._waiting_fetches = 0  # long-polls parked now, at most waiting_fetches_max
+
+    @property
+    def waiting_fetches(self) -> int:
+        return self._waiting_fetches
+
+    async def resolve_offset(
+        self,
+        topic: str,
+        partition: int,
+        *,
+        offset: int | Literal["earliest", "latest"],
+        timestamp_ms: int | None = None,
+        forwarded: bool = False,
+    ) -> int:
+        replica = self._routing.serving_replica(topic, partition, forwarded)
+        if timestamp_ms is not None:
+            found = await replica.offset_for_timestamp(timestamp_ms)
+            return replica.high_watermark if found is None else found
+        if offset == "earliest":
+            return replica.log_start_offset
+        if offset == "latest":
+            return replica.high_watermark
+        return offset
+
+    async def fetch(
+        self,
+        topic: str,
+        partition: int,
+        *,
+        offset: int,
+        max_bytes: int,
+        max_records: int,
+        wait_ms: int,
+        raw: bool,
+        forwarded: bool = False,
+    ) -> FetchResult:
+        """Committed records from `offset` (long-polls up to wait_ms when there are none)."""
+        replica = self._routing.serving_replica(topic, partition, forwarded)
+        if not replica.log_start_offset <= offset <= replica.log_end_offset:
+            raise errors.OffsetOutOfRange(
+                f"offset {offset} is outside [{replica.log_start_offset}, {replica.log_end_offset}]",
+                offset=offset,
+                log_start_offset=replica.log_start_offset,
+                log_end_offset=replica.log_end_offset,
+            )
+        if planted.active("fetch-off-by-one") and 0 < offset < replica.high_watermark:
+            offset += 1
+        if offset >= replica.high_watermark and wait_ms > 0:
+            if self._waiting_fetches >= self._ctx.config.waiting_fetches_max:
+                raise errors.Backpressure(
+                    f"{self._waiting_fetches} fetches are waiting (waiting_fetches_max)",
+                    limit=self._ctx.config.waiting_fetches_max,
+                )
+            self._waiting_fetches += 1
+            try:
+                await replica.wait_for_commit_past(offset, wait_ms / 1000)
+            finally:
+                self._waiting_fetches -= 1
+        if replica.closed:
+            # Shutting down (or the topic was altered or deleted): answer the waiting
+            # fetch as if its wait had run out, rather than failing it.
+            return FetchResult(
+                topic, partition, offset, offset, replica.high_watermark, replica.log_start_offset
+            )
+        try:
+            if raw:
+                result = await replica.read(offset, max_bytes)
+                return FetchResult(
+                    topic,
+                    partition,
+                    offset,
+                    result.next_offset,
+                    result.high_watermark,
+                    result.log_start_offset,
+                    raw=result,
+                )
+            recs, next_offset, hw, lso = await replica.read_records(offset, max_bytes, max_records)
+        except log_errors.LogError as exc:
+            raise translate(exc) from exc
+        return FetchResult(topic, partition, offset, next_offset, hw, lso, records=recs)
+
+    async def list_offsets(
+        self, topic: str, partition: int, timestamp_ms: int | None, *, forwarded: bool = False
+    ) -> OffsetsResult:
+        replica = self._routing.serving_replica(topic, partition, forwarded)
+        found = None
+        if timestamp_ms is not None:
+            found = await replica.offset_for_timestamp(timestamp_ms)
+        return OffsetsResult(partition, replica.log_start_offset, replica.high_watermark, found)
+
+    async def read_batches(
+        self, topic: str, partition: int, start_offset: int, end_offset: int
+    ) -> tuple[bytes, int]:
+        """Internal (a lagging replica's catch-up): this replica's committed batches from
+        start_offset, up to end_offset or fetch_bytes_max; and the offset up to which it
+        vouches for the range (past the last batch when only compaction gaps follow)."""
+        view = self._routing.topic(topic)
+        self._routing.check_partition(view, partition)
+        replica = self._ctx.replicas.local(topic, partition, view.topic_id)
+        if replica is None:
+            raise errors.BrokerUnavailable(f"no replica of {topic}-{partition} here")
+        if not replica.log_start_offset <= start_offset <= replica.high_watermark:
+            raise errors.OffsetOutOfRange(
+                f"offset {start_offset} is outside [{replica.log_start_offset}, "
+                f"{replica.high_watermark}] here",
+                offset=start_offset,
+                log_start_offset=replica.log_start_offset,
+                log_end_offset=replica.log_end_offset,
+            )
+        try:
+            return await replica.read_batches(
+                start_offset, end_offset, self._ctx.config.fetch_bytes_max
+            )
+        except log_errors.LogError as exc:
+            raise translate(exc) from exc
+
+    async def partition_read(
+        self,
+        topic: str,
+        partition: int,
+        offset: int,
+        wait_ms: int,
+        max_records: int,
+        max_bytes: int = limits.FETCH_BYTES_DEFAULT,
+    ) -> FetchResult:
+        """For the group fetch (dmq/broker/groups.py): records from `offset`, read here or
+        at the partition leader's broker. A position below the log start (retention removed
+        it) reads from the log start, as Kafka's auto.offset.reset=earliest. A position past
+        the log end is never moved back: a new leader may still lag the committed offset,
+        and serving from its end would deliver records again and let the next commit move
+        the group backwards. It answers no records (after up to wait_ms) until the log
+        reaches the position."""
+        max_bytes = min(max_bytes, self._ctx.config.fetch_bytes_max)
+        try:
+            return await self._read_here_or_there(
+                topic, partition, offset, wait_ms, max_records, max_bytes
+            )
+        except errors.OffsetOutOfRange as exc:
+            start, end = exc.log_start_offset, exc.log_end_offset
+            if offset > end:
+                await asyncio.sleep(min(wait_ms, GROUP_AHEAD_OF_LOG_WAIT_MS) / 1000)
+                return FetchResult(topic, partition, offset, offset, end, start)
+            return await self._read_here_or_there(
+                topic, partition, start, wait_ms, max_records, max_bytes
+            )
+
+    async def _read_here_or_there(
+        self, topic: str, partition: int, offset: int, wait_ms: int, max_records: int,
+        max_bytes: int,
+    ) -> FetchResult:  # fmt: skip
+        try:
+            return await self.fetch(
+                topic, partition, offset=offset, max_bytes=max_bytes,
+                max_records=max_records, wait_ms=wait_ms, raw=False,
+            )  # fmt: skip
+        except ForwardRequest as fwd:
+            params = {"offset": str(offset), "wait_ms": str(wait_ms), "value_encoding": "base64"}
+            params |= {"max_records": str(max_records), "max_bytes": str(max_bytes)}
+            doc = await self._ctx.peers.call(
+                "GET", fwd.http_addr, f"/v1/topics/{topic}/partitions/{partition}/records",
+                params=params, timeout_s=wait_ms / 1000 + self._ctx.timeout_s,
+            )  # fmt: skip
+            return fetch_result_from_json(topic, partition, offset, doc)
+
+    async def partition_offsets(
+        self, topic: str, partition: int, timestamp_ms: int | None = None
+    ) -> OffsetsResult:
+        """list_offsets answered here or at the partition leader's broker."""
+        try:
+            return await self.list_offsets(topic, partition, timestamp_ms)
+        except ForwardRequest as fwd:
+            params = {} if timestamp_ms is None else {"timestamp": str(timestamp_ms)}
+            doc = await self._ctx.peers.call(
+                "GET", fwd.http_addr, f"/v1/topics/{topic}/partitions/{partition}/offsets",
+                params=params, timeout_s=self._ctx.timeout_s,
+            )  # fmt: skip
+            return OffsetsResult(
+                partition, doc["log_start_offset"], doc["high_watermark"], doc["offset"]
+            )
+
+
+def fetch_result_from_json(
+    topic: str, partition: int, offset: int, doc: dict[str, Any]
+) -> FetchResult:
+    """A base64 JSON fetch answer from another broker, as the local fetch returns it."""
+
+    def raw(text: str | None) -> bytes | None:
+        return None if text is None else base64.b64decode(text)
+
+    records = [
+        Record(
+            raw(r["key"]),
+            raw(r["value"]),
+            tuple(Header(h["key"], base64.b64decode(h["value"])) for h in r["headers"]),
+            r["timestamp"],
+            r["offset"],
+        )
+        for r in doc["records"]
+    ]
+    return FetchResult(
+        topic, partition, offset, doc["next_offset"], doc["high_watermark"],
+        doc["log_start_offset"], records=records,
+    )  # fmt: skip

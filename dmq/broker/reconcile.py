@@ -1,0 +1,287 @@
+"""This broker's replicas made to match the catalogue: open, reconfigure, delete.
+
+After every change of the catalogue (`metadata_version`) the metadata service sets
+`Reconciler.wanted`; `loop` then runs `reconcile`, one at a time:
+
+1. add every registered broker as a Raft peer (members that joined since the start);
+2. delete the replicas the catalogue no longer places here, once the partition's leader
+   says this broker is no member (`_still_a_member`: a stray member may hold acknowledged
+   entries), and apply config changes in place to the others;
+3. open the replicas placed here and not open yet, REPLICA_OPENS_CONCURRENT_MAX at once
+   (a replica whose data broke an invariant stops the broker);
+4. drop the directories found at start-up of partitions not placed here
+   (`remove_orphans`), on the same word of their leader.
+
+A replica's directory is removed only when the catalogue no longer places it here and its
+topic id is below the catalogue's `next_topic_id` (a lagging catalogue never deletes a
+topic it has not heard of).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import shutil
+from pathlib import Path
+from typing import Any
+
+from dmq import errors
+from dmq.broker.context import BrokerContext
+from dmq.broker.operations import OperationsService
+from dmq.broker.routing import Routing
+from dmq.metadata.machine import PARTITION_GONE, MetadataState, TopicInfo
+from dmq.metadata.reassignment import hosts_replica
+from dmq.partition.replica import GROUPS_PER_TOPIC, TOPIC_ID_FILE, PartitionReplica
+from dmq.peers import fetch_batches_blocking
+from dmq.topics import log_config_for
+from log import errors as log_errors
+
+_log = logging.getLogger("dmq.broker")
+
+REPLICA_OPENS_CONCURRENT_MAX = 16  # replicas opened at once (start-up, large topics)
+# How soon a replica kept because its group may still count it is checked again.
+REPLICA_DELETE_RECHECK_S = 2.0
+
+# (topic, partition) -> the topic and the members its replica here opens with.
+Wanted = dict[tuple[str, int], tuple[TopicInfo, tuple[str, ...]]]
+
+
+class Reconciler:
+    """Owns the opening and deletion of replicas; the ReplicaSet is its output."""
+
+    def __init__(self, ctx: BrokerContext, routing: Routing, operations: OperationsService) -> None:
+        self._ctx = ctx
+        self._routing = routing
+        self._operations = operations
+        self._lock = asyncio.Lock()
+        self.wanted = asyncio.Event()  # set on each new catalogue (and to retry)
+        # (topic id, partition) -> its directories found at start-up, of a partition that
+        # exists but is not placed here: deleted once its leader says this is no member.
+        self._unplaced_dirs: dict[tuple[int, int], list[Path]] = {}
+
+    async def loop(self) -> None:
+        while True:
+            await self.wanted.wait()
+            self.wanted.clear()
+            try:
+                await self.reconcile()
+            except Exception:  # the next change (or retry) tries again
+                _log.exception("reconciling replicas with the catalogue failed")
+                await asyncio.sleep(1.0)
+                self.wanted.set()
+
+    async def reconcile(self) -> None:
+        """Make this broker's replicas match the catalogue: open, reconfigure, delete."""
+        async with self._lock:
+            await self._operations.add_known_peers()  # members that joined since the start
+            state = self._ctx.metadata.state
+            wanted = self._wanted_here(state)
+            replicas = self._ctx.replicas
+            for key, replica in replicas.items():
+                want = wanted.get(key)
+                if want is None or want[0].topic_id != replica.topic_id:
+                    if await self._still_a_member(
+                        state, replica.topic, replica.topic_id, replica.partition
+                    ):
+                        continue
+                    replicas.remove(key)
+                    _log.info("deleting replica %s (topic id %d)", replica.name, replica.topic_id)
+                    await replica.delete()
+                else:
+                    new_config = log_config_for(dict(want[0].config), self._ctx.config)
+                    if new_config != replica.log_config:
+                        replica.reconfigure(new_config)
+            missing = [(key, want) for key, want in wanted.items() if key not in replicas]
+            await self._open_missing(missing)
+            if self._unplaced_dirs:
+                await self._drop_unplaced_dirs(state)
+
+    def _wanted_here(self, state: MetadataState) -> Wanted:
+        """The replicas the catalogue places here, with the members each opens with."""
+        node_id = self._ctx.node_id
+        wanted: Wanted = {}
+        for info in state.topics.values():
+            for p, placement in enumerate(info.partitions):
+                if hosts_replica(placement, node_id):
+                    # A replica a reassignment brings here opens before the leader adds
+                    # it to the group (dmq/broker/operations.py, step 1: else a group that
+                    # needs its answer to commit the add could never commit it).
+                    members = tuple(dict.fromkeys((*placement.replicas, node_id)))
+                    wanted[(info.name, p)] = (info, members)
+        return wanted
+
+    async def _open_missing(
+        self, missing: list[tuple[tuple[str, int], tuple[TopicInfo, tuple[str, ...]]]]
+    ) -> None:
+        gate = asyncio.Semaphore(REPLICA_OPENS_CONCURRENT_MAX)
+
+        async def open_one(info: TopicInfo, partition: int, members: tuple[str, ...]) -> None:
+            async with gate:
+                try:
+                    await self._open_replica(info, partition, members)
+                except log_errors.StorageError as exc:  # its data broke an invariant
+                    _log.exception("replica %s-%d cannot open", info.name, partition)
+                    self._ctx.fail(exc)
+                except Exception:
+                    _log.exception("opening replica %s-%d failed", info.name, partition)
+                    self.wanted.set()
+
+        await asyncio.gather(*(open_one(w[0], k[1], w[1]) for k, w in missing))
+
+    async def _still_a_member(
+        self, state: MetadataState, topic: str, topic_id: int, partition: int
+    ) -> bool:
+        """A replica the catalogue no longer places here, of a partition that still exists,
+        is deleted only once the partition leader's configuration leaves it out: a
+        reassignment replaced while it moved here may have added it to the group without
+        recording it (a stray member, which acknowledged entries: deleting its log then
+        could lose them). The driver removes strays; until then, and while no leader
+        answers, the replica stays (checked again in REPLICA_DELETE_RECHECK_S)."""
+        info = state.topics.get(topic)
+        if info is None or info.topic_id != topic_id or partition >= len(info.partitions):
+            return False  # the topic was deleted: its group is gone everywhere
+        if info.partitions[partition].status == PARTITION_GONE:
+            return False
+        try:  # bounded: reconciling (new replicas to open) waits for this answer
+            progress = await asyncio.wait_for(
+                self._operations.partition_progress(info, partition), REPLICA_DELETE_RECHECK_S
+            )
+            member = self._ctx.config.node_id in progress["members"]
+        except (errors.DmqError, TimeoutError) as exc:
+            _log.info("keeping replica %s-%d until its leader answers: %r", topic, partition, exc)
+            member = True
+        if member:
+            asyncio.get_running_loop().call_later(REPLICA_DELETE_RECHECK_S, self.wanted.set)
+        return member
+
+    async def _drop_unplaced_dirs(self, state: MetadataState) -> None:
+        """The directories `remove_orphans` left at start-up (a partition that exists but
+        is not placed here): deleted once its leader says this broker is not a member,
+        kept (and opened from them) if the catalogue places the partition here again."""
+        by_id = {info.topic_id: info for info in state.topics.values()}
+        for (topic_id, partition), paths in list(self._unplaced_dirs.items()):
+            info = by_id.get(topic_id)
+            placement = (
+                info.partitions[partition]
+                if info is not None and partition < len(info.partitions)
+                else None
+            )
+            if placement is not None and hosts_replica(placement, self._ctx.config.node_id):
+                del self._unplaced_dirs[(topic_id, partition)]  # reconcile opens them
+                continue
+            name = info.name if info is not None else ""
+            if await self._still_a_member(state, name, topic_id, partition):
+                continue
+            del self._unplaced_dirs[(topic_id, partition)]
+            for path in paths:
+                _log.info("removing directory %s: not a member of its group", path)
+                shutil.rmtree(path, ignore_errors=True)
+
+    async def _open_replica(
+        self, info: TopicInfo, partition: int, members: tuple[str, ...]
+    ) -> PartitionReplica:
+        assert self._ctx.raft_node is not None
+        key = f"{info.name}-{partition}"
+        c = self._ctx.config
+
+        def fetch_missing(start_offset: int, end_offset: int) -> Any:
+            return self._fetch_missing(info.name, partition, members, start_offset, end_offset)
+
+        replica = PartitionReplica(
+            info.name,
+            info.topic_id,
+            partition,
+            self._partition_dir(info.name, partition),
+            log_config_for(dict(info.config), c),
+            self._ctx.replicas.executor_for(key),
+            self._ctx.raft_node,
+            sorted(members),
+            fetch_missing,
+            queue_depth_max=c.produce_queue_depth_max,
+            queue_bytes_max=c.produce_queue_bytes_max,
+            timeout_s=self._ctx.timeout_s,
+        )
+        await replica.open()
+        self._ctx.replicas.add(replica)
+        return replica
+
+    def _partition_dir(self, topic: str, partition: int) -> Path:
+        return self._ctx.data_dir / "partitions" / f"{topic}-{partition}"
+
+    def _fetch_missing(
+        self, topic: str, partition: int, members: tuple[str, ...], start: int, end: int
+    ) -> Any:
+        """Tick thread (a snapshot's restore): batches [start, end) from another replica,
+        the leader first. Blocking: this node's groups wait while it copies."""
+        replica = self._ctx.replicas.get(topic, partition)
+        leader = replica.raft.status().leader_id if replica and replica.raft else None
+        # The placement now (a reassignment may have changed it since the replica opened).
+        info = self._ctx.metadata.state.topics.get(topic)
+        if info is not None and partition < len(info.partitions):
+            members = tuple(dict.fromkeys((*info.partitions[partition].replicas, *members)))
+        order = sorted(m for m in members if m != self._ctx.config.node_id)
+        if leader in order:
+            order.remove(leader)
+            order.insert(0, leader)
+        last: Exception = errors.BrokerUnavailable(
+            f"no replica of {topic}-{partition} to copy from"
+        )
+        for node_id in order:
+            addr = self._routing.http_addr_of(node_id)
+            if addr is None:
+                continue
+            try:
+                # Materialised here: a failure halfway must not leave half a copy behind
+                # the caller's back (restore then stops the node, see raft/README.md).
+                return list(
+                    fetch_batches_blocking(addr, topic, partition, start, end, self._ctx.timeout_s)
+                )
+            except errors.DmqError as exc:
+                last = exc
+        raise last
+
+    def remove_orphans(self) -> None:
+        """Directories of replicas no longer placed here, that a crash left behind.
+
+        Only topic ids below the catalogue's next_topic_id are judged: a newer one may
+        belong to a topic this broker has not heard of yet (its state lags). Those of a
+        partition that still exists wait for its leader's word (`_drop_unplaced_dirs`).
+        """
+        state = self._ctx.metadata.state
+        node_id = self._ctx.config.node_id
+        placed = {
+            (info.topic_id, p)
+            for info in state.topics.values()
+            for p, placement in enumerate(info.partitions)
+            if hosts_replica(placement, node_id)
+        }
+        existing = {
+            (info.topic_id, p)
+            for info in state.topics.values()
+            for p, placement in enumerate(info.partitions)
+            if placement.status != PARTITION_GONE
+        }
+
+        def remove(key: tuple[int, int], path: Path, what: str) -> None:
+            if key in existing:
+                self._unplaced_dirs.setdefault(key, []).append(path)
+                return
+            _log.info("removing orphan %s directory %s", what, path)
+            shutil.rmtree(path)
+
+        root = self._ctx.data_dir / "partitions"
+        for path in sorted(root.iterdir()) if root.exists() else []:
+            try:
+                topic_id = int((path / TOPIC_ID_FILE).read_text())
+                partition = int(path.name.rpartition("-")[2])
+            except (OSError, ValueError):
+                continue  # not ours to judge
+            if topic_id < state.next_topic_id and (topic_id, partition) not in placed:
+                remove((topic_id, partition), path, "partition")
+        groups = self._ctx.data_dir / "raft" / "groups"
+        for path in sorted(groups.iterdir()) if groups.exists() else []:
+            if not path.name.isdigit() or int(path.name) == 0:
+                continue
+            topic_id, partition = divmod(int(path.name), GROUPS_PER_TOPIC)
+            if topic_id < state.next_topic_id and (topic_id, partition) not in placed:
+                remove((topic_id, partition), path, "raft group")

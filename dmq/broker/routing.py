@@ -1,0 +1,170 @@
+"""Which broker serves what: topic views, partition leaders, brokers' HTTP addresses.
+
+Every service asks here rather than reading the catalogue itself:
+
+- `view` / `topic`: a catalogue topic as the request paths read it, built once per
+  metadata version (a produce must not rebuild the active partitions per record);
+- `leader_of`: the partition's leader as known here, the local replica's Raft view first,
+  else the catalogue's last report (leaders are reported once a second, cluster.py);
+- `serving_replica`: the replica that answers a read here, or `ForwardRequest` to the
+  leader's broker (the HTTP layer relays it once, http_api/forward.py);
+- `http_addr_of` / `voter_http_addrs`: where another broker listens.
+"""
+
+from __future__ import annotations
+
+import time
+
+from dmq import errors, planted
+from dmq.broker.context import BrokerContext
+from dmq.broker.types import ForwardRequest, TopicView
+from dmq.metadata.machine import PARTITION_ACTIVE, PARTITION_GONE
+from dmq.partition.replica import PartitionReplica
+from raft import quiesce
+from raft.node import Replica
+
+
+class Routing:
+    """Lookups over this broker's catalogue and replicas; no state but the views cache."""
+
+    def __init__(self, ctx: BrokerContext) -> None:
+        self._ctx = ctx
+        self._views: dict[str, TopicView] = {}
+        self._views_version = -1
+
+    def view(self, name: str) -> TopicView | None:
+        state = self._ctx.metadata.state
+        if state.metadata_version != self._views_version:
+            self._views = {}
+            self._views_version = state.metadata_version
+        view = self._views.get(name)
+        if view is None:
+            info = state.topics.get(name)
+            if info is None:
+                return None
+            view = TopicView(
+                info.name,
+                info.topic_id,
+                len(info.partitions),
+                info.replication_factor,
+                dict(info.config),
+                info,
+                tuple(p for p, pl in enumerate(info.partitions) if pl.status == PARTITION_ACTIVE),
+            )
+            self._views[name] = view
+        return view
+
+    def topic(self, name: str) -> TopicView:
+        """The topic, once the broker is ready; TopicNotFound if the catalogue has none."""
+        self._ctx.check_ready()
+        view = self.view(name)
+        if view is None:
+            raise errors.TopicNotFound(f"topic {name!r} does not exist", field="topic")
+        return view
+
+    def partition_count(self, name: str) -> int | None:
+        """The topic's partition count in this broker's catalogue (None: no such topic)."""
+        view = self.view(name) if self._ctx.metadata_service is not None else None
+        return None if view is None else view.partitions
+
+    @staticmethod
+    def check_partition(topic: TopicView, partition: int) -> None:
+        if not 0 <= partition < topic.partitions:
+            raise errors.PartitionNotFound(
+                f"topic {topic.name!r} has partitions 0..{topic.partitions - 1}, not {partition}",
+                field="partition",
+                limit=topic.partitions - 1,
+            )
+        if topic.info.partitions[partition].status == PARTITION_GONE:
+            raise errors.PartitionGone(
+                f"partition {partition} of {topic.name!r} was decommissioned and is gone "
+                "(retention removed its records)",
+                field="partition",
+            )
+
+    def leader_of(self, view: TopicView, partition: int) -> str | None:
+        """The partition's leader as known here: the local replica's Raft view, else the
+        catalogue's last report."""
+        replica = self._ctx.replicas.get(view.name, partition)
+        if replica is not None and replica.raft is not None:
+            leader = replica.raft.status().leader_id
+            if leader is not None:
+                return leader
+        return view.info.partitions[partition].leader
+
+    def http_addr_of(self, node_id: str) -> str | None:
+        info = self._ctx.metadata.state.brokers.get(node_id)
+        return None if info is None else info.http_addr
+
+    def voter_http_addrs(self) -> list[str]:
+        """The other voters' HTTP addresses: registered ones, else a guess for the first
+        contact. The voters are the catalogue's (`MetadataState.voters`, recorded after
+        each change of group 0), the configured `metadata_voters` only until the catalogue
+        has any.
+
+        An observer knows the voters' Raft addresses from `peers` but not their HTTP
+        addresses until it has the catalogue: it first tries each voter's Raft host with
+        this broker's own HTTP port (brokers usually share one port; see dmq/README.md).
+        """
+        metadata = self._ctx.metadata_service
+        config = self._ctx.config
+        state = metadata.state if metadata is not None else None
+        voters = metadata.voters if metadata is not None else config.voters
+        out = []
+        for voter in voters:
+            if voter == config.node_id:
+                continue  # a broker asks the others (a promoting one is not served yet)
+            info = state.brokers.get(voter) if state is not None else None
+            if info is not None:
+                out.append(info.http_addr)
+            elif voter in config.peer_addrs:
+                host = config.peer_addrs[voter].rpartition(":")[0]
+                out.append(f"{host}:{config.http_port}")
+        return out
+
+    def serving_replica(self, topic: str, partition: int, forwarded: bool) -> PartitionReplica:
+        """The replica that answers a read here, or ForwardRequest to the leader's broker.
+
+        Reads go to the partition leader (as Kafka's do), whose high watermark is the
+        newest, and only while it heard from a majority lately (a deposed leader that has
+        not noticed yet would answer stale reads). A relayed request that lands on a
+        broker that does not lead (the catalogue's leader report lags) is not relayed
+        again: it gets NotLeader and the client retries. Answering it from a follower's
+        replica, as before, answered stale reads (both found by jepsen/).
+        """
+        view = self.topic(topic)
+        self.check_partition(view, partition)
+        replica = self._ctx.replicas.local(topic, partition, view.topic_id)
+        raft = None if replica is None else replica.raft
+        status = None if raft is None else raft.status()
+        if replica is not None and raft is not None and status is not None and status.is_leader:
+            # A new leader serves reads once its election no-op is applied (before, its
+            # high watermark may lag what the previous leader acknowledged: found by
+            # jepsen/ at leadership transfers during replica moves).
+            if status.leader_ready and _majority_heard_lately(raft):
+                return replica
+        elif replica is not None and planted.active("stale-read"):
+            return replica
+        leader = self.leader_of(view, partition)
+        addr = None if leader is None else self.http_addr_of(leader)
+        if forwarded or addr is None or leader == self._ctx.node_id:
+            raise errors.NotLeader(
+                f"partition {topic}-{partition} has no leader reachable from here yet",
+                retry_after_ms=200,
+            )
+        raise ForwardRequest(addr)
+
+
+def _majority_heard_lately(raft: Replica) -> bool:
+    """A leader serves reads only while a majority of its group was heard from within half
+    an election timeout, counted from no later than the end of the node's last Raft round:
+    a leader cut off from the others (or paused, then resumed) keeps thinking it leads
+    until a round processes the newer term, while the others have elected another and
+    committed more, and would answer stale reads (found by jepsen/). Node-level
+    liveness, not a per-group lease: it narrows that window, it does not prove it closed."""
+    lease_s = raft.node.config.election_timeout_min_s / 2
+    wake = quiesce.leader_wake_at(
+        raft.node.network.last_heard, raft.followers, len(raft.members), lease_s
+    )
+    now = time.monotonic()
+    return now < raft.node.round_done_at + lease_s and (wake is None or now < wake)
