@@ -30,7 +30,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import base64
-import dataclasses
 import importlib
 import json
 import os
@@ -39,11 +38,22 @@ import threading
 import time
 from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import IO, Any, BinaryIO, TextIO
 
 from dmq.cli import cluster as cli_cluster
+from dmq.cli._common import (
+    Subparsers,
+    UsageError,
+    _config_item,
+    _non_negative_int,
+    _offset_spec,
+    _positive_int,
+    _separator,
+    as_dict,
+    parse_time_ms,
+    print_table,
+)
 from dmq.cli.group import add_group, consume_group
 from dmq.client import (
     AsyncAdmin,
@@ -73,78 +83,6 @@ _POLL_TIMEOUT_MS = 1_000
 _POLL_RECORDS_MAX = 500
 
 
-class UsageError(Exception):
-    """A command line that parses but makes no sense; exits with status 2."""
-
-
-# --------------------------------------------------------------------------- parsing
-
-
-def _config_item(text: str) -> tuple[str, Any]:
-    """`KEY=VALUE` for --config; an integer VALUE (e.g. -1) is sent as a JSON number."""
-    key, sep, value = text.partition("=")
-    if not sep or not key:
-        raise argparse.ArgumentTypeError(f"expected KEY=VALUE, got {text!r}")
-    try:
-        return key, int(value)
-    except ValueError:
-        return key, value
-
-
-def _offset_spec(text: str) -> int | str:
-    if text in ("earliest", "latest"):
-        return text
-    try:
-        offset = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(
-            f"expected earliest, latest or an offset, got {text!r}"
-        ) from None
-    if offset < 0:
-        raise argparse.ArgumentTypeError("an offset is >= 0")
-    return offset
-
-
-def parse_time_ms(text: str) -> int:
-    """Milliseconds since the epoch, or ISO 8601 (UTC unless it carries an offset)."""
-    if text.lstrip("-").isdigit():
-        return int(text)
-    try:
-        moment = datetime.fromisoformat(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(
-            f"expected milliseconds since the epoch or ISO 8601, got {text!r}"
-        ) from None
-    if moment.tzinfo is None:
-        moment = moment.replace(tzinfo=UTC)
-    return int(moment.timestamp() * 1000)
-
-
-def _positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"expected an integer >= 1, got {value}")
-    return value
-
-
-def _non_negative_int(text: str) -> int:
-    value = int(text) if text.isdigit() else -1
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"expected an integer >= 0, got {text!r}")
-    return value
-
-
-def _separator(text: str) -> bytes:
-    """A key separator; `\\t` and `\\n`-style escapes are understood (e.g. --key-separator '\\t')."""
-    raw = text.encode("utf-8").decode("unicode_escape").encode("utf-8")
-    if not raw:
-        raise argparse.ArgumentTypeError("the key separator may not be empty")
-    return raw
-
-
 def build_parser() -> argparse.ArgumentParser:
     default_url = os.environ.get(URL_ENV) or URL_DEFAULT
     parser = argparse.ArgumentParser(
@@ -165,9 +103,6 @@ def build_parser() -> argparse.ArgumentParser:
     add_group(commands, url, parse_time_ms)
     _add_bench(commands)
     return parser
-
-
-Subparsers = Any  # argparse's _SubParsersAction is private
 
 
 def _add_serve(commands: Subparsers) -> None:
@@ -504,7 +439,7 @@ def _cmd_cluster_status(args: argparse.Namespace) -> int:
         )
         for b in doc["brokers"]
     ]
-    _print_table(rows)
+    print_table(rows)
     print()
     rows = [("GROUP", "PARTITION", "LEADER", "TERM", "COMMIT", "REPLICAS (node:applied:lag)")]
     for g in doc["groups"]:
@@ -523,7 +458,7 @@ def _cmd_cluster_status(args: argparse.Namespace) -> int:
                 replicas,
             )
         )
-    _print_table(rows)
+    print_table(rows)
     print()  # every running operation (or "no operation running"), as `cluster operations`
     cli_cluster.render_operations(asyncio.run(cli_cluster.operations_of(args.url)), sys.stdout)
     return 0
@@ -554,11 +489,11 @@ def _cmd_topic_list(args: argparse.Namespace) -> int:
 
     topics = asyncio.run(listing())
     if args.json:
-        print(json.dumps({"topics": [_as_dict(t) for t in topics]}, indent=2))
+        print(json.dumps({"topics": [as_dict(t) for t in topics]}, indent=2))
         return 0
     rows = [("TOPIC", "PARTITIONS", "REPLICATION")]
     rows += [(t.name, str(t.partitions), str(t.replication_factor)) for t in topics]
-    _print_table(rows)
+    print_table(rows)
     return 0
 
 
@@ -569,7 +504,7 @@ def _cmd_topic_describe(args: argparse.Namespace) -> int:
 
     description = asyncio.run(describe())
     if args.json:
-        print(json.dumps(_as_dict(description), indent=2))
+        print(json.dumps(as_dict(description), indent=2))
     else:
         _print_description(description)
     return 0
@@ -602,18 +537,6 @@ def _cmd_topic_delete(args: argparse.Namespace) -> int:
     return 0
 
 
-def _as_dict(value: Any) -> dict[str, Any]:
-    """A value type (a dataclass) as JSON-ready data."""
-    return dataclasses.asdict(value)
-
-
-def _print_table(rows: Sequence[Sequence[str]], out: TextIO | None = None) -> None:
-    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
-    for row in rows:
-        line = "  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True))
-        print(line.rstrip(), file=out or sys.stdout)
-
-
 def _print_description(description: TopicDescription) -> None:
     print(
         f"topic {description.name}: {description.partition_count} partitions, "
@@ -633,7 +556,7 @@ def _print_description(description: TopicDescription) -> None:
         )
         for p in description.partitions
     ]
-    _print_table(rows)
+    print_table(rows)
 
 
 # --------------------------------------------------------------------------- produce
