@@ -28,6 +28,7 @@ import pytest
 from test_client_fake_broker import FakeBroker, serving
 
 from dmq import cli
+from dmq.cli import produce
 from dmq.client import ConsumerRecord
 from dmq.config import load_config
 from dmq.errors import InvalidRequest
@@ -145,22 +146,22 @@ def test_bench_log_has_the_options_of_the_benchmark() -> None:
 
 
 def test_split_key_at_the_first_separator() -> None:
-    assert cli.split_key(b"k:v:w", b":", 1) == (b"k", b"v:w")
-    assert cli.split_key(b"plain", None, 1) == (None, b"plain")
-    assert cli.split_key(b":v", b":", 1) == (b"", b"v")
+    assert produce.split_key(b"k:v:w", b":", 1) == (b"k", b"v:w")
+    assert produce.split_key(b"plain", None, 1) == (None, b"plain")
+    assert produce.split_key(b":v", b":", 1) == (b"", b"v")
     with pytest.raises(InvalidRequest, match="line 7"):
-        cli.split_key(b"nokey", b":", 7)
+        produce.split_key(b"nokey", b":", 7)
     assert parse("produce", "t", "--key-separator", "\\t").key_separator == b"\t"
 
 
 def test_read_lines_handles_endings_and_lines_across_chunks() -> None:
-    long = b"x" * (cli._READ_CHUNK_BYTES + 10)  # crosses a chunk boundary
+    long = b"x" * (produce._READ_CHUNK_BYTES + 10)  # crosses a chunk boundary
     data = b"a\r\nb\n\n" + long + b"\nlast"
 
     async def collect() -> tuple[list[bytes], int]:
         lines: list[bytes] = []
         consumed = 0
-        async for chunk, so_far in cli.read_lines(io.BytesIO(data)):
+        async for chunk, so_far in produce.read_lines(io.BytesIO(data)):
             lines += chunk
             consumed = so_far
         return lines, consumed
@@ -191,7 +192,7 @@ def test_format_record_as_lines_and_json() -> None:
 def test_progress_bar_draws_at_most_once_per_interval() -> None:
     now = [0.0]
     out = io.StringIO()
-    bar = cli.ProgressBar(2 * 1024 * 1024, out, width=10, interval_s=1.0, clock=lambda: now[0])
+    bar = produce.ProgressBar(2 * 1024 * 1024, out, width=10, interval_s=1.0, clock=lambda: now[0])
     bar.update(1024 * 1024, 10)
     bar.update(1024 * 1024 + 1, 11)  # same instant: not drawn
     now[0] = 1.0
