@@ -28,7 +28,7 @@ import pytest
 from test_client_fake_broker import FakeBroker, serving
 
 from dmq import cli
-from dmq.cli import produce
+from dmq.cli import consume, produce
 from dmq.client import ConsumerRecord
 from dmq.config import load_config
 from dmq.errors import InvalidRequest
@@ -171,9 +171,9 @@ def test_read_lines_handles_endings_and_lines_across_chunks() -> None:
 
 def test_format_record_as_lines_and_json() -> None:
     record = ConsumerRecord("t", 1, 5, 1700000000000, b"k", b"v", (("h", b"x"),))
-    assert cli.format_record(record, "lines") == b"v\n"
-    assert cli.format_record(record, "lines", b"\t") == b"k\tv\n"
-    assert json.loads(cli.format_record(record, "json")) == {
+    assert consume.format_record(record, "lines") == b"v\n"
+    assert consume.format_record(record, "lines", b"\t") == b"k\tv\n"
+    assert json.loads(consume.format_record(record, "json")) == {
         "topic": "t",
         "partition": 1,
         "offset": 5,
@@ -183,10 +183,10 @@ def test_format_record_as_lines_and_json() -> None:
         "headers": [{"key": "h", "value": "x"}],
     }
     binary = ConsumerRecord("t", 0, 0, 0, None, b"\xff", ())
-    assert json.loads(cli.format_record(binary, "json"))["value"] == "/w=="
-    assert json.loads(cli.format_record(binary, "json"))["value_encoding"] == "base64"
+    assert json.loads(consume.format_record(binary, "json"))["value"] == "/w=="
+    assert json.loads(consume.format_record(binary, "json"))["value_encoding"] == "base64"
     tombstone = ConsumerRecord("t", 0, 0, 0, b"k", None, ())
-    assert json.loads(cli.format_record(tombstone, "json"))["value"] is None
+    assert json.loads(consume.format_record(tombstone, "json"))["value"] is None
 
 
 def test_progress_bar_draws_at_most_once_per_interval() -> None:
