@@ -28,30 +28,21 @@ This module is the one place that assembles every layer, so it imports the heavy
 from __future__ import annotations
 
 import argparse
-import asyncio
-import importlib
-import json
 import os
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
 
-from dmq.cli import cluster as cli_cluster
 from dmq.cli._common import (
     Subparsers,
     UsageError,
-    print_table,
 )
+from dmq.cli.cluster import add_cluster
 from dmq.cli.consume import add_consume
 from dmq.cli.group import add_group
 from dmq.cli.produce import add_produce
+from dmq.cli.serve import add_serve
 from dmq.cli.topic import add_topic
-from dmq.client import (
-    AsyncAdmin,
-)
-from dmq.config import add_arguments as add_broker_arguments
-from dmq.config import load_config
 from dmq.errors import DmqError
 
 URL_DEFAULT = "http://127.0.0.1:8080"
@@ -70,36 +61,14 @@ def build_parser() -> argparse.ArgumentParser:
     url = argparse.ArgumentParser(add_help=False)
     url.add_argument("--url", default=argparse.SUPPRESS, help="broker URL (as before the command)")
     commands = parser.add_subparsers(dest="command", metavar="COMMAND")
-    _add_serve(commands)
+    add_serve(commands)
     add_topic(commands, url)
     add_produce(commands, url)
     add_consume(commands, url)
-    _add_cluster(commands, url)
+    add_cluster(commands, url)
     add_group(commands, url)
     _add_bench(commands)
     return parser
-
-
-def _add_serve(commands: Subparsers) -> None:
-    serve = commands.add_parser(
-        "serve",
-        help="run a broker",
-        description="Run a broker. Every setting is a flag, an environment variable "
-        "DMQ_<NAME> or a key of the TOML --config file, in that precedence.",
-    )
-    add_broker_arguments(serve)
-    serve.set_defaults(handler=_cmd_serve)
-
-
-def _add_cluster(commands: Subparsers, url: argparse.ArgumentParser) -> None:
-    cluster = commands.add_parser("cluster", help="the cluster's brokers and Raft groups")
-    actions = cluster.add_subparsers(dest="cluster_command", metavar="ACTION", required=True)
-    status = actions.add_parser(
-        "status", parents=[url], help="brokers; per group its leader, term, commit index, lag"
-    )
-    status.add_argument("--json", action="store_true", help="print the answer as JSON")
-    status.set_defaults(handler=_cmd_cluster_status)
-    cli_cluster.add_cluster_operations(actions, url)
 
 
 def _add_bench(commands: Subparsers) -> None:
@@ -201,16 +170,7 @@ def _silence_stdout() -> None:
         pass
 
 
-# --------------------------------------------------------------------------- serve, bench
-
-
-def _cmd_serve(args: argparse.Namespace) -> int:
-    config = cli_cluster.resolve_join(load_config(vars(args), config_file=args.config))
-    try:  # the whole broker: only this command needs it
-        server = importlib.import_module("dmq.server")
-    except ImportError as exc:
-        raise DmqError(f"cannot load the broker (dmq.server): {exc}") from exc
-    return int(server.serve(config))
+# --------------------------------------------------------------------------- bench
 
 
 def _cmd_bench_log(args: argparse.Namespace) -> int:
@@ -259,53 +219,4 @@ def _cmd_bench_spark(args: argparse.Namespace) -> int:
         spark_bench.run(args)
     except ValueError as exc:
         raise UsageError(str(exc)) from exc
-    return 0
-
-
-# --------------------------------------------------------------------------- cluster
-
-
-def _cmd_cluster_status(args: argparse.Namespace) -> int:
-    async def status() -> dict[str, Any]:
-        async with AsyncAdmin(args.url) as admin:
-            return await admin.cluster_status()
-
-    doc = asyncio.run(status())
-    if args.json:
-        print(json.dumps(doc, indent=2))
-        return 0
-    print(f"cluster {doc['cluster_id']}, metadata voters {','.join(doc['metadata_voters'])}")
-    rows: list[tuple[str, ...]] = [("BROKER", "HTTP", "RAFT", "LIVE", "REACHABLE")]
-    rows += [
-        (
-            b["node_id"],
-            b["http_addr"],
-            b["raft_addr"],
-            "yes" if b["live"] else "no",
-            "yes" if b.get("reachable") else "no",
-        )
-        for b in doc["brokers"]
-    ]
-    print_table(rows)
-    print()
-    rows = [("GROUP", "PARTITION", "LEADER", "TERM", "COMMIT", "REPLICAS (node:applied:lag)")]
-    for g in doc["groups"]:
-        where = "metadata" if g["topic"] is None else f"{g['topic']}-{g['partition']}"
-        replicas = " ".join(
-            f"{r['node_id']}:{r['last_applied']}:{'-' if r['lag'] is None else r['lag']}"
-            for r in g["replicas"]
-        )
-        rows.append(
-            (
-                str(g["group_id"]),
-                where,
-                g["leader"] or "-",
-                str(g["term"]),
-                str(g["commit_index"]),
-                replicas,
-            )
-        )
-    print_table(rows)
-    print()  # every running operation (or "no operation running"), as `cluster operations`
-    cli_cluster.render_operations(asyncio.run(cli_cluster.operations_of(args.url)), sys.stdout)
     return 0
