@@ -6,9 +6,9 @@ max_record_bytes...). tests/http_api/test_http_openapi.py checks that it is a va
 OpenAPI 3.1 document and that its paths and methods are exactly the router's; the
 schemathesis test then holds the running broker to it.
 
-Shape: `openapi_document(config)` is one dict literal; small helpers build the
-repeated parts (parameters, JSON bodies, error responses) and `_schemas` holds the
-named schemas under components.
+Shape: `openapi_document(config)` is one dict literal; http_api/openapi_schema.py's
+helpers build the repeated parts (parameters, JSON bodies, error responses) and
+`_schemas` holds the named schemas under components, with openapi_groups' ones.
 """
 
 from __future__ import annotations
@@ -18,71 +18,39 @@ from typing import Any
 from dmq import __version__, limits
 from dmq.config import BrokerConfig
 from dmq.topics import TOPIC_CONFIG_KEYS
+from http_api.openapi_groups import group_paths, group_schemas
+from http_api.openapi_schema import (
+    BATCH,
+    BATCHES,
+    CONSISTENCY_PARAMETER,
+    ENCODING,
+    ERROR_STATUSES,
+    INT32_MAX,
+    INT64_MAX,
+    INTERNAL,
+    JSON,
+    NDJSON,
+    NULLABLE_STRING,
+    OFFSET,
+    OFFSET_HEADERS,
+    PARTITION_PARAMETER,
+    TEXT,
+    TOPIC_PARAMETER,
+    error_response,
+    error_schema,
+    integer,
+    json_body,
+    object_schema,
+    offset_header,
+    ok,
+    operation,
+    or_null,
+    query,
+    ref,
+)
 from http_api.operations import METADATA_VOTERS_LIST_MAX
 
-JSON = "application/json"
-NDJSON = "application/x-ndjson"
-TEXT = "text/plain"
-BATCH = "application/vnd.dmq.batch"  # http_api.app.BATCH_CONTENT_TYPE (app imports us)
-BATCHES = "application/vnd.dmq.batches"  # http_api.app.BATCHES_CONTENT_TYPE
-
-INT64_MAX = 2**63 - 1
-INT32_MAX = 2**31 - 1
-
-# Status -> (description, the error codes it carries, whether it carries Retry-After).
-# The codes are the `code` of the dmq.errors classes that http_api.errors.STATUS_TABLE
-# maps to the status (a test checks the two agree), plus the middleware's own codes.
-ERROR_STATUSES: dict[int, tuple[str, tuple[str, ...], bool]] = {
-    400: (
-        "malformed body or parameter",
-        ("invalid_request", "invalid_config", "client_error"),
-        False,
-    ),
-    404: (
-        "no such topic, partition, group or route",
-        ("topic_not_found", "partition_not_found", "group_not_found", "not_found"),
-        False,
-    ),
-    405: ("method not allowed on this path", ("method_not_allowed",), False),
-    406: ("data that is not UTF-8 asked for as a string", ("not_acceptable",), False),
-    409: (
-        "the topic already exists; or a group member must rejoin (unknown_member), catch up "
-        "(stale_generation), the group must be empty, or use the group's assignor",
-        (
-            "topic_already_exists",
-            "group_conflict",
-            "unknown_member",
-            "stale_generation",
-            "group_not_empty",
-            "inconsistent_assignor",
-            "producer_fenced",
-            "out_of_order_sequence",
-            "partition_decommissioned",
-            "operation_conflict",
-        ),
-        False,
-    ),
-    410: (
-        "the partition was decommissioned and removed (its number is never reused)",
-        ("partition_gone",),
-        False,
-    ),
-    413: (
-        "record, key, headers, batch, record count or body over its limit",
-        ("record_too_large",),
-        False,
-    ),
-    415: ("unsupported Content-Type", ("unsupported_media_type",), False),
-    416: ("offset outside [log_start_offset, log_end_offset]", ("offset_out_of_range",), False),
-    429: ("a bounded queue is full; retry after Retry-After", ("backpressure",), True),
-    500: ("the broker's data is broken, or a bug", ("storage_error", "internal_error"), False),
-    503: (
-        "not leader, starting or stopping",
-        ("not_leader", "broker_unavailable", "retriable"),
-        True,
-    ),
-    504: ("the operation did not complete in time", ("request_timeout",), True),
-}
+__all__ = ["ERROR_STATUSES", "openapi_document"]
 
 
 def openapi_document(config: BrokerConfig) -> dict[str, Any]:
@@ -97,108 +65,111 @@ def openapi_document(config: BrokerConfig) -> dict[str, Any]:
         "paths": _paths(config),
         "components": {
             "schemas": _schemas(config),
-            "responses": {f"Error{status}": _error_response(status) for status in ERROR_STATUSES},
+            "responses": {f"Error{status}": error_response(status) for status in ERROR_STATUSES},
             "headers": {
                 "Retry-After": {
                     "description": "seconds to wait before retrying",
                     "schema": {"type": "integer", "minimum": 1},
                 },
-                **{name: _offset_header(text) for name, text in _OFFSET_HEADERS.items()},
+                **{name: offset_header(text) for name, text in OFFSET_HEADERS.items()},
             },
         },
     }
 
 
 def _paths(config: BrokerConfig) -> dict[str, Any]:
-    from http_api.openapi_groups import group_paths  # it builds on this module's helpers
-
     return {
         **group_paths(config),
-        "/healthz": {"get": _op("healthz", "The process is up", {"200": _ok("Status")})},
+        "/healthz": {"get": operation("healthz", "The process is up", {"200": ok("Status")})},
         "/readyz": {
-            "get": _op(
-                "readyz", "The broker serves requests", {"200": _ok("Status")}, errors=(503,)
+            "get": operation(
+                "readyz", "The broker serves requests", {"200": ok("Status")}, errors=(503,)
             )
         },
-        "/openapi.json": {"get": _op("openapi", "This document", {"200": _ok({"type": "object"})})},
+        "/openapi.json": {
+            "get": operation("openapi", "This document", {"200": ok({"type": "object"})})
+        },
         "/v1/cluster": {
-            "get": _op("cluster", "Cluster id, brokers, this node", {"200": _ok("Cluster")})
+            "get": operation("cluster", "Cluster id, brokers, this node", {"200": ok("Cluster")})
         },
         "/v1/cluster/status": {
-            "get": _op(
+            "get": operation(
                 "cluster_status",
                 "Brokers, and per Raft group its leader, term, commit index and replica lag",
-                {"200": _ok("ClusterStatus")},
+                {"200": ok("ClusterStatus")},
                 errors=(503,),
             )
         },
         **_internal_paths(config),
         **_operations_paths(),
         "/v1/topics": {
-            "get": _op(
+            "get": operation(
                 "list_topics",
                 "List topics",
-                {"200": _ok("TopicList")},
-                parameters=[_CONSISTENCY],
+                {"200": ok("TopicList")},
+                parameters=[CONSISTENCY_PARAMETER],
                 errors=(400, 503),
             ),
-            "post": _op(
+            "post": operation(
                 "create_topic",
                 "Create a topic (only name is required)",
-                {"201": _ok("TopicDescription", "the new topic")},
-                body=_json_body("CreateTopicRequest"),
+                {"201": ok("TopicDescription", "the new topic")},
+                body=json_body("CreateTopicRequest"),
                 errors=(400, 409, 413, 503),
             ),
         },
         "/v1/topics/{topic}": {
-            "parameters": [_TOPIC],
-            "get": _op(
+            "parameters": [TOPIC_PARAMETER],
+            "get": operation(
                 "describe_topic",
                 "Config, placement and this broker's per-partition offsets",
-                {"200": _ok("TopicDescription")},
-                parameters=[_CONSISTENCY],
+                {"200": ok("TopicDescription")},
+                parameters=[CONSISTENCY_PARAMETER],
                 errors=(400, 404, 503),
             ),
-            "delete": _op(
+            "delete": operation(
                 "delete_topic",
                 "Delete a topic and its data",
-                {"200": _ok("Deleted")},
+                {"200": ok("Deleted")},
                 errors=(404, 503),
             ),
         },
         "/v1/topics/{topic}/config": {
-            "parameters": [_TOPIC],
-            "patch": _op(
+            "parameters": [TOPIC_PARAMETER],
+            "patch": operation(
                 "alter_topic_config",
                 "Update topic config keys",
-                {"200": _ok("TopicDescription")},
-                body=_json_body("AlterConfigRequest"),
+                {"200": ok("TopicDescription")},
+                body=json_body("AlterConfigRequest"),
                 errors=(400, 404, 413, 503),
             ),
         },
         "/v1/topics/{topic}/partitions": {
-            "parameters": [_TOPIC],
-            "post": _op(
+            "parameters": [TOPIC_PARAMETER],
+            "post": operation(
                 "add_partitions",
                 "Grow the topic to `count` partitions (the new total)",
-                {"200": _ok("TopicDescription")},
-                body=_json_body("AddPartitionsRequest"),
+                {"200": ok("TopicDescription")},
+                body=json_body("AddPartitionsRequest"),
                 errors=(400, 404, 413, 503),
             ),
         },
-        "/v1/topics/{topic}/records": {"parameters": [_TOPIC], "post": _produce_op(config)},
+        "/v1/topics/{topic}/records": {
+            "parameters": [TOPIC_PARAMETER],
+            "post": _produce_op(config),
+        },
         "/v1/topics/{topic}/partitions/{partition}/records": {
-            "parameters": [_TOPIC, _PARTITION],
+            "parameters": [TOPIC_PARAMETER, PARTITION_PARAMETER],
             "get": _fetch_op(config),
         },
         "/v1/topics/{topic}/partitions/{partition}/offsets": {
-            "parameters": [_TOPIC, _PARTITION],
-            "get": _op(
+            "parameters": [TOPIC_PARAMETER, PARTITION_PARAMETER],
+            "get": operation(
                 "list_offsets",
                 "Earliest and latest offsets; with `timestamp`, the first offset at or after it",
-                {"200": _ok("Offsets")},
+                {"200": ok("Offsets")},
                 parameters=[
-                    _query("timestamp", _int(0, INT64_MAX), "milliseconds since the epoch")
+                    query("timestamp", integer(0, INT64_MAX), "milliseconds since the epoch")
                 ],
                 errors=(400, 404, 410, 503),
             ),
@@ -206,47 +177,36 @@ def _paths(config: BrokerConfig) -> dict[str, Any]:
     }
 
 
-_CONSISTENCY = {
-    "name": "consistency",
-    "in": "query",
-    "required": False,
-    "schema": {"type": "string", "enum": ["local", "linearizable"], "default": "local"},
-    "description": "local: this broker's applied catalogue; linearizable: after a read "
-    "barrier through the metadata group",
-}
-_INTERNAL = "Internal, broker to broker (dmq/peers.py); not for clients. "
-
-
 def _internal_paths(config: BrokerConfig) -> dict[str, Any]:
     binary = {"application/octet-stream": {"schema": {"type": "string", "format": "binary"}}}
     return {
         "/v1/internal/status": {
-            "get": _op(
+            "get": operation(
                 "internal_status",
-                _INTERNAL + "This broker's replicas as its Raft groups see them",
-                {"200": _ok(_object({}, closed=False))},
+                INTERNAL + "This broker's replicas as its Raft groups see them",
+                {"200": ok(object_schema({}, closed=False))},
             )
         },
         "/v1/internal/partitions/{topic}/{partition}/append": {
-            "parameters": [_TOPIC, _PARTITION],
-            "post": _op(
+            "parameters": [TOPIC_PARAMETER, PARTITION_PARAMETER],
+            "post": operation(
                 "internal_append",
-                _INTERNAL + "Append a RecordBatch to a replica hosted here",
-                {"200": _ok(_object({"base_offset": _or_null(_OFFSET)}, ("base_offset",)))},
+                INTERNAL + "Append a RecordBatch to a replica hosted here",
+                {"200": ok(object_schema({"base_offset": or_null(OFFSET)}, ("base_offset",)))},
                 parameters=[
-                    _query("topic_id", _int(1, 2**62), "the topic's id (required)"),
-                    _query("acks", {"type": "string", "enum": ["0", "1", "all", "-1"]}, "acks"),
-                    _query("log_append_time_ms", _int(0, INT64_MAX), "leader-stamped time"),
+                    query("topic_id", integer(1, 2**62), "the topic's id (required)"),
+                    query("acks", {"type": "string", "enum": ["0", "1", "all", "-1"]}, "acks"),
+                    query("log_append_time_ms", integer(0, INT64_MAX), "leader-stamped time"),
                 ],
                 body={"required": True, "content": binary},
                 errors=(400, 404, 413, 429, 503, 504),
             ),
         },
         "/v1/internal/partitions/{topic}/{partition}/batches": {
-            "parameters": [_TOPIC, _PARTITION],
-            "get": _op(
+            "parameters": [TOPIC_PARAMETER, PARTITION_PARAMETER],
+            "get": operation(
                 "internal_batches",
-                _INTERNAL + "Committed raw batches [start_offset, end_offset) for catch-up",
+                INTERNAL + "Committed raw batches [start_offset, end_offset) for catch-up",
                 {
                     "200": {
                         "description": "concatenated batches; X-Dmq-Next-Offset: the offset "
@@ -256,39 +216,39 @@ def _internal_paths(config: BrokerConfig) -> dict[str, Any]:
                     }
                 },
                 parameters=[
-                    _query("start_offset", _int(0, INT64_MAX), "first offset (required)"),
-                    _query("end_offset", _int(0, INT64_MAX), "end, exclusive (required)"),
+                    query("start_offset", integer(0, INT64_MAX), "first offset (required)"),
+                    query("end_offset", integer(0, INT64_MAX), "end, exclusive (required)"),
                 ],
                 errors=(400, 404, 416, 503),
             ),
         },
         "/v1/internal/metadata/propose": {
-            "post": _op(
+            "post": operation(
                 "internal_metadata_propose",
-                _INTERNAL + "Commit an encoded metadata command (an observer's)",
-                {"200": _ok(_object({"metadata_version": _OFFSET}, ("metadata_version",)))},
+                INTERNAL + "Commit an encoded metadata command (an observer's)",
+                {"200": ok(object_schema({"metadata_version": OFFSET}, ("metadata_version",)))},
                 body={"required": True, "content": binary},
                 errors=(400, 404, 409, 413, 429, 503, 504),
             )
         },
         "/v1/internal/metadata/voters": {
-            "get": _op(
+            "get": operation(
                 "internal_metadata_voters",
-                _INTERNAL + "On the metadata leader only (503 elsewhere), after a read "
+                INTERNAL + "On the metadata leader only (503 elsewhere), after a read "
                 "barrier: group 0's members and the catalogue (voters check their membership)",
-                {"200": _ok(_object({}, closed=False))},
+                {"200": ok(object_schema({}, closed=False))},
                 errors=(503, 504),
             )
         },
         "/v1/internal/metadata": {
-            "get": _op(
+            "get": operation(
                 "internal_metadata",
-                _INTERNAL + "The catalogue, once newer than after_version (long-poll)",
-                {"200": _ok(_object({"state": _object({}, closed=False)}, ("state",)))},
+                INTERNAL + "The catalogue, once newer than after_version (long-poll)",
+                {"200": ok(object_schema({"state": object_schema({}, closed=False)}, ("state",)))},
                 parameters=[
-                    _query("after_version", _int(-1, INT64_MAX, -1), "answer once newer"),
-                    _query("wait_ms", _int(0, config.fetch_wait_ms_max, 0), "longest wait"),
-                    _CONSISTENCY,
+                    query("after_version", integer(-1, INT64_MAX, -1), "answer once newer"),
+                    query("wait_ms", integer(0, config.fetch_wait_ms_max, 0), "longest wait"),
+                    CONSISTENCY_PARAMETER,
                 ],
                 errors=(400, 503, 504),
             )
@@ -299,34 +259,34 @@ def _internal_paths(config: BrokerConfig) -> dict[str, Any]:
 def _operations_paths() -> dict[str, Any]:
     """Cluster operations (http_api/operations.py, dmq/broker/operations.py)."""
     ids = {"type": "array", "items": {"type": "string", "minLength": 1}, "minItems": 1}
-    reassign = _object(
-        {"topic": {"type": "string"}, "partition": _int(0, 2**31 - 1), "replicas": ids},
+    reassign = object_schema(
+        {"topic": {"type": "string"}, "partition": integer(0, 2**31 - 1), "replicas": ids},
         ("topic", "partition", "replicas"),
     )
-    json_object = {"application/json": {"schema": _object({}, closed=False)}}
-    group = {"parameters": [_TOPIC, _PARTITION]}
-    topic_id = [_query("topic_id", _int(1, 2**62), "the topic's id (required)")]
+    json_object = {"application/json": {"schema": object_schema({}, closed=False)}}
+    group = {"parameters": [TOPIC_PARAMETER, PARTITION_PARAMETER]}
+    topic_id = [query("topic_id", integer(1, 2**62), "the topic's id (required)")]
     return {
         "/v1/cluster/reassignments": {
-            "post": _op(
+            "post": operation(
                 "reassign_partition",
                 "Move a partition's replicas to `replicas` (preferred leader first)",
-                {"202": _ok(_object({}, closed=False), "the operation, as recorded")},
+                {"202": ok(object_schema({}, closed=False), "the operation, as recorded")},
                 body={"required": True, "content": {"application/json": {"schema": reassign}}},
                 errors=(400, 404, 413, 503, 504),
             )
         },
         "/v1/cluster/metadata-voters": {
-            "post": _op(
+            "post": operation(
                 "change_metadata_voters",
                 "Change the metadata group's voters to `voters`, one broker at a time "
                 "(added ones first); progress under `metadata_voters` in the operations",
-                {"202": _ok(_object({}, closed=False), "the operation, as recorded")},
+                {"202": ok(object_schema({}, closed=False), "the operation, as recorded")},
                 body={
                     "required": True,
                     "content": {
                         "application/json": {
-                            "schema": _object(
+                            "schema": object_schema(
                                 {"voters": {**ids, "maxItems": METADATA_VOTERS_LIST_MAX}},
                                 ("voters",),
                             )
@@ -337,20 +297,20 @@ def _operations_paths() -> dict[str, Any]:
             )
         },
         "/v1/cluster/operations": {
-            "get": _op(
+            "get": operation(
                 "cluster_operations",
                 "Running reassignments (step, progress 0..1), decommissions and metadata voter changes",
-                {"200": _ok(_object({}, closed=False))},
+                {"200": ok(object_schema({}, closed=False))},
                 errors=(503,),
             )
         },
         "/v1/topics/{topic}/partitions/{partition}/decommission": {
-            "parameters": [_TOPIC, _PARTITION],
-            "post": _op(
+            "parameters": [TOPIC_PARAMETER, PARTITION_PARAMETER],
+            "post": operation(
                 "decommission_partition",
                 "Stop the partition taking new records; it stays readable until retention "
                 "empties it, then it is removed (its number is never reused)",
-                {"202": _ok(_object({}, closed=False))},
+                {"202": ok(object_schema({}, closed=False))},
                 errors=(400, 404, 410, 503, 504),
             ),
         },
@@ -358,39 +318,39 @@ def _operations_paths() -> dict[str, Any]:
             "parameters": [
                 {"name": "broker_id", "in": "path", "required": True, "schema": {"type": "string"}}
             ],
-            "post": _op(
+            "post": operation(
                 "decommission_broker",
                 "Move every replica off the broker, then remove it from the cluster",
-                {"202": _ok(_object({}, closed=False))},
+                {"202": ok(object_schema({}, closed=False))},
                 errors=(400, 404, 503, 504),
             ),
         },
         "/v1/internal/partitions/{topic}/{partition}/log": {
             **group,
-            "get": _op(
+            "get": operation(
                 "internal_replica_log",
-                _INTERNAL + "This broker's replica: whether it leads, its log's start and end",
-                {"200": _ok(_object({}, closed=False))},
+                INTERNAL + "This broker's replica: whether it leads, its log's start and end",
+                {"200": ok(object_schema({}, closed=False))},
                 parameters=topic_id,
                 errors=(400, 404, 503),
             ),
         },
         "/v1/internal/partitions/{topic}/{partition}/progress": {
             **group,
-            "get": _op(
+            "get": operation(
                 "internal_group_progress",
-                _INTERNAL + "The partition leader's view of its group's members and logs",
-                {"200": _ok(_object({}, closed=False))},
+                INTERNAL + "The partition leader's view of its group's members and logs",
+                {"200": ok(object_schema({}, closed=False))},
                 parameters=topic_id,
                 errors=(400, 404, 503),
             ),
         },
         "/v1/internal/partitions/{topic}/{partition}/membership": {
             **group,
-            "post": _op(
+            "post": operation(
                 "internal_group_membership",
-                _INTERNAL + "Add or remove one member of the group (on its leader)",
-                {"200": _ok(_object({"changed": {"type": "boolean"}}, ("changed",)))},
+                INTERNAL + "Add or remove one member of the group (on its leader)",
+                {"200": ok(object_schema({"changed": {"type": "boolean"}}, ("changed",)))},
                 parameters=topic_id,
                 body={"required": True, "content": json_object},
                 errors=(400, 404, 413, 503, 504),
@@ -398,10 +358,10 @@ def _operations_paths() -> dict[str, Any]:
         },
         "/v1/internal/partitions/{topic}/{partition}/transfer": {
             **group,
-            "post": _op(
+            "post": operation(
                 "internal_group_transfer",
-                _INTERNAL + "Hand the group's leadership to a caught-up member",
-                {"200": _ok(_object({"requested": {"type": "boolean"}}, ("requested",)))},
+                INTERNAL + "Hand the group's leadership to a caught-up member",
+                {"200": ok(object_schema({"requested": {"type": "boolean"}}, ("requested",)))},
                 parameters=topic_id,
                 body={"required": True, "content": json_object},
                 errors=(400, 404, 413, 503),
@@ -418,32 +378,32 @@ def _produce_op(config: BrokerConfig) -> dict[str, Any]:
             "schema": {"type": "string", "pattern": "^[0-9]+$"},
         }
     }
-    produced = {**_ok("ProduceResponse"), "headers": count_header}
-    return _op(
+    produced = {**ok("ProduceResponse"), "headers": count_header}
+    return operation(
         "produce",
         "Append records; one offset per record, in request order",
         {"200": produced, "202": {**produced, "description": "acks=0: queued, offsets are null"}},
         parameters=[
-            _query(
+            query(
                 "acks",
                 {"type": "string", "enum": ["all", "1", "0", "-1"], "default": "all"},
                 "when to answer: after commit (all, -1), after append (1), at once (0)",
             ),
-            _query(
+            query(
                 "partition",
-                _int(0, INT32_MAX),
+                integer(0, INT32_MAX),
                 "send every record without its own to this partition",
             ),
-            _query(
+            query(
                 "value_encoding",
-                _ENCODING,
+                ENCODING,
                 "application/x-ndjson only: how keys and values are written",
             ),
         ],
         body={
             "required": True,
             "content": {
-                JSON: {"schema": _ref("ProduceRequest")},
+                JSON: {"schema": ref("ProduceRequest")},
                 NDJSON: {
                     "schema": {"type": "string", "description": "one ProduceRecord object per line"}
                 },
@@ -467,8 +427,8 @@ def _produce_op(config: BrokerConfig) -> dict[str, Any]:
 
 
 def _fetch_op(config: BrokerConfig) -> dict[str, Any]:
-    headers = {name: {"$ref": f"#/components/headers/{name}"} for name in _OFFSET_HEADERS}
-    return _op(
+    headers = {name: {"$ref": f"#/components/headers/{name}"} for name in OFFSET_HEADERS}
+    return operation(
         "fetch",
         "Committed records from `offset` (long-polls up to wait_ms when there are none)",
         {
@@ -476,7 +436,7 @@ def _fetch_op(config: BrokerConfig) -> dict[str, Any]:
                 "description": "records (json, ndjson) or whole raw batches (binary)",
                 "headers": headers,
                 "content": {
-                    JSON: {"schema": _ref("FetchResponse")},
+                    JSON: {"schema": ref("FetchResponse")},
                     NDJSON: {
                         "schema": {"type": "string", "description": "one FetchedRecord per line"}
                     },
@@ -498,176 +458,54 @@ def _fetch_op(config: BrokerConfig) -> dict[str, Any]:
 def _fetch_parameters(config: BrokerConfig) -> list[dict[str, Any]]:
     """The bounds are the handler's: http_api.app.fetch reads them from the config."""
     return [
-        _query(
+        query(
             "offset",
             {
                 "anyOf": [
-                    _int(-INT64_MAX - 1, INT64_MAX),
+                    integer(-INT64_MAX - 1, INT64_MAX),
                     {"type": "string", "enum": ["earliest", "latest"]},
                 ],
                 "default": "earliest",
             },
             "first offset to read; outside [log_start_offset, log_end_offset] answers 416",
         ),
-        _query(
+        query(
             "timestamp",
-            _int(0, INT64_MAX),
+            integer(0, INT64_MAX),
             "instead of offset: the first record at or after this time, ms",
         ),
-        _query(
+        query(
             "max_records",
-            _int(
+            integer(
                 1,
                 config.fetch_records_max,
                 min(limits.FETCH_RECORDS_DEFAULT, config.fetch_records_max),
             ),
             "most records in a json/ndjson answer",
         ),
-        _query(
+        query(
             "max_bytes",
-            _int(
+            integer(
                 1, config.fetch_bytes_max, min(limits.FETCH_BYTES_DEFAULT, config.fetch_bytes_max)
             ),
             "soft cap on the answer's size; at least one batch is returned",
         ),
-        _query(
+        query(
             "wait_ms",
-            _int(0, config.fetch_wait_ms_max, 0),
+            integer(0, config.fetch_wait_ms_max, 0),
             "long-poll: wait this long for a record",
         ),
-        _query(
+        query(
             "format",
             {"type": "string", "enum": ["json", "ndjson", "binary"], "default": "json"},
             "answer format (else chosen by Accept)",
         ),
-        _query(
+        query(
             "value_encoding",
-            _ENCODING,
+            ENCODING,
             "json/ndjson: how keys, values and header values are written",
         ),
     ]
-
-
-# ---------------------------------------------------------------------- helpers
-
-
-def _ref(name: str) -> dict[str, str]:
-    return {"$ref": f"#/components/schemas/{name}"}
-
-
-def _int(minimum: int, maximum: int, default: int | None = None) -> dict[str, Any]:
-    schema: dict[str, Any] = {"type": "integer", "minimum": minimum, "maximum": maximum}
-    if default is not None:
-        schema["default"] = default
-    return schema
-
-
-def _query(name: str, schema: dict[str, Any], description: str) -> dict[str, Any]:
-    return {
-        "name": name,
-        "in": "query",
-        "required": False,
-        "schema": schema,
-        "description": description,
-    }
-
-
-_TOPIC = {
-    "name": "topic",
-    "in": "path",
-    "required": True,
-    "schema": {"$ref": "#/components/schemas/TopicName"},
-}
-_PARTITION = {
-    "name": "partition",
-    "in": "path",
-    "required": True,
-    "schema": {"type": "integer", "minimum": 0, "maximum": INT32_MAX},
-}
-_ENCODING = {"type": "string", "enum": ["string", "base64"], "default": "string"}
-_OFFSET_HEADERS = {
-    "X-Dmq-Next-Offset": "the offset to fetch next",
-    "X-Dmq-High-Watermark": "first uncommitted offset of the partition",
-    "X-Dmq-Log-Start-Offset": "first offset still in the log",
-}
-
-
-def _offset_header(description: str) -> dict[str, Any]:
-    # Sent with ndjson and binary answers, whose bodies cannot carry the offsets; a
-    # json answer has them in its body (OpenAPI cannot tie a header to one media type).
-    return {
-        "description": f"{description} (ndjson and binary answers)",
-        "required": False,
-        "schema": {"type": "integer", "minimum": 0},
-    }
-
-
-def _ok(schema: str | dict[str, Any], description: str = "success") -> dict[str, Any]:
-    return {
-        "description": description,
-        "content": {JSON: {"schema": _ref(schema) if isinstance(schema, str) else schema}},
-    }
-
-
-def _json_body(schema: str) -> dict[str, Any]:
-    return {"required": True, "content": {JSON: {"schema": _ref(schema)}}}
-
-
-def _op(
-    operation_id: str,
-    summary: str,
-    responses: dict[str, Any],
-    *,
-    parameters: list[dict[str, Any]] | None = None,
-    body: dict[str, Any] | None = None,
-    errors: tuple[int, ...] = (),
-) -> dict[str, Any]:
-    """One operation. Every operation may also answer 500; 413 needs a body."""
-    op: dict[str, Any] = {"operationId": operation_id, "summary": summary}
-    if parameters:
-        op["parameters"] = parameters
-    if body is not None:
-        op["requestBody"] = body
-    op["responses"] = {
-        **responses,
-        **{str(s): {"$ref": f"#/components/responses/Error{s}"} for s in sorted({*errors, 500})},
-    }
-    return op
-
-
-def _error_response(status: int) -> dict[str, Any]:
-    description, codes, retry = ERROR_STATUSES[status]
-    schema = {
-        "allOf": [
-            _ref("Error"),
-            {"properties": {"error": {"properties": {"code": {"enum": list(codes)}}}}},
-        ]
-    }
-    response: dict[str, Any] = {"description": description, "content": {JSON: {"schema": schema}}}
-    if retry:
-        response["headers"] = {"Retry-After": {"$ref": "#/components/headers/Retry-After"}}
-    return response
-
-
-def _or_null(schema: dict[str, Any]) -> dict[str, Any]:
-    """A body field the handler also takes as null, meaning its default."""
-    return {"anyOf": [schema, {"type": "null"}]}
-
-
-def _object(
-    properties: dict[str, Any], required: tuple[str, ...] = (), closed: bool = True
-) -> dict[str, Any]:
-    """An object schema; `closed` where the handler refuses unknown fields."""
-    schema: dict[str, Any] = {"type": "object", "properties": properties}
-    if required:
-        schema["required"] = list(required)
-    if closed:
-        schema["additionalProperties"] = False
-    return schema
-
-
-_NULLABLE_STRING = {"type": ["string", "null"]}
-_OFFSET = {"type": "integer", "minimum": 0}
 
 
 def _topic_config(config: BrokerConfig, *, for_request: bool) -> dict[str, Any]:
@@ -679,61 +517,35 @@ def _topic_config(config: BrokerConfig, *, for_request: bool) -> dict[str, Any]:
             properties[key] = {"type": "string", "enum": list(spec.choices)}
         elif for_request:
             maximum = config.batch_bytes_max if key == "max_record_bytes" else spec.maximum
-            properties[key] = _int(spec.minimum, maximum)
+            properties[key] = integer(spec.minimum, maximum)
         else:
             properties[key] = {"type": "integer"}
     required = () if for_request else tuple(sorted(TOPIC_CONFIG_KEYS))
-    return _object(properties, required, closed=for_request)
+    return object_schema(properties, required, closed=for_request)
 
 
 def _schemas(config: BrokerConfig) -> dict[str, Any]:
-    from http_api.openapi_groups import group_schemas
-
     return {**_catalogue_schemas(config), **group_schemas(config)}
 
 
 def _catalogue_schemas(config: BrokerConfig) -> dict[str, Any]:
-    header = _object({"key": {"type": "string"}, "value": _NULLABLE_STRING}, ("key",))
+    header = object_schema({"key": {"type": "string"}, "value": NULLABLE_STRING}, ("key",))
     return {
-        "Error": _object(
-            {
-                "error": _object(
-                    {
-                        "code": {"type": "string"},
-                        "message": {"type": "string"},
-                        "details": _object(
-                            {
-                                "field": {
-                                    "type": "string",
-                                    "description": "what is wrong, e.g. records[3].value",
-                                },
-                                "limit": {"type": "integer", "description": "the bound it broke"},
-                                "offset": {"type": "integer"},
-                                "log_start_offset": {"type": "integer"},
-                                "log_end_offset": {"type": "integer"},
-                                "path": {"type": "string"},
-                                "retry_after_ms": {"type": "integer"},
-                            },
-                            closed=False,
-                        ),
-                    },
-                    ("code", "message", "details"),
-                )
-            },
-            ("error",),
+        "Error": error_schema(),
+        "Status": object_schema(
+            {"status": {"type": "string", "enum": ["ok", "ready"]}}, ("status",)
         ),
-        "Status": _object({"status": {"type": "string", "enum": ["ok", "ready"]}}, ("status",)),
-        "Cluster": _object(
+        "Cluster": object_schema(
             {
                 "cluster_id": {"type": "string"},
                 "node_id": {"type": "string"},
                 "metadata_voters": {"type": "array", "items": {"type": "string"}},
-                "metadata_version": _OFFSET,
-                "brokers": {"type": "array", "items": _ref("Broker")},
+                "metadata_version": OFFSET,
+                "brokers": {"type": "array", "items": ref("Broker")},
             },
             ("cluster_id", "node_id", "metadata_voters", "metadata_version", "brokers"),
         ),
-        "Broker": _object(
+        "Broker": object_schema(
             {
                 "node_id": {"type": "string"},
                 "http_addr": {"type": "string"},
@@ -743,26 +555,26 @@ def _catalogue_schemas(config: BrokerConfig) -> dict[str, Any]:
             },
             ("node_id", "http_addr", "raft_addr", "live"),
         ),
-        "ClusterStatus": _object(
+        "ClusterStatus": object_schema(
             {
                 "cluster_id": {"type": "string"},
                 "node_id": {"type": "string"},
                 "metadata_voters": {"type": "array", "items": {"type": "string"}},
-                "metadata_version": _OFFSET,
-                "brokers": {"type": "array", "items": _ref("Broker")},
+                "metadata_version": OFFSET,
+                "brokers": {"type": "array", "items": ref("Broker")},
                 "groups": {
                     "type": "array",
-                    "items": _object(
+                    "items": object_schema(
                         {
-                            "group_id": _OFFSET,
-                            "topic": _NULLABLE_STRING,
-                            "partition": _or_null(_OFFSET),
-                            "leader": _NULLABLE_STRING,
-                            "term": _OFFSET,
-                            "commit_index": _OFFSET,
+                            "group_id": OFFSET,
+                            "topic": NULLABLE_STRING,
+                            "partition": or_null(OFFSET),
+                            "leader": NULLABLE_STRING,
+                            "term": OFFSET,
+                            "commit_index": OFFSET,
                             "replicas": {
                                 "type": "array",
-                                "items": _object({}, closed=False),
+                                "items": object_schema({}, closed=False),
                             },
                         },
                         ("group_id", "topic", "partition", "leader", "term", "replicas"),
@@ -780,11 +592,11 @@ def _catalogue_schemas(config: BrokerConfig) -> dict[str, Any]:
             "not": {"enum": [".", ".."]},
         },
         "TopicConfig": _topic_config(config, for_request=True),
-        "TopicList": _object(
+        "TopicList": object_schema(
             {
                 "topics": {
                     "type": "array",
-                    "items": _object(
+                    "items": object_schema(
                         {
                             "name": {"type": "string"},
                             "partitions": {"type": "integer"},
@@ -796,53 +608,53 @@ def _catalogue_schemas(config: BrokerConfig) -> dict[str, Any]:
             },
             ("topics",),
         ),
-        "CreateTopicRequest": _object(
+        "CreateTopicRequest": object_schema(
             {
-                "name": _ref("TopicName"),
-                "partitions": _or_null(
-                    _int(1, limits.PARTITIONS_PER_TOPIC_MAX, config.default_partitions)
+                "name": ref("TopicName"),
+                "partitions": or_null(
+                    integer(1, limits.PARTITIONS_PER_TOPIC_MAX, config.default_partitions)
                 ),
                 # At most one replica per broker.
-                "replication_factor": _or_null(
-                    _int(
+                "replication_factor": or_null(
+                    integer(
                         1,
                         len(config.peer_addrs),
                         min(config.default_replication_factor, len(config.peer_addrs)),
                     )
                 ),
-                "config": _or_null(_ref("TopicConfig")),
+                "config": or_null(ref("TopicConfig")),
             },
             ("name",),
         ),
-        "AlterConfigRequest": _object({"config": _ref("TopicConfig")}, ("config",)),
-        "AddPartitionsRequest": _object(
+        "AlterConfigRequest": object_schema({"config": ref("TopicConfig")}, ("config",)),
+        "AddPartitionsRequest": object_schema(
             {
                 "count": {
-                    **_int(2, limits.PARTITIONS_PER_TOPIC_MAX),
+                    **integer(2, limits.PARTITIONS_PER_TOPIC_MAX),
                     "description": "the new total, more than the current count",
                 }
             },
             ("count",),
         ),
-        "TopicDescription": _object(
+        "TopicDescription": object_schema(
             {
                 "name": {"type": "string"},
                 "replication_factor": {"type": "integer"},
                 "config": _topic_config(config, for_request=False),
                 "partitions": {
                     "type": "array",
-                    "items": _object(
+                    "items": object_schema(
                         {
-                            "partition": _OFFSET,
+                            "partition": OFFSET,
                             "leader": {
-                                **_NULLABLE_STRING,
+                                **NULLABLE_STRING,
                                 "description": "null while no leader is known",
                             },
                             "replicas": {"type": "array", "items": {"type": "string"}},
                             # null where this broker holds no replica of the partition
-                            "log_start_offset": _or_null(_OFFSET),
-                            "high_watermark": _or_null(_OFFSET),
-                            "log_end_offset": _or_null(_OFFSET),
+                            "log_start_offset": or_null(OFFSET),
+                            "high_watermark": or_null(OFFSET),
+                            "log_end_offset": or_null(OFFSET),
                             "status": {
                                 "type": "string",
                                 "enum": ["active", "decommissioned", "gone"],
@@ -864,16 +676,16 @@ def _catalogue_schemas(config: BrokerConfig) -> dict[str, Any]:
             },
             ("name", "replication_factor", "config", "partitions"),
         ),
-        "Deleted": _object({"deleted": {"type": "string"}}, ("deleted",)),
+        "Deleted": object_schema({"deleted": {"type": "string"}}, ("deleted",)),
         "Header": header,
-        "ProduceRecord": _object(
+        "ProduceRecord": object_schema(
             {
-                "key": {**_NULLABLE_STRING, "description": "null or missing: no key"},
-                "value": {**_NULLABLE_STRING, "description": "null or missing: a tombstone"},
+                "key": {**NULLABLE_STRING, "description": "null or missing: no key"},
+                "value": {**NULLABLE_STRING, "description": "null or missing: a tombstone"},
                 "headers": {
                     "anyOf": [
-                        {"type": "array", "items": _ref("Header")},
-                        {"type": "object", "additionalProperties": _NULLABLE_STRING},
+                        {"type": "array", "items": ref("Header")},
+                        {"type": "object", "additionalProperties": NULLABLE_STRING},
                         {"type": "null"},
                     ]
                 },
@@ -886,30 +698,30 @@ def _catalogue_schemas(config: BrokerConfig) -> dict[str, Any]:
                 },
             }
         ),
-        "ProduceRequest": _object(
+        "ProduceRequest": object_schema(
             {
                 "records": {
                     "type": "array",
-                    "items": _ref("ProduceRecord"),
+                    "items": ref("ProduceRecord"),
                     "minItems": 1,
                     "maxItems": config.produce_records_max,
                 },
-                "value_encoding": _or_null(_ENCODING),
+                "value_encoding": or_null(ENCODING),
                 # An idempotent producer's batch (POST /v1/producers): all three or none,
                 # and every record on one partition.
-                "producer_id": _or_null(_int(0, INT64_MAX)),
-                "producer_epoch": _or_null(_int(0, 32_767)),
-                "base_sequence": _or_null(_int(0, 2**31 - 1)),
+                "producer_id": or_null(integer(0, INT64_MAX)),
+                "producer_epoch": or_null(integer(0, 32_767)),
+                "base_sequence": or_null(integer(0, 2**31 - 1)),
             },
             ("records",),
         ),
-        "ProduceResponse": _object(
+        "ProduceResponse": object_schema(
             {
                 "offsets": {
                     "type": "array",
-                    "items": _object(
+                    "items": object_schema(
                         {
-                            "partition": _OFFSET,
+                            "partition": OFFSET,
                             "offset": {"type": ["integer", "null"], "minimum": 0},
                         },
                         ("partition", "offset"),
@@ -918,37 +730,37 @@ def _catalogue_schemas(config: BrokerConfig) -> dict[str, Any]:
             },
             ("offsets",),
         ),
-        "FetchedRecord": _object(
+        "FetchedRecord": object_schema(
             {
-                "offset": _OFFSET,
+                "offset": OFFSET,
                 "timestamp": {"type": "integer"},
-                "key": _NULLABLE_STRING,
-                "value": _NULLABLE_STRING,
+                "key": NULLABLE_STRING,
+                "value": NULLABLE_STRING,
                 "headers": {
                     "type": "array",
-                    "items": _object(
+                    "items": object_schema(
                         {"key": {"type": "string"}, "value": {"type": "string"}}, ("key", "value")
                     ),
                 },
             },
             ("offset", "timestamp", "key", "value", "headers"),
         ),
-        "FetchResponse": _object(
+        "FetchResponse": object_schema(
             {
                 "topic": {"type": "string"},
-                "partition": _OFFSET,
-                "next_offset": _OFFSET,
-                "high_watermark": _OFFSET,
-                "log_start_offset": _OFFSET,
-                "records": {"type": "array", "items": _ref("FetchedRecord")},
+                "partition": OFFSET,
+                "next_offset": OFFSET,
+                "high_watermark": OFFSET,
+                "log_start_offset": OFFSET,
+                "records": {"type": "array", "items": ref("FetchedRecord")},
             },
             ("topic", "partition", "next_offset", "high_watermark", "log_start_offset", "records"),
         ),
-        "Offsets": _object(
+        "Offsets": object_schema(
             {
-                "partition": _OFFSET,
-                "log_start_offset": _OFFSET,
-                "high_watermark": _OFFSET,
+                "partition": OFFSET,
+                "log_start_offset": OFFSET,
+                "high_watermark": OFFSET,
                 "offset": {"type": ["integer", "null"], "minimum": 0},
             },
             ("partition", "log_start_offset", "high_watermark", "offset"),
