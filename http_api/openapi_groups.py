@@ -1,4 +1,5 @@
-"""The consumer-group part of the OpenAPI document (http_api/groups.py's routes)."""
+"""The OpenAPI paths and schemas of consumer groups and idempotent producers
+(http_api/groups.py's routes). Assembled by http_api/openapi.py."""
 
 from __future__ import annotations
 
@@ -99,6 +100,13 @@ def group_paths(config: BrokerConfig) -> dict[str, Any]:
                 errors=_ERRORS,
             ),
         },
+        **_group_fetch_paths(config),
+    }
+
+
+def _group_fetch_paths(config: BrokerConfig) -> dict[str, Any]:
+    """A member's fetch from the group's committed offsets."""
+    return {
         "/v1/groups/{group}/members/{member_id}/records": {
             "parameters": [_GROUP, _MEMBER],
             "get": operation(
@@ -128,6 +136,13 @@ def group_paths(config: BrokerConfig) -> dict[str, Any]:
                 errors=(400, 404, 406, 409, 503),
             ),
         },
+        **_offset_paths(),
+    }
+
+
+def _offset_paths() -> dict[str, Any]:
+    """Committed offsets, idempotent producers, and offset resets."""
+    return {
         "/v1/groups/{group}/offsets": {
             "parameters": [_GROUP],
             "get": operation(
@@ -172,20 +187,6 @@ def group_paths(config: BrokerConfig) -> dict[str, Any]:
 
 def group_schemas(config: BrokerConfig) -> dict[str, Any]:
     del config
-    offsets = {
-        "type": "array",
-        "items": _TOPIC_OFFSET,
-        "minItems": 1,
-        "maxItems": limits.OFFSETS_PER_COMMIT_MAX,
-    }
-    summary = {
-        "group": {"type": "string"},
-        "state": {"type": "string", "enum": ["empty", "stable", "reconciling"]},
-        "generation": OFFSET,
-        "assignor": {"type": "string"},
-        "member_count": OFFSET,
-    }
-    nullable_offset = {"type": ["integer", "null"], "minimum": 0}
     return {
         "JoinRequest": object_schema(
             {
@@ -227,6 +228,13 @@ def group_schemas(config: BrokerConfig) -> dict[str, Any]:
                 },
             }
         ),
+        **_member_schemas(),
+    }
+
+
+def _member_schemas() -> dict[str, Any]:
+    """A member as the group answers it, and its heartbeat and fetch."""
+    return {
         "Member": object_schema(_MEMBER_FIELDS, tuple(_MEMBER_FIELDS)),
         "HeartbeatRequest": object_schema({"generation": OFFSET}, ("generation",)),
         "MemberRecords": object_schema(
@@ -256,6 +264,19 @@ def group_schemas(config: BrokerConfig) -> dict[str, Any]:
             },
             (*_MEMBER_FIELDS, "partitions"),
         ),
+        **_offset_schemas(),
+    }
+
+
+def _offset_schemas() -> dict[str, Any]:
+    """Commits, committed offsets, resets and idempotent producers."""
+    offsets = {
+        "type": "array",
+        "items": _TOPIC_OFFSET,
+        "minItems": 1,
+        "maxItems": limits.OFFSETS_PER_COMMIT_MAX,
+    }
+    return {
         "CommitRequest": object_schema(
             {
                 "member_id": {**_NAME, "description": "absent: commit for an empty group"},
@@ -288,6 +309,21 @@ def group_schemas(config: BrokerConfig) -> dict[str, Any]:
             },
             ("to",),
         ),
+        **_group_description_schemas(),
+    }
+
+
+def _group_description_schemas() -> dict[str, Any]:
+    """Groups as listed and described (with lag)."""
+    summary = {
+        "group": {"type": "string"},
+        "state": {"type": "string", "enum": ["empty", "stable", "reconciling"]},
+        "generation": OFFSET,
+        "assignor": {"type": "string"},
+        "member_count": OFFSET,
+    }
+    nullable_offset = {"type": ["integer", "null"], "minimum": 0}
+    return {
         "GroupList": object_schema(
             {"groups": {"type": "array", "items": object_schema(summary, tuple(summary))}},
             ("groups",),
