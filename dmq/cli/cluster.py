@@ -40,7 +40,7 @@ def add_cluster(commands: Subparsers, url: argparse.ArgumentParser) -> None:
     _add_operations(actions, url)
 
 
-def _add_operations(actions: Any, url: argparse.ArgumentParser) -> None:
+def _add_operations(actions: Subparsers, url: argparse.ArgumentParser) -> None:
     ops = actions.add_parser(
         "operations", parents=[url], help="running reassignments and decommissions"
     )
