@@ -1,4 +1,5 @@
-"""The consumer-group part of the OpenAPI document (http_api/groups.py's routes)."""
+"""The OpenAPI paths and schemas of consumer groups and idempotent producers
+(http_api/groups.py's routes). Assembled by http_api/openapi.py."""
 
 from __future__ import annotations
 
@@ -6,16 +7,16 @@ from typing import Any
 
 from dmq import limits
 from dmq.config import BrokerConfig
-from http_api.openapi import (
-    _ENCODING,
-    _OFFSET,
-    _int,
-    _json_body,
-    _object,
-    _ok,
-    _op,
-    _query,
-    _ref,
+from http_api.openapi_schema import (
+    ENCODING,
+    OFFSET,
+    integer,
+    json_body,
+    object_schema,
+    ok,
+    operation,
+    query,
+    ref,
 )
 
 _NAME = {
@@ -24,15 +25,15 @@ _NAME = {
 }
 _GROUP = {"name": "group", "in": "path", "required": True, "schema": _NAME}
 _MEMBER = {"name": "member_id", "in": "path", "required": True, "schema": _NAME}
-_TP = _object({"topic": {"type": "string"}, "partition": _OFFSET}, ("topic", "partition"))
-_TOPIC_OFFSET = _object(
-    {"topic": {"type": "string"}, "partition": _OFFSET, "offset": _OFFSET},
+_TP = object_schema({"topic": {"type": "string"}, "partition": OFFSET}, ("topic", "partition"))
+_TOPIC_OFFSET = object_schema(
+    {"topic": {"type": "string"}, "partition": OFFSET, "offset": OFFSET},
     ("topic", "partition", "offset"),
 )
 _MEMBER_FIELDS = {
     "group": {"type": "string"},
     "member_id": {"type": "string"},
-    "generation": _OFFSET,
+    "generation": OFFSET,
     "assignment": {"type": "array", "items": _TP, "description": "partitions to consume now"},
     "revoking": {
         "type": "array",
@@ -43,7 +44,7 @@ _MEMBER_FIELDS = {
         "type": "boolean",
         "description": "the assignment changed since the generation the member sent",
     },
-    "session_timeout_ms": _OFFSET,
+    "session_timeout_ms": OFFSET,
 }
 _ERRORS = (400, 404, 409, 413, 503)
 
@@ -51,17 +52,19 @@ _ERRORS = (400, 404, 409, 413, 503)
 def group_paths(config: BrokerConfig) -> dict[str, Any]:
     return {
         "/v1/groups": {
-            "get": _op("list_groups", "Consumer groups", {"200": _ok("GroupList")}, errors=(503,))
+            "get": operation(
+                "list_groups", "Consumer groups", {"200": ok("GroupList")}, errors=(503,)
+            )
         },
         "/v1/groups/{group}": {
             "parameters": [_GROUP],
-            "get": _op(
+            "get": operation(
                 "describe_group",
                 "Members, assignment, and per partition committed offset, high watermark, lag",
-                {"200": _ok("GroupDescription")},
+                {"200": ok("GroupDescription")},
                 errors=(400, 404, 503),
             ),
-            "delete": _op(
+            "delete": operation(
                 "delete_group",
                 "Forget an empty group and its committed offsets (409 while it has members)",
                 {"204": {"description": "deleted"}},
@@ -70,17 +73,17 @@ def group_paths(config: BrokerConfig) -> dict[str, Any]:
         },
         "/v1/groups/{group}/members": {
             "parameters": [_GROUP],
-            "post": _op(
+            "post": operation(
                 "join_group",
                 "Join: a new member id, the generation and the member's assignment",
-                {"201": _ok("Member")},
-                body=_json_body("JoinRequest"),
+                {"201": ok("Member")},
+                body=json_body("JoinRequest"),
                 errors=_ERRORS,
             ),
         },
         "/v1/groups/{group}/members/{member_id}": {
             "parameters": [_GROUP, _MEMBER],
-            "delete": _op(
+            "delete": operation(
                 "leave_group",
                 "Leave: the member's partitions go to the others at once",
                 {"204": {"description": "left"}},
@@ -89,35 +92,42 @@ def group_paths(config: BrokerConfig) -> dict[str, Any]:
         },
         "/v1/groups/{group}/members/{member_id}/heartbeat": {
             "parameters": [_GROUP, _MEMBER],
-            "post": _op(
+            "post": operation(
                 "heartbeat",
                 "Keep the session; the current generation and assignment",
-                {"200": _ok("Member")},
-                body=_json_body("HeartbeatRequest"),
+                {"200": ok("Member")},
+                body=json_body("HeartbeatRequest"),
                 errors=_ERRORS,
             ),
         },
+        **_group_fetch_paths(config),
+    }
+
+
+def _group_fetch_paths(config: BrokerConfig) -> dict[str, Any]:
+    """A member's fetch from the group's committed offsets."""
+    return {
         "/v1/groups/{group}/members/{member_id}/records": {
             "parameters": [_GROUP, _MEMBER],
-            "get": _op(
+            "get": operation(
                 "group_fetch",
                 "Records of the member's partitions from the group's committed offsets",
-                {"200": _ok("MemberRecords")},
+                {"200": ok("MemberRecords")},
                 parameters=[
-                    _query("wait_ms", _int(0, config.fetch_wait_ms_max, 0), "long-poll up to"),
-                    _query(
+                    query("wait_ms", integer(0, config.fetch_wait_ms_max, 0), "long-poll up to"),
+                    query(
                         "max_records",
-                        _int(1, config.fetch_records_max),
+                        integer(1, config.fetch_records_max),
                         "most records in the answer, over all partitions",
                     ),
-                    _query(
+                    query(
                         "max_bytes",
-                        _int(1, config.fetch_bytes_max),
+                        integer(1, config.fetch_bytes_max),
                         "most key, value and header bytes in the answer, over all partitions "
                         "(at least one record)",
                     ),
-                    _query("value_encoding", _ENCODING, "string (UTF-8) or base64"),
-                    _query(
+                    query("value_encoding", ENCODING, "string (UTF-8) or base64"),
+                    query(
                         "auto_commit",
                         {"type": "string", "enum": ["true", "false"], "default": "false"},
                         "true: commit before answering (at-most-once)",
@@ -126,42 +136,49 @@ def group_paths(config: BrokerConfig) -> dict[str, Any]:
                 errors=(400, 404, 406, 409, 503),
             ),
         },
+        **_offset_paths(),
+    }
+
+
+def _offset_paths() -> dict[str, Any]:
+    """Committed offsets, idempotent producers, and offset resets."""
+    return {
         "/v1/groups/{group}/offsets": {
             "parameters": [_GROUP],
-            "get": _op(
+            "get": operation(
                 "read_group_offsets",
                 "Committed offsets (linearizable)",
-                {"200": _ok("GroupOffsets")},
+                {"200": ok("GroupOffsets")},
                 errors=(400, 503),
             ),
-            "post": _op(
+            "post": operation(
                 "commit_offsets",
                 "Commit offsets (the next offset to consume) as a member of a generation",
-                {"200": _ok("Committed")},
-                body=_json_body("CommitRequest"),
+                {"200": ok("Committed")},
+                body=json_body("CommitRequest"),
                 errors=_ERRORS,
             ),
         },
         "/v1/producers": {
-            "post": _op(
+            "post": operation(
                 "init_producer",
                 "An idempotent producer's id and epoch (the same transactional_id: its id, "
                 "epoch + 1, fencing the previous instance)",
-                {"201": _ok("Producer")},
+                {"201": ok("Producer")},
                 body={
                     "required": False,
-                    "content": {"application/json": {"schema": _ref("InitProducerRequest")}},
+                    "content": {"application/json": {"schema": ref("InitProducerRequest")}},
                 },
                 errors=(400, 413, 503),
             )
         },
         "/v1/groups/{group}/offsets/reset": {
             "parameters": [_GROUP],
-            "post": _op(
+            "post": operation(
                 "reset_group_offsets",
                 "Set an empty group's offsets: earliest, latest, a timestamp or given offsets",
-                {"200": _ok("GroupOffsets")},
-                body=_json_body("ResetRequest"),
+                {"200": ok("GroupOffsets")},
+                body=json_body("ResetRequest"),
                 errors=_ERRORS,
             ),
         },
@@ -170,22 +187,8 @@ def group_paths(config: BrokerConfig) -> dict[str, Any]:
 
 def group_schemas(config: BrokerConfig) -> dict[str, Any]:
     del config
-    offsets = {
-        "type": "array",
-        "items": _TOPIC_OFFSET,
-        "minItems": 1,
-        "maxItems": limits.OFFSETS_PER_COMMIT_MAX,
-    }
-    summary = {
-        "group": {"type": "string"},
-        "state": {"type": "string", "enum": ["empty", "stable", "reconciling"]},
-        "generation": _OFFSET,
-        "assignor": {"type": "string"},
-        "member_count": _OFFSET,
-    }
-    nullable_offset = {"type": ["integer", "null"], "minimum": 0}
     return {
-        "JoinRequest": _object(
+        "JoinRequest": object_schema(
             {
                 "member_id": {
                     **_NAME,
@@ -208,7 +211,7 @@ def group_schemas(config: BrokerConfig) -> dict[str, Any]:
                         "(linear time; no backreferences or lookaround)"
                     ),
                 },
-                "session_timeout_ms": _int(
+                "session_timeout_ms": integer(
                     limits.SESSION_TIMEOUT_MS_MIN,
                     limits.SESSION_TIMEOUT_MS_MAX,
                     limits.SESSION_TIMEOUT_MS_DEFAULT,
@@ -225,21 +228,28 @@ def group_schemas(config: BrokerConfig) -> dict[str, Any]:
                 },
             }
         ),
-        "Member": _object(_MEMBER_FIELDS, tuple(_MEMBER_FIELDS)),
-        "HeartbeatRequest": _object({"generation": _OFFSET}, ("generation",)),
-        "MemberRecords": _object(
+        **_member_schemas(),
+    }
+
+
+def _member_schemas() -> dict[str, Any]:
+    """A member as the group answers it, and its heartbeat and fetch."""
+    return {
+        "Member": object_schema(_MEMBER_FIELDS, tuple(_MEMBER_FIELDS)),
+        "HeartbeatRequest": object_schema({"generation": OFFSET}, ("generation",)),
+        "MemberRecords": object_schema(
             {
                 **_MEMBER_FIELDS,
                 "partitions": {
                     "type": "array",
-                    "items": _object(
+                    "items": object_schema(
                         {
                             "topic": {"type": "string"},
-                            "partition": _OFFSET,
-                            "offset": _OFFSET,
-                            "next_offset": {**_OFFSET, "description": "what to commit"},
-                            "high_watermark": _OFFSET,
-                            "records": {"type": "array", "items": _ref("FetchedRecord")},
+                            "partition": OFFSET,
+                            "offset": OFFSET,
+                            "next_offset": {**OFFSET, "description": "what to commit"},
+                            "high_watermark": OFFSET,
+                            "records": {"type": "array", "items": ref("FetchedRecord")},
                         },
                         (
                             "topic",
@@ -254,53 +264,82 @@ def group_schemas(config: BrokerConfig) -> dict[str, Any]:
             },
             (*_MEMBER_FIELDS, "partitions"),
         ),
-        "CommitRequest": _object(
+        **_offset_schemas(),
+    }
+
+
+def _offset_schemas() -> dict[str, Any]:
+    """Commits, committed offsets, resets and idempotent producers."""
+    offsets = {
+        "type": "array",
+        "items": _TOPIC_OFFSET,
+        "minItems": 1,
+        "maxItems": limits.OFFSETS_PER_COMMIT_MAX,
+    }
+    return {
+        "CommitRequest": object_schema(
             {
                 "member_id": {**_NAME, "description": "absent: commit for an empty group"},
-                "generation": _int(-1, 2**62),
+                "generation": integer(-1, 2**62),
                 "offsets": offsets,
             },
             ("offsets",),
         ),
-        "InitProducerRequest": _object(
+        "InitProducerRequest": object_schema(
             {"transactional_id": {"type": "string", "minLength": 1, "maxLength": 249}}
         ),
-        "Producer": _object(
-            {"producer_id": _OFFSET, "producer_epoch": _OFFSET}, ("producer_id", "producer_epoch")
+        "Producer": object_schema(
+            {"producer_id": OFFSET, "producer_epoch": OFFSET}, ("producer_id", "producer_epoch")
         ),
-        "Committed": _object({"committed": _OFFSET}, ("committed",)),
-        "GroupOffsets": _object(
+        "Committed": object_schema({"committed": OFFSET}, ("committed",)),
+        "GroupOffsets": object_schema(
             {"group": {"type": "string"}, "offsets": {"type": "array", "items": _TOPIC_OFFSET}},
             ("group", "offsets"),
         ),
-        "ResetRequest": _object(
+        "ResetRequest": object_schema(
             {
                 "to": {
                     "anyOf": [
                         {"type": "string", "enum": ["earliest", "latest"]},
-                        _object({"timestamp": _int(0, 2**63 - 1)}, ("timestamp",)),
-                        _object({"offsets": offsets}, ("offsets",)),
+                        object_schema({"timestamp": integer(0, 2**63 - 1)}, ("timestamp",)),
+                        object_schema({"offsets": offsets}, ("offsets",)),
                     ]
                 },
                 "topics": {"type": "array", "items": _NAME, "minItems": 1, "maxItems": 1000},
             },
             ("to",),
         ),
-        "GroupList": _object(
-            {"groups": {"type": "array", "items": _object(summary, tuple(summary))}}, ("groups",)
+        **_group_description_schemas(),
+    }
+
+
+def _group_description_schemas() -> dict[str, Any]:
+    """Groups as listed and described (with lag)."""
+    summary = {
+        "group": {"type": "string"},
+        "state": {"type": "string", "enum": ["empty", "stable", "reconciling"]},
+        "generation": OFFSET,
+        "assignor": {"type": "string"},
+        "member_count": OFFSET,
+    }
+    nullable_offset = {"type": ["integer", "null"], "minimum": 0}
+    return {
+        "GroupList": object_schema(
+            {"groups": {"type": "array", "items": object_schema(summary, tuple(summary))}},
+            ("groups",),
         ),
-        "GroupDescription": _object(
+        "GroupDescription": object_schema(
             {
                 **summary,
                 "members": {
                     "type": "array",
-                    "items": _object(
+                    "items": object_schema(
                         {
                             "member_id": {"type": "string"},
                             "instance_id": {"type": ["string", "null"]},
                             "topics": {"type": "array", "items": {"type": "string"}},
                             "topic_pattern": {"type": ["string", "null"]},
-                            "session_timeout_ms": _OFFSET,
+                            "session_timeout_ms": OFFSET,
                             "assignment": {"type": "array", "items": _TP},
                             "revoking": {"type": "array", "items": _TP},
                         },
@@ -317,10 +356,10 @@ def group_schemas(config: BrokerConfig) -> dict[str, Any]:
                 },
                 "partitions": {
                     "type": "array",
-                    "items": _object(
+                    "items": object_schema(
                         {
                             "topic": {"type": "string"},
-                            "partition": _OFFSET,
+                            "partition": OFFSET,
                             "member_id": {"type": ["string", "null"]},
                             "committed_offset": nullable_offset,
                             "high_watermark": nullable_offset,

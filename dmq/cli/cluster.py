@@ -1,39 +1,46 @@
-"""`dmq cluster ...` operations commands and `dmq serve --join` (dmq/cli/__init__.py registers them).
+"""`dmq cluster status|operations|reassign|...` (registered by dmq/cli/__init__.py).
 
+- `dmq cluster status [--json]`: brokers; per Raft group its leader, term, commit index and
+  each replica's lag; then the running operations;
 - `dmq cluster operations [--watch]`: running reassignments with a progress bar each, and
   decommissions with the replicas they still hold;
 - `dmq cluster reassign TOPIC PARTITION BROKER,BROKER,... [--wait]`;
 - `dmq cluster decommission-broker ID [--wait]`;
 - `dmq cluster metadata-voters ID,ID,... [--wait]`: change the metadata group's voters
   (one broker at a time, added ones first);
-- `dmq serve --join URL[,URL...]`: ask running brokers for the cluster (its brokers' Raft
-  addresses and the metadata voters) and start as a new, non-voting broker of it.
+- `dmq cluster decommission-partition TOPIC PARTITION`.
+
+`dmq serve --join` is in dmq/cli/serve.py.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
-import dataclasses
 import json
 import sys
 import time
-import urllib.request
 from typing import Any, TextIO
 
+from dmq.cli._common import Subparsers, comma_items, print_table
 from dmq.client import AsyncAdmin
-from dmq.config import BrokerConfig
-from dmq.errors import DmqError
-from log.segment import write_durably
 
 BAR_WIDTH = 30
 WATCH_INTERVAL_S = 1.0
-JOIN_ASK_TIMEOUT_S = 5.0  # one GET /v1/cluster of a --join broker
-JOIN_RETRY_FIRST_S = 0.5  # pause after a round of --join brokers none answered; doubles
-JOIN_RETRY_MAX_S = 4.0
 
 
-def add_cluster_operations(actions: Any, url: argparse.ArgumentParser) -> None:
+def add_cluster(commands: Subparsers, url: argparse.ArgumentParser) -> None:
+    cluster = commands.add_parser("cluster", help="the cluster's brokers and Raft groups")
+    actions = cluster.add_subparsers(dest="cluster_command", metavar="ACTION", required=True)
+    status = actions.add_parser(
+        "status", parents=[url], help="brokers; per group its leader, term, commit index, lag"
+    )
+    status.add_argument("--json", action="store_true", help="print the answer as JSON")
+    status.set_defaults(handler=_cmd_cluster_status)
+    _add_operations(actions, url)
+
+
+def _add_operations(actions: Subparsers, url: argparse.ArgumentParser) -> None:
     ops = actions.add_parser(
         "operations", parents=[url], help="running reassignments and decommissions"
     )
@@ -72,6 +79,52 @@ def add_cluster_operations(actions: Any, url: argparse.ArgumentParser) -> None:
     retire.add_argument("topic")
     retire.add_argument("partition", type=int)
     retire.set_defaults(handler=cmd_decommission_partition)
+
+
+def _cmd_cluster_status(args: argparse.Namespace) -> int:
+    async def status() -> dict[str, Any]:
+        async with AsyncAdmin(args.url) as admin:
+            return await admin.cluster_status()
+
+    doc = asyncio.run(status())
+    if args.json:
+        print(json.dumps(doc, indent=2))
+        return 0
+    print(f"cluster {doc['cluster_id']}, metadata voters {','.join(doc['metadata_voters'])}")
+    rows: list[tuple[str, ...]] = [("BROKER", "HTTP", "RAFT", "LIVE", "REACHABLE")]
+    rows += [
+        (
+            b["node_id"],
+            b["http_addr"],
+            b["raft_addr"],
+            "yes" if b["live"] else "no",
+            "yes" if b.get("reachable") else "no",
+        )
+        for b in doc["brokers"]
+    ]
+    print_table(rows)
+    print()
+    rows = [("GROUP", "PARTITION", "LEADER", "TERM", "COMMIT", "REPLICAS (node:applied:lag)")]
+    for g in doc["groups"]:
+        where = "metadata" if g["topic"] is None else f"{g['topic']}-{g['partition']}"
+        replicas = " ".join(
+            f"{r['node_id']}:{r['last_applied']}:{'-' if r['lag'] is None else r['lag']}"
+            for r in g["replicas"]
+        )
+        rows.append(
+            (
+                str(g["group_id"]),
+                where,
+                g["leader"] or "-",
+                str(g["term"]),
+                str(g["commit_index"]),
+                replicas,
+            )
+        )
+    print_table(rows)
+    print()  # every running operation (or "no operation running"), as `cluster operations`
+    render_operations(asyncio.run(operations_of(args.url)), sys.stdout)
+    return 0
 
 
 def progress_bar(fraction: float, width: int = BAR_WIDTH) -> str:
@@ -113,11 +166,6 @@ async def operations_of(url: str) -> dict[str, Any]:
         return await admin.operations()
 
 
-def _items(text: str) -> list[str]:
-    """The non-empty items of a comma-separated argument, stripped."""
-    return [item.strip() for item in text.split(",") if item.strip()]
-
-
 def _watch(url: str, out: TextIO) -> None:
     while True:
         doc = asyncio.run(operations_of(url))
@@ -141,7 +189,7 @@ def cmd_operations(args: argparse.Namespace) -> int:
 
 
 def cmd_reassign(args: argparse.Namespace) -> int:
-    replicas = _items(args.replicas)
+    replicas = comma_items(args.replicas)
 
     async def reassign() -> dict[str, Any]:
         async with AsyncAdmin(args.url) as admin:
@@ -167,7 +215,7 @@ def cmd_decommission(args: argparse.Namespace) -> int:
 
 
 def cmd_metadata_voters(args: argparse.Namespace) -> int:
-    voters = _items(args.voters)
+    voters = comma_items(args.voters)
 
     async def change() -> dict[str, Any]:
         async with AsyncAdmin(args.url) as admin:
@@ -192,80 +240,3 @@ def cmd_decommission_partition(args: argparse.Namespace) -> int:
         "retention empties it, then removed"
     )
     return 0
-
-
-JOINED_FILE = "joined_cluster.json"  # in <data dir>/meta/: what the last --join read
-
-
-def _ask_cluster(urls: list[str], patience_s: float) -> tuple[dict[str, str], list[str]]:
-    """Peers (id -> Raft address) and metadata voters from the first broker of urls that
-    answers with every voter registered (a cluster still starting names voters it has no
-    address for yet); rounds of every url go on until patience_s has passed. DmqError
-    names each url with its last error."""
-    deadline = time.monotonic() + patience_s
-    pause = JOIN_RETRY_FIRST_S
-    while True:
-        failures = []
-        for url in urls:
-            try:
-                with urllib.request.urlopen(
-                    f"{url}/v1/cluster", timeout=JOIN_ASK_TIMEOUT_S
-                ) as resp:
-                    doc = json.loads(resp.read())
-                peers = {b["node_id"]: b["raft_addr"] for b in doc["brokers"]}
-                voters = list(doc["metadata_voters"])
-            except (OSError, ValueError, KeyError, TypeError) as exc:
-                failures.append(f"{url}: {exc}")
-                continue
-            unknown = sorted(set(voters) - set(peers))
-            if not unknown:
-                return peers, voters
-            failures.append(f"{url}: still starting (voters {','.join(unknown)} unregistered)")
-        left = deadline - time.monotonic()
-        tried = "; ".join(failures)
-        if left <= 0:
-            raise DmqError(f"--join: no broker answered with the cluster ({tried})")
-        print(f"--join: no broker answered yet ({tried}); asking again", file=sys.stderr)
-        time.sleep(min(pause, left))
-        pause = min(2 * pause, JOIN_RETRY_MAX_S)
-
-
-def resolve_join(config: BrokerConfig) -> BrokerConfig:
-    """`--join URL,URL,...`: the running cluster's peers and voters, with this broker added.
-
-    The brokers are asked in turn (`GET /v1/cluster`) until one answers; a first join
-    keeps asking until `join_timeout_ms` (a broker down for a restart, or cut off by a
-    partition, is waited for), then fails naming every URL and its error. What it read
-    is kept in `<data dir>/meta/joined_cluster.json`: a restarted broker asks each URL
-    once and, when none answers, starts from the copy (its own catalogue then brings it
-    up to date) instead of failing to start."""
-    if not config.join:
-        return config
-    urls = [u.rstrip("/") for u in _items(config.join)]
-    urls = [u if "://" in u else f"http://{u}" for u in urls]
-    if not urls:
-        raise DmqError(f"--join {config.join!r}: name at least one broker URL")
-    saved = config.data_path / "meta" / JOINED_FILE
-    patience_s = 0.0 if saved.exists() else config.join_timeout_ms / 1000
-    try:
-        peers, voters = _ask_cluster(urls, patience_s)
-    except DmqError as exc:
-        if not saved.exists():
-            raise
-        print(f"{exc}; starting from what the last join read ({saved})", file=sys.stderr)
-        kept = json.loads(saved.read_text())
-        peers, voters = dict(kept["peers"]), list(kept["metadata_voters"])
-        fresh = False
-    else:
-        fresh = True
-    if config.node_id in peers and peers[config.node_id] != config.raft_addr:
-        raise DmqError(f"--join: broker id {config.node_id} is taken by {peers[config.node_id]}")
-    peers[config.node_id] = config.raft_addr
-    if fresh:  # kept for the next start (a copy read back is not written again)
-        saved.parent.mkdir(parents=True, exist_ok=True)
-        write_durably(saved, json.dumps({"peers": peers, "metadata_voters": voters}).encode())
-    return dataclasses.replace(
-        config,
-        peers=",".join(f"{k}={v}" for k, v in sorted(peers.items())),
-        metadata_voters=",".join(voters),
-    )

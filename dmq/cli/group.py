@@ -1,22 +1,18 @@
-"""`dmq group list|describe|reset` and `dmq consume --group` (wired in dmq/cli/__init__.py)."""
+"""`dmq group list|describe|reset|delete` (registered by dmq/cli/__init__.py)."""
 
 from __future__ import annotations
 
 import argparse
 import asyncio
 import json
-from collections.abc import Callable, Sequence
-from typing import IO, Any
+from collections.abc import Callable
+from typing import Any
 
-from dmq.client import AsyncAdmin, AsyncGroupConsumer
-
-POLL_TIMEOUT_MS = 1_000
-IDLE_POLLS_TO_STOP = 2  # without --follow: stop after this many empty polls in a row
+from dmq.cli._common import Subparsers, parse_time_ms, print_table
+from dmq.client import AsyncAdmin
 
 
-def add_group(
-    commands: Any, url: argparse.ArgumentParser, parse_time: Callable[[str], int]
-) -> None:
+def add_group(commands: Subparsers, url: argparse.ArgumentParser) -> None:
     group = commands.add_parser("group", help="list, describe, reset, delete consumer groups")
     actions = group.add_subparsers(dest="group_command", metavar="ACTION", required=True)
     listing = actions.add_parser("list", parents=[url], help="consumer groups and their state")
@@ -35,7 +31,7 @@ def add_group(
     reset.add_argument("name")
     to = reset.add_mutually_exclusive_group(required=True)
     to.add_argument("--to", choices=("earliest", "latest"), help="every partition of --topic")
-    to.add_argument("--to-time", type=parse_time, metavar="TIME",
+    to.add_argument("--to-time", type=parse_time_ms, metavar="TIME",
                     help="the first offset at or after TIME (ms or ISO 8601)")  # fmt: skip
     to.add_argument("--offsets", metavar="TOPIC:PARTITION:OFFSET,...", help="exact offsets")
     reset.add_argument("--topic", action="append", default=[], help="a topic (repeatable)")
@@ -45,12 +41,6 @@ def add_group(
     )
     delete.add_argument("name")
     delete.set_defaults(handler=cmd_group_delete)
-
-
-def _table(rows: Sequence[Sequence[str]]) -> None:
-    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
-    for row in rows:
-        print("  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip())
 
 
 def _run(call: Callable[[AsyncAdmin], Any], url: str) -> Any:
@@ -69,7 +59,7 @@ def cmd_group_list(args: argparse.Namespace) -> int:
     rows = [("GROUP", "STATE", "GENERATION", "MEMBERS", "ASSIGNOR")]
     rows += [(g["group"], g["state"], str(g["generation"]), str(g["member_count"]), g["assignor"])
              for g in groups]  # fmt: skip
-    _table(rows)
+    print_table(rows)
     return 0
 
 
@@ -87,7 +77,7 @@ def cmd_group_describe(args: argparse.Namespace) -> int:
     rows = [("TOPIC", "PARTITION", "MEMBER", "COMMITTED", "HIGH-WATERMARK", "LAG")]
     rows += [(p["topic"], str(p["partition"]), dash(p["member_id"]), dash(p["committed_offset"]),
               dash(p["high_watermark"]), dash(p["lag"])) for p in doc["partitions"]]  # fmt: skip
-    _table(rows)
+    print_table(rows)
     return 0
 
 
@@ -103,31 +93,10 @@ def cmd_group_reset(args: argparse.Namespace) -> int:
         if not args.topic:
             raise SystemExit("dmq: error: --to and --to-time need --topic")
     done = _run(lambda a: a.reset_group_offsets(args.name, to, args.topic), args.url)
-    _table([("TOPIC", "PARTITION", "OFFSET"), *[(t, str(p), str(o)) for t, p, o in done]])
+    print_table([("TOPIC", "PARTITION", "OFFSET"), *[(t, str(p), str(o)) for t, p, o in done]])
     return 0
 
 
 def cmd_group_delete(args: argparse.Namespace) -> int:
     _run(lambda a: a.delete_group(args.name), args.url)
     return 0
-
-
-async def consume_group(
-    args: argparse.Namespace, out: IO[bytes], format_record: Callable[..., bytes]
-) -> int:
-    """`dmq consume TOPIC --group G`: a member of G (auto-commit, at-least-once); without
-    --follow it stops once its partitions have nothing more (two empty polls)."""
-    written = idle = 0
-    async with AsyncGroupConsumer(args.url, args.group, topics=[args.topic]) as consumer:
-        while args.max_records is None or written < args.max_records:
-            limit = 500 if args.max_records is None else min(500, args.max_records - written)
-            records = await consumer.poll(timeout_ms=POLL_TIMEOUT_MS, max_records=limit)
-            for record in records:
-                out.write(format_record(record, args.output, args.key_separator))
-            out.flush()
-            written += len(records)
-            idle = 0 if records or not consumer.assignment() else idle + 1
-            if not args.follow and idle >= IDLE_POLLS_TO_STOP:
-                break
-        await consumer.commit()
-    return written

@@ -28,6 +28,7 @@ import pytest
 from test_client_fake_broker import FakeBroker, serving
 
 from dmq import cli
+from dmq.cli import consume, produce
 from dmq.client import ConsumerRecord
 from dmq.config import load_config
 from dmq.errors import InvalidRequest
@@ -145,22 +146,22 @@ def test_bench_log_has_the_options_of_the_benchmark() -> None:
 
 
 def test_split_key_at_the_first_separator() -> None:
-    assert cli.split_key(b"k:v:w", b":", 1) == (b"k", b"v:w")
-    assert cli.split_key(b"plain", None, 1) == (None, b"plain")
-    assert cli.split_key(b":v", b":", 1) == (b"", b"v")
+    assert produce.split_key(b"k:v:w", b":", 1) == (b"k", b"v:w")
+    assert produce.split_key(b"plain", None, 1) == (None, b"plain")
+    assert produce.split_key(b":v", b":", 1) == (b"", b"v")
     with pytest.raises(InvalidRequest, match="line 7"):
-        cli.split_key(b"nokey", b":", 7)
+        produce.split_key(b"nokey", b":", 7)
     assert parse("produce", "t", "--key-separator", "\\t").key_separator == b"\t"
 
 
 def test_read_lines_handles_endings_and_lines_across_chunks() -> None:
-    long = b"x" * (cli._READ_CHUNK_BYTES + 10)  # crosses a chunk boundary
+    long = b"x" * (produce._READ_CHUNK_BYTES + 10)  # crosses a chunk boundary
     data = b"a\r\nb\n\n" + long + b"\nlast"
 
     async def collect() -> tuple[list[bytes], int]:
         lines: list[bytes] = []
         consumed = 0
-        async for chunk, so_far in cli.read_lines(io.BytesIO(data)):
+        async for chunk, so_far in produce.read_lines(io.BytesIO(data)):
             lines += chunk
             consumed = so_far
         return lines, consumed
@@ -170,9 +171,9 @@ def test_read_lines_handles_endings_and_lines_across_chunks() -> None:
 
 def test_format_record_as_lines_and_json() -> None:
     record = ConsumerRecord("t", 1, 5, 1700000000000, b"k", b"v", (("h", b"x"),))
-    assert cli.format_record(record, "lines") == b"v\n"
-    assert cli.format_record(record, "lines", b"\t") == b"k\tv\n"
-    assert json.loads(cli.format_record(record, "json")) == {
+    assert consume.format_record(record, "lines") == b"v\n"
+    assert consume.format_record(record, "lines", b"\t") == b"k\tv\n"
+    assert json.loads(consume.format_record(record, "json")) == {
         "topic": "t",
         "partition": 1,
         "offset": 5,
@@ -182,16 +183,16 @@ def test_format_record_as_lines_and_json() -> None:
         "headers": [{"key": "h", "value": "x"}],
     }
     binary = ConsumerRecord("t", 0, 0, 0, None, b"\xff", ())
-    assert json.loads(cli.format_record(binary, "json"))["value"] == "/w=="
-    assert json.loads(cli.format_record(binary, "json"))["value_encoding"] == "base64"
+    assert json.loads(consume.format_record(binary, "json"))["value"] == "/w=="
+    assert json.loads(consume.format_record(binary, "json"))["value_encoding"] == "base64"
     tombstone = ConsumerRecord("t", 0, 0, 0, b"k", None, ())
-    assert json.loads(cli.format_record(tombstone, "json"))["value"] is None
+    assert json.loads(consume.format_record(tombstone, "json"))["value"] is None
 
 
 def test_progress_bar_draws_at_most_once_per_interval() -> None:
     now = [0.0]
     out = io.StringIO()
-    bar = cli.ProgressBar(2 * 1024 * 1024, out, width=10, interval_s=1.0, clock=lambda: now[0])
+    bar = produce.ProgressBar(2 * 1024 * 1024, out, width=10, interval_s=1.0, clock=lambda: now[0])
     bar.update(1024 * 1024, 10)
     bar.update(1024 * 1024 + 1, 11)  # same instant: not drawn
     now[0] = 1.0

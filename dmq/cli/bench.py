@@ -1,0 +1,122 @@
+"""`dmq bench ...`: the benchmarks of bench/ (registered by dmq/cli/__init__.py).
+
+Each benchmark's options are repeated here rather than taken from its module, so that
+`dmq` imports a benchmark (and what it needs: a cluster, Spark) only when it runs; the
+tests of tests/bench/ keep the two lists equal.
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from dmq.cli._common import Subparsers, UsageError
+
+
+def add_bench(commands: Subparsers) -> None:
+    bench = commands.add_parser(
+        "bench",
+        help="benchmarks",
+        description="`dmq bench --nodes 3`: a cluster of real brokers on this machine "
+        "(bench/cluster_bench.py); or one of the benchmarks below.",
+    )
+    bench.add_argument("--nodes", type=int, help="cluster benchmark with this many brokers")
+    bench.add_argument("--quick", action="store_true", help="CI-sized run")
+    bench.add_argument("--runs", type=int, help="runs; medians are shown")
+    bench.set_defaults(handler=_cmd_bench_cluster)
+    kinds = bench.add_subparsers(dest="bench_command", metavar="BENCHMARK")
+    # The options of bench/log_bench.py's add_arguments, repeated here so that `dmq` does
+    # not import the benchmark unless it runs (a test keeps the two lists equal).
+    log = kinds.add_parser("log", help="the storage engine (log/) against raw file I/O")
+    log.add_argument("--dir", type=Path, help="create the work directory inside DIR")
+    log.add_argument("--total-mb", type=float, help="MiB per case (256)")
+    log.add_argument("--fsync-mb", type=float, help="MiB per fsync case (32)")
+    log.add_argument(
+        "--fsync-appends-max", type=int, help="at most this many appends per fsync case (5000)"
+    )
+    log.add_argument("--runs", type=int, help="runs; medians are shown (3)")
+    log.add_argument("--quick", action="store_true", help="CI-sized run")
+    log.add_argument("--json", type=Path, help="also write the result here")
+    log.set_defaults(handler=_cmd_bench_log)
+    # Likewise bench/broker_bench.py's add_arguments.
+    broker = kinds.add_parser("broker", help="a single-node broker over HTTP, against log/ appends")
+    broker.add_argument("--dir", help="data directory (default: a temp dir here, removed after)")
+    broker.add_argument("--runs", type=int, default=3, help="runs; medians are shown")
+    broker.add_argument("--total-mb", type=int, default=128, help="MB produced per run")
+    broker.add_argument("--rate", type=int, default=500, help="single-record requests/s")
+    broker.add_argument("--latency-seconds", type=float, default=5.0)
+    broker.add_argument("--quick", action="store_true", help="one small run (CI)")
+    broker.set_defaults(handler=_cmd_bench_broker)
+    # Likewise bench/groups_bench.py's add_arguments.
+    groups = kinds.add_parser(
+        "groups", help="consumer groups: commit latency and rate, member death"
+    )
+    groups.add_argument("--nodes", type=int, default=3, help="brokers of the cluster (3)")
+    groups.add_argument("--runs", type=int, default=3, help="runs; medians are shown (3)")
+    groups.add_argument("--commits", type=int, default=300, help="sequential commits (300)")
+    groups.add_argument("--seconds", type=float, default=4.0, help="per rate measure (4)")
+    groups.add_argument("--in-flight", type=int, default=32, help="concurrent commits (32)")
+    groups.add_argument("--session-ms", type=int, default=1_000, help="session timeout (1000)")
+    groups.add_argument("--quick", action="store_true", help="one small run (CI)")
+    groups.set_defaults(handler=_cmd_bench_groups)
+    # Likewise bench/spark_bench.py's add_arguments (needs the spark extra).
+    spark = kinds.add_parser(
+        "spark", help="Spark reading a topic through spark_io, against a Parquet file"
+    )
+    spark.add_argument("--dir", type=Path, help="create the work directory inside DIR")
+    spark.add_argument("--total-mb", type=int, default=256, help="MiB of records in the topic")
+    spark.add_argument(
+        "--batch-records", type=int, default=100_000, help="maxOffsetsPerTrigger (100000)"
+    )
+    spark.add_argument("--runs", type=int, default=3, help="runs; medians are shown")
+    spark.add_argument("--quick", action="store_true", help="CI-sized run")
+    spark.set_defaults(handler=_cmd_bench_spark)
+
+
+def _cmd_bench_log(args: argparse.Namespace) -> int:
+    from bench import log_bench
+
+    try:
+        log_bench.run(args)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from exc
+    return 0
+
+
+def _cmd_bench_cluster(args: argparse.Namespace) -> int:
+    if args.nodes is None:
+        raise UsageError("dmq bench needs --nodes N, or one of: log, broker, spark")
+    from bench import cluster_bench
+
+    argv = ["--nodes", str(args.nodes)]
+    argv += ["--quick"] if args.quick else []
+    argv += ["--runs", str(args.runs)] if args.runs is not None else []
+    return int(cluster_bench.main(argv))
+
+
+def _cmd_bench_groups(args: argparse.Namespace) -> int:
+    from bench import groups_bench
+
+    groups_bench.run(args)
+    return 0
+
+
+def _cmd_bench_broker(args: argparse.Namespace) -> int:
+    from bench import broker_bench
+
+    broker_bench.run(args)
+    return 0
+
+
+def _cmd_bench_spark(args: argparse.Namespace) -> int:
+    try:
+        from bench import spark_bench
+    except ImportError as exc:
+        raise UsageError(
+            f"dmq bench spark needs the spark extra (pip install 'dmq[spark]'): {exc}"
+        ) from exc
+    try:
+        spark_bench.run(args)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from exc
+    return 0

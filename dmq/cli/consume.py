@@ -1,0 +1,183 @@
+"""`dmq consume TOPIC`: print a topic's records, alone or as a member of a consumer group
+(registered by dmq/cli/__init__.py).
+
+Alone (`consume_records`), it reads the partitions it is given from where --from or
+--from-time says, up to the high watermarks they had at the start unless --follow; with
+--group (`consume_group`), it reads the partitions the group assigns it from the group's
+committed offsets and commits as it goes. Both print with `format_record`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import base64
+import json
+import sys
+from typing import IO, Any
+
+from dmq.cli._common import (
+    Subparsers,
+    _non_negative_int,
+    _offset_spec,
+    _positive_int,
+    _separator,
+    parse_time_ms,
+)
+from dmq.client import AsyncAdmin, AsyncConsumer, AsyncGroupConsumer, ConsumerRecord
+
+_POLL_TIMEOUT_MS = 1_000
+_POLL_RECORDS_MAX = 500
+# With --group and without --follow, the command stops after this many empty polls in a
+# row: the group's partitions have nothing more.
+_IDLE_POLLS_TO_STOP = 2
+
+
+def add_consume(commands: Subparsers, url: argparse.ArgumentParser) -> None:
+    consume = commands.add_parser(
+        "consume",
+        parents=[url],
+        help="print records of a topic",
+        description="Print the records of a topic, one per line, up to the end it had when "
+        "the command started (or forever with --follow).",
+    )
+    consume.add_argument("topic")
+    consume.add_argument("--partition", type=_non_negative_int, help="default: all partitions")
+    start = consume.add_mutually_exclusive_group()
+    start.add_argument(
+        "--from",
+        dest="start",
+        type=_offset_spec,
+        default="earliest",
+        metavar="earliest|latest|OFFSET",
+        help="where to start in each partition (earliest)",
+    )
+    start.add_argument(
+        "--from-time",
+        dest="start_time_ms",
+        type=parse_time_ms,
+        metavar="TIME",
+        help="start at the first record at or after TIME: milliseconds since "
+        "the epoch, or ISO 8601 (UTC unless an offset is given)",
+    )
+    consume.add_argument("--follow", action="store_true", help="keep waiting for new records")
+    consume.add_argument(
+        "--group",
+        help="consume as a member of this consumer group: its partitions, from its committed "
+        "offsets, committing as it goes (--partition and --from do not apply)",
+    )
+    consume.add_argument("--max-records", type=_positive_int, help="stop after this many")
+    consume.add_argument(
+        "--output",
+        choices=("lines", "json"),
+        default="lines",
+        help="lines: the value (raw bytes); json: one object per record",
+    )
+    consume.add_argument(
+        "--key-separator", type=_separator, metavar="SEP", help="lines: print KEY SEP VALUE"
+    )
+    consume.set_defaults(handler=_cmd_consume)
+
+
+def _cmd_consume(args: argparse.Namespace) -> int:
+    if args.group is not None:
+        asyncio.run(consume_group(args, sys.stdout.buffer))
+        return 0
+    asyncio.run(consume_records(args, sys.stdout.buffer))
+    return 0
+
+
+async def consume_records(args: argparse.Namespace, out: IO[bytes]) -> int:
+    """Write the topic's records to `out` (`dmq consume`); returns how many."""
+    topic = args.topic
+    written = 0
+    async with AsyncAdmin(args.url) as admin, AsyncConsumer(args.url) as consumer:
+        if args.partition is not None:
+            partitions = [args.partition]
+        else:
+            partitions = [p.partition for p in (await admin.describe_topic(topic)).partitions]
+        consumer.assign([(topic, p) for p in partitions])
+        for p in partitions:
+            if args.start_time_ms is not None:
+                consumer.seek_to_timestamp(topic, p, args.start_time_ms)
+            else:
+                consumer.seek(topic, p, args.start)
+        # Without --follow, stop at the high watermarks the partitions had at the start.
+        ends = None
+        if not args.follow:
+            ends = {p: (await admin.offsets(topic, p)).high_watermark for p in partitions}
+        active = list(partitions)
+        while args.max_records is None or written < args.max_records:
+            if ends is not None:  # drop the partitions that reached their end
+                active = [p for p in active if await consumer.position((topic, p)) < ends[p]]
+                if not active:
+                    break
+                if len(active) < len(consumer.assignment()):
+                    consumer.assign([(topic, p) for p in active])
+            limit = _POLL_RECORDS_MAX
+            if args.max_records is not None:
+                limit = min(limit, args.max_records - written)
+            for record in await consumer.poll(timeout_ms=_POLL_TIMEOUT_MS, max_records=limit):
+                if ends is None or record.offset < ends[record.partition]:
+                    out.write(format_record(record, args.output, args.key_separator))
+                    written += 1
+            out.flush()
+    return written
+
+
+async def consume_group(args: argparse.Namespace, out: IO[bytes]) -> int:
+    """`dmq consume TOPIC --group G`: a member of G (auto-commit, at-least-once); without
+    --follow it stops once its partitions have nothing more (two empty polls)."""
+    written = idle = 0
+    async with AsyncGroupConsumer(args.url, args.group, topics=[args.topic]) as consumer:
+        while args.max_records is None or written < args.max_records:
+            limit = _POLL_RECORDS_MAX
+            if args.max_records is not None:
+                limit = min(limit, args.max_records - written)
+            records = await consumer.poll(timeout_ms=_POLL_TIMEOUT_MS, max_records=limit)
+            for record in records:
+                out.write(format_record(record, args.output, args.key_separator))
+            out.flush()
+            written += len(records)
+            idle = 0 if records or not consumer.assignment() else idle + 1
+            if not args.follow and idle >= _IDLE_POLLS_TO_STOP:
+                break
+        await consumer.commit()
+    return written
+
+
+def format_record(record: ConsumerRecord, output: str, separator: bytes | None = None) -> bytes:
+    """One output line: the raw value (`lines`, with KEY SEP first if asked) or a JSON
+    object with string fields, all base64 (`"value_encoding": "base64"`) if any is not
+    UTF-8, as the HTTP API's JSON fetch."""
+    if output == "lines":
+        value = record.value or b""
+        if separator is not None:
+            value = (record.key or b"") + separator + value
+        return value + b"\n"
+    blobs = [record.key, record.value, *(v for _, v in record.headers)]
+    try:
+        for blob in blobs:
+            if blob is not None:
+                blob.decode("utf-8")
+        encoding = "string"
+    except UnicodeDecodeError:
+        encoding = "base64"
+
+    def text(blob: bytes | None) -> str | None:
+        if blob is None:
+            return None
+        return blob.decode("utf-8") if encoding == "string" else base64.b64encode(blob).decode()
+
+    obj: dict[str, Any] = {
+        "topic": record.topic,
+        "partition": record.partition,
+        "offset": record.offset,
+        "timestamp": record.timestamp_ms,
+        "key": text(record.key),
+        "value": text(record.value),
+        "headers": [{"key": k, "value": text(v)} for k, v in record.headers],
+    }
+    if encoding == "base64":
+        obj["value_encoding"] = "base64"
+    return json.dumps(obj, ensure_ascii=False).encode("utf-8") + b"\n"

@@ -1,0 +1,122 @@
+"""`dmq serve`: run a broker, and `--join` a running cluster (registered by dmq/cli/__init__.py).
+
+`--join URL[,URL...]` asks running brokers for the cluster (its brokers' Raft addresses and
+the metadata voters) and starts as a new, non-voting broker of it (`resolve_join`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import importlib
+import json
+import sys
+import time
+import urllib.request
+
+from dmq.cli._common import Subparsers, comma_items
+from dmq.config import BrokerConfig, load_config
+from dmq.config import add_arguments as add_broker_arguments
+from dmq.errors import DmqError
+from log.segment import write_durably
+
+JOIN_ASK_TIMEOUT_S = 5.0  # one GET /v1/cluster of a --join broker
+JOIN_RETRY_FIRST_S = 0.5  # pause after a round of --join brokers none answered; doubles
+JOIN_RETRY_MAX_S = 4.0
+
+
+def add_serve(commands: Subparsers) -> None:
+    serve = commands.add_parser(
+        "serve",
+        help="run a broker",
+        description="Run a broker. Every setting is a flag, an environment variable "
+        "DMQ_<NAME> or a key of the TOML --config file, in that precedence.",
+    )
+    add_broker_arguments(serve)
+    serve.set_defaults(handler=_cmd_serve)
+
+
+def _cmd_serve(args: argparse.Namespace) -> int:
+    config = resolve_join(load_config(vars(args), config_file=args.config))
+    try:  # the whole broker: only this command needs it
+        server = importlib.import_module("dmq.server")
+    except ImportError as exc:
+        raise DmqError(f"cannot load the broker (dmq.server): {exc}") from exc
+    return int(server.serve(config))
+
+
+JOINED_FILE = "joined_cluster.json"  # in <data dir>/meta/: what the last --join read
+
+
+def _ask_cluster(urls: list[str], patience_s: float) -> tuple[dict[str, str], list[str]]:
+    """Peers (id -> Raft address) and metadata voters from the first broker of urls that
+    answers with every voter registered (a cluster still starting names voters it has no
+    address for yet); rounds of every url go on until patience_s has passed. DmqError
+    names each url with its last error."""
+    deadline = time.monotonic() + patience_s
+    pause = JOIN_RETRY_FIRST_S
+    while True:
+        failures = []
+        for url in urls:
+            try:
+                with urllib.request.urlopen(
+                    f"{url}/v1/cluster", timeout=JOIN_ASK_TIMEOUT_S
+                ) as resp:
+                    doc = json.loads(resp.read())
+                peers = {b["node_id"]: b["raft_addr"] for b in doc["brokers"]}
+                voters = list(doc["metadata_voters"])
+            except (OSError, ValueError, KeyError, TypeError) as exc:
+                failures.append(f"{url}: {exc}")
+                continue
+            unknown = sorted(set(voters) - set(peers))
+            if not unknown:
+                return peers, voters
+            failures.append(f"{url}: still starting (voters {','.join(unknown)} unregistered)")
+        left = deadline - time.monotonic()
+        tried = "; ".join(failures)
+        if left <= 0:
+            raise DmqError(f"--join: no broker answered with the cluster ({tried})")
+        print(f"--join: no broker answered yet ({tried}); asking again", file=sys.stderr)
+        time.sleep(min(pause, left))
+        pause = min(2 * pause, JOIN_RETRY_MAX_S)
+
+
+def resolve_join(config: BrokerConfig) -> BrokerConfig:
+    """`--join URL,URL,...`: the running cluster's peers and voters, with this broker added.
+
+    The brokers are asked in turn (`GET /v1/cluster`) until one answers; a first join
+    keeps asking until `join_timeout_ms` (a broker down for a restart, or cut off by a
+    partition, is waited for), then fails naming every URL and its error. What it read
+    is kept in `<data dir>/meta/joined_cluster.json`: a restarted broker asks each URL
+    once and, when none answers, starts from the copy (its own catalogue then brings it
+    up to date) instead of failing to start."""
+    if not config.join:
+        return config
+    urls = [u.rstrip("/") for u in comma_items(config.join)]
+    urls = [u if "://" in u else f"http://{u}" for u in urls]
+    if not urls:
+        raise DmqError(f"--join {config.join!r}: name at least one broker URL")
+    saved = config.data_path / "meta" / JOINED_FILE
+    patience_s = 0.0 if saved.exists() else config.join_timeout_ms / 1000
+    try:
+        peers, voters = _ask_cluster(urls, patience_s)
+    except DmqError as exc:
+        if not saved.exists():
+            raise
+        print(f"{exc}; starting from what the last join read ({saved})", file=sys.stderr)
+        kept = json.loads(saved.read_text())
+        peers, voters = dict(kept["peers"]), list(kept["metadata_voters"])
+        fresh = False
+    else:
+        fresh = True
+    if config.node_id in peers and peers[config.node_id] != config.raft_addr:
+        raise DmqError(f"--join: broker id {config.node_id} is taken by {peers[config.node_id]}")
+    peers[config.node_id] = config.raft_addr
+    if fresh:  # kept for the next start (a copy read back is not written again)
+        saved.parent.mkdir(parents=True, exist_ok=True)
+        write_durably(saved, json.dumps({"peers": peers, "metadata_voters": voters}).encode())
+    return dataclasses.replace(
+        config,
+        peers=",".join(f"{k}={v}" for k, v in sorted(peers.items())),
+        metadata_voters=",".join(voters),
+    )

@@ -1,0 +1,155 @@
+"""`dmq topic create|list|describe|alter|delete` (registered by dmq/cli/__init__.py)."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+
+from dmq.cli._common import (
+    Subparsers,
+    UsageError,
+    _config_item,
+    _positive_int,
+    as_dict,
+    print_table,
+)
+from dmq.client import AsyncAdmin, TopicDescription, TopicSummary
+
+
+def add_topic(commands: Subparsers, url: argparse.ArgumentParser) -> None:
+    topic = commands.add_parser("topic", help="create, list, describe, alter, delete topics")
+    actions = topic.add_subparsers(dest="topic_command", metavar="ACTION", required=True)
+    config_help = "a topic setting, e.g. retention_ms=86400000 (repeatable)"
+
+    create = actions.add_parser("create", parents=[url], help="create a topic")
+    create.add_argument("name")
+    create.add_argument("--partitions", type=_positive_int, help="default: the broker's")
+    create.add_argument("--replication-factor", type=_positive_int, help="default: the broker's")
+    create.add_argument(
+        "--config",
+        type=_config_item,
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help=config_help,
+    )
+    create.set_defaults(handler=_cmd_topic_create)
+
+    listing = actions.add_parser("list", parents=[url], help="list topics")
+    listing.add_argument("--json", action="store_true", help="print the answer as JSON")
+    listing.set_defaults(handler=_cmd_topic_list)
+
+    describe = actions.add_parser("describe", parents=[url], help="config and partitions")
+    describe.add_argument("name")
+    describe.add_argument("--json", action="store_true", help="print the answer as JSON")
+    describe.set_defaults(handler=_cmd_topic_describe)
+
+    alter = actions.add_parser("alter", parents=[url], help="change config or add partitions")
+    alter.add_argument("name")
+    alter.add_argument(
+        "--config",
+        type=_config_item,
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help=config_help,
+    )
+    alter.add_argument("--partitions", type=_positive_int, help="the new total partition count")
+    alter.set_defaults(handler=_cmd_topic_alter)
+
+    delete = actions.add_parser("delete", parents=[url], help="delete a topic and its data")
+    delete.add_argument("name")
+    delete.set_defaults(handler=_cmd_topic_delete)
+
+
+def _cmd_topic_create(args: argparse.Namespace) -> int:
+    async def create() -> TopicDescription:
+        async with AsyncAdmin(args.url) as admin:
+            return await admin.create_topic(
+                args.name, args.partitions, args.replication_factor, dict(args.config) or None
+            )
+
+    description = asyncio.run(create())
+    print(
+        f"created topic {description.name} ({description.partition_count} partitions, "
+        f"replication factor {description.replication_factor})"
+    )
+    return 0
+
+
+def _cmd_topic_list(args: argparse.Namespace) -> int:
+    async def listing() -> list[TopicSummary]:
+        async with AsyncAdmin(args.url) as admin:
+            return await admin.list_topics()
+
+    topics = asyncio.run(listing())
+    if args.json:
+        print(json.dumps({"topics": [as_dict(t) for t in topics]}, indent=2))
+        return 0
+    rows = [("TOPIC", "PARTITIONS", "REPLICATION")]
+    rows += [(t.name, str(t.partitions), str(t.replication_factor)) for t in topics]
+    print_table(rows)
+    return 0
+
+
+def _cmd_topic_describe(args: argparse.Namespace) -> int:
+    async def describe() -> TopicDescription:
+        async with AsyncAdmin(args.url) as admin:
+            return await admin.describe_topic(args.name)
+
+    description = asyncio.run(describe())
+    if args.json:
+        print(json.dumps(as_dict(description), indent=2))
+    else:
+        _print_description(description)
+    return 0
+
+
+def _cmd_topic_alter(args: argparse.Namespace) -> int:
+    if not args.config and args.partitions is None:
+        raise UsageError("topic alter needs --config KEY=VALUE or --partitions N")
+
+    async def alter() -> TopicDescription:
+        async with AsyncAdmin(args.url) as admin:
+            description = None
+            if args.config:
+                description = await admin.alter_config(args.name, dict(args.config))
+            if args.partitions is not None:
+                description = await admin.add_partitions(args.name, args.partitions)
+            return description or await admin.describe_topic(args.name)
+
+    _print_description(asyncio.run(alter()))
+    return 0
+
+
+def _cmd_topic_delete(args: argparse.Namespace) -> int:
+    async def delete() -> None:
+        async with AsyncAdmin(args.url) as admin:
+            await admin.delete_topic(args.name)
+
+    asyncio.run(delete())
+    print(f"deleted topic {args.name}")
+    return 0
+
+
+def _print_description(description: TopicDescription) -> None:
+    print(
+        f"topic {description.name}: {description.partition_count} partitions, "
+        f"replication factor {description.replication_factor}"
+    )
+    for key in sorted(description.config):
+        print(f"  {key} = {description.config[key]}")
+    rows = [("PARTITION", "LEADER", "REPLICAS", "LOG_START", "HIGH_WATERMARK", "LOG_END")]
+    rows += [
+        (
+            str(p.partition),
+            p.leader or "-",
+            ",".join(p.replicas),
+            "-" if p.log_start_offset is None else str(p.log_start_offset),
+            "-" if p.high_watermark is None else str(p.high_watermark),
+            "-" if p.log_end_offset is None else str(p.log_end_offset),
+        )
+        for p in description.partitions
+    ]
+    print_table(rows)
