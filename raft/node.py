@@ -46,19 +46,14 @@ import functools
 import heapq
 import itertools
 import logging
-import os
-import pickle
 import shutil
-import struct
 import threading
 import time
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal, Protocol, TypeVar
+from typing import Any, Literal, TypeVar
 
-import crc32c
-from pysyncobj import FAIL_REASON, SyncObj, replicated
+from pysyncobj import FAIL_REASON
 from pysyncobj.node import Node
 from pysyncobj.syncobj import _COMMAND_TYPE
 
@@ -68,7 +63,6 @@ from raft.errors import (
     CommandTooLarge,
     Discarded,
     NotLeader,
-    OutcomeUnknown,
     QueueFull,
     RaftError,
     ReplicaStopped,
@@ -76,9 +70,20 @@ from raft.errors import (
     StoppedInFlight,
     Timeout,
 )
+from raft.group_syncobj import (
+    GroupSyncObj,
+    close_dropped_transfers,
+    close_pysyncobj_files,
+    leader_ready,
+)
 from raft.journal import DurableJournal, JournalCorrupt
 from raft.messages import trim_append_entries
+from raft.proposals import Proposal, encode_batch, error_for, expire, settle_batch, take_batch
+from raft.snapshot import SNAPSHOT_FILE, read_snapshot, write_snapshot
 from raft.transport import GROUP_ID_MAX, GroupTransport, Network
+from raft.types import ReplicaStatus, StateMachine
+
+__all__ = ["RaftNode", "Replica", "ReplicaStatus", "StateMachine"]
 
 logger = logging.getLogger(__name__)
 
@@ -94,76 +99,7 @@ BALANCE_TRANSFERS_MAX = 4
 # An idle follower that hears from its leader is ticked at least this often (pysyncobj's
 # once-a-second journal timer and time-based log compaction run in its tick).
 FOLLOWER_QUIET_MAX_S = 1.0
-SNAPSHOT_FILE = "snapshot"
 _T = TypeVar("_T")
-_SNAPSHOT_MAGIC = b"DMQRSNP1"
-_SNAPSHOT_HEADER = struct.Struct("<8sIQ")  # magic, crc32c(payload), payload length
-
-
-class StateMachine(Protocol):
-    """What a group replicates. apply() must be deterministic: same commands, same state.
-
-    apply() runs on the tick thread, in log order, once per committed command, on every
-    replica; it must not raise (an exception stops the node: replicas would diverge), nor
-    should restore() (it stops the node too: the state would be half-restored).
-    snapshot() / restore() serialise the whole state for log compaction and for followers
-    that fell behind the leader's compacted log.
-    """
-
-    def apply(self, command: bytes) -> Any: ...
-
-    def snapshot(self) -> bytes: ...
-
-    def restore(self, snapshot: bytes) -> None: ...
-
-
-@dataclass(frozen=True, slots=True)
-class ReplicaStatus:
-    group_id: int
-    node_id: str
-    is_leader: bool
-    leader_id: str | None
-    term: int
-    commit_index: int
-    last_applied: int
-    journal_entries: int
-    # A leader has applied the no-op pysyncobj appends when it is elected: only then does
-    # its state hold every entry committed before its term (Raft dissertation 6.4, the
-    # first step of a read). Before, its high watermark may lag what the previous leader
-    # acknowledged (a stale read jepsen/ found at leadership transfers).
-    leader_ready: bool = False
-
-
-def _leader_ready(sync_obj: SyncObj) -> bool:
-    """Leader, and its election no-op (pysyncobj's private index of it) is applied."""
-    noop = sync_obj._SyncObj__noopIDx
-    return bool(sync_obj._isLeader()) and noop is not None and sync_obj.raftLastApplied >= noop
-
-
-class _GroupSyncObj(SyncObj):  # type: ignore[misc]  # pysyncobj is untyped
-    """A SyncObj whose one replicated method applies a batch of commands to a StateMachine."""
-
-    def __init__(self, machine: StateMachine, *args: Any, **kwargs: Any) -> None:
-        self._machine = machine
-        super().__init__(*args, **kwargs)
-
-    @replicated  # type: ignore[untyped-decorator]
-    def _apply_batch(self, commands: list[bytes]) -> list[Any]:
-        # A machine with `apply_at(index, position, command)` is told where each command
-        # sits in the Raft log (dmq/partition/machine.py skips what it applied before a restart).
-        # pysyncobj raises raftLastApplied only after the entry's apply returns.
-        apply_at = getattr(self._machine, "apply_at", None)
-        if apply_at is None:
-            return [self._machine.apply(command) for command in commands]
-        index = self.raftLastApplied + 1
-        return [apply_at(index, k, command) for k, command in enumerate(commands)]
-
-
-@dataclass(slots=True, eq=False)
-class _Proposal:
-    command: bytes
-    future: asyncio.Future[Any]
-    append: bool = False  # wait="append": answered once in the leader's durable journal
 
 
 class Replica:
@@ -186,14 +122,14 @@ class Replica:
         self.directory = directory
         self.machine = machine
         self._config = node.config
-        self._pending: collections.deque[_Proposal] = collections.deque()  # loop -> tick thread
+        self._pending: collections.deque[Proposal] = collections.deque()  # loop -> tick thread
         self._queued = False  # in node._ready; cleared by the tick thread before draining
         self._inflight = 0  # proposals between propose() and its return (loop thread only)
         self._inflight_bytes = 0
-        self._submitted: set[tuple[_Proposal, ...]] = set()  # tick thread only
+        self._submitted: set[tuple[Proposal, ...]] = set()  # tick thread only
         # Batches handed to pysyncobj in this round that hold a wait="append" proposal; looked
         # at right after this round's tick (take_appended), then forgotten.
-        self._append_batches: list[tuple[_Proposal, ...]] = []
+        self._append_batches: list[tuple[Proposal, ...]] = []
         # Set by the tick thread once the SyncObj is destroyed (node stop, remove_group); a
         # proposal that passed the check before is failed by the round (fail_pending).
         self.stopped = False
@@ -238,7 +174,7 @@ class Replica:
             holder.append(transport)
             return transport
 
-        self.syncobj = _GroupSyncObj(
+        self.syncobj = GroupSyncObj(
             machine,
             Node(node.node_id),
             [Node(member) for member in members if member != node.node_id],
@@ -246,7 +182,7 @@ class Replica:
             transportClass=make_transport,
         )
         self.transport = holder[0]
-        _close_dropped_transfers(self.syncobj._SyncObj__serializer)
+        close_dropped_transfers(self.syncobj._SyncObj__serializer)
         self._apply_batch_id = self.syncobj._methodToID[self.syncobj._getFuncName("_apply_batch")]
         self.next_due = 0.0
         self.last_tick = 0.0
@@ -301,12 +237,12 @@ class Replica:
         ):
             raise QueueFull(self.group_id, self._config.proposals_max)
         loop = asyncio.get_running_loop()
-        proposal = _Proposal(bytes(command), loop.create_future(), append)
+        proposal = Proposal(bytes(command), loop.create_future(), append)
         self._inflight += 1
         self._inflight_bytes += len(command)
         # One timer handle per proposal: asyncio.wait_for costs three times as much, and
         # at tens of thousands of proposals a second that is the event loop's main cost.
-        timer = loop.call_at(deadline, _expire, proposal.future, self.group_id, timeout_s)
+        timer = loop.call_at(deadline, expire, proposal.future, self.group_id, timeout_s)
         try:
             self._pending.append(proposal)
             self.node.schedule(self)
@@ -326,39 +262,21 @@ class Replica:
         """Hand waiting proposals to pysyncobj, coalesced; True if any were handed over."""
         handed = False
         for _ in range(BATCHES_PER_ROUND_MAX):
-            batch = self._take_batch()
+            batch = take_batch(
+                self._pending, self._config.batch_commands_max, self._config.batch_bytes_max
+            )
             if not batch:
                 break
             self._submitted.add(batch)
             if any(proposal.append for proposal in batch):
                 self._append_batches.append(batch)
             callback = functools.partial(self._on_batch_result, batch)
-            # What the @replicated decorator would hand to _applyCommand, but pickled with
-            # the highest protocol: pysyncobj's protocol 2 turns every bytes object into a
-            # latin-1 str and back, which cost more than all the rest of replication.
-            command = pickle.dumps(
-                (self._apply_batch_id, ([p.command for p in batch],)), pickle.HIGHEST_PROTOCOL
-            )
+            command = encode_batch(self._apply_batch_id, batch)
             self.syncobj._applyCommand(command, callback, _COMMAND_TYPE.REGULAR)
             handed = True
         return handed
 
-    def _take_batch(self) -> tuple[_Proposal, ...]:
-        batch: list[_Proposal] = []
-        size = 0
-        pending = self._pending
-        while pending and len(batch) < self._config.batch_commands_max:
-            proposal = pending[0]
-            if batch and size + len(proposal.command) > self._config.batch_bytes_max:
-                break
-            pending.popleft()
-            if proposal.future.done():
-                continue  # timed out or cancelled before it reached the log: skip it
-            batch.append(proposal)
-            size += len(proposal.command)
-        return tuple(batch)
-
-    def take_appended(self) -> list[_Proposal]:
+    def take_appended(self) -> list[Proposal]:
         """Right after this round's tick: the wait="append" proposals this node appended to
         its journal as leader (answered after the round's sync), then forgets the batches.
 
@@ -379,7 +297,7 @@ class Replica:
             return []
         return [p for batch in batches if batch in self._submitted for p in batch if p.append]
 
-    def _on_batch_result(self, batch: tuple[_Proposal, ...], result: Any, reason: int) -> None:
+    def _on_batch_result(self, batch: tuple[Proposal, ...], result: Any, reason: int) -> None:
         self._submitted.discard(batch)
         error = None if reason == FAIL_REASON.SUCCESS else self._error_for(reason)
         self.node.settle(batch, result, error)
@@ -387,16 +305,13 @@ class Replica:
     def _error_for(self, reason: int) -> RaftError:
         leader = self.syncobj._getLeader()
         leader_id = None if leader is None else str(leader.id)
-        if reason in (FAIL_REASON.NOT_LEADER, FAIL_REASON.MISSING_LEADER):
-            return NotLeader(self.group_id, leader_id, self.node.address_of(leader_id))
-        if reason == FAIL_REASON.QUEUE_FULL:
-            return QueueFull(self.group_id, self._config.commands_queue_size)
-        if reason == FAIL_REASON.DISCARDED:
-            return Discarded(f"group {self.group_id}: entry overwritten by a new leader")
-        if reason == FAIL_REASON.REQUEST_DENIED:
-            return RequestDenied(f"group {self.group_id}: request denied")
-        # LEADER_CHANGED, UNKNOWN_OUTCOME: the command may still commit.
-        return OutcomeUnknown(f"group {self.group_id}: outcome unknown (reason {reason})")
+        return error_for(
+            reason,
+            self.group_id,
+            leader_id,
+            self.node.address_of(leader_id),
+            self._config.commands_queue_size,
+        )
 
     def needs_tick_after(self, message: Any) -> bool:
         """Whether a message just delivered needs this round's tick and sync.
@@ -432,7 +347,7 @@ class Replica:
             sync_obj.raftCommitIndex,
             sync_obj.raftLastApplied,
             len(self.journal),
-            _leader_ready(sync_obj),
+            leader_ready(sync_obj),
         )
 
     def quiet_until(self, now: float) -> float | None:
@@ -594,7 +509,7 @@ class Replica:
         if not self.stopped:
             self.stopped = True
             self.syncobj.destroy()  # autoTick=False: destroys transport and journal at once
-            _close_pysyncobj_files(self.syncobj)
+            close_pysyncobj_files(self.syncobj)
         stopped = StoppedInFlight(f"group {self.group_id}: stopped on node {self.node.node_id}")
         for batch in list(self._submitted):
             self.node.settle(batch, None, stopped)
@@ -616,13 +531,8 @@ class Replica:
 
     def _write_snapshot(self, path: str, data: Any) -> None:
         """pysyncobj's `serializer(fileName, data)`: state + its raft bookkeeping, fsynced."""
-        payload = pickle.dumps((tuple(data), self.machine.snapshot()), pickle.HIGHEST_PROTOCOL)
-        with open(path, "wb") as file:
-            file.write(_SNAPSHOT_HEADER.pack(_SNAPSHOT_MAGIC, crc32c.crc32c(payload), len(payload)))
-            file.write(payload)
-            file.flush()
-            if self._config.durability == "fsync":
-                os.fsync(file.fileno())
+        fsync = self._config.durability == "fsync"
+        write_snapshot(path, data, self.machine.snapshot(), fsync=fsync)
         self.snapshots_written += 1
 
     def _read_snapshot(self, path: str) -> tuple[Any, ...]:
@@ -641,16 +551,10 @@ class Replica:
             raise
 
     def _restore_from(self, path: str) -> tuple[Any, ...]:
-        with open(path, "rb") as file:
-            raw = file.read()
-        magic, crc, length = _SNAPSHOT_HEADER.unpack_from(raw)
-        payload = raw[_SNAPSHOT_HEADER.size :]
-        if magic != _SNAPSHOT_MAGIC or len(payload) != length or crc32c.crc32c(payload) != crc:
-            raise RaftError(f"{path}: snapshot fails its checks")
-        data, state = pickle.loads(payload)
+        data, state = read_snapshot(path)
         self.machine.restore(state)
         self.snapshots_restored += 1
-        return tuple(data)
+        return data
 
     def raise_failure(self) -> None:
         """Raise what pysyncobj swallowed (a failed restore), so that the node stops."""
@@ -976,16 +880,14 @@ class RaftNode:
             self._ready.append(replica)
         self.wake()
 
-    def settle(
-        self, batch: tuple[_Proposal, ...], result: Any, error: BaseException | None
-    ) -> None:
+    def settle(self, batch: tuple[Proposal, ...], result: Any, error: BaseException | None) -> None:
         """Answer a batch's proposers on their event loop (from the tick thread)."""
         loop = self._loop
         if loop is None:
             return
         # RuntimeError: the loop is closed, nobody is waiting any more.
         with contextlib.suppress(RuntimeError):
-            loop.call_soon_threadsafe(_settle_batch, batch, result, error)
+            loop.call_soon_threadsafe(settle_batch, batch, result, error)
 
     # --- the tick thread --------------------------------------------------------------------
 
@@ -1015,7 +917,7 @@ class RaftNode:
                 self._touch(replica)
         self._take_due(time.monotonic())
         touched, self._touched = self._touched, set()
-        appended: list[_Proposal] = []
+        appended: list[Proposal] = []
         for replica in touched:
             replica.tick()
             appended += replica.take_appended()
@@ -1226,80 +1128,5 @@ class RaftNode:
         self._stopped.set_result(None)
 
 
-def _close_pysyncobj_files(sync_obj: Any) -> None:
-    """Close what SyncObj.destroy() leaves open in pysyncobj 0.3.17 with autoTick=False.
-
-    Its notifier pipe pair, and a snapshot being sent or received: harmless at process exit,
-    a leak of two or more descriptors per remove_group otherwise. Private names: the
-    version is pinned.
-    """
-    notifier = getattr(sync_obj, "_SyncObj__pipeNotifier", None)
-    if notifier is not None:
-        pipe_r = notifier._PipeNotifier__pipeR
-        sync_obj._poller.unsubscribe(pipe_r)
-        for fd in (pipe_r, notifier._PipeNotifier__pipeW):
-            with contextlib.suppress(OSError):
-                os.close(fd)
-    serializer = sync_obj._SyncObj__serializer
-    incoming = serializer._Serializer__incomingTransmissionFile
-    if incoming is not None and not isinstance(incoming, bytes):  # bytes: in-memory mode
-        incoming.close()
-        serializer._Serializer__incomingTransmissionFile = None
-    for transmission in serializer._Serializer__transmissions.values():
-        file = transmission.get("file")
-        if file is not None:
-            file.close()
-    serializer._Serializer__transmissions.clear()
-
-
-def _close_dropped_transfers(serializer: Any) -> None:
-    """Make pysyncobj 0.3.17's Serializer close the snapshot files it drops.
-
-    A leader opens its snapshot file once per follower it sends it to, and forgets it
-    unclosed when the transfer ends, is cancelled, or a new snapshot resets the transfers:
-    a descriptor leaked per transfer until the garbage collector (and a ResourceWarning).
-    Each of the three methods that drop transfers is wrapped to close what it dropped.
-    """
-
-    def closing(method: Callable[..., Any]) -> Callable[..., Any]:
-        def call(*args: Any) -> Any:
-            before: dict[Any, dict[str, Any]] = serializer._Serializer__transmissions
-            if not before:  # the usual case (checkSerializing runs in every tick)
-                return method(*args)
-            files = [t["file"] for t in before.values() if "file" in t]
-            try:
-                return method(*args)
-            finally:
-                kept = {id(t.get("file")) for t in serializer._Serializer__transmissions.values()}
-                for file in files:
-                    if id(file) not in kept:
-                        file.close()
-
-        return call
-
-    for name in ("getTransmissionData", "checkSerializing", "cancelTransmisstion"):
-        setattr(serializer, name, closing(getattr(serializer, name)))
-
-
 def _record_reason(outcome: list[int], _result: Any, reason: int) -> None:
     outcome.append(reason)
-
-
-def _expire(future: asyncio.Future[Any], group_id: int, timeout_s: float) -> None:
-    if not future.done():
-        future.set_exception(Timeout(group_id, timeout_s))
-
-
-def _settle_batch(batch: tuple[_Proposal, ...], result: Any, error: BaseException | None) -> None:
-    """On the event loop: resolve each proposal with its own result (or the batch's error).
-
-    result None: the wait="append" proposals of a round. A proposal answered before (by that
-    early answer, or timed out) is skipped: the later commit callback cannot answer twice.
-    """
-    for k, proposal in enumerate(batch):
-        if proposal.future.done():
-            continue
-        if error is not None:
-            proposal.future.set_exception(error)
-        else:
-            proposal.future.set_result(None if result is None or proposal.append else result[k])
