@@ -30,9 +30,9 @@ so after step 5 of that round made its own copy durable. raft/README.md has the 
 protocol and the proofs.
 
 The facade a caller awaits, `Replica.propose(command)`, is in raft/replica.py; membership
-changes in raft/membership.py. `Replica`,
-`ReplicaStatus` and `StateMachine` are re-exported here for the modules that import them
-from raft.node.
+changes are in raft/membership.py, leader balancing in raft/leadership.py, the quiescence
+protocol in raft/quiesce.py (its scheduling is here, with the round's). `Replica`,
+`ReplicaStatus` and `StateMachine` are re-exported for modules that import them from here.
 """
 
 from __future__ import annotations
@@ -41,7 +41,6 @@ import asyncio
 import collections
 import concurrent.futures
 import contextlib
-import functools
 import heapq
 import itertools
 import logging
@@ -52,9 +51,7 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any, TypeVar
 
-from pysyncobj import FAIL_REASON
-
-from raft import membership, quiesce
+from raft import leadership, membership, quiesce
 from raft.config import RaftConfig
 from raft.errors import ReplicaStopped, RequestDenied, Timeout
 from raft.journal import JournalCorrupt
@@ -68,8 +65,6 @@ __all__ = ["RaftNode", "Replica", "ReplicaStatus", "StateMachine"]
 
 logger = logging.getLogger(__name__)
 
-# Leadership transfers asked for per maybe_balance_leaders() call, at most.
-BALANCE_TRANSFERS_MAX = 4
 _T = TypeVar("_T")
 
 
@@ -124,8 +119,8 @@ class RaftNode:
         # (due time, tie-breaker, replica); an entry is stale if replica.next_due moved on.
         self._due: list[tuple[float, int, Replica]] = []
         self._due_seq = itertools.count()
-        # Leadership transfers asked for by maybe_balance_leaders: group -> (target, expiry).
-        self._transfers: dict[int, tuple[str, float]] = {}
+        # Leadership transfers asked for and not yet seen done (raft/leadership.py).
+        self._transfers: leadership.Transfers = {}
 
     # --- lifecycle (event loop thread) ------------------------------------------------------
 
@@ -242,69 +237,28 @@ class RaftNode:
         if delete:
             shutil.rmtree(replica.directory)
 
-    async def maybe_balance_leaders(self, *, transfers_max: int = BALANCE_TRANSFERS_MAX) -> bool:
+    async def maybe_balance_leaders(
+        self, *, transfers_max: int = leadership.BALANCE_TRANSFERS_MAX
+    ) -> bool:
         """Hand the leadership of groups this node leads to the member that leads the
         fewest, while that member leads at least two fewer; True if it asked for at least
-        one transfer.
+        one transfer. At most `transfers_max` per call; raft/leadership.py has the rules.
 
-        Meant to run periodically on every node (each moves only what it leads). No
-        fair-share floor: with 7 groups on 3 nodes, 3/3/1 has every node at or below
-        ceil(7/3) = 3 and still needs a move (to 2/3/2). Leader counts are this node's view
-        (each replica's known leader), plus the transfers asked for recently and not yet
-        seen done, so repeated calls do not move the same surplus twice. A group moves only
-        to a member leading at least two fewer than this node (no ping-pong between nodes
-        one apart), at most `transfers_max` per call. pysyncobj's transferLeadership sends
-        the target 'timeout_now' if it holds the whole log (else it is denied and retried
-        by a later call); the target starts an election at once and wins it.
+        Meant to run periodically on every node (each moves only what it leads).
         """
         return await self._on_tick_thread(lambda: self._balance_leaders(transfers_max))
 
     def _balance_leaders(self, transfers_max: int) -> bool:
-        now = time.monotonic()
-        leads: collections.Counter[str] = collections.Counter({p: 0 for p in self.peers})
-        mine: list[Replica] = []
-        for replica in self.groups.values():
-            sync_obj = replica.syncobj
-            pending = self._transfers.get(replica.group_id)
-            if pending is not None and (pending[1] < now or not sync_obj._isLeader()):
-                del self._transfers[replica.group_id]  # done, or given up on
-                pending = None
-            if pending is not None:
-                leads[pending[0]] += 1  # as if already moved
-            elif sync_obj._isLeader():
-                leads[self.node_id] += 1
-                mine.append(replica)
-            else:
-                leader = sync_obj._getLeader()
-                if leader is not None:
-                    leads[str(leader.id)] += 1
-        acted = False
-        transfers = 0
-        for replica in sorted(mine, key=lambda r: r.group_id):
-            if transfers >= transfers_max:
-                break
-            candidates = [m for m in replica.members if m != self.node_id]
-            if not candidates:
-                continue
-            target = min(candidates, key=lambda m: (leads[m], m))
-            if leads[target] + 2 > leads[self.node_id]:
-                continue
-            outcome: list[int] = []
-            target_node = next(n for n in replica.syncobj.otherNodes if str(n.id) == target)
-            # The callback runs before transferLeadership returns (it only sends a message).
-            replica.syncobj.transferLeadership(
-                target_node, functools.partial(_record_reason, outcome)
-            )
-            transfers += 1
-            if outcome and outcome[0] == FAIL_REASON.SUCCESS:
-                # A transfer not seen done after an election timeout or two has failed.
-                deadline = now + 2 * self.config.election_timeout_max_s
-                self._transfers[replica.group_id] = (target, deadline)
-                leads[target] += 1
-                leads[self.node_id] -= 1
-                self._touch(replica)  # its timeout_now leaves in this round
-                acted = True
-        return acted
+        return leadership.balance(
+            self.node_id,
+            self.peers,
+            self.groups.values(),
+            self._transfers,
+            now=time.monotonic(),
+            transfers_max=transfers_max,
+            election_timeout_max_s=self.config.election_timeout_max_s,
+            on_transfer=self._touch,  # its timeout_now leaves in this round
+        )
 
     # --- membership (raft/membership.py) ----------------------------------------------------
 
@@ -358,7 +312,9 @@ class RaftNode:
         def transfer() -> None:
             replica = self._group(group_id)
             membership.transfer_leadership(replica, target)
-            deadline = time.monotonic() + 2 * self.config.election_timeout_max_s
+            deadline = leadership.transfer_expiry(
+                time.monotonic(), self.config.election_timeout_max_s
+            )
             self._transfers[group_id] = (target, deadline)  # no quiescing meanwhile
             self._touch(replica)  # its timeout_now leaves in this round
 
@@ -637,7 +593,3 @@ class RaftNode:
                 logger.exception("stopping group %d", replica.group_id)
         self.network.close()
         self._stopped.set_result(None)
-
-
-def _record_reason(outcome: list[int], _result: Any, reason: int) -> None:
-    outcome.append(reason)
