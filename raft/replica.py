@@ -152,10 +152,22 @@ class Replica:
             snapshot_path=directory / SNAPSHOT_FILE,
             durable_trace=node.durable_trace,
         )
+        self.syncobj, self.transport = self._open_syncobj(members)
+        close_dropped_transfers(self.syncobj._SyncObj__serializer)
+        self._apply_batch_id = self.syncobj._methodToID[self.syncobj._getFuncName("_apply_batch")]
+        self.next_due = 0.0
+        self.last_tick = 0.0
+        self.snapshots_written = 0
+        self.snapshots_restored = 0  # at start-up from its own file, or sent by the leader
+
+    def _open_syncobj(self, members: list[str]) -> tuple[GroupSyncObj, GroupTransport]:
+        """The group's SyncObj, with this replica's journal and snapshot hooks, and the
+        GroupTransport pysyncobj builds for it (through transportClass) on the node's Network."""
+        node = self.node
         conf = build_syncobj_conf(
             self._config,
             journal=self.journal,
-            snapshot_path=str(directory / SNAPSHOT_FILE),
+            snapshot_path=str(self.directory / SNAPSHOT_FILE),
             serializer=self._write_snapshot,
             deserializer=self._read_snapshot,
         )
@@ -167,26 +179,20 @@ class Replica:
                 self_node,
                 other_nodes,
                 network=node.network,
-                group_id=group_id,
+                group_id=self.group_id,
                 term_at=self.journal.term_at,
             )
             holder.append(transport)
             return transport
 
-        self.syncobj = GroupSyncObj(
-            machine,
+        syncobj = GroupSyncObj(
+            self.machine,
             Node(node.node_id),
             [Node(member) for member in members if member != node.node_id],
             conf,
             transportClass=make_transport,
         )
-        self.transport = holder[0]
-        close_dropped_transfers(self.syncobj._SyncObj__serializer)
-        self._apply_batch_id = self.syncobj._methodToID[self.syncobj._getFuncName("_apply_batch")]
-        self.next_due = 0.0
-        self.last_tick = 0.0
-        self.snapshots_written = 0
-        self.snapshots_restored = 0  # at start-up from its own file, or sent by the leader
+        return syncobj, holder[0]
 
     # --- the event loop's side --------------------------------------------------------------
 
