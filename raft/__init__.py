@@ -17,7 +17,9 @@ from raft.errors import (
     RequestDenied,
     Timeout,
 )
-from raft.node import RaftNode, Replica, ReplicaStatus, StateMachine
+from raft.node import RaftNode
+from raft.replica import Replica
+from raft.types import ReplicaStatus, StateMachine
 
 __all__ = [
     "CommandTooLarge",

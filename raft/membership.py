@@ -35,16 +35,14 @@ import concurrent.futures
 import pickle
 import time
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any, Literal
 
 from pysyncobj import FAIL_REASON
 from pysyncobj.node import Node
 from pysyncobj.syncobj import _COMMAND_TYPE
 
 from raft.errors import NotLeader, RequestDenied
-
-if TYPE_CHECKING:
-    from raft.node import Replica
+from raft.replica import Replica
 
 Action = Literal["add", "remove"]
 
@@ -85,14 +83,6 @@ class GroupProgress:
         }
 
 
-def member_ids(replica: Replica) -> list[str]:
-    """The group's current configuration as this replica knows it, sorted."""
-    # tuple() first: status readers call this off the tick thread, which may change the set
-    # meanwhile (iterating it directly could raise "set changed size during iteration").
-    others = tuple(replica.syncobj._SyncObj__otherNodes)
-    return sorted([replica.node.node_id, *(str(n.id) for n in others)])
-
-
 def is_member(replica: Replica, node_id: str) -> bool:
     if node_id == replica.node.node_id:
         return True
@@ -128,7 +118,7 @@ def progress(replica: Replica) -> GroupProgress:
         term=int(sync_obj.raftCurrentTerm),
         commit_index=int(sync_obj.raftCommitIndex),
         last_index=int(replica.journal.last_index),
-        members=tuple(member_ids(replica)),
+        members=tuple(replica.members),
         match_index={str(node.id): int(index) for node, index in match.items()},
         change_pending=change_pending(replica),
         response_age_s={str(node.id): max(0.0, now - at) for node, at in responses.items()},

@@ -1,7 +1,8 @@
-"""RaftNode: one thread, one TCP address, many pysyncobj groups; Replica: the async facade.
+"""RaftNode: one thread, one TCP address, many pysyncobj groups (raft/replica.py's Replica).
 
-A RaftNode owns a Network (raft/transport.py), every group's SyncObj and DurableJournal,
-and the one tick thread that drives them all with `doTick(0)`. Each round of that thread:
+A RaftNode owns a Network (raft/transport.py), the registry of its groups (each a Replica
+with its SyncObj and DurableJournal), and the one tick thread that drives them all with
+`doTick(0)`. Each round of that thread:
 
 1. poll the sockets (at most until the next group is due): each received message is
    handed to its group at once; pysyncobj appends entries to the journal and queues its
@@ -28,12 +29,10 @@ itself in every majority, commits an entry only in a round after the one that ap
 so after step 5 of that round made its own copy durable. raft/README.md has the whole
 protocol and the proofs.
 
-`Replica.propose(command)` is the facade: it resolves after the command is committed by a
-majority and applied by this node's state machine, with the state machine's result. On a
-follower pysyncobj forwards the command to the leader and the future still resolves after
-the local apply. With wait="append" (acks=1) the leader answers after step 5 of the round
-that appended the command to its journal (`Replica.take_appended`). pysyncobj's
-FAIL_REASON codes become raft/errors.py exceptions here.
+The facade a caller awaits, `Replica.propose(command)`, is in raft/replica.py; membership
+changes are in raft/membership.py, leader balancing in raft/leadership.py, the quiescence
+protocol in raft/quiesce.py (its scheduling is here, with the round's). `Replica`,
+`ReplicaStatus` and `StateMachine` are re-exported for modules that import them from here.
 """
 
 from __future__ import annotations
@@ -42,620 +41,31 @@ import asyncio
 import collections
 import concurrent.futures
 import contextlib
-import functools
 import heapq
 import itertools
 import logging
-import os
-import pickle
 import shutil
-import struct
 import threading
 import time
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal, Protocol, TypeVar
+from typing import Any, TypeVar
 
-import crc32c
-from pysyncobj import FAIL_REASON, SyncObj, replicated
-from pysyncobj.node import Node
-from pysyncobj.syncobj import _COMMAND_TYPE
-
-from raft import membership, quiesce
-from raft.config import RaftConfig, build_syncobj_conf
-from raft.errors import (
-    CommandTooLarge,
-    Discarded,
-    NotLeader,
-    OutcomeUnknown,
-    QueueFull,
-    RaftError,
-    ReplicaStopped,
-    RequestDenied,
-    StoppedInFlight,
-    Timeout,
-)
-from raft.journal import DurableJournal, JournalCorrupt
+from raft import leadership, membership, quiesce
+from raft.config import RaftConfig
+from raft.errors import ReplicaStopped, RequestDenied, Timeout
+from raft.journal import JournalCorrupt
 from raft.messages import trim_append_entries
-from raft.transport import GROUP_ID_MAX, GroupTransport, Network
+from raft.proposals import Proposal, settle_batch
+from raft.replica import Replica
+from raft.transport import GROUP_ID_MAX, Network
+from raft.types import ReplicaStatus, StateMachine
+
+__all__ = ["RaftNode", "Replica", "ReplicaStatus", "StateMachine"]
 
 logger = logging.getLogger(__name__)
 
-# A proposal with no timeout of its own waits this long.
-PROPOSE_TIMEOUT_S_DEFAULT = 10.0
-# While no leader is known, propose() retries this often (doubling up to the max).
-PROPOSE_RETRY_S_MIN = 0.005
-PROPOSE_RETRY_S_MAX = 0.1
-# Proposals handed to pysyncobj per group per round, at most (each is one Raft entry).
-BATCHES_PER_ROUND_MAX = 8
-# Leadership transfers asked for per maybe_balance_leaders() call, at most.
-BALANCE_TRANSFERS_MAX = 4
-# An idle follower that hears from its leader is ticked at least this often (pysyncobj's
-# once-a-second journal timer and time-based log compaction run in its tick).
-FOLLOWER_QUIET_MAX_S = 1.0
-SNAPSHOT_FILE = "snapshot"
 _T = TypeVar("_T")
-_SNAPSHOT_MAGIC = b"DMQRSNP1"
-_SNAPSHOT_HEADER = struct.Struct("<8sIQ")  # magic, crc32c(payload), payload length
-
-
-class StateMachine(Protocol):
-    """What a group replicates. apply() must be deterministic: same commands, same state.
-
-    apply() runs on the tick thread, in log order, once per committed command, on every
-    replica; it must not raise (an exception stops the node: replicas would diverge), nor
-    should restore() (it stops the node too: the state would be half-restored).
-    snapshot() / restore() serialise the whole state for log compaction and for followers
-    that fell behind the leader's compacted log.
-    """
-
-    def apply(self, command: bytes) -> Any: ...
-
-    def snapshot(self) -> bytes: ...
-
-    def restore(self, snapshot: bytes) -> None: ...
-
-
-@dataclass(frozen=True, slots=True)
-class ReplicaStatus:
-    group_id: int
-    node_id: str
-    is_leader: bool
-    leader_id: str | None
-    term: int
-    commit_index: int
-    last_applied: int
-    journal_entries: int
-    # A leader has applied the no-op pysyncobj appends when it is elected: only then does
-    # its state hold every entry committed before its term (Raft dissertation 6.4, the
-    # first step of a read). Before, its high watermark may lag what the previous leader
-    # acknowledged (a stale read jepsen/ found at leadership transfers).
-    leader_ready: bool = False
-
-
-def _leader_ready(sync_obj: SyncObj) -> bool:
-    """Leader, and its election no-op (pysyncobj's private index of it) is applied."""
-    noop = sync_obj._SyncObj__noopIDx
-    return bool(sync_obj._isLeader()) and noop is not None and sync_obj.raftLastApplied >= noop
-
-
-class _GroupSyncObj(SyncObj):  # type: ignore[misc]  # pysyncobj is untyped
-    """A SyncObj whose one replicated method applies a batch of commands to a StateMachine."""
-
-    def __init__(self, machine: StateMachine, *args: Any, **kwargs: Any) -> None:
-        self._machine = machine
-        super().__init__(*args, **kwargs)
-
-    @replicated  # type: ignore[untyped-decorator]
-    def _apply_batch(self, commands: list[bytes]) -> list[Any]:
-        # A machine with `apply_at(index, position, command)` is told where each command
-        # sits in the Raft log (dmq/partition/machine.py skips what it applied before a restart).
-        # pysyncobj raises raftLastApplied only after the entry's apply returns.
-        apply_at = getattr(self._machine, "apply_at", None)
-        if apply_at is None:
-            return [self._machine.apply(command) for command in commands]
-        index = self.raftLastApplied + 1
-        return [apply_at(index, k, command) for k, command in enumerate(commands)]
-
-
-@dataclass(slots=True, eq=False)
-class _Proposal:
-    command: bytes
-    future: asyncio.Future[Any]
-    append: bool = False  # wait="append": answered once in the leader's durable journal
-
-
-class Replica:
-    """One group on one node: `await propose(command)` and `status()`.
-
-    propose() and status() are for the event loop that started the RaftNode; the other
-    methods run on the node's tick thread.
-    """
-
-    def __init__(
-        self,
-        node: RaftNode,
-        group_id: int,
-        directory: Path,
-        machine: StateMachine,
-        members: list[str],
-    ) -> None:
-        self.group_id = group_id
-        self.node = node
-        self.directory = directory
-        self.machine = machine
-        self._config = node.config
-        self._pending: collections.deque[_Proposal] = collections.deque()  # loop -> tick thread
-        self._queued = False  # in node._ready; cleared by the tick thread before draining
-        self._inflight = 0  # proposals between propose() and its return (loop thread only)
-        self._inflight_bytes = 0
-        self._submitted: set[tuple[_Proposal, ...]] = set()  # tick thread only
-        # Batches handed to pysyncobj in this round that hold a wait="append" proposal; looked
-        # at right after this round's tick (take_appended), then forgotten.
-        self._append_batches: list[tuple[_Proposal, ...]] = []
-        # Set by the tick thread once the SyncObj is destroyed (node stop, remove_group); a
-        # proposal that passed the check before is failed by the round (fail_pending).
-        self.stopped = False
-        # An error pysyncobj caught and logged that must stop the node (_read_snapshot).
-        self.failure: BaseException | None = None
-        # Quiescence (raft/quiesce.py), tick thread only. As leader: "active", "quiescing"
-        # (QUIESCE sent, answers in quiesce_acks) or "quiesced" (not ticked). As follower:
-        # quiesced_leader is the leader's node id while quiesced (not ticked), else None.
-        self.lead_quiesce: Literal["active", "quiescing", "quiesced"] = "active"
-        self.quiesce_acks: set[str] = set()
-        self.quiesce_sent_at = 0.0
-        self.quiesce_round = 0  # echoed by QUIESCED: an answer to an older QUIESCE is ignored
-        self.quiesced_leader: str | None = None
-        self.quiesce_timeout_s = 0.0  # the follower's election timeout while quiesced
-        self._status = ReplicaStatus(group_id, node.node_id, False, None, 0, 0, 0, 0)
-        self.journal = DurableJournal(
-            directory,
-            durability=self._config.durability,
-            cache_bytes_max=self._config.journal_cache_bytes_max,
-            write_buffer_bytes_max=self._config.journal_write_buffer_bytes_max,
-            snapshot_path=directory / SNAPSHOT_FILE,
-            durable_trace=node.durable_trace,
-        )
-        conf = build_syncobj_conf(
-            self._config,
-            journal=self.journal,
-            snapshot_path=str(directory / SNAPSHOT_FILE),
-            serializer=self._write_snapshot,
-            deserializer=self._read_snapshot,
-        )
-        holder: list[GroupTransport] = []
-
-        def make_transport(sync_obj: Any, self_node: Any, other_nodes: Any) -> GroupTransport:
-            transport = GroupTransport(
-                sync_obj,
-                self_node,
-                other_nodes,
-                network=node.network,
-                group_id=group_id,
-                term_at=self.journal.term_at,
-            )
-            holder.append(transport)
-            return transport
-
-        self.syncobj = _GroupSyncObj(
-            machine,
-            Node(node.node_id),
-            [Node(member) for member in members if member != node.node_id],
-            conf,
-            transportClass=make_transport,
-        )
-        self.transport = holder[0]
-        _close_dropped_transfers(self.syncobj._SyncObj__serializer)
-        self._apply_batch_id = self.syncobj._methodToID[self.syncobj._getFuncName("_apply_batch")]
-        self.next_due = 0.0
-        self.last_tick = 0.0
-        self.snapshots_written = 0
-        self.snapshots_restored = 0  # at start-up from its own file, or sent by the leader
-
-    # --- the event loop's side --------------------------------------------------------------
-
-    async def propose(
-        self,
-        command: bytes,
-        *,
-        timeout_s: float | None = None,
-        wait: Literal["apply", "append"] = "apply",
-    ) -> Any:
-        """Commit `command` through Raft and return this replica's apply() result.
-
-        wait="append" (Kafka's acks=1) returns None as soon as this node, as leader, has the
-        command in its own fdatasync'ed journal, before any follower holds it (raft/README.md,
-        "Durability contract": it may be lost on failover). On a node that is not the leader
-        it returns None after the apply, as wait="apply" would.
-
-        Raises CommandTooLarge or QueueFull at once; retries while no leader is known
-        (NotLeader) or the entry was discarded, until the deadline; then raises the last
-        NotApplied error, or Timeout if the command may still commit.
-        """
-        if wait not in ("apply", "append"):
-            raise ValueError(f"wait must be 'apply' or 'append', not {wait!r}")
-        loop = asyncio.get_running_loop()
-        timeout = PROPOSE_TIMEOUT_S_DEFAULT if timeout_s is None else timeout_s
-        deadline = loop.time() + timeout
-        delay = PROPOSE_RETRY_S_MIN
-        while True:
-            try:
-                return await self._propose_once(command, deadline, timeout, wait == "append")
-            except (NotLeader, Discarded):
-                if loop.time() + delay >= deadline:
-                    raise
-            await asyncio.sleep(delay)
-            delay = min(delay * 2, PROPOSE_RETRY_S_MAX)
-
-    async def _propose_once(
-        self, command: bytes, deadline: float, timeout_s: float, append: bool
-    ) -> Any:
-        if self.node.failed is not None or self.node.stopping or self.stopped:
-            raise self._stopped_error()
-        if len(command) > self._config.batch_bytes_max:
-            raise CommandTooLarge(self.group_id, len(command), self._config.batch_bytes_max)
-        if (
-            self._inflight >= self._config.proposals_max
-            or self._inflight_bytes + len(command) > self._config.proposal_bytes_max
-        ):
-            raise QueueFull(self.group_id, self._config.proposals_max)
-        loop = asyncio.get_running_loop()
-        proposal = _Proposal(bytes(command), loop.create_future(), append)
-        self._inflight += 1
-        self._inflight_bytes += len(command)
-        # One timer handle per proposal: asyncio.wait_for costs three times as much, and
-        # at tens of thousands of proposals a second that is the event loop's main cost.
-        timer = loop.call_at(deadline, _expire, proposal.future, self.group_id, timeout_s)
-        try:
-            self._pending.append(proposal)
-            self.node.schedule(self)
-            return await proposal.future
-        finally:
-            timer.cancel()
-            self._inflight -= 1
-            self._inflight_bytes -= len(command)
-
-    def status(self) -> ReplicaStatus:
-        """As of this group's last tick (any thread may read it)."""
-        return self._status
-
-    # --- the tick thread's side -------------------------------------------------------------
-
-    def drain_proposals(self) -> bool:
-        """Hand waiting proposals to pysyncobj, coalesced; True if any were handed over."""
-        handed = False
-        for _ in range(BATCHES_PER_ROUND_MAX):
-            batch = self._take_batch()
-            if not batch:
-                break
-            self._submitted.add(batch)
-            if any(proposal.append for proposal in batch):
-                self._append_batches.append(batch)
-            callback = functools.partial(self._on_batch_result, batch)
-            # What the @replicated decorator would hand to _applyCommand, but pickled with
-            # the highest protocol: pysyncobj's protocol 2 turns every bytes object into a
-            # latin-1 str and back, which cost more than all the rest of replication.
-            command = pickle.dumps(
-                (self._apply_batch_id, ([p.command for p in batch],)), pickle.HIGHEST_PROTOCOL
-            )
-            self.syncobj._applyCommand(command, callback, _COMMAND_TYPE.REGULAR)
-            handed = True
-        return handed
-
-    def _take_batch(self) -> tuple[_Proposal, ...]:
-        batch: list[_Proposal] = []
-        size = 0
-        pending = self._pending
-        while pending and len(batch) < self._config.batch_commands_max:
-            proposal = pending[0]
-            if batch and size + len(proposal.command) > self._config.batch_bytes_max:
-                break
-            pending.popleft()
-            if proposal.future.done():
-                continue  # timed out or cancelled before it reached the log: skip it
-            batch.append(proposal)
-            size += len(proposal.command)
-        return tuple(batch)
-
-    def take_appended(self) -> list[_Proposal]:
-        """Right after this round's tick: the wait="append" proposals this node appended to
-        its journal as leader (answered after the round's sync), then forgets the batches.
-
-        pysyncobj 0.3.17's tick ends with `_checkCommandsToApply`, which takes every queued
-        command (until a time budget of appendEntriesPeriod runs out) and, on the leader,
-        appends it to the journal at the current term; on a follower it forwards it to the
-        leader, with no leader it fails it (MISSING_LEADER). Nothing after that call in the
-        tick, and nothing before this check, changes the role. So if this node leads now
-        and pysyncobj's queue is empty, every batch drained in this round is in its journal.
-        Otherwise the proposals wait for the commit callback (or fail) as wait="apply" ones.
-        A batch no longer in _submitted already failed (QUEUE_FULL) and is skipped.
-        """
-        batches, self._append_batches = self._append_batches, []
-        if not batches or not self.syncobj._isLeader():
-            return []
-        queue: collections.deque[Any] = self.syncobj._SyncObj__commandsQueue._FastQueue__queue
-        if queue:
-            return []
-        return [p for batch in batches if batch in self._submitted for p in batch if p.append]
-
-    def _on_batch_result(self, batch: tuple[_Proposal, ...], result: Any, reason: int) -> None:
-        self._submitted.discard(batch)
-        error = None if reason == FAIL_REASON.SUCCESS else self._error_for(reason)
-        self.node.settle(batch, result, error)
-
-    def _error_for(self, reason: int) -> RaftError:
-        leader = self.syncobj._getLeader()
-        leader_id = None if leader is None else str(leader.id)
-        if reason in (FAIL_REASON.NOT_LEADER, FAIL_REASON.MISSING_LEADER):
-            return NotLeader(self.group_id, leader_id, self.node.address_of(leader_id))
-        if reason == FAIL_REASON.QUEUE_FULL:
-            return QueueFull(self.group_id, self._config.commands_queue_size)
-        if reason == FAIL_REASON.DISCARDED:
-            return Discarded(f"group {self.group_id}: entry overwritten by a new leader")
-        if reason == FAIL_REASON.REQUEST_DENIED:
-            return RequestDenied(f"group {self.group_id}: request denied")
-        # LEADER_CHANGED, UNKNOWN_OUTCOME: the command may still commit.
-        return OutcomeUnknown(f"group {self.group_id}: outcome unknown (reason {reason})")
-
-    def needs_tick_after(self, message: Any) -> bool:
-        """Whether a message just delivered needs this round's tick and sync.
-
-        Heartbeats and their replies, the bulk of an idle node's messages, change nothing
-        that a tick or a sync would act on; everything else is ticked at once. A changed
-        journal always is: the sync step covers only the groups ticked in the round.
-        """
-        if not self.journal.is_synced():
-            return True
-        kind = message.get("type") if isinstance(message, dict) else None
-        sync_obj = self.syncobj
-        if kind == "append_entries":  # entries would have changed the journal
-            return bool(sync_obj.raftCommitIndex > sync_obj.raftLastApplied)
-        if kind == "next_node_idx":  # the commit index may move only if this acks more
-            acked = message.get("next_node_idx", 0) - 1
-            return bool(message.get("success")) and acked > sync_obj.raftCommitIndex
-        return True
-
-    def tick(self) -> None:
-        # An exception from apply() is not caught by pysyncobj: it leaves doTick and stops
-        # the node. One from restore() is (see _read_snapshot): raised here instead.
-        self.syncobj.doTick(0.0)
-        self.raise_failure()
-        sync_obj = self.syncobj
-        leader = sync_obj._getLeader()
-        self._status = ReplicaStatus(
-            self.group_id,
-            self.node.node_id,
-            bool(sync_obj._isLeader()),
-            None if leader is None else str(leader.id),
-            sync_obj.raftCurrentTerm,
-            sync_obj.raftCommitIndex,
-            sync_obj.raftLastApplied,
-            len(self.journal),
-            _leader_ready(sync_obj),
-        )
-
-    def quiet_until(self, now: float) -> float | None:
-        """For a follower whose idle tick is due: until when a tick would do nothing.
-
-        pysyncobj's follower tick checks the election deadline (which every append_entries
-        from the leader pushes forward), applies committed entries and runs its timers. A
-        follower that knows its leader, has nothing to apply and a synced journal is looked
-        at again at its election deadline (or FOLLOWER_QUIET_MAX_S after its last tick)
-        instead of being ticked every follower_tick_interval_s. None: tick it now.
-        """
-        sync_obj = self.syncobj
-        if (
-            sync_obj._isLeader()
-            or sync_obj._getLeader() is None
-            or sync_obj.raftCommitIndex > sync_obj.raftLastApplied
-            or not self.journal.is_synced()
-        ):
-            return None
-        deadline: float = sync_obj._SyncObj__raftElectionDeadline
-        until = min(deadline, self.last_tick + FOLLOWER_QUIET_MAX_S)
-        return until if until > now else None
-
-    def can_commit_more(self) -> bool:
-        """Whether a tick now would raise the commit index: the leader re-ticks next round.
-
-        pysyncobj's tick counts the majority before it appends the queued commands, and a
-        leader is otherwise ticked again only when a follower's reply arrives or its
-        heartbeat is due. In a one-node group no reply ever comes: each entry waited for the
-        next heartbeat (~100 ms). True when the majority's match index (the leader counting
-        its own journal end) is past the commit index at an entry of the current term, the
-        condition under which pysyncobj's commit loop advances; the tick it triggers then
-        commits up to that index, so the condition is false again unless new entries were
-        appended or replies came in: an idle group never re-ticks. The next round comes
-        after this round's sync, so the leader's own copy is durable before it counts.
-        """
-        sync_obj = self.syncobj
-        if not sync_obj._isLeader():
-            return False
-        last = self.journal.last_index
-        commit = int(sync_obj.raftCommitIndex)
-        if last <= commit:
-            return False
-        # pysyncobj 0.3.17's private match indexes (by Node), read-only; the version is pinned.
-        match_index: dict[Any, int] = sync_obj._SyncObj__raftMatchIndex
-        others = sync_obj._SyncObj__otherNodes
-        matched = sorted([last] + [min(match_index.get(n, 0), last) for n in others], reverse=True)
-        quorum_index = matched[len(matched) // 2]  # held by a majority (the leader included)
-        return quorum_index > commit and self.journal.term_at(quorum_index) == (
-            sync_obj.raftCurrentTerm
-        )
-
-    # --- quiescence (raft/quiesce.py; the tick thread's side) --------------------------------
-
-    @property
-    def quiesced(self) -> bool:
-        """Not ticked: a quiesced leader, or a follower quiesced under its leader."""
-        return self.lead_quiesce == "quiesced" or self.quiesced_leader is not None
-
-    @property
-    def in_quiescence(self) -> bool:
-        """Quiesced, or a leader waiting for its followers' QUIESCED answers."""
-        return self.lead_quiesce != "active" or self.quiesced_leader is not None
-
-    @property
-    def members(self) -> list[str]:
-        """The group's configuration as this replica knows it now (it changes at run time:
-        raft/membership.py), sorted, this node included."""
-        return membership.member_ids(self)
-
-    @property
-    def followers(self) -> list[str]:
-        return [str(n.id) for n in self.syncobj._SyncObj__otherNodes]
-
-    def quiesce_ready(self, is_up: Callable[[str], bool]) -> bool:
-        """Leader: idle and every connected follower holds the whole, committed log."""
-        sync_obj = self.syncobj
-        if self._pending or self._submitted or self._commands_queued():
-            return False
-        last = self.journal.last_index
-        if not self.journal.is_synced() or not (
-            sync_obj.raftCommitIndex == sync_obj.raftLastApplied == last
-        ):
-            return False
-        match_index: dict[Any, int] = sync_obj._SyncObj__raftMatchIndex
-        return all(
-            match_index.get(node, 0) >= last or not is_up(node.id)
-            for node in sync_obj._SyncObj__otherNodes
-        )
-
-    def _commands_queued(self) -> int:
-        return len(self.syncobj._SyncObj__commandsQueue._FastQueue__queue)
-
-    def accept_quiesce(self, peer_id: str, message: dict[str, Any]) -> bool:
-        """Follower: become quiesced under `peer_id` if its QUIESCE matches this log."""
-        sync_obj = self.syncobj
-        leader = sync_obj._getLeader()
-        last = message.get("last")
-        if (
-            sync_obj._isLeader()
-            or leader is None
-            or str(leader.id) != peer_id
-            or message.get("term") != sync_obj.raftCurrentTerm
-            or last != self.journal.last_index
-            or last is None
-            or self.journal.term_at(last) != message.get("last_term")
-            or sync_obj.raftCommitIndex != last
-            or self._pending
-            or self._submitted
-        ):
-            return False
-        self.quiesced_leader = peer_id
-        self.quiesce_timeout_s = float(sync_obj._SyncObj__generateRaftTimeout())
-        return True
-
-    def is_benign(self, peer_id: str, message: Any) -> bool:
-        """Whether a message leaves a quiesced (or quiescing) replica as it is."""
-        if self.quiesced_leader is not None:
-            return quiesce.is_leader_heartbeat(
-                message,
-                peer_id == self.quiesced_leader,
-                self.syncobj.raftCurrentTerm,
-                self.journal.last_index,
-            )
-        return quiesce.is_caught_up_reply(message, self.journal.last_index)
-
-    def send_control(self, kind: str, peer_ids: Iterable[str], **fields: Any) -> None:
-        message = {"type": kind, "term": self.syncobj.raftCurrentTerm, **fields}
-        wanted = set(peer_ids)
-        for node in self.syncobj._SyncObj__otherNodes:
-            if node.id in wanted:
-                self.transport.send(node, message)
-
-    def send_quiesce(self, peer_ids: Iterable[str], now: float) -> None:
-        last = self.journal.last_index
-        self.send_control(
-            quiesce.QUIESCE,
-            peer_ids,
-            last=last,
-            last_term=self.journal.term_at(last),
-            round=self.quiesce_round,
-        )
-        self.quiesce_sent_at = now
-
-    def resume_leading(self, last_heard: dict[str, float]) -> None:
-        """A quiesced leader ticks again: its followers' nodes were heard from at
-        `last_heard`, which stands in for the replies pysyncobj's step-down check counts."""
-        responses: dict[Any, float] = self.syncobj._SyncObj__lastResponseTime
-        for node in self.syncobj._SyncObj__otherNodes:
-            heard = last_heard.get(node.id)
-            if heard is not None and heard > responses.get(node, 0.0):
-                responses[node] = heard
-
-    def resume_following(self, election_deadline: float) -> None:
-        self.syncobj._SyncObj__raftElectionDeadline = election_deadline
-
-    def stop(self) -> None:
-        """Close the group's files and fail every proposal not answered yet (idempotent)."""
-        if not self.stopped:
-            self.stopped = True
-            self.syncobj.destroy()  # autoTick=False: destroys transport and journal at once
-            _close_pysyncobj_files(self.syncobj)
-        stopped = StoppedInFlight(f"group {self.group_id}: stopped on node {self.node.node_id}")
-        for batch in list(self._submitted):
-            self.node.settle(batch, None, stopped)
-        self._submitted.clear()
-        self._append_batches.clear()
-        self.fail_pending()
-
-    def fail_pending(self) -> None:
-        """Fail proposals still waiting for the tick thread (a stopped or removed group)."""
-        leftover = tuple(self._pending)
-        self._pending.clear()
-        if leftover:
-            self.node.settle(leftover, None, self._stopped_error())
-
-    def _stopped_error(self) -> ReplicaStopped:
-        return ReplicaStopped(f"group {self.group_id}: stopped on node {self.node.node_id}")
-
-    # --- snapshots (pysyncobj's serializer hooks, on the tick thread) -----------------------
-
-    def _write_snapshot(self, path: str, data: Any) -> None:
-        """pysyncobj's `serializer(fileName, data)`: state + its raft bookkeeping, fsynced."""
-        payload = pickle.dumps((tuple(data), self.machine.snapshot()), pickle.HIGHEST_PROTOCOL)
-        with open(path, "wb") as file:
-            file.write(_SNAPSHOT_HEADER.pack(_SNAPSHOT_MAGIC, crc32c.crc32c(payload), len(payload)))
-            file.write(payload)
-            file.flush()
-            if self._config.durability == "fsync":
-                os.fsync(file.fileno())
-        self.snapshots_written += 1
-
-    def _read_snapshot(self, path: str) -> tuple[Any, ...]:
-        """pysyncobj's `deserializer(fileName)`: restore the state, return the bookkeeping.
-
-        pysyncobj calls it from `__loadDumpFile`, which logs and swallows any exception and
-        carries on (even answers the leader success=True after a failed install). A failed
-        restore leaves the state machine half-restored, so the error is recorded here and
-        raised by RaftNode after the tick or message that caused it (raise_failure): the
-        node stops before any reply of that round leaves.
-        """
-        try:
-            return self._restore_from(path)
-        except BaseException as error:
-            self.failure = error
-            raise
-
-    def _restore_from(self, path: str) -> tuple[Any, ...]:
-        with open(path, "rb") as file:
-            raw = file.read()
-        magic, crc, length = _SNAPSHOT_HEADER.unpack_from(raw)
-        payload = raw[_SNAPSHOT_HEADER.size :]
-        if magic != _SNAPSHOT_MAGIC or len(payload) != length or crc32c.crc32c(payload) != crc:
-            raise RaftError(f"{path}: snapshot fails its checks")
-        data, state = pickle.loads(payload)
-        self.machine.restore(state)
-        self.snapshots_restored += 1
-        return tuple(data)
-
-    def raise_failure(self) -> None:
-        """Raise what pysyncobj swallowed (a failed restore), so that the node stops."""
-        if self.failure is not None:
-            raise RaftError(f"group {self.group_id}: {self.failure!r}") from self.failure
 
 
 class RaftNode:
@@ -709,8 +119,8 @@ class RaftNode:
         # (due time, tie-breaker, replica); an entry is stale if replica.next_due moved on.
         self._due: list[tuple[float, int, Replica]] = []
         self._due_seq = itertools.count()
-        # Leadership transfers asked for by maybe_balance_leaders: group -> (target, expiry).
-        self._transfers: dict[int, tuple[str, float]] = {}
+        # Leadership transfers asked for and not yet seen done (raft/leadership.py).
+        self._transfers: leadership.Transfers = {}
 
     # --- lifecycle (event loop thread) ------------------------------------------------------
 
@@ -827,69 +237,28 @@ class RaftNode:
         if delete:
             shutil.rmtree(replica.directory)
 
-    async def maybe_balance_leaders(self, *, transfers_max: int = BALANCE_TRANSFERS_MAX) -> bool:
+    async def maybe_balance_leaders(
+        self, *, transfers_max: int = leadership.BALANCE_TRANSFERS_MAX
+    ) -> bool:
         """Hand the leadership of groups this node leads to the member that leads the
         fewest, while that member leads at least two fewer; True if it asked for at least
-        one transfer.
+        one transfer. At most `transfers_max` per call; raft/leadership.py has the rules.
 
-        Meant to run periodically on every node (each moves only what it leads). No
-        fair-share floor: with 7 groups on 3 nodes, 3/3/1 has every node at or below
-        ceil(7/3) = 3 and still needs a move (to 2/3/2). Leader counts are this node's view
-        (each replica's known leader), plus the transfers asked for recently and not yet
-        seen done, so repeated calls do not move the same surplus twice. A group moves only
-        to a member leading at least two fewer than this node (no ping-pong between nodes
-        one apart), at most `transfers_max` per call. pysyncobj's transferLeadership sends
-        the target 'timeout_now' if it holds the whole log (else it is denied and retried
-        by a later call); the target starts an election at once and wins it.
+        Meant to run periodically on every node (each moves only what it leads).
         """
         return await self._on_tick_thread(lambda: self._balance_leaders(transfers_max))
 
     def _balance_leaders(self, transfers_max: int) -> bool:
-        now = time.monotonic()
-        leads: collections.Counter[str] = collections.Counter({p: 0 for p in self.peers})
-        mine: list[Replica] = []
-        for replica in self.groups.values():
-            sync_obj = replica.syncobj
-            pending = self._transfers.get(replica.group_id)
-            if pending is not None and (pending[1] < now or not sync_obj._isLeader()):
-                del self._transfers[replica.group_id]  # done, or given up on
-                pending = None
-            if pending is not None:
-                leads[pending[0]] += 1  # as if already moved
-            elif sync_obj._isLeader():
-                leads[self.node_id] += 1
-                mine.append(replica)
-            else:
-                leader = sync_obj._getLeader()
-                if leader is not None:
-                    leads[str(leader.id)] += 1
-        acted = False
-        transfers = 0
-        for replica in sorted(mine, key=lambda r: r.group_id):
-            if transfers >= transfers_max:
-                break
-            candidates = [m for m in replica.members if m != self.node_id]
-            if not candidates:
-                continue
-            target = min(candidates, key=lambda m: (leads[m], m))
-            if leads[target] + 2 > leads[self.node_id]:
-                continue
-            outcome: list[int] = []
-            target_node = next(n for n in replica.syncobj.otherNodes if str(n.id) == target)
-            # The callback runs before transferLeadership returns (it only sends a message).
-            replica.syncobj.transferLeadership(
-                target_node, functools.partial(_record_reason, outcome)
-            )
-            transfers += 1
-            if outcome and outcome[0] == FAIL_REASON.SUCCESS:
-                # A transfer not seen done after an election timeout or two has failed.
-                deadline = now + 2 * self.config.election_timeout_max_s
-                self._transfers[replica.group_id] = (target, deadline)
-                leads[target] += 1
-                leads[self.node_id] -= 1
-                self._touch(replica)  # its timeout_now leaves in this round
-                acted = True
-        return acted
+        return leadership.balance(
+            self.node_id,
+            self.peers,
+            self.groups.values(),
+            self._transfers,
+            now=time.monotonic(),
+            transfers_max=transfers_max,
+            election_timeout_max_s=self.config.election_timeout_max_s,
+            on_transfer=self._touch,  # its timeout_now leaves in this round
+        )
 
     # --- membership (raft/membership.py) ----------------------------------------------------
 
@@ -943,7 +312,9 @@ class RaftNode:
         def transfer() -> None:
             replica = self._group(group_id)
             membership.transfer_leadership(replica, target)
-            deadline = time.monotonic() + 2 * self.config.election_timeout_max_s
+            deadline = leadership.transfer_expiry(
+                time.monotonic(), self.config.election_timeout_max_s
+            )
             self._transfers[group_id] = (target, deadline)  # no quiescing meanwhile
             self._touch(replica)  # its timeout_now leaves in this round
 
@@ -976,16 +347,14 @@ class RaftNode:
             self._ready.append(replica)
         self.wake()
 
-    def settle(
-        self, batch: tuple[_Proposal, ...], result: Any, error: BaseException | None
-    ) -> None:
+    def settle(self, batch: tuple[Proposal, ...], result: Any, error: BaseException | None) -> None:
         """Answer a batch's proposers on their event loop (from the tick thread)."""
         loop = self._loop
         if loop is None:
             return
         # RuntimeError: the loop is closed, nobody is waiting any more.
         with contextlib.suppress(RuntimeError):
-            loop.call_soon_threadsafe(_settle_batch, batch, result, error)
+            loop.call_soon_threadsafe(settle_batch, batch, result, error)
 
     # --- the tick thread --------------------------------------------------------------------
 
@@ -1015,7 +384,7 @@ class RaftNode:
                 self._touch(replica)
         self._take_due(time.monotonic())
         touched, self._touched = self._touched, set()
-        appended: list[_Proposal] = []
+        appended: list[Proposal] = []
         for replica in touched:
             replica.tick()
             appended += replica.take_appended()
@@ -1224,82 +593,3 @@ class RaftNode:
                 logger.exception("stopping group %d", replica.group_id)
         self.network.close()
         self._stopped.set_result(None)
-
-
-def _close_pysyncobj_files(sync_obj: Any) -> None:
-    """Close what SyncObj.destroy() leaves open in pysyncobj 0.3.17 with autoTick=False.
-
-    Its notifier pipe pair, and a snapshot being sent or received: harmless at process exit,
-    a leak of two or more descriptors per remove_group otherwise. Private names: the
-    version is pinned.
-    """
-    notifier = getattr(sync_obj, "_SyncObj__pipeNotifier", None)
-    if notifier is not None:
-        pipe_r = notifier._PipeNotifier__pipeR
-        sync_obj._poller.unsubscribe(pipe_r)
-        for fd in (pipe_r, notifier._PipeNotifier__pipeW):
-            with contextlib.suppress(OSError):
-                os.close(fd)
-    serializer = sync_obj._SyncObj__serializer
-    incoming = serializer._Serializer__incomingTransmissionFile
-    if incoming is not None and not isinstance(incoming, bytes):  # bytes: in-memory mode
-        incoming.close()
-        serializer._Serializer__incomingTransmissionFile = None
-    for transmission in serializer._Serializer__transmissions.values():
-        file = transmission.get("file")
-        if file is not None:
-            file.close()
-    serializer._Serializer__transmissions.clear()
-
-
-def _close_dropped_transfers(serializer: Any) -> None:
-    """Make pysyncobj 0.3.17's Serializer close the snapshot files it drops.
-
-    A leader opens its snapshot file once per follower it sends it to, and forgets it
-    unclosed when the transfer ends, is cancelled, or a new snapshot resets the transfers:
-    a descriptor leaked per transfer until the garbage collector (and a ResourceWarning).
-    Each of the three methods that drop transfers is wrapped to close what it dropped.
-    """
-
-    def closing(method: Callable[..., Any]) -> Callable[..., Any]:
-        def call(*args: Any) -> Any:
-            before: dict[Any, dict[str, Any]] = serializer._Serializer__transmissions
-            if not before:  # the usual case (checkSerializing runs in every tick)
-                return method(*args)
-            files = [t["file"] for t in before.values() if "file" in t]
-            try:
-                return method(*args)
-            finally:
-                kept = {id(t.get("file")) for t in serializer._Serializer__transmissions.values()}
-                for file in files:
-                    if id(file) not in kept:
-                        file.close()
-
-        return call
-
-    for name in ("getTransmissionData", "checkSerializing", "cancelTransmisstion"):
-        setattr(serializer, name, closing(getattr(serializer, name)))
-
-
-def _record_reason(outcome: list[int], _result: Any, reason: int) -> None:
-    outcome.append(reason)
-
-
-def _expire(future: asyncio.Future[Any], group_id: int, timeout_s: float) -> None:
-    if not future.done():
-        future.set_exception(Timeout(group_id, timeout_s))
-
-
-def _settle_batch(batch: tuple[_Proposal, ...], result: Any, error: BaseException | None) -> None:
-    """On the event loop: resolve each proposal with its own result (or the batch's error).
-
-    result None: the wait="append" proposals of a round. A proposal answered before (by that
-    early answer, or timed out) is skipped: the later commit callback cannot answer twice.
-    """
-    for k, proposal in enumerate(batch):
-        if proposal.future.done():
-            continue
-        if error is not None:
-            proposal.future.set_exception(error)
-        else:
-            proposal.future.set_result(None if result is None or proposal.append else result[k])

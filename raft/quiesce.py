@@ -7,7 +7,7 @@ only "the leader is alive", and that is a property of the leader's *node*, which
 raft/transport.py now proves for every group at once (`Network.last_heard`, refreshed by
 any frame and by a node heartbeat every heartbeat_interval_s).
 
-The protocol, with the states of raft/node.py (`Replica.lead_quiesce`, `quiesced_leader`):
+The protocol, with the states of raft/replica.py (`Replica.lead_quiesce`, `quiesced_leader`):
 
 1. A leader whose group is idle and caught up after a tick (`Replica.quiesce_ready`: no
    proposal waiting or in flight, journal synced, commit == applied == last index, every

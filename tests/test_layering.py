@@ -4,7 +4,8 @@ Proves, by reading every .py file of each package with `ast` (nothing is importe
 - log/ imports no network, asyncio or Raft library and no other dmq layer;
 - groups/ does no I/O and reads no clock or randomness: it imports none of the modules that
   would let it, and no other layer;
-- raft/ is consensus only: no HTTP and no other layer of dmq;
+- raft/ is consensus only: every module of raft/ imports only pysyncobj, crc32c, the
+  standard library (`sys.stdlib_module_names` of the running Python) and raft itself;
 - the state machines (dmq/metadata, dmq/partition) do not import the broker that composes
   them, and dmq/broker imports neither http_api nor the CLI;
 - http_api/ reaches storage, Raft and the group protocol only through dmq.broker;
@@ -21,6 +22,7 @@ that every crossing of a layer is visible in review.
 from __future__ import annotations
 
 import ast
+import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -339,3 +341,32 @@ def test_no_module_is_over_the_line_limit() -> None:
     }
     large = {path: n for path, n in sizes.items() if n > MODULE_LINES_MAX}
     assert not large, f"modules over {MODULE_LINES_MAX} lines, split them: {large}"
+
+
+# What raft/ may import besides the standard library and itself (DESIGN.md: "it imports
+# pysyncobj, crc32c and the stdlib"). A state machine or a codec it needs comes in through
+# the apply/snapshot/restore protocol, never as an import.
+RAFT_THIRD_PARTY = frozenset({"pysyncobj", "crc32c"})
+
+
+def outside_raft_allowlist(module: str) -> bool:
+    """Whether raft/ may not import `module`: not stdlib, not raft, not RAFT_THIRD_PARTY."""
+    top = module.split(".")[0]
+    return top not in sys.stdlib_module_names and top not in RAFT_THIRD_PARTY | {"raft"}
+
+
+def test_raft_imports_only_pysyncobj_crc32c_the_stdlib_and_itself() -> None:
+    # An allowlist, unlike RULES' denylists: a new layer or library is refused by default.
+    assert not outside_raft_allowlist("os.path") and not outside_raft_allowlist("raft.node")
+    assert outside_raft_allowlist("log.segment") and outside_raft_allowlist("aiohttp")
+    found = package_imports("raft")
+    assert {imp.module.split(".")[0] for imp in found} >= {"pysyncobj", "crc32c", "raft"}
+    violations = [
+        f"{imp.path}:{imp.line}: imports {imp.module}"
+        for imp in found
+        if outside_raft_allowlist(imp.module) and (imp.path, imp.module) not in ALLOWED
+    ]
+    assert not violations, (
+        "raft/ is consensus only: it imports pysyncobj, crc32c, the standard library and "
+        "itself; state machines plug in through apply/snapshot/restore:\n" + "\n".join(violations)
+    )

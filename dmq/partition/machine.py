@@ -9,7 +9,7 @@ committed). Apply reads no clock: time is in the command.
 **Applying exactly once across restarts.** The log is persistent, but pysyncobj re-applies
 every journal entry after its last snapshot when the node restarts; appending those batches
 again would duplicate them. Each command has a position in the Raft log, `(index, k)`: the
-entry's index and the command's place among the entry's commands (raft/node.py coalesces
+entry's index and the command's place among the entry's commands (raft/replica.py coalesces
 proposals into one entry). RaftNode hands it to `apply_at`. The machine keeps an **applied
 checkpoint** next to the log (`raft-applied`): one record `(index, k, log_end_offset)` per
 applied command, written (not synced) after its batches. Replay skips every position at or

@@ -1,4 +1,4 @@
-"""Proves propose(wait="append") (Kafka's acks=1, raft/node.py `Replica.take_appended`):
+"""Proves propose(wait="append") (Kafka's acks=1, raft/replica.py `Replica.take_appended`):
 
 - three in-process RaftNodes, the two followers stopped: on the leader, wait="append"
   returns None within a fraction of a second with the command in the leader's synced

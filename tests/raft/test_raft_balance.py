@@ -1,4 +1,5 @@
-"""Proves RaftNode.maybe_balance_leaders: leaders bunched on some nodes spread out evenly.
+"""Proves RaftNode.maybe_balance_leaders (raft/leadership.py): leaders bunched on some nodes
+spread out evenly.
 
 Three RaftNodes in this process on 127.0.0.11-13, 30 groups on all three. n3 starts only
 after n1 and n2 elected a leader in every group, so it leads none (the bunching seen at

@@ -1,4 +1,4 @@
-"""Proves quiesced groups (raft/quiesce.py, raft/node.py), default timing:
+"""Proves quiesced groups (raft/quiesce.py, raft/replica.py, raft/node.py), default timing:
 
 - idle groups on three in-process nodes all quiesce (each leader and both followers): then
   no group is ticked and no group frame is sent, only node heartbeats (one per peer per

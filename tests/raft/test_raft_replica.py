@@ -1,4 +1,5 @@
-"""Proves the facade's contract (raft/node.py) in-process, on real sockets and journals:
+"""Proves the facade's contract (raft/replica.py, raft/node.py) in-process, on real sockets
+and journals:
 
 - a one-node group (the single-node default) elects itself and commits alone; propose()
   returns each command's own apply() result, in log order, also for many concurrent

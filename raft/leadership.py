@@ -1,0 +1,113 @@
+"""Leader balancing: which groups a node hands to which member, on the tick thread.
+
+`RaftNode.maybe_balance_leaders()` runs this periodically on every node; each node moves
+only the groups it leads. No fair-share floor: with 7 groups on 3 nodes, 3/3/1 has every
+node at or below ceil(7/3) = 3 and still needs a move (to 2/3/2). Leader counts are this
+node's view (each replica's known leader), plus the transfers asked for recently and not
+yet seen done, so repeated calls do not move the same surplus twice. A group moves only to
+a member leading at least two fewer than this node (no ping-pong between nodes one apart).
+pysyncobj's transferLeadership sends the target 'timeout_now' if it holds the whole log
+(else it is denied and retried by a later call); the target starts an election at once
+and wins it.
+
+A transfer asked for (here, or by `RaftNode.transfer_leadership`) is remembered in the
+node's `Transfers` until it is seen done or expires; meanwhile the group is not quiesced.
+"""
+
+from __future__ import annotations
+
+import collections
+import functools
+from collections.abc import Callable, Iterable
+from typing import Any
+
+from pysyncobj import FAIL_REASON
+
+from raft.replica import Replica
+
+# Leadership transfers asked for per maybe_balance_leaders() call, at most.
+BALANCE_TRANSFERS_MAX = 4
+
+# Transfers asked for and not yet seen done: group id -> (target node id, expiry as
+# time.monotonic() seconds).
+Transfers = dict[int, tuple[str, float]]
+
+
+def transfer_expiry(now: float, election_timeout_max_s: float) -> float:
+    """When a transfer asked for at `now` counts as failed if not seen done."""
+    # A transfer not seen done after an election timeout or two has failed.
+    return now + 2 * election_timeout_max_s
+
+
+def count_leads(
+    node_id: str,
+    peers: Iterable[str],
+    replicas: Iterable[Replica],
+    transfers: Transfers,
+    now: float,
+) -> tuple[collections.Counter[str], list[Replica]]:
+    """Groups led per node as this node sees them (a pending transfer counts as done),
+    and the replicas this node leads with no transfer pending. Drops from `transfers`
+    those done or given up on."""
+    leads: collections.Counter[str] = collections.Counter({p: 0 for p in peers})
+    mine: list[Replica] = []
+    for replica in replicas:
+        sync_obj = replica.syncobj
+        pending = transfers.get(replica.group_id)
+        if pending is not None and (pending[1] < now or not sync_obj._isLeader()):
+            del transfers[replica.group_id]  # done, or given up on
+            pending = None
+        if pending is not None:
+            leads[pending[0]] += 1  # as if already moved
+        elif sync_obj._isLeader():
+            leads[node_id] += 1
+            mine.append(replica)
+        else:
+            leader = sync_obj._getLeader()
+            if leader is not None:
+                leads[str(leader.id)] += 1
+    return leads, mine
+
+
+def balance(
+    node_id: str,
+    peers: Iterable[str],
+    replicas: Iterable[Replica],
+    transfers: Transfers,
+    *,
+    now: float,
+    transfers_max: int,
+    election_timeout_max_s: float,
+    on_transfer: Callable[[Replica], None],
+) -> bool:
+    """Ask for at most `transfers_max` transfers (module docstring), record them in
+    `transfers`, and call `on_transfer` on each replica whose transfer pysyncobj accepted
+    (its timeout_now is queued: the node ticks it in this round). True if any was."""
+    leads, mine = count_leads(node_id, peers, replicas, transfers, now)
+    acted = False
+    transfers_asked = 0
+    for replica in sorted(mine, key=lambda r: r.group_id):
+        if transfers_asked >= transfers_max:
+            break
+        candidates = [m for m in replica.members if m != node_id]
+        if not candidates:
+            continue
+        target = min(candidates, key=lambda m: (leads[m], m))
+        if leads[target] + 2 > leads[node_id]:
+            continue
+        outcome: list[int] = []
+        target_node = next(n for n in replica.syncobj.otherNodes if str(n.id) == target)
+        # The callback runs before transferLeadership returns (it only sends a message).
+        replica.syncobj.transferLeadership(target_node, functools.partial(_record_reason, outcome))
+        transfers_asked += 1
+        if outcome and outcome[0] == FAIL_REASON.SUCCESS:
+            transfers[replica.group_id] = (target, transfer_expiry(now, election_timeout_max_s))
+            leads[target] += 1
+            leads[node_id] -= 1
+            on_transfer(replica)
+            acted = True
+    return acted
+
+
+def _record_reason(outcome: list[int], _result: Any, reason: int) -> None:
+    outcome.append(reason)

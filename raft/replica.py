@@ -1,0 +1,570 @@
+"""Replica: one Raft group on one node, and its async facade `await replica.propose(command)`.
+
+`Replica.propose(command)` resolves after the command is committed by a majority and
+applied by this node's state machine, with the state machine's result. On a follower
+pysyncobj forwards the command to the leader and the future still resolves after the local
+apply. With wait="append" (acks=1) the leader answers after step 5 of the round that
+appended the command to its journal (`Replica.take_appended`). pysyncobj's FAIL_REASON
+codes become raft/errors.py exceptions here (through raft/proposals.py).
+
+A Replica owns its group's SyncObj (raft/group_syncobj.py), DurableJournal, GroupTransport
+and snapshot file (raft/snapshot.py); the RaftNode that hosts it (raft/node.py) owns the
+tick thread and decides, each round, which replicas to tick: the round's steps are in
+raft/node.py's docstring. propose() and status() run on the event loop; every other
+method runs on the node's tick thread. The node is seen here only through `ReplicaHost`,
+the few things a replica asks of it, so that this module does not import raft/node.py.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import functools
+from collections.abc import Callable, Iterable
+from pathlib import Path
+from typing import Any, Literal, Protocol
+
+from pysyncobj import FAIL_REASON
+from pysyncobj.node import Node
+from pysyncobj.syncobj import _COMMAND_TYPE
+
+from raft import quiesce
+from raft.config import RaftConfig, build_syncobj_conf
+from raft.errors import (
+    CommandTooLarge,
+    Discarded,
+    NotLeader,
+    QueueFull,
+    RaftError,
+    ReplicaStopped,
+    StoppedInFlight,
+)
+from raft.group_syncobj import (
+    GroupSyncObj,
+    close_dropped_transfers,
+    close_pysyncobj_files,
+    leader_ready,
+)
+from raft.journal import DurableJournal
+from raft.proposals import Proposal, encode_batch, error_for, expire, take_batch
+from raft.snapshot import SNAPSHOT_FILE, read_snapshot, write_snapshot
+from raft.transport import GroupTransport, Network
+from raft.types import ReplicaStatus, StateMachine
+
+# A proposal with no timeout of its own waits this long.
+PROPOSE_TIMEOUT_S_DEFAULT = 10.0
+# While no leader is known, propose() retries this often (doubling up to the max).
+PROPOSE_RETRY_S_MIN = 0.005
+PROPOSE_RETRY_S_MAX = 0.1
+# Proposals handed to pysyncobj per group per round, at most (each is one Raft entry).
+BATCHES_PER_ROUND_MAX = 8
+# An idle follower that hears from its leader is ticked at least this often (pysyncobj's
+# once-a-second journal timer and time-based log compaction run in its tick).
+FOLLOWER_QUIET_MAX_S = 1.0
+
+
+class ReplicaHost(Protocol):
+    """What a Replica uses of the RaftNode that hosts it (raft/node.py's RaftNode is one).
+
+    Read-only properties, so that RaftNode's plain attributes satisfy them. The broker's
+    read lease reads `config`, `network.last_heard` and `round_done_at` through
+    `replica.node` too.
+    """
+
+    @property
+    def node_id(self) -> str: ...
+
+    @property
+    def config(self) -> RaftConfig: ...
+
+    @property
+    def network(self) -> Network: ...
+
+    @property
+    def durable_trace(self) -> bool: ...
+
+    @property
+    def failed(self) -> BaseException | None: ...
+
+    @property
+    def stopping(self) -> bool: ...
+
+    @property
+    def round_done_at(self) -> float: ...
+
+    def address_of(self, node_id: str | None) -> str | None: ...
+
+    def schedule(self, replica: Replica) -> None:
+        """The replica has new proposals (event loop thread): drain them next round."""
+
+    def settle(self, batch: tuple[Proposal, ...], result: Any, error: BaseException | None) -> None:
+        """Answer a batch's proposers on their event loop (from the tick thread)."""
+
+
+class Replica:
+    """One group on one node: `await propose(command)` and `status()`.
+
+    propose() and status() are for the event loop that started the RaftNode; the other
+    methods run on the node's tick thread.
+    """
+
+    def __init__(
+        self,
+        node: ReplicaHost,
+        group_id: int,
+        directory: Path,
+        machine: StateMachine,
+        members: list[str],
+    ) -> None:
+        self.group_id = group_id
+        self.node = node
+        self.directory = directory
+        self.machine = machine
+        self._config = node.config
+        self._pending: collections.deque[Proposal] = collections.deque()  # loop -> tick thread
+        self._queued = False  # in node._ready; cleared by the tick thread before draining
+        self._inflight = 0  # proposals between propose() and its return (loop thread only)
+        self._inflight_bytes = 0
+        self._submitted: set[tuple[Proposal, ...]] = set()  # tick thread only
+        # Batches handed to pysyncobj in this round that hold a wait="append" proposal; looked
+        # at right after this round's tick (take_appended), then forgotten.
+        self._append_batches: list[tuple[Proposal, ...]] = []
+        # Set by the tick thread once the SyncObj is destroyed (node stop, remove_group); a
+        # proposal that passed the check before is failed by the round (fail_pending).
+        self.stopped = False
+        # An error pysyncobj caught and logged that must stop the node (_read_snapshot).
+        self.failure: BaseException | None = None
+        # Quiescence (raft/quiesce.py), tick thread only. As leader: "active", "quiescing"
+        # (QUIESCE sent, answers in quiesce_acks) or "quiesced" (not ticked). As follower:
+        # quiesced_leader is the leader's node id while quiesced (not ticked), else None.
+        self.lead_quiesce: Literal["active", "quiescing", "quiesced"] = "active"
+        self.quiesce_acks: set[str] = set()
+        self.quiesce_sent_at = 0.0
+        self.quiesce_round = 0  # echoed by QUIESCED: an answer to an older QUIESCE is ignored
+        self.quiesced_leader: str | None = None
+        self.quiesce_timeout_s = 0.0  # the follower's election timeout while quiesced
+        self._status = ReplicaStatus(group_id, node.node_id, False, None, 0, 0, 0, 0)
+        self.journal = DurableJournal(
+            directory,
+            durability=self._config.durability,
+            cache_bytes_max=self._config.journal_cache_bytes_max,
+            write_buffer_bytes_max=self._config.journal_write_buffer_bytes_max,
+            snapshot_path=directory / SNAPSHOT_FILE,
+            durable_trace=node.durable_trace,
+        )
+        self.syncobj, self.transport = self._open_syncobj(members)
+        close_dropped_transfers(self.syncobj._SyncObj__serializer)
+        self._apply_batch_id = self.syncobj._methodToID[self.syncobj._getFuncName("_apply_batch")]
+        self.next_due = 0.0
+        self.last_tick = 0.0
+        self.snapshots_written = 0
+        self.snapshots_restored = 0  # at start-up from its own file, or sent by the leader
+
+    def _open_syncobj(self, members: list[str]) -> tuple[GroupSyncObj, GroupTransport]:
+        """The group's SyncObj, with this replica's journal and snapshot hooks, and the
+        GroupTransport pysyncobj builds for it (through transportClass) on the node's Network."""
+        node = self.node
+        conf = build_syncobj_conf(
+            self._config,
+            journal=self.journal,
+            snapshot_path=str(self.directory / SNAPSHOT_FILE),
+            serializer=self._write_snapshot,
+            deserializer=self._read_snapshot,
+        )
+        holder: list[GroupTransport] = []
+
+        def make_transport(sync_obj: Any, self_node: Any, other_nodes: Any) -> GroupTransport:
+            transport = GroupTransport(
+                sync_obj,
+                self_node,
+                other_nodes,
+                network=node.network,
+                group_id=self.group_id,
+                term_at=self.journal.term_at,
+            )
+            holder.append(transport)
+            return transport
+
+        syncobj = GroupSyncObj(
+            self.machine,
+            Node(node.node_id),
+            [Node(member) for member in members if member != node.node_id],
+            conf,
+            transportClass=make_transport,
+        )
+        return syncobj, holder[0]
+
+    # --- the event loop's side --------------------------------------------------------------
+
+    async def propose(
+        self,
+        command: bytes,
+        *,
+        timeout_s: float | None = None,
+        wait: Literal["apply", "append"] = "apply",
+    ) -> Any:
+        """Commit `command` through Raft and return this replica's apply() result.
+
+        wait="append" (Kafka's acks=1) returns None as soon as this node, as leader, has the
+        command in its own fdatasync'ed journal, before any follower holds it (raft/README.md,
+        "Durability contract": it may be lost on failover). On a node that is not the leader
+        it returns None after the apply, as wait="apply" would.
+
+        Raises CommandTooLarge or QueueFull at once; retries while no leader is known
+        (NotLeader) or the entry was discarded, until the deadline; then raises the last
+        NotApplied error, or Timeout if the command may still commit.
+        """
+        if wait not in ("apply", "append"):
+            raise ValueError(f"wait must be 'apply' or 'append', not {wait!r}")
+        loop = asyncio.get_running_loop()
+        timeout = PROPOSE_TIMEOUT_S_DEFAULT if timeout_s is None else timeout_s
+        deadline = loop.time() + timeout
+        delay = PROPOSE_RETRY_S_MIN
+        while True:
+            try:
+                return await self._propose_once(command, deadline, timeout, wait == "append")
+            except (NotLeader, Discarded):
+                if loop.time() + delay >= deadline:
+                    raise
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, PROPOSE_RETRY_S_MAX)
+
+    async def _propose_once(
+        self, command: bytes, deadline: float, timeout_s: float, append: bool
+    ) -> Any:
+        if self.node.failed is not None or self.node.stopping or self.stopped:
+            raise self._stopped_error()
+        if len(command) > self._config.batch_bytes_max:
+            raise CommandTooLarge(self.group_id, len(command), self._config.batch_bytes_max)
+        if (
+            self._inflight >= self._config.proposals_max
+            or self._inflight_bytes + len(command) > self._config.proposal_bytes_max
+        ):
+            raise QueueFull(self.group_id, self._config.proposals_max)
+        loop = asyncio.get_running_loop()
+        proposal = Proposal(bytes(command), loop.create_future(), append)
+        self._inflight += 1
+        self._inflight_bytes += len(command)
+        # One timer handle per proposal: asyncio.wait_for costs three times as much, and
+        # at tens of thousands of proposals a second that is the event loop's main cost.
+        timer = loop.call_at(deadline, expire, proposal.future, self.group_id, timeout_s)
+        try:
+            self._pending.append(proposal)
+            self.node.schedule(self)
+            return await proposal.future
+        finally:
+            timer.cancel()
+            self._inflight -= 1
+            self._inflight_bytes -= len(command)
+
+    def status(self) -> ReplicaStatus:
+        """As of this group's last tick (any thread may read it)."""
+        return self._status
+
+    # --- the tick thread's side -------------------------------------------------------------
+
+    def drain_proposals(self) -> bool:
+        """Hand waiting proposals to pysyncobj, coalesced; True if any were handed over."""
+        handed = False
+        for _ in range(BATCHES_PER_ROUND_MAX):
+            batch = take_batch(
+                self._pending, self._config.batch_commands_max, self._config.batch_bytes_max
+            )
+            if not batch:
+                break
+            self._submitted.add(batch)
+            if any(proposal.append for proposal in batch):
+                self._append_batches.append(batch)
+            callback = functools.partial(self._on_batch_result, batch)
+            command = encode_batch(self._apply_batch_id, batch)
+            self.syncobj._applyCommand(command, callback, _COMMAND_TYPE.REGULAR)
+            handed = True
+        return handed
+
+    def take_appended(self) -> list[Proposal]:
+        """Right after this round's tick: the wait="append" proposals this node appended to
+        its journal as leader (answered after the round's sync), then forgets the batches.
+
+        pysyncobj 0.3.17's tick ends with `_checkCommandsToApply`, which takes every queued
+        command (until a time budget of appendEntriesPeriod runs out) and, on the leader,
+        appends it to the journal at the current term; on a follower it forwards it to the
+        leader, with no leader it fails it (MISSING_LEADER). Nothing after that call in the
+        tick, and nothing before this check, changes the role. So if this node leads now
+        and pysyncobj's queue is empty, every batch drained in this round is in its journal.
+        Otherwise the proposals wait for the commit callback (or fail) as wait="apply" ones.
+        A batch no longer in _submitted already failed (QUEUE_FULL) and is skipped.
+        """
+        batches, self._append_batches = self._append_batches, []
+        if not batches or not self.syncobj._isLeader():
+            return []
+        queue: collections.deque[Any] = self.syncobj._SyncObj__commandsQueue._FastQueue__queue
+        if queue:
+            return []
+        return [p for batch in batches if batch in self._submitted for p in batch if p.append]
+
+    def _on_batch_result(self, batch: tuple[Proposal, ...], result: Any, reason: int) -> None:
+        self._submitted.discard(batch)
+        error = None if reason == FAIL_REASON.SUCCESS else self._error_for(reason)
+        self.node.settle(batch, result, error)
+
+    def _error_for(self, reason: int) -> RaftError:
+        leader = self.syncobj._getLeader()
+        leader_id = None if leader is None else str(leader.id)
+        return error_for(
+            reason,
+            self.group_id,
+            leader_id,
+            self.node.address_of(leader_id),
+            self._config.commands_queue_size,
+        )
+
+    def needs_tick_after(self, message: Any) -> bool:
+        """Whether a message just delivered needs this round's tick and sync.
+
+        Heartbeats and their replies, the bulk of an idle node's messages, change nothing
+        that a tick or a sync would act on; everything else is ticked at once. A changed
+        journal always is: the sync step covers only the groups ticked in the round.
+        """
+        if not self.journal.is_synced():
+            return True
+        kind = message.get("type") if isinstance(message, dict) else None
+        sync_obj = self.syncobj
+        if kind == "append_entries":  # entries would have changed the journal
+            return bool(sync_obj.raftCommitIndex > sync_obj.raftLastApplied)
+        if kind == "next_node_idx":  # the commit index may move only if this acks more
+            acked = message.get("next_node_idx", 0) - 1
+            return bool(message.get("success")) and acked > sync_obj.raftCommitIndex
+        return True
+
+    def tick(self) -> None:
+        # An exception from apply() is not caught by pysyncobj: it leaves doTick and stops
+        # the node. One from restore() is (see _read_snapshot): raised here instead.
+        self.syncobj.doTick(0.0)
+        self.raise_failure()
+        sync_obj = self.syncobj
+        leader = sync_obj._getLeader()
+        self._status = ReplicaStatus(
+            self.group_id,
+            self.node.node_id,
+            bool(sync_obj._isLeader()),
+            None if leader is None else str(leader.id),
+            sync_obj.raftCurrentTerm,
+            sync_obj.raftCommitIndex,
+            sync_obj.raftLastApplied,
+            len(self.journal),
+            leader_ready(sync_obj),
+        )
+
+    def quiet_until(self, now: float) -> float | None:
+        """For a follower whose idle tick is due: until when a tick would do nothing.
+
+        pysyncobj's follower tick checks the election deadline (which every append_entries
+        from the leader pushes forward), applies committed entries and runs its timers. A
+        follower that knows its leader, has nothing to apply and a synced journal is looked
+        at again at its election deadline (or FOLLOWER_QUIET_MAX_S after its last tick)
+        instead of being ticked every follower_tick_interval_s. None: tick it now.
+        """
+        sync_obj = self.syncobj
+        if (
+            sync_obj._isLeader()
+            or sync_obj._getLeader() is None
+            or sync_obj.raftCommitIndex > sync_obj.raftLastApplied
+            or not self.journal.is_synced()
+        ):
+            return None
+        deadline: float = sync_obj._SyncObj__raftElectionDeadline
+        until = min(deadline, self.last_tick + FOLLOWER_QUIET_MAX_S)
+        return until if until > now else None
+
+    def can_commit_more(self) -> bool:
+        """Whether a tick now would raise the commit index: the leader re-ticks next round.
+
+        pysyncobj's tick counts the majority before it appends the queued commands, and a
+        leader is otherwise ticked again only when a follower's reply arrives or its
+        heartbeat is due. In a one-node group no reply ever comes: each entry waited for the
+        next heartbeat (~100 ms). True when the majority's match index (the leader counting
+        its own journal end) is past the commit index at an entry of the current term, the
+        condition under which pysyncobj's commit loop advances; the tick it triggers then
+        commits up to that index, so the condition is false again unless new entries were
+        appended or replies came in: an idle group never re-ticks. The next round comes
+        after this round's sync, so the leader's own copy is durable before it counts.
+        """
+        sync_obj = self.syncobj
+        if not sync_obj._isLeader():
+            return False
+        last = self.journal.last_index
+        commit = int(sync_obj.raftCommitIndex)
+        if last <= commit:
+            return False
+        # pysyncobj 0.3.17's private match indexes (by Node), read-only; the version is pinned.
+        match_index: dict[Any, int] = sync_obj._SyncObj__raftMatchIndex
+        others = sync_obj._SyncObj__otherNodes
+        matched = sorted([last] + [min(match_index.get(n, 0), last) for n in others], reverse=True)
+        quorum_index = matched[len(matched) // 2]  # held by a majority (the leader included)
+        return quorum_index > commit and self.journal.term_at(quorum_index) == (
+            sync_obj.raftCurrentTerm
+        )
+
+    # --- quiescence (raft/quiesce.py; the tick thread's side) --------------------------------
+
+    @property
+    def quiesced(self) -> bool:
+        """Not ticked: a quiesced leader, or a follower quiesced under its leader."""
+        return self.lead_quiesce == "quiesced" or self.quiesced_leader is not None
+
+    @property
+    def in_quiescence(self) -> bool:
+        """Quiesced, or a leader waiting for its followers' QUIESCED answers."""
+        return self.lead_quiesce != "active" or self.quiesced_leader is not None
+
+    @property
+    def members(self) -> list[str]:
+        """The group's configuration as this replica knows it now (it changes at run time:
+        raft/membership.py), sorted, this node included."""
+        # tuple() first: status readers call this off the tick thread, which may change the set
+        # meanwhile (iterating it directly could raise "set changed size during iteration").
+        others = tuple(self.syncobj._SyncObj__otherNodes)
+        return sorted([self.node.node_id, *(str(n.id) for n in others)])
+
+    @property
+    def followers(self) -> list[str]:
+        return [str(n.id) for n in self.syncobj._SyncObj__otherNodes]
+
+    def quiesce_ready(self, is_up: Callable[[str], bool]) -> bool:
+        """Leader: idle and every connected follower holds the whole, committed log."""
+        sync_obj = self.syncobj
+        if self._pending or self._submitted or self._commands_queued():
+            return False
+        last = self.journal.last_index
+        if not self.journal.is_synced() or not (
+            sync_obj.raftCommitIndex == sync_obj.raftLastApplied == last
+        ):
+            return False
+        match_index: dict[Any, int] = sync_obj._SyncObj__raftMatchIndex
+        return all(
+            match_index.get(node, 0) >= last or not is_up(node.id)
+            for node in sync_obj._SyncObj__otherNodes
+        )
+
+    def _commands_queued(self) -> int:
+        return len(self.syncobj._SyncObj__commandsQueue._FastQueue__queue)
+
+    def accept_quiesce(self, peer_id: str, message: dict[str, Any]) -> bool:
+        """Follower: become quiesced under `peer_id` if its QUIESCE matches this log."""
+        sync_obj = self.syncobj
+        leader = sync_obj._getLeader()
+        last = message.get("last")
+        if (
+            sync_obj._isLeader()
+            or leader is None
+            or str(leader.id) != peer_id
+            or message.get("term") != sync_obj.raftCurrentTerm
+            or last != self.journal.last_index
+            or last is None
+            or self.journal.term_at(last) != message.get("last_term")
+            or sync_obj.raftCommitIndex != last
+            or self._pending
+            or self._submitted
+        ):
+            return False
+        self.quiesced_leader = peer_id
+        self.quiesce_timeout_s = float(sync_obj._SyncObj__generateRaftTimeout())
+        return True
+
+    def is_benign(self, peer_id: str, message: Any) -> bool:
+        """Whether a message leaves a quiesced (or quiescing) replica as it is."""
+        if self.quiesced_leader is not None:
+            return quiesce.is_leader_heartbeat(
+                message,
+                peer_id == self.quiesced_leader,
+                self.syncobj.raftCurrentTerm,
+                self.journal.last_index,
+            )
+        return quiesce.is_caught_up_reply(message, self.journal.last_index)
+
+    def send_control(self, kind: str, peer_ids: Iterable[str], **fields: Any) -> None:
+        message = {"type": kind, "term": self.syncobj.raftCurrentTerm, **fields}
+        wanted = set(peer_ids)
+        for node in self.syncobj._SyncObj__otherNodes:
+            if node.id in wanted:
+                self.transport.send(node, message)
+
+    def send_quiesce(self, peer_ids: Iterable[str], now: float) -> None:
+        last = self.journal.last_index
+        self.send_control(
+            quiesce.QUIESCE,
+            peer_ids,
+            last=last,
+            last_term=self.journal.term_at(last),
+            round=self.quiesce_round,
+        )
+        self.quiesce_sent_at = now
+
+    def resume_leading(self, last_heard: dict[str, float]) -> None:
+        """A quiesced leader ticks again: its followers' nodes were heard from at
+        `last_heard`, which stands in for the replies pysyncobj's step-down check counts."""
+        responses: dict[Any, float] = self.syncobj._SyncObj__lastResponseTime
+        for node in self.syncobj._SyncObj__otherNodes:
+            heard = last_heard.get(node.id)
+            if heard is not None and heard > responses.get(node, 0.0):
+                responses[node] = heard
+
+    def resume_following(self, election_deadline: float) -> None:
+        self.syncobj._SyncObj__raftElectionDeadline = election_deadline
+
+    def stop(self) -> None:
+        """Close the group's files and fail every proposal not answered yet (idempotent)."""
+        if not self.stopped:
+            self.stopped = True
+            self.syncobj.destroy()  # autoTick=False: destroys transport and journal at once
+            close_pysyncobj_files(self.syncobj)
+        stopped = StoppedInFlight(f"group {self.group_id}: stopped on node {self.node.node_id}")
+        for batch in list(self._submitted):
+            self.node.settle(batch, None, stopped)
+        self._submitted.clear()
+        self._append_batches.clear()
+        self.fail_pending()
+
+    def fail_pending(self) -> None:
+        """Fail proposals still waiting for the tick thread (a stopped or removed group)."""
+        leftover = tuple(self._pending)
+        self._pending.clear()
+        if leftover:
+            self.node.settle(leftover, None, self._stopped_error())
+
+    def _stopped_error(self) -> ReplicaStopped:
+        return ReplicaStopped(f"group {self.group_id}: stopped on node {self.node.node_id}")
+
+    # --- snapshots (pysyncobj's serializer hooks, on the tick thread) -----------------------
+
+    def _write_snapshot(self, path: str, data: Any) -> None:
+        """pysyncobj's `serializer(fileName, data)`: state + its raft bookkeeping, fsynced."""
+        fsync = self._config.durability == "fsync"
+        write_snapshot(path, data, self.machine.snapshot(), fsync=fsync)
+        self.snapshots_written += 1
+
+    def _read_snapshot(self, path: str) -> tuple[Any, ...]:
+        """pysyncobj's `deserializer(fileName)`: restore the state, return the bookkeeping.
+
+        pysyncobj calls it from `__loadDumpFile`, which logs and swallows any exception and
+        carries on (even answers the leader success=True after a failed install). A failed
+        restore leaves the state machine half-restored, so the error is recorded here and
+        raised by RaftNode after the tick or message that caused it (raise_failure): the
+        node stops before any reply of that round leaves.
+        """
+        try:
+            return self._restore_from(path)
+        except BaseException as error:
+            self.failure = error
+            raise
+
+    def _restore_from(self, path: str) -> tuple[Any, ...]:
+        data, state = read_snapshot(path)
+        self.machine.restore(state)
+        self.snapshots_restored += 1
+        return data
+
+    def raise_failure(self) -> None:
+        """Raise what pysyncobj swallowed (a failed restore), so that the node stops."""
+        if self.failure is not None:
+            raise RaftError(f"group {self.group_id}: {self.failure!r}") from self.failure
