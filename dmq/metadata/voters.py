@@ -1,4 +1,5 @@
-"""The metadata group's voter set in the metadata state machine (pure, deterministic).
+"""The voters domain of the metadata catalogue: the metadata group's own voter set (pure,
+deterministic).
 
 Group 0 (the metadata group) changes its own members with the same single-server Raft
 changes as a partition group (raft/membership.py), driven by its leader
@@ -25,25 +26,32 @@ The invariants apply() keeps whatever commands arrive:
   led to remove a member that the recorded set does not show yet;
 - a broker in `voters` or `voters_target` cannot be unregistered (dmq/metadata/reassignment.py).
 
-dmq/metadata/machine.py dispatches the two commands here; this module reads its types through
-the module object (the two import each other).
+Commands: `ChangeMetadataVoters`, `AlterMetadataVoters`. State: `MetadataState.voters` and
+`voters_target`, in the catalogue JSON (observers need them to find the voters); a
+snapshot from before voter changes has neither and loads with none recorded.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Final
+from dataclasses import dataclass, replace
+from typing import Any, Final
 
-from dmq.metadata import machine as md
+from dmq.metadata.codec import FieldCodec
+from dmq.metadata.registry import CommandSpec, Domain
+from dmq.metadata.state import (
+    COMMAND_VERSION,
+    REJECT_INVALID_ARGUMENT,
+    REJECT_INVALID_REPLICAS,
+    REJECT_UNKNOWN_BROKER,
+    Applied,
+    MetadataState,
+    Outcome,
+    Rejected,
+    bump,
+)
 
-if TYPE_CHECKING:
-    from dmq.metadata.machine import (
-        AlterMetadataVoters,
-        ChangeMetadataVoters,
-        MetadataState,
-        Result,
-    )
-
-Outcome = tuple["MetadataState", "Result"]
+REJECT_VOTERS_CHANGE_RUNNING: Final = "metadata_voters_change_running"
+REJECT_VOTERS_UNKNOWN: Final = "metadata_voters_unknown"
 
 # Raft needs a majority of the voters for every commit: more voters tolerate more failures
 # but make each commit wait for more acknowledgements. KRaft and etcd advise 3 or 5; 7 is
@@ -51,15 +59,40 @@ Outcome = tuple["MetadataState", "Result"]
 METADATA_VOTERS_MAX: Final = 7
 
 
+@dataclass(frozen=True, slots=True)
+class ChangeMetadataVoters:
+    """Start changing the metadata group's voters to `voters`: an operation that
+    dmq/broker/operations.py carries out, one Raft membership change at a time."""
+
+    voters: tuple[str, ...]
+    now_ms: int
+    version: int = COMMAND_VERSION
+
+
+@dataclass(frozen=True, slots=True)
+class AlterMetadataVoters:
+    """The metadata group's Raft configuration, recorded by its leader after a change
+    committed (and once at the start): the recorded set plus or minus one broker."""
+
+    voters: tuple[str, ...]
+    now_ms: int
+    version: int = COMMAND_VERSION
+
+
+VotersCommand = ChangeMetadataVoters | AlterMetadataVoters
+
+CODEC: Final = FieldCodec({"voters": "strs", "now_ms": "int"})
+
+
 def apply_voters_command(
     state: MetadataState, cmd: ChangeMetadataVoters | AlterMetadataVoters, now_ms: int
 ) -> Outcome:
     voters = tuple(sorted(cmd.voters))
     if not voters or len(set(voters)) != len(voters) or not all(voters):
-        return state, md.Rejected(
-            md.REJECT_INVALID_ARGUMENT, "voters must be distinct, non-empty broker ids", "voters"
+        return state, Rejected(
+            REJECT_INVALID_ARGUMENT, "voters must be distinct, non-empty broker ids", "voters"
         )
-    if isinstance(cmd, md.AlterMetadataVoters):
+    if isinstance(cmd, AlterMetadataVoters):
         return _record(state, voters, now_ms)
     return _change(state, voters, now_ms)
 
@@ -67,15 +100,15 @@ def apply_voters_command(
 def _record(state: MetadataState, voters: tuple[str, ...], now_ms: int) -> Outcome:
     """AlterMetadataVoters: the Raft configuration after a committed change."""
     if state.voters and len(set(voters) ^ set(state.voters)) > 1:
-        return state, md.Rejected(
-            md.REJECT_INVALID_REPLICAS,
+        return state, Rejected(
+            REJECT_INVALID_REPLICAS,
             f"voters {list(voters)} differ from the recorded {list(state.voters)} by more "
             "than one broker (group 0 changes one member at a time)",
             "voters",
         )
     target = () if set(voters) == set(state.voters_target) else state.voters_target
     if voters == state.voters and target == state.voters_target:
-        return state, md.Applied(state.metadata_version)  # already recorded
+        return state, Applied(state.metadata_version)  # already recorded
     return _bumped(state, now_ms, voters, target)
 
 
@@ -86,14 +119,14 @@ def _change(state: MetadataState, voters: tuple[str, ...], now_ms: int) -> Outco
         return state, rejected
     if not state.voters_target:
         if voters == state.voters:
-            return state, md.Applied(state.metadata_version)  # nothing to change
+            return state, Applied(state.metadata_version)  # nothing to change
         return _bumped(state, now_ms, state.voters, voters)
     if voters == state.voters_target:
-        return state, md.Applied(state.metadata_version)  # the running change, repeated
+        return state, Applied(state.metadata_version)  # the running change, repeated
     if voters == state.voters:  # roll back: the driver returns to the recorded set
         return _bumped(state, now_ms, state.voters, voters)
-    return state, md.Rejected(
-        md.REJECT_VOTERS_CHANGE_RUNNING,
+    return state, Rejected(
+        REJECT_VOTERS_CHANGE_RUNNING,
         f"a change of the metadata voters to {list(state.voters_target)} is running "
         f"(recorded: {list(state.voters)}); wait for it, or roll it back by asking for "
         "the recorded set",
@@ -101,28 +134,28 @@ def _change(state: MetadataState, voters: tuple[str, ...], now_ms: int) -> Outco
     )
 
 
-def _check_target(state: MetadataState, voters: tuple[str, ...]) -> md.Rejected | None:
+def _check_target(state: MetadataState, voters: tuple[str, ...]) -> Rejected | None:
     if not state.voters:
-        return md.Rejected(
-            md.REJECT_VOTERS_UNKNOWN,
+        return Rejected(
+            REJECT_VOTERS_UNKNOWN,
             "the metadata group has not recorded its voters yet; retry",
             "voters",
         )
     if len(voters) > METADATA_VOTERS_MAX:
-        return md.Rejected(
-            md.REJECT_INVALID_ARGUMENT,
+        return Rejected(
+            REJECT_INVALID_ARGUMENT,
             f"{len(voters)} voters, at most {METADATA_VOTERS_MAX}",
             "voters",
         )
     unknown = [b for b in voters if b not in state.brokers]
     if unknown:
-        return md.Rejected(md.REJECT_UNKNOWN_BROKER, f"unknown broker(s) {unknown}", "voters")
+        return Rejected(REJECT_UNKNOWN_BROKER, f"unknown broker(s) {unknown}", "voters")
     # A decommissioning broker joins no voter set; one that is a recorded voter may stay
     # in a target (rolling back a swap whose replacement died must stay possible).
     leaving = [b for b in voters if state.brokers[b].decommissioning and b not in state.voters]
     if leaving:
-        return md.Rejected(
-            md.REJECT_INVALID_ARGUMENT, f"broker(s) {leaving} are being decommissioned", "voters"
+        return Rejected(
+            REJECT_INVALID_ARGUMENT, f"broker(s) {leaving} are being decommissioned", "voters"
         )
     return None
 
@@ -130,5 +163,30 @@ def _check_target(state: MetadataState, voters: tuple[str, ...]) -> md.Rejected 
 def _bumped(
     state: MetadataState, now_ms: int, voters: tuple[str, ...], target: tuple[str, ...]
 ) -> Outcome:
-    new_state = md.bump(state, now_ms, voters=voters, voters_target=target)
-    return new_state, md.Applied(new_state.metadata_version)
+    new_state = bump(state, now_ms, voters=voters, voters_target=target)
+    return new_state, Applied(new_state.metadata_version)
+
+
+def _to_json(state: MetadataState) -> dict[str, Any]:
+    return {"voters": list(state.voters), "voters_target": list(state.voters_target)}
+
+
+def _from_json(doc: dict[str, Any], state: MetadataState) -> MetadataState:
+    # A snapshot from before voter changes has neither: the leader records them.
+    return replace(
+        state,
+        voters=tuple(doc.get("voters", ())),
+        voters_target=tuple(doc.get("voters_target", ())),
+    )
+
+
+DOMAIN: Final = Domain(
+    name="voters",
+    commands=(
+        CommandSpec(ChangeMetadataVoters, apply_voters_command, CODEC),
+        CommandSpec(AlterMetadataVoters, apply_voters_command, CODEC),
+    ),
+    json_keys=("voters", "voters_target"),
+    to_json=_to_json,
+    from_json=_from_json,
+)

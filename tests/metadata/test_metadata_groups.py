@@ -1,4 +1,4 @@
-"""Proves how consumer groups ride the metadata state machine (dmq/metadata/machine.py):
+"""Proves how consumer groups ride the metadata state machine (dmq/metadata/consumer_groups.py):
 
 - a group command goes through the same envelope and apply, moves clock_ms but never
   metadata_version (observers' catalogue long-polls are not woken by commits);
