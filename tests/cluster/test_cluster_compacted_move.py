@@ -151,7 +151,14 @@ def test_a_compacted_partition_moves_to_a_new_broker_through_a_snapshot(
     assert target.alive, f"{target_id} stopped:\n{target.log_tail()}"
     assert (target.group_dir(group_id) / "snapshot").exists(), "no snapshot installed"
     assert local_replica(target, "kv")["log_end_offset"] == source_end
-    after = local_read(target, "kv")
+    # The new replica applied the entries after the snapshot as they were written; its own
+    # compaction (every 200 ms, closed segments only) then removes what they superseded.
+    # Under load that takes a few rounds: wait for it rather than read the first state.
+    after = wait_for(
+        lambda: (read := local_read(target, "kv")) == before and read,
+        30.0,
+        "the new replica's compaction reaching the source's state",
+    )
     assert after == before
     kept = {key: value for _, key, value in after if key is not None}
     assert {k: kept[k] for k in latest} == latest  # the last value of every key
