@@ -15,7 +15,7 @@ one stops halfway. In short, for a partition with replicas R and target T:
    (entries, or a snapshot plus a copy of the log over HTTP). Opening first matters when
    the other members are not a majority of R + b: a single replica, or a group of three
    with the broker being replaced down;
-2. **catch up**: nothing is removed while any member of T is out of sync (`_caught_up`:
+2. **catch up**: nothing is removed while any member of T is out of sync (`caught_up`:
    the whole log, or within REPLICA_LAG_ENTRIES_MAX entries and heard from within
    REPLICA_LAG_TIME_MAX_S): the partition never has fewer than its replication factor
    of replicas in sync;
@@ -41,17 +41,25 @@ the most to the one with the fewest while they differ by more than one.
 from __future__ import annotations
 
 import asyncio
-import collections
 import contextlib
 import json
 import logging
-from dataclasses import dataclass
 from typing import Any, Literal
 
 from dmq import errors
 from dmq.broker.context import BrokerContext
+from dmq.broker.operations_plan import (
+    balancing_move,
+    caught_up,
+    decommissioned_partitions,
+    describe_step,
+    describe_voters_step,
+    next_voter_step,
+    progress_fraction,
+    replace_brokers,
+    replica_counts,
+)
 from dmq.metadata.machine import (
-    PARTITION_DECOMMISSIONED,
     AlterMetadataVoters,
     AlterPartitionReplicas,
     ChangeMetadataVoters,
@@ -75,12 +83,6 @@ _log = logging.getLogger("dmq.broker.operations")
 OPERATIONS_INTERVAL_S = 0.5  # how often the metadata leader advances operations
 # Partitions moved at once (each copies its log to a new broker: disk and network bound).
 REASSIGNMENTS_CONCURRENT_MAX = 4
-# A replica is in sync when it holds the leader's whole log, or is within this many
-# entries of the commit index (under load a follower is always an entry or a few behind)
-# and answered the leader within REPLICA_LAG_TIME_MAX_S (Kafka's replica.lag.time.max.ms:
-# a replica that stopped answering falls out of sync even if no entry was added since).
-REPLICA_LAG_ENTRIES_MAX = 64
-REPLICA_LAG_TIME_MAX_S = 1.0
 MEMBERSHIP_CHANGE_TIMEOUT_S = 10.0
 PEER_CALL_TIMEOUT_S = 5.0
 VOTER_STATUS_TIMEOUT_S = 2.0  # asking a broker whether it opened its group-0 replica
@@ -212,7 +214,7 @@ class OperationsService:
             with contextlib.suppress(errors.DmqError):
                 placement = state.topics[info.name].partitions[p]
                 progress = await self._progress(info, p, placement)
-                doc["progress"] = _progress_fraction(progress, doc["target"])
+                doc["progress"] = progress_fraction(progress, doc["target"])
                 doc["step"] = describe_step(placement, progress)
                 doc["group"] = progress
 
@@ -394,7 +396,7 @@ class OperationsService:
             state.voters_target,
             me=self._ctx.config.node_id,
             live=frozenset(state.live_brokers(max(state.clock_ms, wall_ms()))),
-            in_sync=frozenset(m for m in progress.members if _caught_up(doc, m)),
+            in_sync=frozenset(m for m in progress.members if caught_up(doc, m)),
         )
         if step.action == "record":
             await self._ctx.metadata.propose(AlterMetadataVoters(progress.members, wall_ms()))
@@ -477,7 +479,7 @@ class OperationsService:
                 await self._membership(info, partition, progress["leader"], "add", new)
             await self._record(info, partition, (*replicas, new))
             return f"added {new}"
-        lagging = [b for b in target if not _caught_up(progress, b)]
+        lagging = [b for b in target if not caught_up(progress, b)]
         if lagging:
             behind = {
                 b: progress["commit_index"] - progress["match_index"].get(b, 0) for b in lagging
@@ -712,174 +714,3 @@ class OperationsService:
             await self._ctx.metadata.propose(
                 ReassignPartition(info.name, info.topic_id, p, target, wall_ms())
             )
-
-
-def decommissioned_partitions(state: MetadataState) -> list[tuple[TopicInfo, int]]:
-    """(topic, partition) of every partition decommissioned and not yet gone, sorted."""
-    return [
-        (info, p)
-        for info in sorted(state.topics.values(), key=lambda t: t.name)
-        for p, placement in enumerate(info.partitions)
-        if placement.status == PARTITION_DECOMMISSIONED
-    ]
-
-
-def describe_step(placement: PartitionInfo, progress: dict[str, Any]) -> str:
-    """Where a reassignment stands, from the catalogue and the partition leader's view
-    (the same reading the driver's next step starts from)."""
-    target = placement.target
-    if target is None:
-        return "done"
-    members = set(progress["members"])
-    strays = sorted(members - set(placement.replicas) - set(target))
-    if strays:
-        return f"removing stray member {strays[0]}"
-    adding = [b for b in target if b not in placement.replicas]
-    if adding:
-        pending = "recording" if adding[0] in members else "adding"
-        return f"{pending} {adding[0]}"
-    lagging = [b for b in target if not _caught_up(progress, b)]
-    if lagging:
-        return f"catching up {','.join(lagging)}"
-    leaving = [b for b in placement.replicas if b not in target]
-    if leaving and progress["leader"] == leaving[0]:
-        return f"moving leadership from {leaving[0]}"
-    return f"removing {leaving[0]}" if leaving else "finishing"
-
-
-@dataclass(frozen=True, slots=True)
-class VoterStep:
-    """The metadata voter driver's next step: record the configuration, add or remove
-    one member, hand the leadership to `broker`, wait, or nothing (done)."""
-
-    action: Literal["record", "add", "remove", "transfer", "wait", "done"]
-    broker: str | None
-    what: str  # for the operations view
-
-
-def next_voter_step(
-    actual: tuple[str, ...],
-    recorded: tuple[str, ...],
-    target: tuple[str, ...],
-    *,
-    me: str,
-    live: frozenset[str],
-    in_sync: frozenset[str],
-) -> VoterStep:
-    """Group 0's next step (raft/README.md, "Metadata voter changes"), from its leader
-    `me`'s configuration `actual`, the catalogue's `recorded` voters and `target`.
-    Deterministic, so a new leader reading the same facts takes the same step.
-
-    Record the configuration whenever it differs from the catalogue's (or reached the
-    target: the record ends the change); then add the first target broker missing, once
-    every live member is in sync and it is live; then, once every target member is in
-    sync, remove a member not in the target, the leader last and only after handing its
-    leadership to the first target member."""
-    if set(actual) != set(recorded) or (target and set(actual) == set(target)):
-        return VoterStep("record", None, f"recorded voters {list(actual)}")
-    if not target:
-        return VoterStep("done", None, "done")
-    adding = [b for b in target if b not in actual]
-    if adding:
-        lagging = [m for m in actual if m in live and m not in in_sync]
-        if lagging:
-            return VoterStep("wait", None, f"catching up {','.join(lagging)} before {adding[0]}")
-        if adding[0] not in live:
-            return VoterStep("wait", None, f"waiting for {adding[0]} (not live)")
-        return VoterStep("add", adding[0], f"added {adding[0]}")
-    lagging = [m for m in target if m not in in_sync]
-    if lagging:
-        return VoterStep("wait", None, f"catching up {','.join(lagging)}")
-    leaving = sorted((b for b in actual if b not in target), key=lambda b: (b == me, b))
-    if leaving[0] == me:
-        return VoterStep("transfer", target[0], f"moving leadership from {me} to {target[0]}")
-    return VoterStep("remove", leaving[0], f"removed {leaving[0]}")
-
-
-def describe_voters_step(voters: tuple[str, ...], target: tuple[str, ...]) -> str:
-    """Where a voter change stands, from the catalogue alone (brokers that do not lead)."""
-    adding = [b for b in target if b not in voters]
-    if adding:
-        return f"adding {adding[0]}"
-    leaving = [b for b in voters if b not in target]
-    return f"removing {leaving[0]}" if leaving else "recording"
-
-
-def _caught_up(progress: dict[str, Any], member: str) -> bool:
-    if member == progress["leader"]:
-        return True
-    if member not in progress["members"]:
-        return False
-    match = int(progress["match_index"].get(member, 0))
-    if match >= int(progress["last_index"]):
-        return True
-    age_s = float(progress.get("response_age_s", {}).get(member, float("inf")))
-    recent = age_s <= REPLICA_LAG_TIME_MAX_S
-    return recent and match >= int(progress["commit_index"]) - REPLICA_LAG_ENTRIES_MAX
-
-
-def _progress_fraction(progress: dict[str, Any], target: list[str] | None) -> float:
-    """How far the slowest target member's log is, 0..1 (the bar of `dmq cluster status`)."""
-    if not target:
-        return 1.0
-    commit = max(1, int(progress["commit_index"]))
-    worst = min(
-        commit if b == progress["leader"] else int(progress["match_index"].get(b, 0))
-        for b in target
-    )
-    return round(min(1.0, worst / commit), 4)
-
-
-def replica_counts(state: MetadataState) -> collections.Counter[str]:
-    """Replicas per broker, counting targets of running reassignments as placed."""
-    counts: collections.Counter[str] = collections.Counter({b: 0 for b in state.brokers})
-    for info in state.topics.values():
-        for placement in info.partitions:
-            for b in placement.target if placement.target is not None else placement.replicas:
-                counts[b] += 1
-    return counts
-
-
-def replace_brokers(
-    replicas: tuple[str, ...],
-    leaving: set[str],
-    eligible: list[str],
-    counts: collections.Counter[str],
-) -> tuple[str, ...] | None:
-    """`replicas` with each leaving broker replaced by the eligible one holding the fewest
-    (ties by id), keeping positions (so a preferred leader is replaced in place)."""
-    out = list(replicas)
-    for i, b in enumerate(out):
-        if b not in leaving:
-            continue
-        choices = [e for e in eligible if e not in out]
-        if not choices:
-            return None
-        new = min(choices, key=lambda e: (counts[e], e))
-        counts[new] += 1
-        counts[b] -= 1
-        out[i] = new
-    return tuple(out)
-
-
-def balancing_move(
-    state: MetadataState, eligible: list[str]
-) -> tuple[TopicInfo, int, tuple[str, ...]] | None:
-    """One replica from the fullest eligible broker to the emptiest, if they differ by
-    more than one; the partition chosen is the first (by topic, partition) that the
-    emptiest broker does not hold. Deterministic, so two leaders in a row agree."""
-    counts = replica_counts(state)
-
-    def ranked(broker: str) -> tuple[int, str]:
-        return counts[broker], broker
-
-    fullest = max(eligible, key=ranked)
-    emptiest = min(eligible, key=ranked)
-    if counts[fullest] - counts[emptiest] <= 1:
-        return None
-    for info in sorted(state.topics.values(), key=lambda t: t.name):
-        for p, placement in enumerate(info.partitions):
-            if fullest in placement.replicas and emptiest not in placement.replicas:
-                target = tuple(emptiest if b == fullest else b for b in placement.replicas)
-                return info, p, target
-    return None

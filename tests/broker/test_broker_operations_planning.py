@@ -1,4 +1,4 @@
-"""Proves the planning of cluster operations (dmq/broker/operations.py), pure functions of a
+"""Proves the planning of cluster operations (dmq/broker/operations_plan.py), pure functions of a
 catalogue:
 
 - property: from any placement of partitions over a set of brokers, applying
@@ -28,13 +28,13 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from dmq.broker.operations import (
+from dmq.broker.operations_plan import (
     REPLICA_LAG_ENTRIES_MAX,
     REPLICA_LAG_TIME_MAX_S,
-    _caught_up,
-    _progress_fraction,
     balancing_move,
+    caught_up,
     next_voter_step,
+    progress_fraction,
     replace_brokers,
     replica_counts,
 )
@@ -110,14 +110,14 @@ def test_progress_and_catch_up() -> None:
         "match_index": {"b": 1000, "d": 250},
         "response_age_s": {"b": 60.0, "d": 0.1},
     }
-    assert _progress_fraction(progress, ["d", "a", "b"]) == 0.25
-    assert not _caught_up(progress, "d") and _caught_up(progress, "a")
-    assert _caught_up(progress, "b")  # holds the whole log: current however quiet
+    assert progress_fraction(progress, ["d", "a", "b"]) == 0.25
+    assert not caught_up(progress, "d") and caught_up(progress, "a")
+    assert caught_up(progress, "b")  # holds the whole log: current however quiet
     progress["match_index"] = {"b": 1000, "d": 1000 - REPLICA_LAG_ENTRIES_MAX}
-    assert _caught_up(progress, "d")  # a few entries behind, and answering
+    assert caught_up(progress, "d")  # a few entries behind, and answering
     progress["response_age_s"]["d"] = REPLICA_LAG_TIME_MAX_S + 1
-    assert not _caught_up(progress, "d")  # behind and silent: out of sync
-    assert not _caught_up(progress, "zz")  # not a member: never caught up
+    assert not caught_up(progress, "d")  # behind and silent: out of sync
+    assert not caught_up(progress, "zz")  # not a member: never caught up
 
 
 VOTER_IDS = ["n1", "n2", "n3", "n4", "n5", "n6", "n7"]
