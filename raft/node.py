@@ -62,7 +62,7 @@ from pysyncobj import FAIL_REASON, SyncObj, replicated
 from pysyncobj.node import Node
 from pysyncobj.syncobj import _COMMAND_TYPE
 
-from raft import membership, quiesce
+from raft import membership, quiesce, safe_pickle
 from raft.config import RaftConfig, build_syncobj_conf
 from raft.errors import (
     CommandTooLarge,
@@ -81,6 +81,8 @@ from raft.messages import trim_append_entries
 from raft.transport import GROUP_ID_MAX, GroupTransport, Network
 
 logger = logging.getLogger(__name__)
+# pysyncobj unpickles its log commands itself: only through the restricted unpickler.
+safe_pickle.guard_pysyncobj()
 
 # A proposal with no timeout of its own waits this long.
 PROPOSE_TIMEOUT_S_DEFAULT = 10.0
@@ -647,7 +649,7 @@ class Replica:
         payload = raw[_SNAPSHOT_HEADER.size :]
         if magic != _SNAPSHOT_MAGIC or len(payload) != length or crc32c.crc32c(payload) != crc:
             raise RaftError(f"{path}: snapshot fails its checks")
-        data, state = pickle.loads(payload)
+        data, state = safe_pickle.load_snapshot(payload)  # the file is ours or the leader's
         self.machine.restore(state)
         self.snapshots_restored += 1
         return tuple(data)
@@ -672,6 +674,7 @@ class RaftNode:
         config: RaftConfig | None = None,
         *,
         durable_trace: bool = False,
+        cluster_secret: bytes | None = None,
     ) -> None:
         self.config = config or RaftConfig()
         self.config.check()
@@ -689,6 +692,7 @@ class RaftNode:
             on_message=self._on_message,
             on_peer_up=self._on_peer_up,
             on_peer_down=self._on_peer_down,
+            secret=cluster_secret,  # raft/auth.py; None: an unsecured cluster
         )
         self.groups: dict[int, Replica] = {}
         self.failed: BaseException | None = None
