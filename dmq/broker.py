@@ -39,6 +39,7 @@ from typing import Any, Literal
 from dmq import errors, limits, planted
 from dmq.config import BrokerConfig
 from dmq.groups_service import GroupsService
+from dmq.internal_auth import read_secret_file
 from dmq.metadata import METADATA_LEFT_MARKER, MetadataService, wall_ms
 from dmq.operations import OperationsService
 from dmq.partitioner import StickyPartitioner, partition_for_key
@@ -271,7 +272,9 @@ class Broker:
         # exists but is not placed here: deleted once its leader says this is no member.
         self._unplaced_dirs: dict[tuple[int, int], list[Path]] = {}
         self._views_version = -1
-        self.peers = PeerClient(local_host=config.http_host)
+        # dmq/internal_auth.py: signs this broker's internal calls, checks the others'.
+        self.cluster_secret = read_secret_file(config.cluster_secret_file)
+        self.peers = PeerClient(local_host=config.http_host, secret=self.cluster_secret)
         self.operations = OperationsService(self)  # reassign, decommission, balance
         self.raft_node: RaftNode | None = None
         self._metadata: MetadataService | None = None
@@ -315,6 +318,7 @@ class Broker:
             self.data_dir / "raft",
             raft_config,
             durable_trace=os.environ.get(DURABLE_TRACE_ENV) == "1",
+            cluster_secret=self.cluster_secret,  # raft/auth.py's handshake
         )
         await self.raft_node.start()
         self._metadata = MetadataService(
@@ -699,7 +703,9 @@ class Broker:
                 # Materialised here: a failure halfway must not leave half a copy behind
                 # the caller's back (restore then stops the node, see raft/README.md).
                 return list(
-                    fetch_batches_blocking(addr, topic, partition, start, end, self.timeout_s)
+                    fetch_batches_blocking(
+                        addr, topic, partition, start, end, self.timeout_s, self.cluster_secret
+                    )
                 )
             except errors.DmqError as exc:
                 last = exc
