@@ -43,6 +43,11 @@ ERROR_STATUSES: dict[int, tuple[str, tuple[str, ...], bool]] = {
         ("topic_not_found", "partition_not_found", "group_not_found", "not_found"),
         False,
     ),
+    401: (
+        "an internal route without a valid broker signature (X-Dmq-Signature)",
+        ("unauthenticated",),
+        False,
+    ),
     405: ("method not allowed on this path", ("method_not_allowed",), False),
     406: ("data that is not UTF-8 asked for as a string", ("not_acceptable",), False),
     409: (
@@ -214,7 +219,10 @@ _CONSISTENCY = {
     "description": "local: this broker's applied catalogue; linearizable: after a read "
     "barrier through the metadata group",
 }
-_INTERNAL = "Internal, broker to broker (dmq/peers.py); not for clients. "
+_INTERNAL = (
+    "Internal, broker to broker (dmq/peers.py); not for clients. With a cluster secret it "
+    "needs an X-Dmq-Signature header (dmq/internal_auth.py), else 401 unauthenticated. "
+)
 
 
 def _internal_paths(config: BrokerConfig) -> dict[str, Any]:

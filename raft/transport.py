@@ -224,6 +224,8 @@ class Network:
             if peer_id != node_id
         }
         self._inbound: dict[socket.socket, _Inbound] = {}
+        # Accepted connections whose hello has not checked out yet (bounded, timed out).
+        self._pending: set[_Inbound] = set()
         self._selector = selectors.DefaultSelector()
         self._listener: socket.socket | None = None
         self._wake_r, self._wake_w = socket.socketpair()
@@ -359,9 +361,8 @@ class Network:
                     "no handshake with %s within %.1f s", link.peer_id, auth.HANDSHAKE_TIMEOUT_S
                 )
                 self._close_outbound(link, notify=False)
-        for conn in list(self._inbound.values()):
-            if conn.peer_id is None and now >= conn.handshake_deadline:
-                self._refuse(conn, AuthFailed("no valid hello in time"))
+        for conn in [c for c in self._pending if now >= c.handshake_deadline]:
+            self._refuse(conn, AuthFailed("no valid hello in time"))
 
     # --- outbound ---------------------------------------------------------------------------
 
@@ -496,10 +497,11 @@ class Network:
             except OSError as error:
                 logger.warning("accept failed: %s", error)
                 return
-            pending = sum(1 for c in self._inbound.values() if c.peer_id is None)
-            if pending >= auth.PENDING_HANDSHAKES_MAX:
+            if len(self._pending) >= auth.PENDING_HANDSHAKES_MAX:
                 logger.warning(
-                    "refused connection from %s: %d handshakes pending already", address[0], pending
+                    "refused connection from %s: %d handshakes pending already",
+                    address[0],
+                    len(self._pending),
                 )
                 self.stats.handshakes_refused += 1
                 sock.close()
@@ -515,6 +517,7 @@ class Network:
                 bytearray(challenge),
             )
             self._inbound[sock] = conn
+            self._pending.add(conn)
             self._selector.register(sock, selectors.EVENT_READ, ("in", conn))
             self._write_challenge(conn)  # step 1 of raft/auth.py
 
@@ -593,6 +596,7 @@ class Network:
             if other is not conn and other.peer_id == peer_id:
                 self._close_inbound(other)  # the peer restarted and reconnected
         conn.peer_id = peer_id
+        self._pending.discard(conn)
         conn.decoder.frame_bytes_max = FRAME_BYTES_MAX
         self.last_heard[peer_id] = time.monotonic()
 
@@ -607,6 +611,7 @@ class Network:
         self._close_inbound(conn)
 
     def _close_inbound(self, conn: _Inbound) -> None:
+        self._pending.discard(conn)
         if self._inbound.pop(conn.sock, None) is None:
             return
         self._selector.unregister(conn.sock)
