@@ -31,6 +31,7 @@ import contextlib
 import json
 import os
 import platform
+import secrets
 import shutil
 import signal
 import statistics
@@ -130,13 +131,22 @@ def _spawn(args: list[str], log_path: Path) -> subprocess.Popen[bytes]:
 
 
 @contextlib.contextmanager
-def dmq_cluster(work_dir: Path, nodes: int, durability: str) -> Iterator[list[Broker]]:
-    """`nodes` brokers (1: a plain `dmq serve`, no --peers), ready; all killed at exit."""
+def dmq_cluster(
+    work_dir: Path, nodes: int, durability: str, *, secret: bool = True
+) -> Iterator[list[Broker]]:
+    """`nodes` brokers (1: a plain `dmq serve`, no --peers), ready; all killed at exit.
+    A cluster of several shares a fresh secret (`--cluster-secret-file`) unless
+    `secret=False`: that is how a cluster should run."""
     hosts = [f"127.0.0.{HOST_FIRST + k}" for k in range(nodes)]
     http_port = common_free_port(hosts)
     raft_port = common_free_port(hosts, avoid=[http_port])
     peers = ",".join(f"n{k + 1}={h}:{raft_port}" for k, h in enumerate(hosts))
     work_dir.mkdir(parents=True, exist_ok=True)
+    secret_args: list[str] = []
+    if nodes > 1 and secret:
+        secret_file = work_dir / "cluster-secret"
+        secret_file.write_text(secrets.token_hex(32))
+        secret_args = ["--cluster-secret-file", str(secret_file)]
     brokers: list[Broker] = []
     try:
         for k, host in enumerate(hosts):
@@ -145,7 +155,7 @@ def dmq_cluster(work_dir: Path, nodes: int, durability: str) -> Iterator[list[Br
                     "--http-addr", f"{host}:{http_port}", "--raft-addr", f"{host}:{raft_port}",
                     "--log-level", "warning", "--raft-durability", durability]  # fmt: skip
             if nodes > 1:
-                args += ["--peers", peers]
+                args += ["--peers", peers, *secret_args]
             log_path = work_dir / f"{node_id}.log"
             brokers.append(Broker(node_id, host, http_port, log_path, _spawn(args, log_path)))
         _wait_ready(brokers)
@@ -199,7 +209,7 @@ def urlopen_status(url: str) -> Iterator[int]:
     import urllib.request
 
     try:
-        with urllib.request.urlopen(url, timeout=1.0) as response:
+        with urllib.request.urlopen(url, timeout=1.0) as response:  # noqa: S310 - a broker's http URL
             yield int(response.status)
     except urllib.error.HTTPError as error:
         yield int(error.code)
@@ -501,7 +511,7 @@ def measure_run(base: Path, run_index: int, args: argparse.Namespace) -> dict[st
             systems.reverse()
         for system, nodes in systems:
             work = base / f"run{run_index}-{system}-{durability}"
-            with dmq_cluster(work, nodes, durability) as brokers:
+            with dmq_cluster(work, nodes, durability, secret=args.cluster_secret) as brokers:
                 figures = asyncio.run(produce_figures(brokers, run_index, args))
                 if system == "cluster" and durability == args.durability[0] and nodes > 1:
                     figures.update(asyncio.run(failover(brokers, run_index)))
@@ -511,7 +521,9 @@ def measure_run(base: Path, run_index: int, args: argparse.Namespace) -> dict[st
                 out[prefix + key] = value
     if args.partitions > 0 and args.nodes > 1:
         work = base / f"run{run_index}-partitions"
-        with dmq_cluster(work, args.nodes, args.durability[0]) as brokers:
+        with dmq_cluster(
+            work, args.nodes, args.durability[0], secret=args.cluster_secret
+        ) as brokers:
             out.update(asyncio.run(many_partitions(brokers, args)))
         shutil.rmtree(work, ignore_errors=True)
     return out
@@ -575,6 +587,7 @@ def _setup(args: argparse.Namespace) -> dict[str, Any]:
         "cpus": os.cpu_count(),
         "load_average": os.getloadavg()[0],
         "nodes": args.nodes,
+        "cluster_secret": args.cluster_secret,
         "durability": list(args.durability),
         "runs": args.runs,
         "record_bytes": RECORD_BYTES,
@@ -601,7 +614,8 @@ def _print_setup(args: argparse.Namespace, base: Path) -> None:
     )
     print(
         f"  raft durability {' and '.join(args.durability)} (fsync: fdatasync before any "
-        f"reply, the default); {args.runs} runs, medians; (f) {args.partitions} partitions, "
+        f"reply, the default); cluster secret {'on' if args.cluster_secret else 'off'}; "
+        f"{args.runs} runs, medians; (f) {args.partitions} partitions, "
         f"idle CPU over {args.idle_seconds:g} s",
         flush=True,
     )
@@ -680,6 +694,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--idle-seconds", type=float, default=10.0, help="(f) CPU sample")
     parser.add_argument("--settle-seconds", type=float, default=2.0, help="(f) before it")
     parser.add_argument("--json", help="also write the result (medians, samples) here")
+    parser.add_argument(
+        "--cluster-secret",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="brokers of the cluster share a --cluster-secret-file (authenticated Raft and "
+        "internal calls), as they should",
+    )
 
 
 def main(argv: Sequence[str] | None = None) -> int:

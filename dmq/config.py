@@ -49,6 +49,14 @@ class BrokerConfig:
             "ids voting in the metadata group, comma-separated (empty: 1, 3 or 5 first ids)"
         ),
     )
+    cluster_secret_file: str = field(
+        default="",
+        metadata=_doc(
+            "file holding the secret every broker of the cluster shares: it authenticates "
+            "Raft connections and /v1/internal calls (empty: none, for one node or a "
+            "private network)"
+        ),
+    )
     raft_durability: str = field(
         default="fsync",
         metadata=_doc("fsync: acks=all survives power loss; none: only process crashes"),

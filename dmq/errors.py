@@ -5,6 +5,7 @@
     DmqError
     ├── ClientError                  the request is wrong: retrying it unchanged fails again
     │   ├── InvalidRequest           400  malformed input; `field` and `limit` say what
+    │   ├── Unauthenticated          401  an internal route without a valid broker signature
     │   │   └── InvalidConfig        400  an unknown or out-of-range topic/broker setting
     │   ├── NotFound                 404
     │   │   ├── TopicNotFound
@@ -69,6 +70,13 @@ class InvalidRequest(ClientError):
 
 class InvalidConfig(InvalidRequest):
     code = "invalid_config"
+
+
+class Unauthenticated(ClientError):
+    """A /v1/internal call that does not prove the cluster secret (dmq/internal_auth.py);
+    `reason` says what failed: missing, malformed, expired or signature."""
+
+    code = "unauthenticated"
 
 
 class NotFound(ClientError):
@@ -188,6 +196,7 @@ _ALL: tuple[type[DmqError], ...] = (
     ClientError,
     InvalidRequest,
     InvalidConfig,
+    Unauthenticated,
     NotFound,
     TopicNotFound,
     PartitionNotFound,

@@ -8,7 +8,8 @@ use the internal routes of http_api/app.py (`/v1/internal/...`), which answer er
 the public shape; `error_for_code` turns them back into dmq.errors here.
 
 Every call has a deadline. Connection failures become BrokerUnavailable (retriable):
-the caller decides whether to try another broker.
+the caller decides whether to try another broker. With a cluster secret every internal
+call is signed (dmq/internal_auth.py).
 """
 
 from __future__ import annotations
@@ -20,8 +21,10 @@ from collections.abc import Iterator
 from typing import Any
 
 import aiohttp
+from yarl import URL
 
 from dmq import errors
+from dmq.internal_auth import signed_headers, target_of
 
 FORWARDED_HEADER = "X-Dmq-Forwarded"  # set on a forwarded request: it is never forwarded again
 # Connections kept to each other broker (forwarded appends run in parallel on them).
@@ -39,12 +42,13 @@ def _error_from(status: int, body: bytes) -> errors.DmqError:
 class PeerClient:
     """Async calls to other brokers; one aiohttp session for all of them."""
 
-    def __init__(self, local_host: str = "") -> None:
+    def __init__(self, local_host: str = "", secret: bytes | None = None) -> None:
         self._session: aiohttp.ClientSession | None = None
+        self.secret = secret  # the cluster secret: internal calls are signed with it
         # Calls leave from this broker's own HTTP address when it has a specific one, as
         # Raft's do from its Raft address: peers and the fault harness (jepsen/, which cuts
         # links by address) see which broker is calling, not the loopback default.
-        wildcard = local_host in ("", "0.0.0.0", "::", "[::]", "localhost")
+        wildcard = local_host in ("", "0.0.0.0", "::", "[::]", "localhost")  # noqa: S104 - a check, not a bind
         self._local_addr = None if wildcard else (local_host.strip("[]"), 0)
 
     async def start(self) -> None:
@@ -84,12 +88,16 @@ class PeerClient:
         broker may be asked. A failure after it may have arrived (reset, timeout) is too
         when `retry_safe`; otherwise RequestTimeout, because the peer may have acted on it
         and asking again could do it twice (an append would store the batch twice)."""
-        headers = {"Content-Type": content_type} if body is not None else None
+        url = URL(f"http://{http_addr}{path}")
+        if params:
+            url = url.update_query(params)
+        headers = signed_headers(self.secret, method, url.raw_path_qs, body)
+        if body is not None:
+            headers["Content-Type"] = content_type
         try:
             async with self.session.request(
                 method,
-                f"http://{http_addr}{path}",
-                params=params,
+                url,
                 data=body,
                 headers=headers,
                 timeout=aiohttp.ClientTimeout(total=timeout_s),
@@ -142,7 +150,13 @@ class PeerClient:
 
 
 def fetch_batches_blocking(
-    http_addr: str, topic: str, partition: int, start_offset: int, end_offset: int, timeout_s: float
+    http_addr: str,
+    topic: str,
+    partition: int,
+    start_offset: int,
+    end_offset: int,
+    timeout_s: float,
+    secret: bytes | None = None,
 ) -> Iterator[tuple[bytes, int]]:
     """Raw batches of [start_offset, end_offset) from a broker's replica, in chunks.
 
@@ -157,9 +171,11 @@ def fetch_batches_blocking(
             f"http://{http_addr}/v1/internal/partitions/{topic}/{partition}/batches"
             f"?start_offset={offset}&end_offset={end_offset}"
         )
-        request = urllib.request.Request(url, headers={FORWARDED_HEADER: "1"})
+        headers = {FORWARDED_HEADER: "1", **signed_headers(secret, "GET", target_of(url))}
+        request = urllib.request.Request(url, headers=headers)
         try:
-            with urllib.request.urlopen(request, timeout=timeout_s) as resp:
+            # The URL is http:// + a broker's address from the catalogue, never a file: one.
+            with urllib.request.urlopen(request, timeout=timeout_s) as resp:  # noqa: S310
                 body = resp.read()
                 next_offset = int(resp.headers["X-Dmq-Next-Offset"])
         except urllib.error.HTTPError as exc:

@@ -23,6 +23,12 @@ from dmq.config import BrokerConfig
 from http_api.app import make_app
 
 _log = logging.getLogger("dmq.server")
+# One line, at start, for a broker of a multi-node cluster with no cluster secret.
+UNSECURED_WARNING = (
+    "NO CLUSTER SECRET: any process that reaches this broker's Raft port %s or its "
+    "/v1/internal routes on %s is trusted as a broker of the cluster; keep both ports "
+    "private, or give every broker --cluster-secret-file (dmq/README.md)"
+)
 
 
 def configure_logging(level: str) -> None:
@@ -93,6 +99,9 @@ def serve(config: BrokerConfig) -> int:
             config.replicas_per_broker_max,
             6 * config.replicas_per_broker_max + 1024,
         )
+
+    if not config.cluster_secret_file and (len(config.peer_addrs) > 1 or config.join):
+        _log.warning(UNSECURED_WARNING, config.raft_addr, config.http_addr)
 
     async def main() -> None:
         stop = asyncio.Event()

@@ -26,6 +26,7 @@ from http_api.forward import (
     is_forwarded,
 )
 from http_api.groups import GROUP_ROUTES
+from http_api.internal_auth import internal_auth_middleware
 from http_api.openapi import openapi_document
 from http_api.operations import OPERATIONS_ROUTES
 from http_api.sendfile import FileRangesResponse
@@ -454,7 +455,7 @@ ROUTES: tuple[tuple[str, str, Any], ...] = (
 
 def make_app(broker: Broker) -> web.Application:
     app = web.Application(
-        middlewares=[error_middleware, forward_middleware],
+        middlewares=[error_middleware, internal_auth_middleware, forward_middleware],
         client_max_size=broker.config.request_bytes_max,
     )
     app[BROKER] = broker

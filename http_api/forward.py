@@ -13,9 +13,11 @@ from collections.abc import Awaitable, Callable
 
 import aiohttp
 from aiohttp import web
+from yarl import URL
 
 from dmq import errors
 from dmq.broker import Broker, ForwardRequest
+from dmq.internal_auth import signed_headers
 from dmq.peers import FORWARDED_HEADER
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
@@ -25,6 +27,8 @@ BROKER: web.AppKey[Broker] = web.AppKey("broker", Broker)
 def broker_of(request: web.Request) -> Broker:
     """The Broker this application serves."""
     return request.app[BROKER]
+
+
 _PASSED_REQUEST_HEADERS = ("Accept", "Content-Type")
 _PASSED_RESPONSE_HEADERS = ("Content-Type", "Retry-After")
 
@@ -54,12 +58,14 @@ async def _relay(request: web.Request, http_addr: str, hops: int = 1) -> web.Res
     # read() returns the body again when the handler already read it (can_read_body is
     # then False): group handlers parse their body before they know where it goes.
     body = await request.read() or None
+    url = URL(f"http://{http_addr}{request.path_qs}")
+    headers.update(signed_headers(broker.cluster_secret, request.method, url.raw_path_qs, body))
     # A long-poll may wait fetch_wait_ms_max at the leader, then the usual request time.
     timeout_s = broker.config.fetch_wait_ms_max / 1000 + broker.timeout_s
     try:
         async with broker.peers.session.request(
             request.method,
-            f"http://{http_addr}{request.path_qs}",
+            url,
             headers=headers,
             data=body,
             timeout=aiohttp.ClientTimeout(total=timeout_s),

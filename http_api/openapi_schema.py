@@ -33,7 +33,10 @@ OFFSET_HEADERS = {
 }
 
 # The summary of every internal route begins with this.
-INTERNAL = "Internal, broker to broker (dmq/peers.py); not for clients. "
+INTERNAL = (
+    "Internal, broker to broker (dmq/peers.py); not for clients. With a cluster secret it "
+    "needs an X-Dmq-Signature header (dmq/internal_auth.py), else 401 unauthenticated. "
+)
 
 
 # ---------------------------------------------------------------------- errors
@@ -51,6 +54,11 @@ ERROR_STATUSES: dict[int, tuple[str, tuple[str, ...], bool]] = {
     404: (
         "no such topic, partition, group or route",
         ("topic_not_found", "partition_not_found", "group_not_found", "not_found"),
+        False,
+    ),
+    401: (
+        "an internal route without a valid broker signature (X-Dmq-Signature)",
+        ("unauthenticated",),
         False,
     ),
     405: ("method not allowed on this path", ("method_not_allowed",), False),

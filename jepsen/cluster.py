@@ -16,6 +16,7 @@ import contextlib
 import json
 import os
 import random
+import secrets
 import shutil
 import signal
 import socket
@@ -28,6 +29,7 @@ from http.client import HTTPException
 from pathlib import Path
 from typing import Any
 
+from dmq.internal_auth import signed_headers, target_of
 from dmq.planted import PLANTED_BUG_ENV
 
 FIRST_HOST = 11  # node k (1-based) listens on 127.0.0.(10 + k)
@@ -39,6 +41,12 @@ STOP_WAIT_S = 15.0  # a retired broker's graceful stop (SIGTERM) before SIGKILL
 
 PORT_TRIES_MAX = 500
 PORT_FLOOR = 10_000
+
+
+SECRET_FILE = "cluster-secret"  # noqa: S105 - a file name; the secret is drawn per run
+# The secret of the cluster under test, set by Cluster: http() signs /v1/internal calls
+# with it, as a broker does (dmq/internal_auth.py). One cluster per harness process.
+_secret: bytes | None = None
 
 
 class HarnessError(RuntimeError):
@@ -103,11 +111,12 @@ def http(
     """One request; HTTP errors come back as an Answer, connection failures raise OSError
     (ConnectionRefusedError when nothing listens)."""
     data = json.dumps(body).encode() if body is not None else None
-    req = urllib.request.Request(url, data=data, method=method, headers=headers or {})
+    headers = {**(headers or {}), **signed_headers(_secret, method, target_of(url), data)}
+    req = urllib.request.Request(url, data=data, method=method, headers=headers)  # noqa: S310 - a broker's http URL
     if data is not None:
         req.add_header("Content-Type", "application/json")
     try:
-        with urllib.request.urlopen(req, timeout=timeout_s) as resp:
+        with urllib.request.urlopen(req, timeout=timeout_s) as resp:  # noqa: S310 - as above
             return Answer(resp.status, resp.read(), dict(resp.headers))
     except urllib.error.HTTPError as err:
         return Answer(err.code, err.read(), dict(err.headers))
@@ -213,6 +222,12 @@ class Cluster:
     ) -> None:
         directory.mkdir(parents=True, exist_ok=True)
         self.directory = directory
+        # Every broker shares a secret, as a cluster should run: the harness checks dmq
+        # with its Raft connections and internal calls authenticated.
+        global _secret
+        _secret = secrets.token_hex(32).encode()
+        self.secret_file = directory / SECRET_FILE
+        self.secret_file.write_bytes(_secret)
         ids = [f"n{k + 1}" for k in range(n)]
         self.hosts = {i: f"127.0.0.{FIRST_HOST + k}" for k, i in enumerate(ids)}
         self.http_port, self.raft_port = listen_ports(list(self.hosts.values()), 2, seed)
@@ -247,6 +262,7 @@ class Cluster:
             "--node-id", broker.node_id, "--data-dir", str(broker.data_dir),
             "--http-addr", f"{broker.host}:{self.http_port}",
             "--raft-addr", f"{broker.host}:{self.raft_port}",
+            "--cluster-secret-file", str(self.secret_file),
         ]  # fmt: skip
 
     def add_broker(self, join_url: str, voters: list[str]) -> Broker:

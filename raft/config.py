@@ -131,7 +131,9 @@ class RaftConfig:
             (self.proposal_bytes_max >= self.batch_bytes_max >= KIB, "batch_bytes_max too big"),
             (
                 self.append_entries_bytes_max > self.batch_bytes_max + 64 * KIB,
-                "append_entries_bytes_max must exceed batch_bytes_max (plus pickle overhead)",
+                "append_entries_bytes_max must exceed batch_bytes_max (plus pickle overhead): "
+                "a larger entry would go in pysyncobj's chunked transfer, which raft/wire.py "
+                "does not carry",
             ),
             (
                 2 * max(self.append_entries_bytes_max, self.snapshot_chunk_bytes) < FRAME_BYTES_MAX,
@@ -195,7 +197,8 @@ def build_syncobj_conf(
         onReady=None,
         onStateChanged=None,
         onCodeVersionChanged=None,
-        # No encryption: peers are trusted (frames are pickles, as pysyncobj's own are).
+        # pysyncobj's own encryption belongs to its TCP transport, unused: raft/transport.py
+        # authenticates peers itself (raft/auth.py) and never unpickles frames (raft/wire.py).
         password=None,
         # Options of pysyncobj's TCPTransport, unused by raft/transport.py; named so that
         # validate() passes and nobody wonders. connectionTimeout must be >= raftMaxTimeout.

@@ -48,6 +48,7 @@ from typing import Any
 import crc32c
 from pysyncobj import FAIL_REASON, SyncObj, SyncObjConf, replicated
 
+from raft import safe_pickle
 from raft.config import RaftConfig
 from raft.errors import RaftError
 from raft.node import RaftNode, Replica
@@ -76,7 +77,7 @@ class ListMachine:
         return pickle.dumps((self.count, self.digest, self.values))
 
     def restore(self, snapshot: bytes) -> None:
-        self.count, self.digest, self.values = pickle.loads(snapshot)
+        self.count, self.digest, self.values = safe_pickle.loads(snapshot)
 
     def describe(self, with_values: bool) -> dict[str, Any]:
         out: dict[str, Any] = {"count": self.count, "digest": self.digest}

@@ -13,9 +13,17 @@ log/errors.py) and the Broker translates it into dmq/errors.py at its own border
     ├── OutcomeUnknown              the command may or may not commit: do not blindly retry
     │   └── Timeout                 no answer within the deadline
     ├── CommandTooLarge             the command is over batch_bytes_max (the caller's fault)
-    └── ReplicaStopped              the node or group is shutting down (or crashed)
-        └── StoppedInFlight         ... after the command reached pysyncobj: it may still
-                                    commit on the others (also an OutcomeUnknown)
+    ├── ReplicaStopped              the node or group is shutting down (or crashed)
+    │   └── StoppedInFlight         ... after the command reached pysyncobj: it may still
+    │                               commit on the others (also an OutcomeUnknown)
+    └── PeerRefused                 a peer's bytes were refused; its connection is closed
+        ├── FrameError              (raft/transport.py) not a frame stream
+        ├── WireError               (raft/wire.py) not a message of the protocol
+        ├── UnsafePickle            (raft/safe_pickle.py) a pickle the restricted unpickler
+        │                           refuses (a global outside its list, or the wrong shape)
+        └── AuthFailed              (raft/auth.py) the hello does not prove the secret
+
+PeerRefused never leaves raft/: the transport logs one line and closes the connection.
 
 `retriable` is True for the whole NotApplied branch: the same command may be proposed again
 without risk of applying it twice. OutcomeUnknown errors need an idempotent command (for
@@ -100,3 +108,16 @@ class ReplicaStopped(RaftError):
 class StoppedInFlight(ReplicaStopped, OutcomeUnknown):
     """The group stopped after the command was handed to pysyncobj: it may be in the
     others' logs and commit there, so a retry could apply it twice."""
+
+
+class PeerRefused(RaftError):
+    """A peer sent bytes that raft/ will not act on: the connection is closed, and the
+    node goes on (its tick thread never stops for what a peer sent)."""
+
+
+class UnsafePickle(PeerRefused):
+    """Bytes that pysyncobj would unpickle were refused by raft/safe_pickle.py."""
+
+
+class AuthFailed(PeerRefused):
+    """A connection did not prove it knows the cluster secret (raft/auth.py)."""

@@ -32,7 +32,6 @@ configuration that includes the candidate, and then the members that hold it vot
 from __future__ import annotations
 
 import concurrent.futures
-import pickle
 import time
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -41,6 +40,7 @@ from pysyncobj import FAIL_REASON
 from pysyncobj.node import Node
 from pysyncobj.syncobj import _COMMAND_TYPE
 
+from raft import safe_pickle
 from raft.errors import NotLeader, RequestDenied
 from raft.replica import Replica
 
@@ -180,7 +180,7 @@ def adopt_logged_changes(replica: Replica) -> int:
         if idx <= applied or command[:1] != bytes([_COMMAND_TYPE.MEMBERSHIP]):
             continue
         # The same request pysyncobj applies later; applying it twice is a no-op there.
-        if sync_obj._SyncObj__doChangeCluster(pickle.loads(command[1:])):
+        if sync_obj._SyncObj__doChangeCluster(safe_pickle.load_membership(command[1:])):
             taken += 1
     return taken
 

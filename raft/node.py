@@ -51,7 +51,7 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any, TypeVar
 
-from raft import leadership, membership, quiesce
+from raft import leadership, membership, quiesce, safe_pickle
 from raft.config import RaftConfig
 from raft.errors import ReplicaStopped, RequestDenied, Timeout
 from raft.journal import JournalCorrupt
@@ -64,6 +64,8 @@ from raft.types import ReplicaStatus, StateMachine
 __all__ = ["RaftNode", "Replica", "ReplicaStatus", "StateMachine"]
 
 logger = logging.getLogger(__name__)
+# pysyncobj unpickles its log commands itself: only through the restricted unpickler.
+safe_pickle.guard_pysyncobj()
 
 _T = TypeVar("_T")
 
@@ -82,6 +84,7 @@ class RaftNode:
         config: RaftConfig | None = None,
         *,
         durable_trace: bool = False,
+        cluster_secret: bytes | None = None,
     ) -> None:
         self.config = config or RaftConfig()
         self.config.check()
@@ -99,6 +102,7 @@ class RaftNode:
             on_message=self._on_message,
             on_peer_up=self._on_peer_up,
             on_peer_down=self._on_peer_down,
+            secret=cluster_secret,  # raft/auth.py; None: an unsecured cluster
         )
         self.groups: dict[int, Replica] = {}
         self.failed: BaseException | None = None

@@ -21,6 +21,7 @@ from typing import Any
 
 import crc32c
 
+from raft import safe_pickle
 from raft.errors import RaftError
 
 SNAPSHOT_FILE = "snapshot"
@@ -49,5 +50,5 @@ def read_snapshot(path: str) -> tuple[tuple[Any, ...], Any]:
     payload = raw[_SNAPSHOT_HEADER.size :]
     if magic != _SNAPSHOT_MAGIC or len(payload) != length or crc32c.crc32c(payload) != crc:
         raise RaftError(f"{path}: snapshot fails its checks")
-    data, state = pickle.loads(payload)
+    data, state = safe_pickle.load_snapshot(payload)  # the file is ours or the leader's
     return tuple(data), state

@@ -3,22 +3,30 @@
 Three pieces:
 
 - the frame codec: `u32 length | u32 group_id | payload`, little-endian, where length counts
-  group_id and payload; payload is a pickled pysyncobj message (no zlib: pysyncobj's
-  messages are mostly already-compact command bytes, and compressing them cost more than it
-  saved here). `FrameDecoder` parses a stream with one bytearray and a read position, so a
-  large message costs O(size), not O(size^2) as pysyncobj's `bytes +=` buffer did;
+  group_id and payload; payload is a pysyncobj or dmq message encoded by raft/wire.py
+  (plain data, never a pickle; no zlib: pysyncobj's messages are mostly already-compact
+  command bytes, and compressing them cost more than it saved here). `FrameDecoder` parses
+  a stream with one bytearray and a read position, so a large message costs O(size), not
+  O(size^2) as pysyncobj's `bytes +=` buffer did, and hands out each frame as a view of
+  its buffer, decoded in place;
 - `Network`: the node's listening socket, one outgoing connection per peer (bound to the
   node's own address before connect, so the fault harness can give each node its own
   loopback address), accepted incoming connections, and a selector. Connections carry frames
   one way: a node sends on the connection it opened and receives on those it accepted, so
-  there is no race over who connects. The first frame on a connection is a hello naming the
-  sender. Frames for unknown groups are dropped (the group may not exist here yet);
+  there is no race over who connects. Every connection opens with the handshake of
+  raft/auth.py: the accepting side writes a challenge, the connecting side answers with a
+  hello (its node id and an HMAC of the challenge under the cluster secret) as its first
+  frame. Until the hello checks out nothing is decoded; after it, every payload goes
+  through raft/wire.py (and its log commands through raft/safe_pickle.py), and anything
+  refused closes the connection with one warning. Frames for unknown groups are dropped (the group may not exist here
+  yet);
 - `GroupTransport`: pysyncobj's Transport for one group, which only forwards to Network.
 
 Node-level liveness (for quiesced groups, raft/node.py): `Network.last_heard[peer]` is when
 a frame of any group last arrived from that peer, and a peer that was sent nothing for a
-heartbeat_interval_s gets the hello frame again as a node heartbeat (`pings_sent`). So a
-node that is alive is heard from every heartbeat_interval_s whatever its groups do.
+heartbeat_interval_s gets an empty frame of group HELLO_GROUP_ID as a node heartbeat
+(`pings_sent`). So a node that is alive is heard from every heartbeat_interval_s whatever
+its groups do.
 
 Durability rule: `Network.send` never writes to a socket. It appends the frame to the peer's
 *held* buffer; RaftNode calls `release()` after it has synced every journal changed during
@@ -33,19 +41,19 @@ from __future__ import annotations
 import contextlib
 import errno
 import logging
-import pickle
 import selectors
 import socket
 import struct
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
 from pysyncobj.transport import Transport
 
+from raft import auth, wire
 from raft.config import FRAME_BYTES_MAX, RaftConfig
-from raft.errors import RaftError
+from raft.errors import AuthFailed, PeerRefused
 from raft.messages import SentMark, trim_outgoing_append_entries
 
 logger = logging.getLogger(__name__)
@@ -53,19 +61,23 @@ logger = logging.getLogger(__name__)
 _FRAME_HEADER = struct.Struct("<II")  # length (of group_id + payload), group_id
 FRAME_HEADER_BYTES = _FRAME_HEADER.size
 GROUP_ID_MAX = 0xFFFFFFFE
-HELLO_GROUP_ID = 0xFFFFFFFF  # control frame: the sender's node id, first on a connection
-PROTOCOL_VERSION = 1
+# Control frames: the hello (raft/auth.py) first on a connection, then, empty, the node
+# heartbeat.
+HELLO_GROUP_ID = 0xFFFFFFFF
 # Bytes read from one socket per readiness event, so one busy peer cannot starve the others.
 RECV_BYTES_PER_EVENT = 4 * 1024 * 1024
 RECV_CHUNK_BYTES = 256 * 1024
+# Before its hello checks out, a connection is read this much per event at most: a stranger
+# cannot make this node buffer more than one hello frame.
+RECV_BYTES_BEFORE_HELLO = FRAME_HEADER_BYTES + auth.HELLO_FRAME_BYTES_MAX
 
 
-class FrameError(RaftError):
+class FrameError(PeerRefused):
     """A peer sent bytes that are not a valid frame stream; its connection is closed."""
 
 
 def encode_frame(group_id: int, payload: bytes) -> bytes:
-    """One frame as bytes (for tests and hello frames; the hot path uses append_frame)."""
+    """One frame as bytes (for tests and control frames; the hot path uses Network.send)."""
     out = bytearray()
     append_frame(out, group_id, payload)
     return bytes(out)
@@ -85,12 +97,13 @@ class FrameDecoder:
     """Splits a byte stream into (group_id, payload) frames.
 
     Invariant: bytes before `_read_pos` in `_buffer` are consumed; the buffer is compacted
-    once per `frames()` call, which CPython's bytearray does in O(1) for a prefix.
+    once per `frames()` / `views()` pass, which CPython's bytearray does in O(1) for a
+    prefix. `frame_bytes_max` may be raised between frames (after a hello checks out).
     """
 
     def __init__(self, frame_bytes_max: int = FRAME_BYTES_MAX) -> None:
         self._buffer = bytearray()
-        self._frame_bytes_max = frame_bytes_max
+        self.frame_bytes_max = frame_bytes_max
 
     def feed(self, data: bytes) -> None:
         self._buffer += data
@@ -100,23 +113,28 @@ class FrameDecoder:
         return len(self._buffer)
 
     def frames(self) -> list[tuple[int, bytes]]:
-        """Every complete frame fed so far, in order; partial ones stay buffered."""
-        out: list[tuple[int, bytes]] = []
+        """Every complete frame fed so far, in order, as copies (tests and tools)."""
+        return [(group_id, view.tobytes()) for group_id, view in self.views()]
+
+    def views(self) -> Iterator[tuple[int, memoryview]]:
+        """Each complete frame in order, as a view of the buffer, valid only until the next
+        one is asked for: decode it, do not keep it. Partial frames stay buffered."""
         buffer = self._buffer
         position = 0
-        size = len(buffer)
-        with memoryview(buffer) as view:
-            while size - position >= FRAME_HEADER_BYTES:
-                length, group_id = _FRAME_HEADER.unpack_from(buffer, position)
-                if length < 4 or length > self._frame_bytes_max:
-                    raise FrameError(f"frame length {length} out of range")
-                end = position + 4 + length
-                if end > size:
-                    break
-                out.append((group_id, view[position + FRAME_HEADER_BYTES : end].tobytes()))
-                position = end
-        del buffer[:position]
-        return out
+        try:
+            with memoryview(buffer) as view:
+                while len(buffer) - position >= FRAME_HEADER_BYTES:
+                    length, group_id = _FRAME_HEADER.unpack_from(buffer, position)
+                    if length < 4 or length > self.frame_bytes_max:
+                        raise FrameError(f"frame length {length} out of range")
+                    end = position + 4 + length
+                    if end > len(buffer):
+                        break
+                    with view[position + FRAME_HEADER_BYTES : end] as payload:
+                        yield group_id, payload
+                    position = end
+        finally:
+            del buffer[:position]
 
 
 def parse_address(address: str) -> tuple[str, int]:
@@ -139,20 +157,26 @@ class NetworkStats:
     frames_dropped_full: int = 0  # a peer's send buffer was full
     frames_dropped_down: int = 0  # the peer was not connected
     frames_unknown_group: int = 0
-    pings_sent: int = 0  # node heartbeats (the hello frame again), not counted in frames_sent
+    pings_sent: int = 0  # node heartbeats (empty hello-group frames), not in frames_sent
     connects: int = 0
     disconnects: int = 0
     votes_dropped_non_member: int = 0  # request_vote from outside a group's configuration
+    handshakes_refused: int = 0  # a hello that failed raft/auth.py, or none in time
+    messages_refused: int = 0  # after the hello: a frame wire.py or safe_pickle.py refused
+    messages_unsendable: int = 0  # a message of ours the codec refused (a bug: logged)
 
 
 @dataclass(slots=True, eq=False)
 class _Outbound:
-    """Our connection to one peer: we only send on it."""
+    """Our connection to one peer: we only send on it (after reading its challenge)."""
 
     peer_id: str
     address: tuple[str, int]
     sock: socket.socket | None = None
-    up: bool = False
+    connected: bool = False  # TCP is up; the challenge is being read
+    up: bool = False  # the hello is queued: frames may be sent
+    challenge: bytearray = field(default_factory=bytearray)
+    handshake_deadline: float = 0.0
     held: bytearray = field(default_factory=bytearray)  # queued this tick, not yet durable
     out: bytearray = field(default_factory=bytearray)  # released, not yet written
     next_attempt_at: float = 0.0
@@ -161,11 +185,15 @@ class _Outbound:
 
 @dataclass(slots=True, eq=False)
 class _Inbound:
-    """A connection a peer opened to us: we only receive on it."""
+    """A connection a peer opened to us: we only receive on it (after our challenge)."""
 
     sock: socket.socket
     decoder: FrameDecoder
-    peer_id: str | None = None
+    nonce: bytes
+    address: str
+    handshake_deadline: float
+    out: bytearray  # the challenge, until written
+    peer_id: str | None = None  # set once its hello checks out
 
 
 class Network:
@@ -181,10 +209,12 @@ class Network:
         on_message: MessageHandler,
         on_peer_up: PeerHandler,
         on_peer_down: PeerHandler,
+        secret: bytes | None = None,
     ) -> None:
         self.node_id = node_id
         self.address = parse_address(address)
         self._config = config
+        self._secret = secret
         self._on_message = on_message
         self._on_peer_up = on_peer_up
         self._on_peer_down = on_peer_down
@@ -194,15 +224,15 @@ class Network:
             if peer_id != node_id
         }
         self._inbound: dict[socket.socket, _Inbound] = {}
+        # Accepted connections whose hello has not checked out yet (bounded, timed out).
+        self._pending: set[_Inbound] = set()
         self._selector = selectors.DefaultSelector()
         self._listener: socket.socket | None = None
         self._wake_r, self._wake_w = socket.socketpair()
         self._wake_r.setblocking(False)
         self._wake_w.setblocking(False)
         self._selector.register(self._wake_r, selectors.EVENT_READ, ("wake", None))
-        self._hello = encode_frame(
-            HELLO_GROUP_ID, pickle.dumps({"node_id": node_id, "version": PROTOCOL_VERSION})
-        )
+        self._ping = encode_frame(HELLO_GROUP_ID, b"")
         self.stats = NetworkStats()
         # peer id -> time.monotonic() of the last frame received from it (any group).
         self.last_heard: dict[str, float] = {}
@@ -265,12 +295,22 @@ class Network:
         if link is None or not link.up:
             self.stats.frames_dropped_down += 1
             return False
-        payload = pickle.dumps(message, protocol=pickle.HIGHEST_PROTOCOL)
-        queued = len(link.held) + len(link.out)
-        if queued + len(payload) > self._config.peer_send_buffer_bytes_max:
+        buffer = link.held if hold else link.out
+        start = len(buffer)
+        buffer += _FRAME_HEADER.pack(0, group_id)  # length patched below, once known
+        try:
+            size = wire.encode_into(buffer, message)
+        except wire.WireError as error:
+            del buffer[start:]
+            self.stats.messages_unsendable += 1
+            logger.error("message to %s not sent, the codec refuses it: %s", peer_id, error)
+            return False
+        queued = len(link.held) + len(link.out) - FRAME_HEADER_BYTES - size
+        if queued + size > self._config.peer_send_buffer_bytes_max:
+            del buffer[start:]
             self.stats.frames_dropped_full += 1
             return False
-        append_frame(link.held if hold else link.out, group_id, payload)
+        _FRAME_HEADER.pack_into(buffer, start, 4 + size, group_id)
         self.stats.frames_sent += 1
         link.last_sent_at = time.monotonic()
         return True
@@ -301,31 +341,41 @@ class Network:
             elif kind == "accept":
                 self._accept()
             elif kind == "in":
-                self._read_inbound(obj)
+                self._inbound_event(obj, mask)
             elif kind == "out":
                 self._outbound_event(obj, mask)
 
     def maintain(self, now: float) -> None:
         """Start connections to peers that are down, at most every connect_retry_s; queue a
-        node heartbeat to every connected peer sent nothing for a heartbeat_interval_s."""
+        node heartbeat to every connected peer sent nothing for a heartbeat_interval_s;
+        close connections whose handshake did not finish within HANDSHAKE_TIMEOUT_S."""
         for link in self._outbound.values():
             if link.sock is None and now >= link.next_attempt_at:
                 self._connect(link, now)
             elif link.up and now - link.last_sent_at >= self._config.heartbeat_interval_s:
-                link.out += self._hello  # leaves at the round's write_unheld()
+                link.out += self._ping  # leaves at the round's write_unheld()
                 link.last_sent_at = now
                 self.stats.pings_sent += 1
+            elif link.sock is not None and not link.up and now >= link.handshake_deadline:
+                logger.info(
+                    "no handshake with %s within %.1f s", link.peer_id, auth.HANDSHAKE_TIMEOUT_S
+                )
+                self._close_outbound(link, notify=False)
+        for conn in [c for c in self._pending if now >= c.handshake_deadline]:
+            self._refuse(conn, AuthFailed("no valid hello in time"))
 
     # --- outbound ---------------------------------------------------------------------------
 
     def _connect(self, link: _Outbound, now: float) -> None:
         link.next_attempt_at = now + self._config.connect_retry_s
+        link.handshake_deadline = now + auth.HANDSHAKE_TIMEOUT_S
         sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         sock.setblocking(False)
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         if hasattr(socket, "TCP_USER_TIMEOUT"):
-            # We never read on this connection, so a peer cut off without a reset (a network
-            # partition) is noticed only when the kernel gives up on unacknowledged data.
+            # We never read on this connection after the challenge, so a peer cut off
+            # without a reset (a network partition) is noticed only when the kernel gives up
+            # on unacknowledged data.
             timeout_ms = int(self._config.peer_unacked_timeout_s * 1000)
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_USER_TIMEOUT, timeout_ms)
         try:
@@ -346,18 +396,20 @@ class Network:
         sock = link.sock
         if sock is None:
             return
-        if not link.up:
+        if not link.connected:
             if sock.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR) != 0:
                 self._close_outbound(link, notify=False)
                 return
-            link.up = True
-            link.out[:0] = self._hello
-            self.stats.connects += 1
-            self._on_peer_up(link.peer_id)
-            self._write(link)
+            # Connected: wait for the peer's challenge before sending anything (step 2 of
+            # raft/auth.py).
+            link.connected = True
+            self._selector.modify(sock, selectors.EVENT_READ, ("out", link))
+            return
+        if not link.up:
+            self._read_challenge(link)
             return
         if mask & selectors.EVENT_READ:
-            # The peer never sends on this connection: readable means closed or reset.
+            # The peer never sends after its challenge: readable means closed or reset.
             try:
                 data = sock.recv(4096)
             except (BlockingIOError, InterruptedError):
@@ -369,6 +421,35 @@ class Network:
                 return
         if mask & selectors.EVENT_WRITE:
             self._write(link)
+
+    def _read_challenge(self, link: _Outbound) -> None:
+        """Step 2 of raft/auth.py: read the challenge, queue the hello, the link is up."""
+        assert link.sock is not None
+        try:
+            data = link.sock.recv(auth.CHALLENGE_BYTES - len(link.challenge))
+        except (BlockingIOError, InterruptedError):
+            return
+        except OSError:
+            data = b""
+        if not data:
+            self._close_outbound(link, notify=False)
+            return
+        link.challenge += data
+        if len(link.challenge) < auth.CHALLENGE_BYTES:
+            return
+        try:
+            nonce = auth.read_challenge(bytes(link.challenge))
+        except AuthFailed as error:
+            logger.warning("closing connection to %s: %s", link.peer_id, error)
+            self._close_outbound(link, notify=False)
+            return
+        hello = auth.hello_payload(self._secret, nonce, self.node_id, link.peer_id)
+        link.challenge.clear()
+        link.out[:0] = encode_frame(HELLO_GROUP_ID, hello)
+        link.up = True
+        self.stats.connects += 1
+        self._on_peer_up(link.peer_id)
+        self._write(link)
 
     def _write(self, link: _Outbound) -> None:
         sock = link.sock
@@ -395,6 +476,8 @@ class Network:
             link.sock.close()
             link.sock = None
         link.up = False
+        link.connected = False
+        link.challenge.clear()
         link.held.clear()
         link.out.clear()
         if was_up:
@@ -408,22 +491,65 @@ class Network:
         assert self._listener is not None
         while True:
             try:
-                sock, _ = self._listener.accept()
+                sock, address = self._listener.accept()
             except (BlockingIOError, InterruptedError):
                 return
             except OSError as error:
                 logger.warning("accept failed: %s", error)
                 return
+            if len(self._pending) >= auth.PENDING_HANDSHAKES_MAX:
+                logger.warning(
+                    "refused connection from %s: %d handshakes pending already",
+                    address[0],
+                    len(self._pending),
+                )
+                self.stats.handshakes_refused += 1
+                sock.close()
+                continue
             sock.setblocking(False)
-            conn = _Inbound(sock, FrameDecoder())
+            challenge, nonce = auth.new_challenge()
+            conn = _Inbound(
+                sock,
+                FrameDecoder(auth.HELLO_FRAME_BYTES_MAX),
+                nonce,
+                f"{address[0]}:{address[1]}",
+                time.monotonic() + auth.HANDSHAKE_TIMEOUT_S,
+                bytearray(challenge),
+            )
             self._inbound[sock] = conn
+            self._pending.add(conn)
             self._selector.register(sock, selectors.EVENT_READ, ("in", conn))
+            self._write_challenge(conn)  # step 1 of raft/auth.py
+
+    def _write_challenge(self, conn: _Inbound) -> None:
+        try:
+            sent = conn.sock.send(conn.out)
+        except (BlockingIOError, InterruptedError):
+            sent = 0
+        except OSError:
+            self._close_inbound(conn)
+            return
+        del conn.out[:sent]
+        events = selectors.EVENT_READ | (selectors.EVENT_WRITE if conn.out else 0)
+        if self._selector.get_key(conn.sock).events != events:
+            self._selector.modify(conn.sock, events, ("in", conn))
+
+    def _inbound_event(self, conn: _Inbound, mask: int) -> None:
+        if mask & selectors.EVENT_WRITE and conn.out:
+            self._write_challenge(conn)
+        if mask & selectors.EVENT_READ and conn.sock in self._inbound:
+            self._read_inbound(conn)
 
     def _read_inbound(self, conn: _Inbound) -> None:
         received = 0
-        while received < RECV_BYTES_PER_EVENT:
+        while True:
+            # Before the hello: one hello's worth of bytes per event, no more.
+            budget = RECV_BYTES_PER_EVENT if conn.peer_id else RECV_BYTES_BEFORE_HELLO
+            if received >= budget:
+                break
+            chunk = min(RECV_CHUNK_BYTES, budget - received)
             try:
-                data = conn.sock.recv(RECV_CHUNK_BYTES)
+                data = conn.sock.recv(chunk)
             except (BlockingIOError, InterruptedError):
                 break
             except OSError:
@@ -434,52 +560,58 @@ class Network:
                 return
             received += len(data)
             conn.decoder.feed(data)
-            if len(data) < RECV_CHUNK_BYTES:
+            if len(data) < chunk or conn.peer_id is None:
                 break
         self.stats.bytes_received += received
         self._dispatch(conn)
 
     def _dispatch(self, conn: _Inbound) -> None:
+        if conn.sock not in self._inbound:
+            return
         if conn.peer_id is not None:
             self.last_heard[conn.peer_id] = time.monotonic()
         try:
-            frames = conn.decoder.frames()
-        except FrameError as error:
-            logger.warning("closing connection from %s: %s", conn.peer_id, error)
-            self._close_inbound(conn)
-            return
-        for group_id, payload in frames:
-            if conn.sock not in self._inbound:
-                return  # closed by an earlier frame (a hello from a stranger)
-            try:
-                message = pickle.loads(payload)
-            except Exception as error:  # a peer's bytes must not stop this node
-                logger.warning("closing connection from %s: bad payload: %r", conn.peer_id, error)
-                self._close_inbound(conn)
-                return
-            if group_id == HELLO_GROUP_ID:
-                self._on_hello(conn, message)
-                continue
-            if conn.peer_id is None:
-                logger.warning("closing connection: data before hello")
-                self._close_inbound(conn)
-                return
-            self.stats.frames_received += 1
-            self._on_message(group_id, conn.peer_id, message)
+            for group_id, payload in conn.decoder.views():
+                if conn.peer_id is None:
+                    self._on_hello(conn, group_id, payload)
+                    continue
+                if group_id == HELLO_GROUP_ID:
+                    if len(payload):
+                        raise FrameError("a second hello on one connection")
+                    continue  # a node heartbeat: last_heard is set above
+                message = wire.decode_message(payload)
+                self.stats.frames_received += 1
+                self._on_message(group_id, conn.peer_id, message)
+        except PeerRefused as error:
+            self._refuse(conn, error)
 
-    def _on_hello(self, conn: _Inbound, message: Any) -> None:
-        peer_id = message.get("node_id") if isinstance(message, dict) else None
-        if peer_id not in self._outbound or message.get("version") != PROTOCOL_VERSION:
-            logger.warning("closing connection from unknown node %r", peer_id)
-            self._close_inbound(conn)
-            return
+    def _on_hello(self, conn: _Inbound, group_id: int, payload: memoryview) -> None:
+        """Step 3 of raft/auth.py; AuthFailed closes the connection (in _dispatch)."""
+        if group_id != HELLO_GROUP_ID:
+            raise AuthFailed("the first frame is not a hello")
+        peer_id = auth.check_hello(self._secret, conn.nonce, payload.tobytes(), self.node_id)
+        if peer_id not in self._outbound:
+            raise AuthFailed(f"hello from {peer_id!r}, which is not a broker of this cluster")
         for other in list(self._inbound.values()):
             if other is not conn and other.peer_id == peer_id:
                 self._close_inbound(other)  # the peer restarted and reconnected
         conn.peer_id = peer_id
+        self._pending.discard(conn)
+        conn.decoder.frame_bytes_max = FRAME_BYTES_MAX
         self.last_heard[peer_id] = time.monotonic()
 
+    def _refuse(self, conn: _Inbound, error: PeerRefused) -> None:
+        """One warning line, and the connection closed (nothing more read from it)."""
+        if conn.peer_id is None:
+            self.stats.handshakes_refused += 1
+        else:
+            self.stats.messages_refused += 1
+        who = conn.address if conn.peer_id is None else f"{conn.peer_id} ({conn.address})"
+        logger.warning("closing connection from %s: %s: %s", who, type(error).__name__, error)
+        self._close_inbound(conn)
+
     def _close_inbound(self, conn: _Inbound) -> None:
+        self._pending.discard(conn)
         if self._inbound.pop(conn.sock, None) is None:
             return
         self._selector.unregister(conn.sock)
@@ -497,6 +629,16 @@ class Network:
 # append_entries: a leader commits an entry only in a tick after the one that appended it,
 # and every tick ends with a sync, so its own copy is durable before it counts itself.
 UNHELD_MESSAGE_TYPES = frozenset({"append_entries", "apply_command", "apply_command_response"})
+
+
+def _cap_entries(message: dict[str, Any]) -> dict[str, Any]:
+    """At most APPEND_ENTRIES_ENTRIES_MAX entries (what a receiver's codec accepts): the
+    follower acknowledges the prefix, and pysyncobj sends the rest from there. pysyncobj
+    bounds a message by bytes only, so only a catch-up over many tiny entries hits this."""
+    entries = message.get("entries")
+    if entries is None or len(entries) <= wire.APPEND_ENTRIES_ENTRIES_MAX:
+        return message
+    return {**message, "entries": entries[: wire.APPEND_ENTRIES_ENTRIES_MAX]}
 
 
 class GroupTransport(Transport):  # type: ignore[misc]  # pysyncobj is untyped
@@ -556,6 +698,7 @@ class GroupTransport(Transport):  # type: ignore[misc]  # pysyncobj is untyped
         kind = message.get("type") if isinstance(message, dict) else None
         mark = None
         if kind == "append_entries":
+            message = _cap_entries(message)
             message, mark = trim_outgoing_append_entries(
                 message, self._sent.get(peer_id), self._term_at
             )

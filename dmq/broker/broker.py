@@ -119,6 +119,10 @@ class Broker:
         return self._ctx.peers
 
     @property
+    def cluster_secret(self) -> bytes | None:
+        return self._ctx.cluster_secret
+
+    @property
     def metadata(self) -> MetadataService:
         return self._ctx.metadata
 
@@ -205,6 +209,7 @@ class Broker:
             ctx.data_dir / "raft",
             raft_config,
             durable_trace=os.environ.get(DURABLE_TRACE_ENV) == "1",
+            cluster_secret=ctx.cluster_secret,  # raft/auth.py's handshake
         )
         await ctx.raft_node.start()
 

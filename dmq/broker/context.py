@@ -16,6 +16,7 @@ import logging
 from dmq import errors
 from dmq.broker.replicas import ReplicaSet
 from dmq.config import BrokerConfig
+from dmq.internal_auth import read_secret_file
 from dmq.metadata.service import MetadataService
 from dmq.peers import PeerClient
 from raft.node import RaftNode
@@ -30,7 +31,9 @@ class BrokerContext:
         self.config = config
         self.data_dir = config.data_path
         self.timeout_s = config.request_timeout_ms / 1000
-        self.peers = PeerClient(local_host=config.http_host)
+        # dmq/internal_auth.py: signs this broker's internal calls, checks the others'.
+        self.cluster_secret = read_secret_file(config.cluster_secret_file)
+        self.peers = PeerClient(local_host=config.http_host, secret=self.cluster_secret)
         self.replicas = ReplicaSet()
         self.raft_node: RaftNode | None = None  # set by Broker.start
         self.metadata_service: MetadataService | None = None  # set by Broker.start

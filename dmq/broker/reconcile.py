@@ -234,7 +234,15 @@ class Reconciler:
                 # Materialised here: a failure halfway must not leave half a copy behind
                 # the caller's back (restore then stops the node, see raft/README.md).
                 return list(
-                    fetch_batches_blocking(addr, topic, partition, start, end, self._ctx.timeout_s)
+                    fetch_batches_blocking(
+                        addr,
+                        topic,
+                        partition,
+                        start,
+                        end,
+                        self._ctx.timeout_s,
+                        self._ctx.cluster_secret,
+                    )
                 )
             except errors.DmqError as exc:
                 last = exc

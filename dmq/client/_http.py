@@ -170,7 +170,7 @@ def backoff_ms(attempt: int, retry_backoff_ms: int, error: DmqError) -> int:
     if isinstance(asked, int):
         return asked
     base = min(retry_backoff_ms * 2**attempt, _limits.RETRY_BACKOFF_MS_MAX)
-    jitter = 1 + random.uniform(-_limits.RETRY_JITTER_FRACTION, _limits.RETRY_JITTER_FRACTION)
+    jitter = 1 + random.uniform(-_limits.RETRY_JITTER_FRACTION, _limits.RETRY_JITTER_FRACTION)  # noqa: S311 - retry jitter, not a secret
     return int(base * jitter)
 
 

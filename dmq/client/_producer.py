@@ -157,7 +157,9 @@ class AsyncProducer:
         self._reserve_lock = asyncio.Lock()  # taken by every send; held while waiting for room
         # A random start spreads the unkeyed records of many producers over partitions.
         self._accumulator: RecordAccumulator[asyncio.Future[RecordMetadata]] = RecordAccumulator(
-            batch_bytes=batch_bytes, linger_ms=linger_ms, sticky_start=random.randrange(1 << 16)
+            batch_bytes=batch_bytes,
+            linger_ms=linger_ms,
+            sticky_start=random.randrange(1 << 16),  # noqa: S311 - spreads load, not a secret
         )
         self._metadata: dict[str, _TopicMetadata] = {}
         self._topic_locks: dict[str, asyncio.Lock] = {}

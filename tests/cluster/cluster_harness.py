@@ -8,6 +8,10 @@ every process it started, stopped ones included, so a failing test leaves nothin
 The `dmq_cluster` fixture (conftest.py) closes it and prints the tail of every node's log
 when the test failed.
 
+`DmqCluster(..., secret=b"...")` gives every node `--cluster-secret-file`; its nodes then
+sign their requests to `/v1/internal/*` as a broker does (`sign_internal`: the scheme of
+dmq/internal_auth.py, written out again here from its documentation).
+
 The Raft group and on-disk layout the helpers read: `<data dir>/partitions/<topic>-<p>/`
 holds the segments (`*.log`), `<data dir>/raft/groups/<group id>/journal` the Raft journal
 (format in raft/journal.py: 16-byte header, then `u32 len | u32 crc | u64 idx | u64 term |
@@ -17,6 +21,8 @@ command` records).
 from __future__ import annotations
 
 import contextlib
+import hashlib
+import hmac
 import http.client
 import json
 import os
@@ -67,6 +73,19 @@ def wait_for(
     raise ClusterError(f"{what}: not within {timeout_s} s (last error: {last_error!r})")
 
 
+SIGNATURE_HEADER = "X-Dmq-Signature"
+
+
+def sign_internal(
+    secret: bytes, method: str, target: str, body: bytes = b"", now_ms: int | None = None
+) -> str:
+    """The X-Dmq-Signature of a request to `target` (raw path and query): `v1:<ms>:<hex
+    HMAC-SHA256(secret, "dmq internal v1\n" METHOD "\n" target "\n" ms "\n" body)>`."""
+    stamp = str(int(time.time() * 1000) if now_ms is None else now_ms)
+    message = f"dmq internal v1\n{method}\n{target}\n{stamp}\n".encode() + body
+    return f"v1:{stamp}:{hmac.new(secret, message, hashlib.sha256).hexdigest()}"
+
+
 class Response:
     def __init__(self, status: int, headers: dict[str, str], body: bytes) -> None:
         self.status = status
@@ -93,6 +112,7 @@ class Node:
         self.log_path = log_path
         self.args: list[str] = []
         self.env: dict[str, str] = {}
+        self.secret: bytes | None = None  # signs /v1/internal requests when set
         self.proc: subprocess.Popen[bytes] | None = None
         self.stopped = False  # SIGSTOPped
 
@@ -166,6 +186,8 @@ class Node:
         req = urllib.request.Request(self.url + path, data=data, method=method)
         if data is not None:
             req.add_header("Content-Type", "application/json")
+        if self.secret is not None and path.startswith("/v1/internal/"):
+            req.add_header(SIGNATURE_HEADER, sign_internal(self.secret, method, path, data or b""))
         try:
             with urllib.request.urlopen(req, timeout=timeout_s) as resp:
                 return Response(resp.status, dict(resp.headers), resp.read())
@@ -212,9 +234,13 @@ class DmqCluster:
         extra_args: list[str] | None = None,
         env: dict[str, str] | None = None,
         metadata_voters: list[str] | None = None,
+        secret: bytes | None = None,
     ) -> None:
         self.tmp_path = tmp_path
         tmp_path.mkdir(parents=True, exist_ok=True)
+        self.secret_file = tmp_path / "cluster-secret"
+        if secret is not None:
+            self.secret_file.write_bytes(secret)
         ids = [f"n{k + 1}" for k in range(n)]
         hosts = [f"127.0.0.{FIRST_HOST + k}" for k in range(n)]
         self.http_port = free_port_on(hosts)
@@ -230,9 +256,11 @@ class DmqCluster:
                 "--http-addr", f"{host}:{self.http_port}",
                 "--raft-addr", f"{host}:{self.raft_port}", "--peers", peers,
                 *(["--metadata-voters", ",".join(metadata_voters)] if metadata_voters else []),
+                *(["--cluster-secret-file", str(self.secret_file)] if secret else []),
                 *(extra_args or []),
             ]  # fmt: skip
             node.env = dict(env or {})
+            node.secret = secret
             self.nodes[node_id] = node
 
     def limit_peers(self, node_ids: Iterable[str], known: Iterable[str]) -> None:

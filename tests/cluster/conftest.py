@@ -27,8 +27,8 @@ _FAILED = pytest.StashKey[bool]()
 def dmq_cluster(
     tmp_path: Path, request: pytest.FixtureRequest
 ) -> Iterator[Callable[..., DmqCluster]]:
-    """dmq_cluster(n=3, extra_args=[...], env={...}, metadata_voters=[...]) -> DmqCluster
-    (not started)."""
+    """dmq_cluster(n=3, extra_args=[...], env={...}, metadata_voters=[...], secret=b"...")
+    -> DmqCluster (not started)."""
     clusters: list[DmqCluster] = []
 
     def make(n: int = 3, **kwargs: Any) -> DmqCluster:

@@ -5,7 +5,8 @@ harness rely on, with two Networks in this process on their own loopback address
   until the sender calls release(), the step RaftNode runs only after syncing its journals;
   an unheld frame (append_entries) goes at write_unheld(); both arrive in order, intact;
 - the connection to a peer comes from the sender's own address (127.0.0.11, not .1), and
-  the peer learns the sender's node id from the hello frame;
+  the peer learns the sender's node id from the hello frame (raft/auth.py's handshake;
+  tests/raft/test_raft_auth.py proves what it refuses);
 - a peer that goes away is reported down, and up again once it is back;
 - a peer whose send buffer is full gets no more frames (send returns False) rather than
   an unbounded buffer.
@@ -13,6 +14,7 @@ harness rely on, with two Networks in this process on their own loopback address
 
 from __future__ import annotations
 
+import pickle
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import replace
@@ -76,28 +78,44 @@ def pair() -> Iterator[Pair]:
     networks.close()
 
 
+REPLY = {"type": "next_node_idx", "next_node_idx": 1, "reset": False, "success": True}
+HEARTBEAT = {
+    "type": "append_entries",
+    "term": 2,
+    "commit_index": 0,
+    "prevLogIdx": 0,
+    "prevLogTerm": 0,
+    "entries": (),
+}
+
+
+def batch_entry(command: bytes, idx: int = 1, term: int = 2) -> tuple[bytes, int, int]:
+    """A log entry as raft/node.py writes it: type byte REGULAR, pickled (id, ([cmd],))."""
+    return b"\x00" + pickle.dumps((1, ([command],)), pickle.HIGHEST_PROTOCOL), idx, term
+
+
 def test_held_frames_leave_only_at_release(pair: Pair) -> None:
     assert pair.pump(lambda: pair.a.is_up("b"), seconds=5)
-    assert pair.a.send("b", 7, {"type": "next_node_idx", "n": 1}, hold=True)
-    assert pair.a.send("b", 7, {"type": "append_entries", "n": 2}, hold=False)
+    assert pair.a.send("b", 7, REPLY, hold=True)
+    assert pair.a.send("b", 7, HEARTBEAT, hold=False)
     pair.a.write_unheld()
     assert pair.pump(lambda: len(pair.received["b"]) == 1, seconds=2)
     pair.pump(seconds=0.3)  # however long both poll, the held reply stays
-    assert [m["n"] for _, _, m in pair.received["b"]] == [2]
+    assert [m["type"] for _, _, m in pair.received["b"]] == ["append_entries"]
     pair.a.release()
     assert pair.pump(lambda: len(pair.received["b"]) == 2, seconds=2)
-    assert pair.received["b"][1] == (7, "a", {"type": "next_node_idx", "n": 1})
+    assert pair.received["b"] == [(7, "a", HEARTBEAT), (7, "a", REPLY)]
 
 
 def test_connection_comes_from_the_senders_own_address(pair: Pair) -> None:
     assert pair.pump(lambda: pair.a.is_up("b") and pair.b.is_up("a"), seconds=5)
-    pair.a.send("b", 1, "hello b", hold=False)
+    pair.a.send("b", 1, {"type": "response_vote", "term": 3}, hold=False)
     pair.a.write_unheld()
     assert pair.pump(lambda: bool(pair.received["b"]), seconds=2)
     inbound = list(pair.b._inbound.values())
     assert [conn.peer_id for conn in inbound] == ["a"]
     assert inbound[0].sock.getpeername()[0] == "127.0.0.11"
-    assert pair.received["b"] == [(1, "a", "hello b")]
+    assert pair.received["b"] == [(1, "a", {"type": "response_vote", "term": 3})]
 
 
 def test_peer_going_away_is_reported_down_then_up_again(pair: Pair) -> None:
@@ -106,7 +124,7 @@ def test_peer_going_away_is_reported_down_then_up_again(pair: Pair) -> None:
     pair.b_closed = True
     assert pair.pump(lambda: ("a", "down", "b") in pair.events, seconds=5)
     assert not pair.a.is_up("b")
-    assert not pair.a.send("b", 1, "lost", hold=False)
+    assert not pair.a.send("b", 1, REPLY, hold=False)
     pair.b = pair.make("b")
     pair.b_closed = False
     assert pair.pump(lambda: pair.events.count(("a", "up", "b")) == 2, seconds=5)
@@ -117,7 +135,8 @@ def test_full_peer_buffer_refuses_frames() -> None:
     networks = Pair(replace(RaftConfig(), peer_send_buffer_bytes_max=64 * 1024))
     try:
         assert networks.pump(lambda: networks.a.is_up("b"), seconds=5)
-        accepted = sum(networks.a.send("b", 1, bytes(10_000), hold=True) for _ in range(20))
+        big = {**HEARTBEAT, "entries": (batch_entry(bytes(10_000)),)}
+        accepted = sum(networks.a.send("b", 1, big, hold=True) for _ in range(20))
         assert accepted == 6
         assert networks.a.stats.frames_dropped_full == 14
     finally:
