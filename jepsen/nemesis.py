@@ -59,7 +59,9 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 from jepsen.cluster import Broker, Cluster, HarnessError, http
+from jepsen.focus import Aim, Focus
 from jepsen.history import NEMESIS, History
+from jepsen.schedule import variants
 
 FAULTS = ("partition", "kill", "pause", "power", "reassign", "join", "leave", "voters")
 # Run on their own while a process or network fault strikes (never alone, never with power).
@@ -70,6 +72,7 @@ VOTERS_LARGE = 5
 BROKERS_MIN = 3  # a leave never takes the registered brokers below this
 MEMBERSHIP_EXTRA_MAX = 2  # brokers beyond --nodes at once
 MEMBERSHIP_POLL_S = 0.5
+PIN_LEAD_S = 0.5  # for the pinned workers to reach their node before it is cut off or paused
 SETTLE_WAIT_S = 150.0  # after healing, for joins and leaves in flight to end
 CHAIN_PREFIX = "DMQJ-"
 # The brokers' file names and trace format (raft/journal.py, log/segment.py); jepsen/ may
@@ -206,6 +209,7 @@ class Nemesis:
         seed: int,
         topic: str,
         partitions: int,
+        focus: Focus | None = None,
     ) -> None:
         unknown = set(kinds) - set(FAULTS)
         if unknown:
@@ -225,6 +229,7 @@ class Nemesis:
         self.settle_by = float("inf")  # monotonic deadline for joins and leaves
         self.closing = threading.Event()
         self._seeds = itertools.count(seed * 7919 + 2)
+        self.focus = focus or Focus()
 
     @property
     def ids(self) -> list[str]:
@@ -244,27 +249,52 @@ class Nemesis:
             if self.net is not None:
                 self.net.close()
 
+    def _leaders(self) -> tuple[dict[int, str], str | None]:
+        """One status read: the topic's partition -> leader (current brokers only) and
+        the metadata leader."""
+        status = self.cluster.status() or {}
+        found: dict[int, str] = {}
+        metadata = None
+        for group in status.get("groups", []):
+            leader = group.get("leader")
+            if leader not in self.cluster.brokers:
+                continue
+            if group["topic"] is None:
+                metadata = leader
+            elif group["topic"] == self.topic:
+                found[int(group["partition"])] = leader
+        return found, metadata
+
     def _leader(self) -> str | None:
+        """The leader of a partition drawn at random, if one is known."""
         part = self.rng.randrange(self.partitions)
-        leader = self.cluster.leader_of(self.topic, part)
-        return leader if leader in self.cluster.brokers else None
+        return self._leaders()[0].get(part)
 
-    def _some(self, k: int) -> list[str]:
-        return self.rng.sample(self.ids, k)
+    def _aimed(self, variant: str) -> str | None:
+        """The node a leader variant aims at: a data partition's leader, or the
+        metadata leader; None if no broker reports one."""
+        if variant == "metadata-leader":
+            return self._leaders()[1]
+        return self._leader()
 
-    def start_random(self) -> None:
-        """Start one fault, or two of different kinds (power loss alone)."""
-        kinds = [self.rng.choice(self.kinds)]
-        if len(self.kinds) > 1 and kinds[0] != "power" and self.rng.random() < 0.3:
-            other = [k for k in self.kinds if k not in (kinds[0], "power")]
-            if other:
-                kinds.append(self.rng.choice(other))
-        others = [k for k in self.kinds if k not in (*BACKGROUND, "power")]
-        if all(k in BACKGROUND for k in kinds) and others:  # meant to run through a fault
-            kinds.append(self.rng.choice(others))
+    def start(self, faults: tuple[tuple[str, str], ...]) -> None:
+        """Start a window's faults: (kind, variant) pairs from the schedule (a
+        background kind's variant is "": it chooses at its start)."""
         with self.lock:
-            for kind in kinds:
-                getattr(self, f"_start_{kind}")()
+            for kind, variant in faults:
+                if kind in BACKGROUND:
+                    getattr(self, f"_start_{kind}")()
+                else:
+                    getattr(self, f"_start_{kind}")(variant)
+
+    def _pin(self, nodes: list[str]) -> dict[str, Any]:
+        """Aim the pinned workers at `nodes` (the side about to be cut off or paused),
+        sending to the partitions they lead now, and give them PIN_LEAD_S to get there
+        (their operation in flight ends first); the fault's detail to record."""
+        led = tuple(sorted(p for p, n in self._leaders()[0].items() if n in nodes))
+        self.focus.strike(Aim(tuple(nodes), led))
+        time.sleep(PIN_LEAD_S)
+        return {"pinned": nodes, "pinned_partitions": list(led)}
 
     def _record(self, fault: Fault, f: str) -> None:
         value = {
@@ -305,13 +335,14 @@ class Nemesis:
             if variant == "one":
                 alone = shuffled[0]
             else:
-                found = (
-                    self._leader() if variant == "leader" else self.cluster.leader_of(None, None)
-                )
+                found = self._aimed(variant)
                 alone = found if found in ids else shuffled[0]
             return [[alone, other] for other in ids if other != alone], [alone]
-        if variant == "majority-minority":
+        if variant in ("majority-minority", "minority-leader"):
             minority = shuffled[: (n - 1) // 2]
+            leader = self._aimed(variant) if variant == "minority-leader" else None
+            if leader in ids and leader not in minority:
+                minority = [leader, *minority[:-1]]
             return [[a, b] for a in minority for b in ids if b not in minority], minority
         if variant == "ring":  # each node sees its two ring neighbours: a majority of 5
             return [
@@ -325,16 +356,21 @@ class Nemesis:
         left, bridge, right = shuffled[:half], shuffled[half], shuffled[half + 1 :]
         return [[a, b] for a in left for b in right], [bridge]
 
-    def _start_partition(self) -> None:
+    def _variant(self, kind: str, variant: str) -> str:
+        """The schedule's variant, or one drawn here if it does not apply to the
+        brokers there are now (joins and leaves change their number)."""
+        allowed = variants(kind, len(self.ids))
+        return variant if variant in allowed else self.rng.choice(allowed)
+
+    def _start_partition(self, variant: str = "") -> None:
         assert self.net is not None
-        variants = ["one", "majority-minority", "bridge", "leader", "metadata-leader"]
-        if len(self.ids) == 5:
-            variants.append("ring")
-        variant = self.rng.choice(variants)
+        variant = self._variant("partition", variant)
         cuts, about = self._grudge(variant)
+        pinned = {} if variant in ("bridge", "ring") else self._pin(about)  # the cut-off side
         for a, b in cuts:
             self.net.cut(self.cluster.hosts[a], self.cluster.hosts[b])
-        self._begin("partition", variant, about, cuts=cuts)
+        self._begin("partition", variant, about, cuts=cuts, **pinned)
+        self.focus.strike(None)
 
     # --- processes ------------------------------------------------------------------
 
@@ -342,9 +378,14 @@ class Nemesis:
         if variant == "all":
             return candidates
         if variant in ("leader", "metadata-leader"):
-            leader = self._leader() if variant == "leader" else self.cluster.leader_of(None, None)
+            leader = self._aimed(variant)
             return [leader] if leader in candidates else candidates[:1]
         k = 1 if variant == "one" else (len(self.ids) - 1) // 2
+        if variant == "minority-leader":
+            leader = self._aimed(variant)
+            if leader in candidates:
+                rest = [c for c in candidates if c != leader]
+                return [leader, *self.rng.sample(rest, min(k - 1, len(rest)))]
         return self.rng.sample(candidates, min(k, len(candidates)))
 
     def _free(self) -> list[str]:
@@ -352,21 +393,25 @@ class Nemesis:
         held = {t for f in self.active if f.kind in ("kill", "pause", "power") for t in f.targets}
         return [i for i in self.ids if i not in held and self.cluster.brokers[i].alive]
 
-    def _start_kill(self) -> None:
-        variant = self.rng.choice(["one", "minority", "leader", "metadata-leader", "all"])
+    def _start_kill(self, variant: str = "") -> None:
+        variant = self._variant("kill", variant)
         targets = self._pick(variant, self._free())
         for node_id in targets:
             self.cluster.brokers[node_id].kill9()
         self._begin("kill", variant, targets)
+        self.focus.strike(None)
 
-    def _start_pause(self) -> None:
-        variant = self.rng.choice(["one", "minority", "leader", "metadata-leader"])
+    def _start_pause(self, variant: str = "") -> None:
+        """SIGSTOP; the pinned workers' requests wait on the paused nodes and are
+        answered the moment they resume (a resumed leader, a resumed follower)."""
+        variant = self._variant("pause", variant)
         targets = self._pick(variant, self._free())
+        pinned = self._pin(targets)
         for node_id in targets:
             self.cluster.brokers[node_id].pause()
-        self._begin("pause", variant, targets)
+        self._begin("pause", variant, targets, **pinned)
 
-    def _start_power(self) -> None:
+    def _start_power(self, variant: str = "all") -> None:
         targets = self._free()
         for node_id in targets:
             self.cluster.brokers[node_id].kill9()
@@ -374,6 +419,7 @@ class Nemesis:
         self._begin(
             "power", "all" if len(targets) == len(self.ids) else "some", targets, bytes_cut=cut
         )
+        self.focus.strike(None)
 
     # --- membership -----------------------------------------------------------------
 
@@ -702,6 +748,7 @@ class Nemesis:
                         broker.start()
                 self._stop(fault)
             self.active = []
+            self.focus.clear()
 
     def settle(self, timeout_s: float = SETTLE_WAIT_S) -> None:
         """After healing: wait for every join and leave in flight to end; HarnessError
