@@ -63,7 +63,9 @@ from jepsen.focus import Aim, Focus
 from jepsen.history import NEMESIS, History
 from jepsen.schedule import variants
 
-FAULTS = ("partition", "kill", "pause", "power", "reassign", "join", "leave", "voters")
+FAULTS = (
+    "partition", "kill", "pause", "power", "clock", "reassign", "join", "leave", "voters",
+)  # fmt: skip
 # Run on their own while a process or network fault strikes (never alone, never with power).
 MEMBERSHIP = ("join", "leave", "voters")  # each ends in a thread of its own (settle)
 BACKGROUND = ("reassign", *MEMBERSHIP)
@@ -81,6 +83,10 @@ JOURNAL_FILE = "journal"
 JOURNAL_TRACE_FILE = "journal.durable"
 JOURNAL_HEADER_BYTES = 16
 SEGMENT_TRACE_SUFFIX = ".durable"
+# The clock nemesis: Debian's libfaketime (`apt-get install faketime`) preloaded in every
+# broker, its offset read from a file the nemesis rewrites (checked at most once a second).
+FAKETIME_LIB = Path("/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1")
+CLOCK_JUMP_S = (60.0, 3600.0)  # the size of a jump, either way
 
 _chains = itertools.count()
 
@@ -236,8 +242,34 @@ class Nemesis:
         return list(self.cluster.brokers)
 
     def setup(self) -> None:
+        """Before the brokers start: the chain, and with `clock` each broker's clock file."""
         if self.net is not None:
             self.net.setup()
+        if "clock" in self.kinds:
+            if not FAKETIME_LIB.exists():
+                raise HarnessError(
+                    f"the clock nemesis needs {FAKETIME_LIB} (apt-get install faketime)"
+                )
+            for broker in self.cluster.brokers.values():
+                self._fake_clock(broker)
+
+    def _clock_file(self, node_id: str) -> Path:
+        return self.cluster.directory / f"{node_id}.faketime"
+
+    def _fake_clock(self, broker: Broker) -> None:
+        """Start `broker` under libfaketime at offset 0. Only the wall clock moves
+        (FAKETIME_DONT_FAKE_MONOTONIC): a real clock step (NTP, an operator, a resumed
+        VM) moves CLOCK_REALTIME, never CLOCK_MONOTONIC, which Raft's timers, the read
+        leases and asyncio run on; faking it would test a fault no kernel makes."""
+        path = self._clock_file(broker.node_id)
+        path.write_text("+0\n")
+        broker.env = {
+            **broker.env,
+            "LD_PRELOAD": str(FAKETIME_LIB),
+            "FAKETIME_TIMESTAMP_FILE": str(path),
+            "FAKETIME_DONT_FAKE_MONOTONIC": "1",
+            "FAKETIME_CACHE_DURATION": "1",
+        }
 
     def close(self) -> None:
         self.closing.set()
@@ -276,6 +308,19 @@ class Nemesis:
         if variant == "metadata-leader":
             return self._leaders()[1]
         return self._leader()
+
+    def wait_leaders(self, timeout_s: float) -> float:
+        """Before a window: wait (timeout_s at most) until every group reports a leader
+        among the live brokers, so that a fault aimed at a leader finds one (after a kill
+        or a power cut the brokers take seconds to serve again); the seconds waited."""
+        started = time.monotonic()
+        while time.monotonic() - started < timeout_s and not self.closing.is_set():
+            live = {b.node_id for b in self.cluster.live()}
+            groups = (self.cluster.status() or {}).get("groups", [])
+            if groups and all(g.get("leader") in live for g in groups):
+                break
+            time.sleep(0.2)
+        return time.monotonic() - started
 
     def start(self, faults: tuple[tuple[str, str], ...]) -> None:
         """Start a window's faults: (kind, variant) pairs from the schedule (a
@@ -389,8 +434,11 @@ class Nemesis:
         return self.rng.sample(candidates, min(k, len(candidates)))
 
     def _free(self) -> list[str]:
-        """Nodes no other active process fault holds."""
+        """Nodes no other active process fault holds, nor the aim of this window's other
+        fault (a cut-off leader killed at once would acknowledge nothing meanwhile)."""
         held = {t for f in self.active if f.kind in ("kill", "pause", "power") for t in f.targets}
+        aim = self.focus.aim
+        held |= set(aim.nodes if aim is not None else ())
         return [i for i in self.ids if i not in held and self.cluster.brokers[i].alive]
 
     def _start_kill(self, variant: str = "") -> None:
@@ -419,6 +467,21 @@ class Nemesis:
         self._begin(
             "power", "all" if len(targets) == len(self.ids) else "some", targets, bytes_cut=cut
         )
+        self.focus.strike(None)
+
+    def _start_clock(self, variant: str = "") -> None:
+        """Jump the wall clock of one node, a leader, the metadata leader, or every node
+        (each its own way) by CLOCK_JUMP_S, forwards or backwards; the heal jumps back."""
+        variant = self._variant("clock", variant)
+        live = [b.node_id for b in self.cluster.brokers.values() if b.alive]
+        targets = live if variant == "all" else self._pick(variant, live)
+        offsets = {
+            node_id: round(self.rng.choice((-1, 1)) * self.rng.uniform(*CLOCK_JUMP_S))
+            for node_id in targets
+        }
+        for node_id, offset_s in offsets.items():
+            self._clock_file(node_id).write_text(f"{offset_s:+d}\n")
+        self._begin("clock", variant, targets, offsets_s=offsets)
         self.focus.strike(None)
 
     # --- membership -----------------------------------------------------------------
@@ -524,6 +587,8 @@ class Nemesis:
         except HarnessError as error:  # ports taken on its address, or none left: skip
             self._noop("join", "no-address", error=str(error))
             return
+        if "clock" in self.kinds:
+            self._fake_clock(broker)
         broker.start()
         fault = self._begin_background(
             "join", "join", [broker.node_id], via=contact.node_id, host=broker.host
@@ -746,6 +811,8 @@ class Nemesis:
                         broker.resume()
                     elif fault.kind in ("kill", "power"):
                         broker.start()
+                    elif fault.kind == "clock":
+                        self._clock_file(node_id).write_text("+0\n")
                 self._stop(fault)
             self.active = []
             self.focus.clear()

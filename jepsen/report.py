@@ -20,6 +20,7 @@ COLOURS = {
     "reassign": "tab:green",
     "join": "tab:cyan",
     "leave": "tab:brown",
+    "clock": "tab:olive",
 }
 
 

@@ -39,6 +39,7 @@ from jepsen.workload import Client, Worker
 TOPIC = "jepsen"
 EXIT = {"valid": 0, "invalid": 1, "unknown": 2}
 STORE = Path("jepsen") / "store"
+RECOVERY_WAIT_S = 10.0  # before a window, for every group to have a leader again
 
 
 def parse(argv: list[str] | None) -> argparse.Namespace:
@@ -132,7 +133,8 @@ def run_phases(
         worker.start()
     began = time.monotonic()
     try:
-        follow_schedule(nemesis, args.schedule, began, began + args.time_limit_s)
+        shift = follow_schedule(nemesis, args.schedule, began, args.time_limit_s)
+        history.add(NEMESIS, "info", "schedule-shift", None, round(shift, 2))
     finally:
         stop.set()
         for worker in workers:
@@ -157,22 +159,27 @@ def run_phases(
     final.replica_reads(cluster, history, TOPIC, args.partitions, processes)
 
 
-def follow_schedule(nemesis: Nemesis, schedule: list[Window], began: float, end: float) -> None:
-    """Start and heal each window's faults at its times (monotonic, from `began`); a
-    start that runs late (a slow status read) shortens its window, never shifts the
-    next one."""
+def follow_schedule(
+    nemesis: Nemesis, schedule: list[Window], began: float, time_limit_s: float
+) -> float:
+    """Start and heal each window's faults at its times (monotonic, from `began`).
+    Before each window the nemesis waits for every group to have a leader
+    (RECOVERY_WAIT_S at most): that wait shifts this window and the later ones, so every
+    window runs whole and the run may overrun its time limit by those waits. The
+    seconds the schedule was shifted."""
+    shift = 0.0
     for window in schedule:
-        _sleep_until(began + window.start_s, end)
-        if time.monotonic() >= end:
-            return
+        _sleep_until(began + shift + window.start_s)
+        shift += nemesis.wait_leaders(RECOVERY_WAIT_S)
         nemesis.start(window.faults)
-        _sleep_until(began + window.stop_s, end)
+        _sleep_until(began + shift + window.stop_s)
         nemesis.heal_all()
-    _sleep_until(end, end)
+    _sleep_until(began + shift + time_limit_s)
+    return shift
 
 
-def _sleep_until(at: float, end: float) -> None:
-    time.sleep(max(0.0, min(at, end) - time.monotonic()))
+def _sleep_until(at: float) -> None:
+    time.sleep(max(0.0, at - time.monotonic()))
 
 
 def run(args: argparse.Namespace) -> int:

@@ -16,9 +16,10 @@ A worker is bound to a node and moves to the next one after a fail or info, so a
 node does not starve it, and every ROTATE_S, so every broker keeps seeing clients (a
 joined broker too, though its start was refused); after an info it continues as a new
 process. While the nemesis aims a fault (focus.py), every other worker is pinned: it
-talks only to the aimed nodes (the cut-off or paused side), whatever its outcomes, and
-sends to the partitions they led (PINNED_SEND_P of its sends); while any fault lasts no
-worker thinks between operations.
+talks only to the aimed nodes (the cut-off or paused side), whatever its outcomes; half
+of the pinned workers only send, to the partitions those nodes led, the others keep
+their mix and send there PINNED_SEND_P of the time. While any fault lasts no worker
+thinks between operations.
 """
 
 from __future__ import annotations
@@ -246,11 +247,11 @@ class Worker(threading.Thread):
             self._new_process()
             sent = 0
             while not self.stop.is_set():
-                led = self._follow_aim()
+                led, writer = self._follow_aim()
                 partition = self.rng.randrange(self.partitions)
-                roll = self.rng.random()
+                roll = 0.0 if writer else self.rng.random()
                 if roll < 0.55:
-                    if led and self.rng.random() < PINNED_SEND_P:
+                    if led and (writer or self.rng.random() < PINNED_SEND_P):
                         partition = self.rng.choice(led)
                     type_, _ = self.client.send(partition, f"{self.client.process}-{sent}")
                     sent += 1
@@ -273,13 +274,14 @@ class Worker(threading.Thread):
             traceback.print_exc()
             self.error = error
 
-    def _follow_aim(self) -> tuple[int, ...]:
-        """Pin the client to the aimed node of its slot (or unpin it); the partitions
-        to send to while pinned."""
+    def _follow_aim(self) -> tuple[tuple[int, ...], bool]:
+        """Pin the client to the aimed node of its slot (or unpin it): the partitions to
+        send to while pinned, and whether it only sends (every other pinned worker: a
+        send or a poll the cut-off node must relay hangs until it times out, so the
+        writers never poll and keep acknowledgements coming while the node leads)."""
         aim = self.focus.aim
         if aim is None or self.pin_slot is None:
             self.client.pinned = None
-            return ()
-        node = aim.nodes[self.pin_slot % len(aim.nodes)]
-        self.client.pinned = node
-        return aim.partitions
+            return (), False
+        self.client.pinned = aim.nodes[self.pin_slot % len(aim.nodes)]
+        return aim.partitions, self.pin_slot % 2 == 0

@@ -8,7 +8,8 @@ workload.py), without brokers (the cluster's status answer is scripted):
 - with no leader reported the variant still strikes a node (the first candidate);
 - a partition's cut-off side is where the pinned workers go, recorded in the fault with
   the partitions it led: every other worker talks only to that node and sends mostly to
-  those partitions; the others keep rotating; healing unpins them all;
+  those partitions; the others keep rotating; a second fault in the window (a kill, a
+  pause) spares that node; healing unpins them all;
 - the schedule's variant is kept when it fits the brokers there are, redrawn when not.
 """
 
@@ -116,11 +117,15 @@ def test_a_cut_off_leader_gets_the_pinned_workers(
         assert nem.focus.aim == Aim(("n2",), (0,)) and nem.focus.faulty
         rotating = {w.client.node_ix: w.client.node for w in workers if w.pin_slot is None}
         for worker in workers:
-            assert worker._follow_aim() == ((0,) if worker.pin_slot is not None else ())
+            slot = worker.pin_slot
+            expected = ((0,), slot % 2 == 0) if slot is not None else ((), False)
+            assert worker._follow_aim() == expected
         assert [w.client.node for w in workers if w.pin_slot is not None] == ["n2"] * 3
         assert {w.client.node_ix: w.client.node for w in workers if w.pin_slot is None} == (
             rotating
         )
+        monkeypatch.setattr(type(nem.cluster.brokers["n1"]), "alive", property(lambda b: True))
+        assert "n2" not in nem._free(), "this window's second fault spares the aimed node"
         nem.heal_all()
         assert nem.focus.aim is None and not nem.focus.faulty
         for worker in workers:

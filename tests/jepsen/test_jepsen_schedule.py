@@ -4,7 +4,8 @@
   power measurement's setup: 3 nodes, partition,kill,pause,power, 45 s), and every
   background kind rides along with a non-power fault (5 nodes, the `make jepsen` set);
 - the first strike of each kind is aimed (a leader, a minority with a leader, the
-  metadata leader; power cuts all), and power is never paired with another fault;
+  metadata leader; power cuts all) and runs alone, power is never paired with another fault and
+  strikes last (the cluster takes longest to serve again after it);
 - windows are ordered, inside the time limit, at least FAULT_MIN_S long and at least
   QUIET_MIN_S apart (from the start, too);
 - the same seed draws the same schedule, other seeds other ones;
@@ -52,12 +53,15 @@ def check_power_setup(seed: int) -> None:
     assert sorted(leads) == sorted(POWER_SET), schedule
     first: dict[str, str] = {}
     for window in schedule:
+        if window.faults[0][0] not in first:
+            assert len(window.faults) == 1, f"an aimed strike runs alone: {window}"
         for kind, variant in window.faults:
             assert variant in variants(kind, 3), (kind, variant)
             first.setdefault(kind, variant)
         if "power" in window.kinds:
             assert window.kinds == ("power",), "power strikes alone"
     assert all(first[k] in AIMED[k] for k in POWER_SET), first
+    assert leads[-1] == "power", "power strikes last: a leader is needed before it"
     check_times(schedule, 45.0)
 
 
