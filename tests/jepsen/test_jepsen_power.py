@@ -6,7 +6,9 @@
   every run;
 - a row is read from results.json (verdict, anomaly counts, faults in order), and the
   anomalies that caught a run are listed most frequent first;
-- `all` expands to every planted bug and then the correct build, once each.
+- `all` expands to every planted bug and then the correct build, once each;
+- a campaign (jepsen/campaign.py) draws distinct seeds, the same for the same campaign
+  seed, and its summary sums verdicts and anomalies and names the seeds to rerun.
 """
 
 from __future__ import annotations
@@ -77,3 +79,20 @@ def test_all_is_every_planted_bug_then_the_correct_build() -> None:
     assert builds(["all"]) == [*PLANTED_BUGS, CORRECT]
     assert builds(["none", "all"]) == [CORRECT, *PLANTED_BUGS]
     assert builds(["stale-read", "stale-read"]) == ["stale-read"]
+
+
+def test_a_campaign_draws_the_same_distinct_seeds_and_sums_its_runs() -> None:
+    from jepsen.campaign import draw_seeds, summary
+
+    seeds = draw_seeds(7, 20)
+    assert seeds == draw_seeds(7, 20) and len(set(seeds)) == 20
+    assert draw_seeds(8, 20) != seeds
+    rows = [
+        row(CORRECT, 11, "valid"),
+        row(CORRECT, 12, "invalid", **{"log:stale-read": 2}),
+        row(CORRECT, 13, "unknown"),
+        row(CORRECT, 14, "invalid", **{"log:stale-read": 1, "log:lost-write": 4}),
+    ]
+    line = summary(rows).splitlines()[-1]
+    assert line.startswith("| 4 | 1 | 2 | 1 | log:lost-write 4, log:stale-read 3 |"), line
+    assert "12 (invalid), 13 (unknown), 14 (invalid)" in line
