@@ -64,7 +64,8 @@ from jepsen.history import NEMESIS, History
 from jepsen.schedule import variants
 
 FAULTS = (
-    "partition", "kill", "pause", "power", "clock", "reassign", "join", "leave", "voters",
+    "partition", "kill", "pause", "power", "disk", "clock",
+    "reassign", "join", "leave", "voters",
 )  # fmt: skip
 # Run on their own while a process or network fault strikes (never alone, never with power).
 MEMBERSHIP = ("join", "leave", "voters")  # each ends in a thread of its own (settle)
@@ -165,8 +166,11 @@ def _last_traced(trace: Path, default: int, size: int) -> int:
     return min(int(lines[-1]) if lines else default, size)
 
 
-def cut_to_durable(data_dir: Path) -> int:
-    """Truncate every journal and segment to its last traced durable length; bytes cut."""
+def cut_to_durable(data_dir: Path, torn: random.Random | None = None) -> int:
+    """Truncate every journal and segment to its last traced durable length; bytes cut.
+    With `torn`, each file is cut at a length drawn in [durable, size] instead: a power
+    loss that persisted part of what was not synced yet, ending mid-record (a torn
+    write, which recovery must find and truncate)."""
     cut = 0
     files = [
         (j, j.with_name(JOURNAL_TRACE_FILE), JOURNAL_HEADER_BYTES)
@@ -178,6 +182,8 @@ def cut_to_durable(data_dir: Path) -> int:
     for path, trace, default in files:
         size = path.stat().st_size
         durable = _last_traced(trace, default, size)
+        if torn is not None:
+            durable = torn.randint(durable, size)
         os.truncate(path, durable)
         cut += size - durable
     return cut
@@ -436,7 +442,12 @@ class Nemesis:
     def _free(self) -> list[str]:
         """Nodes no other active process fault holds, nor the aim of this window's other
         fault (a cut-off leader killed at once would acknowledge nothing meanwhile)."""
-        held = {t for f in self.active if f.kind in ("kill", "pause", "power") for t in f.targets}
+        held = {
+            t
+            for f in self.active
+            if f.kind in ("kill", "pause", "power", "disk")
+            for t in f.targets
+        }
         aim = self.focus.aim
         held |= set(aim.nodes if aim is not None else ())
         return [i for i in self.ids if i not in held and self.cluster.brokers[i].alive]
@@ -467,6 +478,19 @@ class Nemesis:
         self._begin(
             "power", "all" if len(targets) == len(self.ids) else "some", targets, bytes_cut=cut
         )
+        self.focus.strike(None)
+
+    def _start_disk(self, variant: str = "") -> None:
+        """Torn writes: kill -9 one node, a partition leader or every node, then cut
+        each of its journals and segments at a length drawn between the last traced
+        durable length and its size (mid-record, mostly); the heal restarts them."""
+        variant = self._variant("disk", variant)
+        free = self._free()
+        targets = free if variant == "all" else self._pick(variant, free)
+        for node_id in targets:
+            self.cluster.brokers[node_id].kill9()
+        cut = sum(cut_to_durable(self.cluster.brokers[i].data_dir, self.rng) for i in targets)
+        self._begin("disk", variant, targets, bytes_cut=cut)
         self.focus.strike(None)
 
     def _start_clock(self, variant: str = "") -> None:
@@ -809,7 +833,7 @@ class Nemesis:
                         continue
                     if fault.kind == "pause":
                         broker.resume()
-                    elif fault.kind in ("kill", "power"):
+                    elif fault.kind in ("kill", "power", "disk"):
                         broker.start()
                     elif fault.kind == "clock":
                         self._clock_file(node_id).write_text("+0\n")

@@ -21,6 +21,7 @@ COLOURS = {
     "join": "tab:cyan",
     "leave": "tab:brown",
     "clock": "tab:olive",
+    "disk": "tab:pink",
 }
 
 

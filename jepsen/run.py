@@ -190,7 +190,7 @@ def run(args: argparse.Namespace) -> int:
         args.dir,
         args.nodes,
         planted_bug=args.planted_bug,
-        durable_trace="power" in args.nemesis,
+        durable_trace="power" in args.nemesis or "disk" in args.nemesis,
         seed=args.seed,
         # With joins, leaves or voter changes the metadata voters start as the first
         # VOTERS_SMALL ids, so the other brokers are non-voters a voter change can add

@@ -40,7 +40,8 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass
 
-PROCESS_KINDS = ("partition", "kill", "pause", "power", "clock")  # healed at the window's end
+PROCESS_KINDS = ("partition", "kill", "pause", "power", "disk", "clock")  # healed at window end
+ALONE_KINDS = ("power", "disk")  # strike every node (or cut files): alone, and last
 BACKGROUND_KINDS = ("reassign", "join", "leave", "voters")  # run on in threads
 
 # Every variant of a kind; `ring` needs exactly 5 brokers, `minority-leader` more than
@@ -53,6 +54,7 @@ VARIANTS: dict[str, tuple[str, ...]] = {
     "kill": ("one", "minority", "leader", "minority-leader", "metadata-leader", "all"),
     "pause": ("one", "minority", "leader", "minority-leader", "metadata-leader"),
     "power": ("all",),
+    "disk": ("one", "leader", "all"),
     "clock": ("one", "leader", "metadata-leader", "all"),
 }  # fmt: skip
 # The first strike of each kind: where acknowledged writes, reads and commits are at
@@ -66,6 +68,7 @@ AIMED: dict[str, tuple[str, ...]] = {
     "kill": ("leader", "minority-leader", "metadata-leader"),
     "pause": ("leader", "minority-leader", "metadata-leader"),
     "power": ("all",),
+    "disk": ("leader", "all"),
     "clock": ("metadata-leader", "all"),  # it stamps the time into group commands
 }
 PAIR_P = 0.3  # a second kind in a window
@@ -148,15 +151,15 @@ def draw(
         rng.choice(leads) for _ in range(count - len(leads)) if leads
     ]
     order = order[:count]
-    order.sort(key=lambda kind: kind == "power")  # stable: power last, the rest as drawn
+    order.sort(key=lambda kind: kind in ALONE_KINDS)  # stable: power and disk last
     faults: list[list[tuple[str, str]]] = []
     seen: set[str] = set()
     for kind in order:
         aimed = kind not in seen
         window = [(kind, rng.choice(variants(kind, nodes, aimed=aimed)))]
         seen.add(kind)
-        others = [k for k in leads if k not in (kind, "power")]
-        if kind != "power" and not aimed and others and rng.random() < PAIR_P:
+        others = [k for k in leads if k != kind and k not in ALONE_KINDS]
+        if kind not in ALONE_KINDS and not aimed and others and rng.random() < PAIR_P:
             other = rng.choice(others)
             window.append((other, rng.choice(variants(other, nodes))))
         faults.append(window)
@@ -176,7 +179,7 @@ def _add_background(
 ) -> None:
     """Each background kind rides with one window not led by power; some windows get
     one more."""
-    hosts = [w for w in faults if not w or w[0][0] != "power"]
+    hosts = [w for w in faults if not w or w[0][0] not in ALONE_KINDS]
     if not hosts:
         return
     for kind in background:

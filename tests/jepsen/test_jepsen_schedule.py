@@ -88,6 +88,18 @@ def test_the_same_seed_draws_the_same_schedule() -> None:
     assert len(drawn) == 20
 
 
+def test_power_and_disk_strike_alone_and_last() -> None:
+    for seed in range(1, 101):
+        schedule = draw([*POWER_SET, "disk", "clock", "join"], 5, 60.0, (10.0, 15.0), seed)
+        leads = [w.faults[0][0] for w in schedule]
+        assert sorted(leads) == sorted([*POWER_SET, "disk", "clock"]), schedule
+        assert set(leads[-2:]) == {"power", "disk"}, leads
+        for window in schedule:
+            if window.faults[0][0] in ("power", "disk"):
+                assert len(window.faults) == 1, window
+        check_times(schedule, 60.0)
+
+
 def test_a_long_run_with_a_short_interval_strikes_more_and_varies() -> None:
     schedule = draw(POWER_SET, 5, 120.0, (6.0, 9.0), 3)
     assert len(schedule) == 8
