@@ -10,10 +10,14 @@
   QUIET_MIN_S apart (from the start, too);
 - the same seed draws the same schedule, other seeds other ones;
 - a run too short for every kind keeps what fits (no window below the floors), and
-  an empty nemesis draws no window.
+  an empty nemesis draws no window;
+- the runner starts and heals each window in order; a wait for leaders before a window
+  shifts it and the later ones (every window runs whole, the run overruns by the wait).
 """
 
 from __future__ import annotations
+
+import time
 
 import pytest
 
@@ -123,3 +127,45 @@ def test_variants_fit_the_cluster_size() -> None:
     assert set(AIMED["partition"]) <= set(VARIANTS["partition"])
     with pytest.raises(ValueError, match="unknown fault kinds"):
         draw(["flood"], 3, 45.0, (10.0, 15.0), 1)
+
+
+class ScriptedNemesis:
+    """Records what the runner asks for; its first leader wait takes WAIT_S."""
+
+    WAIT_S = 0.2
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[str, float, object]] = []
+        self.waits = 0
+
+    def wait_leaders(self, timeout_s: float) -> float:
+        self.waits += 1
+        return self.WAIT_S if self.waits == 1 else 0.0
+
+    def start(self, faults: tuple[tuple[str, str], ...]) -> None:
+        self.calls.append(("start", time.monotonic(), faults))
+
+    def heal_all(self) -> None:
+        self.calls.append(("heal", time.monotonic(), None))
+
+
+def test_the_runner_follows_the_schedule_and_a_leader_wait_shifts_the_rest() -> None:
+    from jepsen.run import follow_schedule
+
+    schedule = [
+        Window(0.05, 0.15, (("kill", "leader"),)),
+        Window(0.25, 0.35, (("power", "all"),)),
+    ]
+    nem = ScriptedNemesis()
+    began = time.monotonic()
+    shift = follow_schedule(nem, schedule, began, 0.4)  # type: ignore[arg-type]
+    assert shift == ScriptedNemesis.WAIT_S
+    assert [(c[0], c[2]) for c in nem.calls] == [
+        ("start", (("kill", "leader"),)),
+        ("heal", None),
+        ("start", (("power", "all"),)),
+        ("heal", None),
+    ]
+    at = [c[1] - began for c in nem.calls]
+    assert at[1] >= 0.15 + shift and at[3] >= 0.35 + shift, at  # every window runs whole
+    assert time.monotonic() - began >= 0.4 + shift
