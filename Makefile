@@ -51,7 +51,7 @@ SEEDS ?= 10
 jepsen-power: $(STAMP) system-deps
 	$(BIN)/python -m jepsen.power --bug all --seeds $(SEEDS)
 
-# N runs of the correct build on random seeds: 5 nodes, every fault (clock included:
+# N runs of the correct build on random seeds: 5 nodes, every fault (disk and clock too:
 # Debian's libfaketime, installed if missing), 60 s each, one at a time, then a summary
 # table. CAMPAIGN_ARGS adds options (e.g. --campaign-seed 7 draws the same seeds again).
 N ?= 10

@@ -24,7 +24,7 @@ from pathlib import Path
 
 from jepsen.power import CORRECT, STORE, Row, caught_by, run_one, runs_table
 
-FULL_NEMESIS = "partition,kill,pause,power,clock,reassign,join,leave,voters"
+FULL_NEMESIS = "partition,kill,pause,power,disk,clock,reassign,join,leave,voters"
 SEED_MAX = 1 << 31
 
 
