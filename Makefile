@@ -5,7 +5,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: run test check bench jepsen clean system-deps
+.PHONY: run test check bench jepsen jepsen-power jepsen-campaign clean system-deps
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -44,6 +44,22 @@ bench: $(STAMP) system-deps
 JEPSEN_ARGS ?= --nodes 5 --nemesis partition,kill,pause,power,reassign,join,leave,voters --time-limit-s 120
 jepsen: $(STAMP) system-deps
 	$(BIN)/python -m jepsen.run $(JEPSEN_ARGS)
+
+# Detection power (jepsen/README.md "Detection power"): every planted bug and the correct
+# build on seeds 1..SEEDS, 3 nodes, partition,kill,pause,power, 45 s each, one at a time.
+SEEDS ?= 10
+jepsen-power: $(STAMP) system-deps
+	$(BIN)/python -m jepsen.power --bug all --seeds $(SEEDS)
+
+# N runs of the correct build on random seeds: 5 nodes, every fault (disk and clock too:
+# Debian's libfaketime, installed if missing), 60 s each, one at a time, then a summary
+# table. CAMPAIGN_ARGS adds options (e.g. --campaign-seed 7 draws the same seeds again).
+N ?= 10
+CAMPAIGN_ARGS ?=
+jepsen-campaign: $(STAMP) system-deps
+	@command -v faketime >/dev/null 2>&1 || \
+		{ apt-get update -qq && apt-get install -y -qq faketime; }
+	$(BIN)/python -m jepsen.campaign --runs $(N) $(CAMPAIGN_ARGS)
 
 clean:
 	rm -rf $(VENV) dmq-data .pytest_cache .hypothesis

@@ -59,9 +59,14 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 from jepsen.cluster import Broker, Cluster, HarnessError, http
+from jepsen.focus import Aim, Focus
 from jepsen.history import NEMESIS, History
+from jepsen.schedule import variants
 
-FAULTS = ("partition", "kill", "pause", "power", "reassign", "join", "leave", "voters")
+FAULTS = (
+    "partition", "kill", "pause", "power", "disk", "clock",
+    "reassign", "join", "leave", "voters",
+)  # fmt: skip
 # Run on their own while a process or network fault strikes (never alone, never with power).
 MEMBERSHIP = ("join", "leave", "voters")  # each ends in a thread of its own (settle)
 BACKGROUND = ("reassign", *MEMBERSHIP)
@@ -70,6 +75,7 @@ VOTERS_LARGE = 5
 BROKERS_MIN = 3  # a leave never takes the registered brokers below this
 MEMBERSHIP_EXTRA_MAX = 2  # brokers beyond --nodes at once
 MEMBERSHIP_POLL_S = 0.5
+PIN_LEAD_S = 0.5  # for the pinned workers to reach their node before it is cut off or paused
 SETTLE_WAIT_S = 150.0  # after healing, for joins and leaves in flight to end
 CHAIN_PREFIX = "DMQJ-"
 # The brokers' file names and trace format (raft/journal.py, log/segment.py); jepsen/ may
@@ -78,6 +84,10 @@ JOURNAL_FILE = "journal"
 JOURNAL_TRACE_FILE = "journal.durable"
 JOURNAL_HEADER_BYTES = 16
 SEGMENT_TRACE_SUFFIX = ".durable"
+# The clock nemesis: Debian's libfaketime (`apt-get install faketime`) preloaded in every
+# broker, its offset read from a file the nemesis rewrites (checked at most once a second).
+FAKETIME_LIB = Path("/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1")
+CLOCK_JUMP_S = (60.0, 3600.0)  # the size of a jump, either way
 
 _chains = itertools.count()
 
@@ -156,8 +166,11 @@ def _last_traced(trace: Path, default: int, size: int) -> int:
     return min(int(lines[-1]) if lines else default, size)
 
 
-def cut_to_durable(data_dir: Path) -> int:
-    """Truncate every journal and segment to its last traced durable length; bytes cut."""
+def cut_to_durable(data_dir: Path, torn: random.Random | None = None) -> int:
+    """Truncate every journal and segment to its last traced durable length; bytes cut.
+    With `torn`, each file is cut at a length drawn in [durable, size] instead: a power
+    loss that persisted part of what was not synced yet, ending mid-record (a torn
+    write, which recovery must find and truncate)."""
     cut = 0
     files = [
         (j, j.with_name(JOURNAL_TRACE_FILE), JOURNAL_HEADER_BYTES)
@@ -169,6 +182,8 @@ def cut_to_durable(data_dir: Path) -> int:
     for path, trace, default in files:
         size = path.stat().st_size
         durable = _last_traced(trace, default, size)
+        if torn is not None:
+            durable = torn.randint(durable, size)
         os.truncate(path, durable)
         cut += size - durable
     return cut
@@ -206,6 +221,7 @@ class Nemesis:
         seed: int,
         topic: str,
         partitions: int,
+        focus: Focus | None = None,
     ) -> None:
         unknown = set(kinds) - set(FAULTS)
         if unknown:
@@ -225,14 +241,41 @@ class Nemesis:
         self.settle_by = float("inf")  # monotonic deadline for joins and leaves
         self.closing = threading.Event()
         self._seeds = itertools.count(seed * 7919 + 2)
+        self.focus = focus or Focus()
 
     @property
     def ids(self) -> list[str]:
         return list(self.cluster.brokers)
 
     def setup(self) -> None:
+        """Before the brokers start: the chain, and with `clock` each broker's clock file."""
         if self.net is not None:
             self.net.setup()
+        if "clock" in self.kinds:
+            if not FAKETIME_LIB.exists():
+                raise HarnessError(
+                    f"the clock nemesis needs {FAKETIME_LIB} (apt-get install faketime)"
+                )
+            for broker in self.cluster.brokers.values():
+                self._fake_clock(broker)
+
+    def _clock_file(self, node_id: str) -> Path:
+        return self.cluster.directory / f"{node_id}.faketime"
+
+    def _fake_clock(self, broker: Broker) -> None:
+        """Start `broker` under libfaketime at offset 0. Only the wall clock moves
+        (FAKETIME_DONT_FAKE_MONOTONIC): a real clock step (NTP, an operator, a resumed
+        VM) moves CLOCK_REALTIME, never CLOCK_MONOTONIC, which Raft's timers, the read
+        leases and asyncio run on; faking it would test a fault no kernel makes."""
+        path = self._clock_file(broker.node_id)
+        path.write_text("+0\n")
+        broker.env = {
+            **broker.env,
+            "LD_PRELOAD": str(FAKETIME_LIB),
+            "FAKETIME_TIMESTAMP_FILE": str(path),
+            "FAKETIME_DONT_FAKE_MONOTONIC": "1",
+            "FAKETIME_CACHE_DURATION": "1",
+        }
 
     def close(self) -> None:
         self.closing.set()
@@ -244,27 +287,65 @@ class Nemesis:
             if self.net is not None:
                 self.net.close()
 
+    def _leaders(self) -> tuple[dict[int, str], str | None]:
+        """One status read: the topic's partition -> leader (current brokers only) and
+        the metadata leader."""
+        status = self.cluster.status() or {}
+        found: dict[int, str] = {}
+        metadata = None
+        for group in status.get("groups", []):
+            leader = group.get("leader")
+            if leader not in self.cluster.brokers:
+                continue
+            if group["topic"] is None:
+                metadata = leader
+            elif group["topic"] == self.topic:
+                found[int(group["partition"])] = leader
+        return found, metadata
+
     def _leader(self) -> str | None:
+        """The leader of a partition drawn at random, if one is known."""
         part = self.rng.randrange(self.partitions)
-        leader = self.cluster.leader_of(self.topic, part)
-        return leader if leader in self.cluster.brokers else None
+        return self._leaders()[0].get(part)
 
-    def _some(self, k: int) -> list[str]:
-        return self.rng.sample(self.ids, k)
+    def _aimed(self, variant: str) -> str | None:
+        """The node a leader variant aims at: a data partition's leader, or the
+        metadata leader; None if no broker reports one."""
+        if variant == "metadata-leader":
+            return self._leaders()[1]
+        return self._leader()
 
-    def start_random(self) -> None:
-        """Start one fault, or two of different kinds (power loss alone)."""
-        kinds = [self.rng.choice(self.kinds)]
-        if len(self.kinds) > 1 and kinds[0] != "power" and self.rng.random() < 0.3:
-            other = [k for k in self.kinds if k not in (kinds[0], "power")]
-            if other:
-                kinds.append(self.rng.choice(other))
-        others = [k for k in self.kinds if k not in (*BACKGROUND, "power")]
-        if all(k in BACKGROUND for k in kinds) and others:  # meant to run through a fault
-            kinds.append(self.rng.choice(others))
+    def wait_leaders(self, timeout_s: float) -> float:
+        """Before a window: wait (timeout_s at most) until every group reports a leader
+        among the live brokers, so that a fault aimed at a leader finds one (after a kill
+        or a power cut the brokers take seconds to serve again); the seconds waited."""
+        started = time.monotonic()
+        while time.monotonic() - started < timeout_s and not self.closing.is_set():
+            live = {b.node_id for b in self.cluster.live()}
+            groups = (self.cluster.status() or {}).get("groups", [])
+            if groups and all(g.get("leader") in live for g in groups):
+                break
+            time.sleep(0.2)
+        return time.monotonic() - started
+
+    def start(self, faults: tuple[tuple[str, str], ...]) -> None:
+        """Start a window's faults: (kind, variant) pairs from the schedule (a
+        background kind's variant is "": it chooses at its start)."""
         with self.lock:
-            for kind in kinds:
-                getattr(self, f"_start_{kind}")()
+            for kind, variant in faults:
+                if kind in BACKGROUND:
+                    getattr(self, f"_start_{kind}")()
+                else:
+                    getattr(self, f"_start_{kind}")(variant)
+
+    def _pin(self, nodes: list[str]) -> dict[str, Any]:
+        """Aim the pinned workers at `nodes` (the side about to be cut off or paused),
+        sending to the partitions they lead now, and give them PIN_LEAD_S to get there
+        (their operation in flight ends first); the fault's detail to record."""
+        led = tuple(sorted(p for p, n in self._leaders()[0].items() if n in nodes))
+        self.focus.strike(Aim(tuple(nodes), led))
+        time.sleep(PIN_LEAD_S)
+        return {"pinned": nodes, "pinned_partitions": list(led)}
 
     def _record(self, fault: Fault, f: str) -> None:
         value = {
@@ -305,13 +386,14 @@ class Nemesis:
             if variant == "one":
                 alone = shuffled[0]
             else:
-                found = (
-                    self._leader() if variant == "leader" else self.cluster.leader_of(None, None)
-                )
+                found = self._aimed(variant)
                 alone = found if found in ids else shuffled[0]
             return [[alone, other] for other in ids if other != alone], [alone]
-        if variant == "majority-minority":
+        if variant in ("majority-minority", "minority-leader"):
             minority = shuffled[: (n - 1) // 2]
+            leader = self._aimed(variant) if variant == "minority-leader" else None
+            if leader in ids and leader not in minority:
+                minority = [leader, *minority[:-1]]
             return [[a, b] for a in minority for b in ids if b not in minority], minority
         if variant == "ring":  # each node sees its two ring neighbours: a majority of 5
             return [
@@ -325,16 +407,21 @@ class Nemesis:
         left, bridge, right = shuffled[:half], shuffled[half], shuffled[half + 1 :]
         return [[a, b] for a in left for b in right], [bridge]
 
-    def _start_partition(self) -> None:
+    def _variant(self, kind: str, variant: str) -> str:
+        """The schedule's variant, or one drawn here if it does not apply to the
+        brokers there are now (joins and leaves change their number)."""
+        allowed = variants(kind, len(self.ids))
+        return variant if variant in allowed else self.rng.choice(allowed)
+
+    def _start_partition(self, variant: str = "") -> None:
         assert self.net is not None
-        variants = ["one", "majority-minority", "bridge", "leader", "metadata-leader"]
-        if len(self.ids) == 5:
-            variants.append("ring")
-        variant = self.rng.choice(variants)
+        variant = self._variant("partition", variant)
         cuts, about = self._grudge(variant)
+        pinned = {} if variant in ("bridge", "ring") else self._pin(about)  # the cut-off side
         for a, b in cuts:
             self.net.cut(self.cluster.hosts[a], self.cluster.hosts[b])
-        self._begin("partition", variant, about, cuts=cuts)
+        self._begin("partition", variant, about, cuts=cuts, **pinned)
+        self.focus.strike(None)
 
     # --- processes ------------------------------------------------------------------
 
@@ -342,31 +429,48 @@ class Nemesis:
         if variant == "all":
             return candidates
         if variant in ("leader", "metadata-leader"):
-            leader = self._leader() if variant == "leader" else self.cluster.leader_of(None, None)
+            leader = self._aimed(variant)
             return [leader] if leader in candidates else candidates[:1]
         k = 1 if variant == "one" else (len(self.ids) - 1) // 2
+        if variant == "minority-leader":
+            leader = self._aimed(variant)
+            if leader in candidates:
+                rest = [c for c in candidates if c != leader]
+                return [leader, *self.rng.sample(rest, min(k - 1, len(rest)))]
         return self.rng.sample(candidates, min(k, len(candidates)))
 
     def _free(self) -> list[str]:
-        """Nodes no other active process fault holds."""
-        held = {t for f in self.active if f.kind in ("kill", "pause", "power") for t in f.targets}
+        """Nodes no other active process fault holds, nor the aim of this window's other
+        fault (a cut-off leader killed at once would acknowledge nothing meanwhile)."""
+        held = {
+            t
+            for f in self.active
+            if f.kind in ("kill", "pause", "power", "disk")
+            for t in f.targets
+        }
+        aim = self.focus.aim
+        held |= set(aim.nodes if aim is not None else ())
         return [i for i in self.ids if i not in held and self.cluster.brokers[i].alive]
 
-    def _start_kill(self) -> None:
-        variant = self.rng.choice(["one", "minority", "leader", "metadata-leader", "all"])
+    def _start_kill(self, variant: str = "") -> None:
+        variant = self._variant("kill", variant)
         targets = self._pick(variant, self._free())
         for node_id in targets:
             self.cluster.brokers[node_id].kill9()
         self._begin("kill", variant, targets)
+        self.focus.strike(None)
 
-    def _start_pause(self) -> None:
-        variant = self.rng.choice(["one", "minority", "leader", "metadata-leader"])
+    def _start_pause(self, variant: str = "") -> None:
+        """SIGSTOP; the pinned workers' requests wait on the paused nodes and are
+        answered the moment they resume (a resumed leader, a resumed follower)."""
+        variant = self._variant("pause", variant)
         targets = self._pick(variant, self._free())
+        pinned = self._pin(targets)
         for node_id in targets:
             self.cluster.brokers[node_id].pause()
-        self._begin("pause", variant, targets)
+        self._begin("pause", variant, targets, **pinned)
 
-    def _start_power(self) -> None:
+    def _start_power(self, variant: str = "all") -> None:
         targets = self._free()
         for node_id in targets:
             self.cluster.brokers[node_id].kill9()
@@ -374,6 +478,35 @@ class Nemesis:
         self._begin(
             "power", "all" if len(targets) == len(self.ids) else "some", targets, bytes_cut=cut
         )
+        self.focus.strike(None)
+
+    def _start_disk(self, variant: str = "") -> None:
+        """Torn writes: kill -9 one node, a partition leader or every node, then cut
+        each of its journals and segments at a length drawn between the last traced
+        durable length and its size (mid-record, mostly); the heal restarts them."""
+        variant = self._variant("disk", variant)
+        free = self._free()
+        targets = free if variant == "all" else self._pick(variant, free)
+        for node_id in targets:
+            self.cluster.brokers[node_id].kill9()
+        cut = sum(cut_to_durable(self.cluster.brokers[i].data_dir, self.rng) for i in targets)
+        self._begin("disk", variant, targets, bytes_cut=cut)
+        self.focus.strike(None)
+
+    def _start_clock(self, variant: str = "") -> None:
+        """Jump the wall clock of one node, a leader, the metadata leader, or every node
+        (each its own way) by CLOCK_JUMP_S, forwards or backwards; the heal jumps back."""
+        variant = self._variant("clock", variant)
+        live = [b.node_id for b in self.cluster.brokers.values() if b.alive]
+        targets = live if variant == "all" else self._pick(variant, live)
+        offsets = {
+            node_id: round(self.rng.choice((-1, 1)) * self.rng.uniform(*CLOCK_JUMP_S))
+            for node_id in targets
+        }
+        for node_id, offset_s in offsets.items():
+            self._clock_file(node_id).write_text(f"{offset_s:+d}\n")
+        self._begin("clock", variant, targets, offsets_s=offsets)
+        self.focus.strike(None)
 
     # --- membership -----------------------------------------------------------------
 
@@ -478,6 +611,8 @@ class Nemesis:
         except HarnessError as error:  # ports taken on its address, or none left: skip
             self._noop("join", "no-address", error=str(error))
             return
+        if "clock" in self.kinds:
+            self._fake_clock(broker)
         broker.start()
         fault = self._begin_background(
             "join", "join", [broker.node_id], via=contact.node_id, host=broker.host
@@ -698,10 +833,13 @@ class Nemesis:
                         continue
                     if fault.kind == "pause":
                         broker.resume()
-                    elif fault.kind in ("kill", "power"):
+                    elif fault.kind in ("kill", "power", "disk"):
                         broker.start()
+                    elif fault.kind == "clock":
+                        self._clock_file(node_id).write_text("+0\n")
                 self._stop(fault)
             self.active = []
+            self.focus.clear()
 
     def settle(self, timeout_s: float = SETTLE_WAIT_S) -> None:
         """After healing: wait for every join and leave in flight to end; HarnessError

@@ -20,6 +20,8 @@ COLOURS = {
     "reassign": "tab:green",
     "join": "tab:cyan",
     "leave": "tab:brown",
+    "clock": "tab:olive",
+    "disk": "tab:pink",
 }
 
 

@@ -28,15 +28,18 @@ from jepsen.checker import UNKNOWN, Verdict, merge
 from jepsen.checker.groups import check_groups
 from jepsen.checker.log import check_log
 from jepsen.cluster import RETRIABLE, Cluster, HarnessError, http
+from jepsen.focus import Focus
 from jepsen.groups import GroupClient, GroupWorker, final_drain
 from jepsen.history import NEMESIS, History
 from jepsen.nemesis import BACKGROUND, FAULTS, MEMBERSHIP, VOTERS_SMALL, Nemesis
 from jepsen.report import plot, results, summary_line
+from jepsen.schedule import Window, describe, draw
 from jepsen.workload import Client, Worker
 
 TOPIC = "jepsen"
 EXIT = {"valid": 0, "invalid": 1, "unknown": 2}
 STORE = Path("jepsen") / "store"
+RECOVERY_WAIT_S = 10.0  # before a window, for every group to have a leader again
 
 
 def parse(argv: list[str] | None) -> argparse.Namespace:
@@ -49,7 +52,13 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--seed", type=int, default=None, help="default: a random one, printed")
     p.add_argument("--planted-bug", choices=PLANTED_BUGS, default=None)
     p.add_argument(
-        "--fault-interval-s", type=float, nargs=2, default=(10.0, 15.0), metavar=("MIN", "MAX")
+        "--fault-interval-s",
+        type=float,
+        nargs=2,
+        default=(10.0, 15.0),
+        metavar=("MIN", "MAX"),
+        help="each fault and quiet period, before the schedule shrinks them so that every "
+        "kind fits in the time limit (jepsen/schedule.py)",
     )
     p.add_argument("--partitions", type=int, default=2)
     p.add_argument("--replication-factor", type=int, default=3)
@@ -110,6 +119,7 @@ def run_phases(
             args.partitions,
             args.seed * 1000 + k,
             stop,
+            nemesis.focus,
         )
         for k in range(args.nodes * args.workers_per_node)
     ]
@@ -121,19 +131,10 @@ def run_phases(
     ]
     for worker in workers:
         worker.start()
-    rng = random.Random(args.seed)
-    end = time.monotonic() + args.time_limit_s
+    began = time.monotonic()
     try:
-        faulty = False
-        while time.monotonic() < end:
-            pause_s = rng.uniform(*args.fault_interval_s)
-            time.sleep(max(0.0, min(pause_s, end - time.monotonic())))
-            if faulty or not nemesis.kinds:
-                nemesis.heal_all()
-                faulty = False
-            elif end - time.monotonic() > args.fault_interval_s[0] / 2:
-                nemesis.start_random()
-                faulty = True
+        shift = follow_schedule(nemesis, args.schedule, began, args.time_limit_s)
+        history.add(NEMESIS, "info", "schedule-shift", None, round(shift, 2))
     finally:
         stop.set()
         for worker in workers:
@@ -158,6 +159,29 @@ def run_phases(
     final.replica_reads(cluster, history, TOPIC, args.partitions, processes)
 
 
+def follow_schedule(
+    nemesis: Nemesis, schedule: list[Window], began: float, time_limit_s: float
+) -> float:
+    """Start and heal each window's faults at its times (monotonic, from `began`).
+    Before each window the nemesis waits for every group to have a leader
+    (RECOVERY_WAIT_S at most): that wait shifts this window and the later ones, so every
+    window runs whole and the run may overrun its time limit by those waits. The
+    seconds the schedule was shifted."""
+    shift = 0.0
+    for window in schedule:
+        _sleep_until(began + shift + window.start_s)
+        shift += nemesis.wait_leaders(RECOVERY_WAIT_S)
+        nemesis.start(window.faults)
+        _sleep_until(began + shift + window.stop_s)
+        nemesis.heal_all()
+    _sleep_until(began + shift + time_limit_s)
+    return shift
+
+
+def _sleep_until(at: float) -> None:
+    time.sleep(max(0.0, at - time.monotonic()))
+
+
 def run(args: argparse.Namespace) -> int:
     args.dir.mkdir(parents=True, exist_ok=True)
     history = History(args.dir / "history.jsonl")
@@ -166,14 +190,21 @@ def run(args: argparse.Namespace) -> int:
         args.dir,
         args.nodes,
         planted_bug=args.planted_bug,
-        durable_trace="power" in args.nemesis,
+        durable_trace="power" in args.nemesis or "disk" in args.nemesis,
         seed=args.seed,
         # With joins, leaves or voter changes the metadata voters start as the first
         # VOTERS_SMALL ids, so the other brokers are non-voters a voter change can add
         # (and, without the voters nemesis, the only ones a leave decommissions).
         metadata_voters=[f"n{k + 1}" for k in range(VOTERS_SMALL)] if membership else None,
     )
-    nemesis = Nemesis(cluster, history, args.nemesis, args.seed, TOPIC, args.partitions)
+    nemesis = Nemesis(cluster, history, args.nemesis, args.seed, TOPIC, args.partitions, Focus())
+    args.schedule = draw(
+        args.nemesis, args.nodes, args.time_limit_s, tuple(args.fault_interval_s), args.seed
+    )
+    print(f"jepsen: seed {args.seed}, fault schedule:\n{describe(args.schedule)}", flush=True)
+    history.add(
+        NEMESIS, "info", "schedule", None, [[w.start_s, w.stop_s, w.faults] for w in args.schedule]
+    )
     harness_error: str | None = None
     previous = signal.signal(signal.SIGTERM, _interrupt)
     try:
@@ -221,6 +252,10 @@ def report(
         "partitions": args.partitions,
         "group_workers": args.group_workers,
         "idempotent": args.idempotent,
+        "schedule": [
+            {"start_s": w.start_s, "stop_s": w.stop_s, "faults": [f"{k}/{v}" for k, v in w.faults]}
+            for w in args.schedule
+        ],
         "harness_error": harness_error,
     }
     doc = results(verdicts, valid, ops, nemesis.windows, setup)

@@ -15,7 +15,11 @@ Group operations (subscribe, group-poll, commit, read-committed) will be further
 A worker is bound to a node and moves to the next one after a fail or info, so a dead
 node does not starve it, and every ROTATE_S, so every broker keeps seeing clients (a
 joined broker too, though its start was refused); after an info it continues as a new
-process.
+process. While the nemesis aims a fault (focus.py), every other worker is pinned: it
+talks only to the aimed nodes (the cut-off or paused side), whatever its outcomes; half
+of the pinned workers only send, to the partitions those nodes led, the others keep
+their mix and send there PINNED_SEND_P of the time. While any fault lasts no worker
+thinks between operations.
 """
 
 from __future__ import annotations
@@ -28,6 +32,7 @@ import traceback
 from typing import Any
 
 from jepsen.cluster import Answer, Cluster, HarnessError, http
+from jepsen.focus import Focus
 from jepsen.history import History
 
 SEND_TIMEOUT_S = 10.0  # above the broker's request_timeout: most outcomes are known
@@ -38,6 +43,7 @@ DEFINITE_FAILURES = frozenset({400, 404, 409, 413, 415, 416, 422, 429})
 IDEMPOTENT_ATTEMPTS = 4  # an idempotent send is retried (same sequence) while unknown
 RETRY_PAUSE_S = 0.3
 ROTATE_S = 2.0  # a worker moves to the next node after this long on one
+PINNED_SEND_P = 0.8  # of a pinned worker's sends, those to the partitions its node leads
 
 
 class Client:
@@ -60,10 +66,14 @@ class Client:
         self.producer: tuple[int, int] | None = None  # (producer_id, epoch)
         self.sequences: dict[int, int] = {}  # partition -> next sequence
         self.bound_at = time.monotonic()  # when it moved to its node
+        self.pinned: str | None = None  # while set (and a broker), the only node it talks to
 
     @property
     def node(self) -> str:
-        ids = list(self.cluster.brokers)
+        brokers = self.cluster.brokers
+        if self.pinned is not None and self.pinned in brokers:
+            return self.pinned
+        ids = list(brokers)
         return ids[self.node_ix % len(ids)]
 
     def _call(self, f: str, value: dict[str, Any], request: Any) -> tuple[str, Any]:
@@ -162,6 +172,8 @@ class Client:
         return ("info" if unknown else "fail"), {**value, **got, "attempts": attempts}
 
     def node_at(self, shift: int) -> str:
+        if not shift:
+            return self.node
         ids = list(self.cluster.brokers)
         return ids[(self.node_ix + shift) % len(ids)]
 
@@ -210,6 +222,7 @@ class Worker(threading.Thread):
         partitions: int,
         seed: int,
         stop: threading.Event,
+        focus: Focus | None = None,
     ) -> None:
         super().__init__(name=f"worker-{client.node_ix}", daemon=True)
         self.client = client
@@ -217,6 +230,9 @@ class Worker(threading.Thread):
         self.partitions = partitions
         self.rng = random.Random(seed)
         self.stop = stop
+        self.focus = focus or Focus()
+        # Every other worker follows the nemesis's aim; the others keep rotating.
+        self.pin_slot: int | None = client.node_ix // 2 if client.node_ix % 2 == 0 else None
         self.positions = dict.fromkeys(range(partitions), 0)
         self.seen: dict[int, int] = dict.fromkeys(range(partitions), 0)  # furthest position
         self.error: BaseException | None = None
@@ -231,9 +247,12 @@ class Worker(threading.Thread):
             self._new_process()
             sent = 0
             while not self.stop.is_set():
+                led, writer = self._follow_aim()
                 partition = self.rng.randrange(self.partitions)
-                roll = self.rng.random()
+                roll = 0.0 if writer else self.rng.random()
                 if roll < 0.55:
+                    if led and (writer or self.rng.random() < PINNED_SEND_P):
+                        partition = self.rng.choice(led)
                     type_, _ = self.client.send(partition, f"{self.client.process}-{sent}")
                     sent += 1
                 elif roll < 0.97:
@@ -249,7 +268,20 @@ class Worker(threading.Thread):
                     self.client.assign(partition, target)
                 if type_ == "info":
                     self._new_process()
-                time.sleep(THINK_S if type_ == "ok" else 0.1)
+                think_s = 0.0 if self.focus.faulty else THINK_S
+                time.sleep(think_s if type_ == "ok" else 0.1)
         except BaseException as error:  # reported by the runner: a harness error
             traceback.print_exc()
             self.error = error
+
+    def _follow_aim(self) -> tuple[tuple[int, ...], bool]:
+        """Pin the client to the aimed node of its slot (or unpin it): the partitions to
+        send to while pinned, and whether it only sends (every other pinned worker: a
+        send or a poll the cut-off node must relay hangs until it times out, so the
+        writers never poll and keep acknowledgements coming while the node leads)."""
+        aim = self.focus.aim
+        if aim is None or self.pin_slot is None:
+            self.client.pinned = None
+            return (), False
+        self.client.pinned = aim.nodes[self.pin_slot % len(aim.nodes)]
+        return aim.partitions, self.pin_slot % 2 == 0

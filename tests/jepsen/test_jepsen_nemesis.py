@@ -5,7 +5,8 @@
   connect), heal restores them, close removes the chain and its jump;
 - a chain left by a harness process that no longer exists is removed at the next setup;
 - the power-loss cut truncates each journal and segment to the last traced durable
-  length (after a journal rewrite, only later trace lines count);
+  length (after a journal rewrite, only later trace lines count); a torn write (the
+  disk nemesis) cuts each file somewhere between that length and its end;
 - two runs started together (consecutive pids) draw different ports (seed ^ pid did not:
   seeds 1 and 3 at pids 1000 and 1002 collided and a broker could not start);
 - the file names and header size copied from raft/ and log/ (jepsen/ may not import
@@ -137,3 +138,25 @@ def test_runs_started_together_draw_different_ports(monkeypatch: pytest.MonkeyPa
         monkeypatch.setattr(cluster.os, "getpid", lambda pid=pid: pid)
         drawn.append(cluster.listen_ports(["127.0.0.1"], 2, seed))
     assert not set(drawn[0]) & set(drawn[1]), drawn
+
+
+def test_a_torn_write_cuts_between_the_durable_length_and_the_end(tmp_path: Path) -> None:
+    import random
+
+    journal = tmp_path / "raft" / "groups" / "7" / JOURNAL_FILE
+    journal.parent.mkdir(parents=True)
+    segment = tmp_path / "partitions" / "t-0" / "00000000000000000000.log"
+    segment.parent.mkdir(parents=True)
+    lengths = set()
+    rng = random.Random(3)
+    for _ in range(30):
+        journal.write_bytes(b"j" * 100)
+        journal.with_name(DURABLE_TRACE_FILE).write_text("40\n60\n")
+        segment.write_bytes(b"s" * 80)
+        segment.with_name(segment.name + DURABLE_TRACE_SUFFIX).write_text("10\n")
+        cut = cut_to_durable(tmp_path, rng)
+        sizes = journal.stat().st_size, segment.stat().st_size
+        assert 60 <= sizes[0] <= 100 and 10 <= sizes[1] <= 80
+        assert cut == (100 - sizes[0]) + (80 - sizes[1])
+        lengths.add(sizes)
+    assert len(lengths) > 20, "the cut points are drawn, not fixed"

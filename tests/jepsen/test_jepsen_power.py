@@ -1,0 +1,98 @@
+"""Proves the detection-power table's arithmetic (jepsen/power.py), without brokers:
+
+- a planted bug's power is its invalid runs over all its runs (an unknown run counts as
+  a run, not as a catch); the correct build's is its valid runs over all its runs;
+- the target is met only when every bug reaches it and the correct build is valid on
+  every run;
+- a row is read from results.json (verdict, anomaly counts, faults in order), and the
+  anomalies that caught a run are listed most frequent first;
+- `all` expands to every planted bug and then the correct build, once each;
+- a campaign (jepsen/campaign.py) draws distinct seeds, the same for the same campaign
+  seed, and its summary sums verdicts and anomalies and names the seeds to rerun.
+"""
+
+from __future__ import annotations
+
+from dmq.planted import PLANTED_BUGS
+from jepsen.power import (
+    CORRECT,
+    Row,
+    builds,
+    caught_by,
+    met,
+    power_table,
+    row_from_results,
+    runs_table,
+    tally,
+)
+
+
+def row(bug: str, seed: int, valid: str, **anomalies: int) -> Row:
+    return Row(bug, seed, valid, anomalies, ["partition/leader"], 60.0)
+
+
+ROWS = [
+    row("stale-read", 1, "invalid", **{"log:stale-read": 3}),
+    row("stale-read", 2, "valid"),
+    row("stale-read", 3, "unknown"),
+    row("stale-read", 4, "invalid", **{"log:stale-read": 1}),
+    row(CORRECT, 1, "valid"),
+    row(CORRECT, 2, "valid"),
+    row(CORRECT, 3, "invalid", **{"log:lost-write": 1}),
+]
+
+
+def test_power_counts_invalid_for_a_bug_and_valid_for_the_correct_build() -> None:
+    bug, correct = tally(ROWS)
+    assert (bug.bug, bug.runs, bug.invalid, bug.valid, bug.unknown) == ("stale-read", 4, 2, 1, 1)
+    assert bug.hits == 2 and bug.fraction == 0.5
+    assert (correct.runs, correct.hits, correct.invalid) == (3, 2, 1)
+    table = power_table(ROWS)
+    assert "| stale-read | 1,2,3,4 | 2 / 4 invalid | 1 | 50 % |" in table
+    assert "| none | 1,2,3 | 2 / 3 valid | 0 | 67 % |" in table
+    assert "| stale-read | 1 | invalid | log:stale-read 3 |" in runs_table(ROWS)
+
+
+def test_the_target_needs_every_bug_caught_and_the_correct_build_always_valid() -> None:
+    caught = [row("no-fsync", s, "invalid", **{"log:lost-write": 2}) for s in range(1, 11)]
+    assert met(caught, 0.9)
+    assert met([*caught[:9], row("no-fsync", 10, "valid")], 0.9)
+    assert not met([*caught[:8], row("no-fsync", 9, "valid"), row("no-fsync", 10, "unknown")], 0.9)
+    assert met([*caught, row(CORRECT, 1, "valid")], 0.9)
+    assert not met([*caught, row(CORRECT, 1, "valid"), row(CORRECT, 2, "unknown")], 0.9)
+
+
+def test_a_row_reads_results_json_and_names_what_caught_it() -> None:
+    doc = {
+        "valid": "invalid",
+        "anomalies": {"log:unseen": {"count": 2}, "log:lost-write": {"count": 7}},
+        "unavailability": [{"fault": "partition/leader"}, {"fault": "power/all"}],
+        "harness_error": None,
+    }
+    found = row_from_results("ack-before-commit", 4, doc, 61.26)
+    assert found.faults == ["partition/leader", "power/all"] and found.wall_s == 61.3
+    assert caught_by(found) == "log:lost-write 7, log:unseen 2"
+    assert caught_by(row(CORRECT, 1, "valid")) == "none"
+
+
+def test_all_is_every_planted_bug_then_the_correct_build() -> None:
+    assert builds(["all"]) == [*PLANTED_BUGS, CORRECT]
+    assert builds(["none", "all"]) == [CORRECT, *PLANTED_BUGS]
+    assert builds(["stale-read", "stale-read"]) == ["stale-read"]
+
+
+def test_a_campaign_draws_the_same_distinct_seeds_and_sums_its_runs() -> None:
+    from jepsen.campaign import draw_seeds, summary
+
+    seeds = draw_seeds(7, 20)
+    assert seeds == draw_seeds(7, 20) and len(set(seeds)) == 20
+    assert draw_seeds(8, 20) != seeds
+    rows = [
+        row(CORRECT, 11, "valid"),
+        row(CORRECT, 12, "invalid", **{"log:stale-read": 2}),
+        row(CORRECT, 13, "unknown"),
+        row(CORRECT, 14, "invalid", **{"log:stale-read": 1, "log:lost-write": 4}),
+    ]
+    line = summary(rows).splitlines()[-1]
+    assert line.startswith("| 4 | 1 | 2 | 1 | log:lost-write 4, log:stale-read 3 |"), line
+    assert "12 (invalid), 13 (unknown), 14 (invalid)" in line
