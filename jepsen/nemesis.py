@@ -331,8 +331,12 @@ class Nemesis:
     def start(self, faults: tuple[tuple[str, str], ...]) -> None:
         """Start a window's faults: (kind, variant) pairs from the schedule (a
         background kind's variant is "": it chooses at its start)."""
+        # Background kinds first: they read the catalogue to choose what to do, which a
+        # window's process fault (kill all, a power cut) can make unreadable for seconds;
+        # the operation itself then runs on under the window's faults.
+        ordered = sorted(faults, key=lambda fault: fault[0] not in BACKGROUND)
         with self.lock:
-            for kind, variant in faults:
+            for kind, variant in ordered:
                 if kind in BACKGROUND:
                     getattr(self, f"_start_{kind}")()
                 else:
