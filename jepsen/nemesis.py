@@ -330,11 +330,10 @@ class Nemesis:
 
     def start(self, faults: tuple[tuple[str, str], ...]) -> None:
         """Start a window's faults: (kind, variant) pairs from the schedule (a
-        background kind's variant is "": it chooses at its start)."""
-        # Background kinds first: they read the catalogue to choose what to do, which a
-        # window's process fault (kill all, a power cut) can make unreadable for seconds;
-        # the operation itself then runs on under the window's faults.
-        ordered = sorted(faults, key=lambda fault: fault[0] not in BACKGROUND)
+        background kind's variant is "": it chooses at its start). Background kinds
+        first: a leave or a voter change reads the catalogue, which a kill of every
+        broker in the same window would deny it."""
+        ordered = sorted(faults, key=lambda f: f[0] not in BACKGROUND)  # stable
         with self.lock:
             for kind, variant in ordered:
                 if kind in BACKGROUND:

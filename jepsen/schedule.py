@@ -24,8 +24,10 @@ How it is drawn (`draw`):
    kill beside a cut-off leader leaves no majority anywhere, and its acknowledgements
    survive). A later window gets a second process or network kind (not power) with
    probability PAIR_P, with any variant.
-3. Background kinds: each rides along with one window led by a non-power kind, drawn
-   at random; a window gets one more with probability PAIR_P.
+3. Background kinds: each rides along with one window not led by power or disk, drawn
+   at random, and with each other such window with probability PAIR_P. They start
+   before the window's process and network faults (nemesis.py `start`): a leave or a
+   voter change reads the catalogue first, which a kill of every broker would deny it.
 4. Times: the 2W + 1 periods (quiet, then fault and quiet W times) are drawn in
    `interval_s` and scaled down together when they overrun the time limit, never below
    FAULT_MIN_S and QUIET_MIN_S; if even those floors overrun it, the windows left over
@@ -177,17 +179,17 @@ def draw(
 def _add_background(
     faults: list[list[tuple[str, str]]], background: list[str], rng: random.Random
 ) -> None:
-    """Each background kind rides with one window not led by power; some windows get
-    one more."""
+    """Each background kind rides with one window not led by power or disk, and with
+    each other one with probability PAIR_P."""
     hosts = [w for w in faults if not w or w[0][0] not in ALONE_KINDS]
     if not hosts:
         return
     for kind in background:
         rng.choice(hosts).append((kind, ""))
     for window in hosts:
-        spare = [k for k in background if k not in {kind for kind, _ in window}]
-        if spare and rng.random() < PAIR_P:
-            window.append((rng.choice(spare), ""))
+        for kind in background:
+            if kind not in {k for k, _ in window} and rng.random() < PAIR_P:
+                window.append((kind, ""))
 
 
 def describe(schedule: list[Window]) -> str:
