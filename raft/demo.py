@@ -77,6 +77,9 @@ class ListMachine:
         return pickle.dumps((self.count, self.digest, self.values))
 
     def restore(self, snapshot: bytes) -> None:
+        # The snapshot is this machine's own (from its disk, or the leader's after the
+        # hello's HMAC): still only through the restricted unpickler, which admits no
+        # global at all for these plain tuples, lists and bytes.
         self.count, self.digest, self.values = safe_pickle.loads(snapshot)
 
     def describe(self, with_values: bool) -> dict[str, Any]:

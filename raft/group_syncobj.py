@@ -17,7 +17,12 @@ from typing import Any
 
 from pysyncobj import SyncObj, replicated
 
+from raft import safe_pickle
 from raft.types import StateMachine
+
+# pysyncobj unpickles its log commands itself: only through the restricted unpickler. Set
+# here, beside the only subclass of SyncObj raft/ runs, so no group exists without it.
+safe_pickle.guard_pysyncobj()
 
 
 def leader_ready(sync_obj: SyncObj) -> bool:

@@ -51,7 +51,7 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any, TypeVar
 
-from raft import leadership, membership, quiesce, safe_pickle
+from raft import leadership, membership, quiesce
 from raft.config import RaftConfig
 from raft.errors import ReplicaStopped, RequestDenied, Timeout
 from raft.journal import JournalCorrupt
@@ -64,8 +64,6 @@ from raft.types import ReplicaStatus, StateMachine
 __all__ = ["RaftNode", "Replica", "ReplicaStatus", "StateMachine"]
 
 logger = logging.getLogger(__name__)
-# pysyncobj unpickles its log commands itself: only through the restricted unpickler.
-safe_pickle.guard_pysyncobj()
 
 _T = TypeVar("_T")
 

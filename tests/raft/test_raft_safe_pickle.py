@@ -55,6 +55,7 @@ def regular(commands: list[bytes], protocol: int = pickle.HIGHEST_PROTOCOL) -> b
 @given(commands=st.lists(st.binary(max_size=100), max_size=20), protocol=st.sampled_from([2, 5]))
 def test_dmq_batches_are_accepted_in_any_protocol(commands: list[bytes], protocol: int) -> None:
     safe_pickle.check_command(regular(commands, protocol))
+    # Bytes pickled here by pysyncobj's own encoding, read back by the restricted unpickler.
     assert safe_pickle.loads(regular(commands, protocol)[1:]) == (3, (commands,))
 
 
@@ -94,6 +95,7 @@ HOSTILE_GLOBALS = [
 def test_any_other_global_is_refused(call: tuple[Any, ...]) -> None:
     for protocol in (0, 2, 5):
         with pytest.raises(UnsafePickle):
+            # Hostile on purpose: the restricted unpickler must refuse before any call.
             safe_pickle.loads(pickle.dumps(Reduce(*call), protocol))
 
 
