@@ -90,10 +90,10 @@ def decode(data: bytes, where: str = META_FILE) -> DataDirMeta:
     if not sep or not last.startswith(b"crc32c="):
         raise corrupt("no crc32c line at the end")
     body += b"\n"
-    try:
-        stored = int(last[len(b"crc32c=") :].decode("ascii"), 16)
-    except (UnicodeDecodeError, ValueError):
-        raise corrupt("crc32c is not hex") from None
+    digits = last[len(b"crc32c=") :]
+    if len(digits) != 8 or not set(digits) <= set(b"0123456789abcdef"):
+        raise corrupt("crc32c is not 8 lowercase hex digits")  # int() would take " 1a"
+    stored = int(digits, 16)
     if crc32c.crc32c(body) != stored or data != body + last + b"\n":
         raise corrupt("crc32c mismatch: torn or edited")
     try:

@@ -6,12 +6,17 @@ arrive, FormCluster ones among the golden scenario's:
   leaving the state unchanged;
 - the id is in the catalogue observers follow, and snapshot + restore give the same bytes;
 - a snapshot without it (a cluster from before cluster ids) restores with none, is
-  written back byte for byte, and a FormCluster then sets it (the upgrade adopts one id).
+  written back byte for byte, and a FormCluster then sets it (the upgrade adopts one id);
+- the broker's metadata service never adopts a catalogue of another cluster, nor deletes
+  its group 0 on the word of another cluster's leader (the path by which a --join used to
+  cost a broker its topics).
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
+from dataclasses import replace
 from pathlib import Path
 
 from hypothesis import given, settings
@@ -22,6 +27,7 @@ from dmq.metadata.machine import (
     Applied,
     FormCluster,
     MetadataMachine,
+    MetadataState,
     Rejected,
     decode_command,
     encode_command,
@@ -29,6 +35,7 @@ from dmq.metadata.machine import (
     state_from_json,
     state_to_json,
 )
+from dmq.metadata.service import MetadataService
 
 DATA = Path(__file__).parent / "data"
 GOLDEN = [
@@ -90,3 +97,51 @@ def test_a_cluster_from_before_cluster_ids_restores_unchanged_then_adopts_one() 
     assert isinstance(machine.apply(encode_command(FormCluster(legacy_id, 1))), Applied)
     assert isinstance(machine.apply(encode_command(FormCluster("another", 2))), Rejected)
     assert json.loads(machine.snapshot())["cluster_id"] == legacy_id
+
+
+# --- The broker's side: never a catalogue of another cluster ---------------------------------
+
+
+class _Voters:
+    """The metadata leader's answer to a voter checking its membership (no Raft needed)."""
+
+    def __init__(self, state: MetadataState) -> None:
+        self.view = {"leader": "n9", "members": ["n9"], "state": state_to_json(state)}
+
+    async def __call__(self, method: str, path: str, **_: object) -> dict[str, object]:
+        assert (method, path) == ("GET", "/v1/internal/metadata/voters")
+        return self.view
+
+
+class _Replica:
+    def status(self) -> object:
+        return type("Status", (), {"is_leader": False, "leader_id": None})()
+
+
+def _service(state: MetadataState) -> MetadataService:
+    service = MetadataService(
+        "n1", ["n1"], None, None, lambda: [], timeout_s=1.0,  # type: ignore[arg-type]
+        on_change=lambda: None, left_marker=Path("/nonexistent/metadata_left"),
+    )  # fmt: skip
+    service._observed = state
+    return service
+
+
+def _formed(cluster_id: str, version: int) -> MetadataState:
+    return replace(MetadataState(), cluster_id=cluster_id, metadata_version=version)
+
+
+def test_an_observer_never_adopts_another_clusters_catalogue() -> None:
+    service = _service(_formed("aaa", 3))
+    service._adopt({"state": state_to_json(_formed("bbb", 99))})
+    assert service.state == _formed("aaa", 3)
+    service._adopt({"state": state_to_json(_formed("aaa", 4))})
+    assert service.state == _formed("aaa", 4)
+
+
+def test_a_voter_never_leaves_group_0_on_another_clusters_word() -> None:
+    service = _service(_formed("aaa", 3))
+    service._replica = _Replica()  # type: ignore[assignment]
+    service._call_voters = _Voters(_formed("bbb", 99))  # type: ignore[method-assign]
+    assert asyncio.run(service._maybe_become_observer()) is False
+    assert service._replica is not None  # group 0 kept: nothing deleted
