@@ -309,18 +309,11 @@ class Reconciler:
             _log.info("removing orphan %s directory %s", what, path)
             shutil.rmtree(path)
 
-        def stray(topic_id: int, partition: int, path: Path, topic: str | None) -> bool:
-            # Registered, so the catalogue is this cluster's and as new as its commit:
-            # a topic id it never handed out, or gives to another name, came from elsewhere.
-            if topic_id >= state.next_topic_id:
-                why = f"topic id {topic_id} was never created in this cluster"
-            elif topic is not None and topic_id in names and names[topic_id] != topic:
-                why = f"topic id {topic_id} is {names[topic_id]!r} here, not {topic!r}"
-            else:
-                return False
-            self._strays.set_aside(path, topic_id, partition, why)
-            return True
-
+        # Partitions set aside as stray, by (topic id, partition): their Raft directories
+        # go with them. Registered, so the catalogue is this cluster's and as new as the
+        # registration's commit: a topic id it never handed out, or gives to a topic of
+        # another name, came from elsewhere.
+        strays: dict[tuple[int, int], str] = {}
         root = self._ctx.data_dir / "partitions"
         for path in sorted(root.iterdir()) if root.exists() else []:
             try:
@@ -329,16 +322,21 @@ class Reconciler:
                 partition = int(raw_partition)
             except (OSError, ValueError):
                 continue  # not ours to judge
-            if stray(topic_id, partition, path, topic):
-                continue
-            if (topic_id, partition) not in placed:
-                remove((topic_id, partition), path, "partition")
+            key = (topic_id, partition)
+            if topic_id >= state.next_topic_id:
+                strays[key] = f"topic id {topic_id} was never created in this cluster"
+            elif topic_id in names and names[topic_id] != topic:
+                strays[key] = f"topic id {topic_id} is {names[topic_id]!r} here, not {topic!r}"
+            if key in strays:
+                self._strays.set_aside(path, topic_id, partition, strays[key])
+            elif key not in placed and topic_id < state.next_topic_id:
+                remove(key, path, "partition")
         groups = self._ctx.data_dir / "raft" / "groups"
         for path in sorted(groups.iterdir()) if groups.exists() else []:
             if not path.name.isdigit() or int(path.name) == 0:
                 continue
-            topic_id, partition = divmod(int(path.name), GROUPS_PER_TOPIC)
-            if stray(topic_id, partition, path, None):
-                continue
-            if (topic_id, partition) not in placed:
-                remove((topic_id, partition), path, "raft group")
+            key = divmod(int(path.name), GROUPS_PER_TOPIC)
+            if key in strays:
+                self._strays.set_aside(path, key[0], key[1], strays[key])
+            elif key not in placed and key[0] < state.next_topic_id:
+                remove(key, path, "raft group")  # a newer id alone: not judged

@@ -1,10 +1,11 @@
 """Stray partition data: set aside, reported, never opened as a replica nor deleted.
 
-A partition directory (`partitions/<topic>-<n>`) or a partition's Raft directory
-(`raft/groups/<group id>`) is stray when this cluster's catalogue does not know it: its
-topic id was never handed out here (at or above the catalogue's `next_topic_id` once this
-broker has registered, so the catalogue is not lagging), or the catalogue gives that id to
-a topic of another name. Such data came from elsewhere: another cluster, a restored
+A partition directory (`partitions/<topic>-<n>`) is stray when this cluster's catalogue
+does not know it: its topic id was never handed out here (at or above the catalogue's
+`next_topic_id` once this broker has registered, so the catalogue is not lagging), or the
+catalogue gives that id to a topic of another name. Its Raft directory
+(`raft/groups/<group id>`) goes with it; a Raft directory of a newer id found alone is
+left where it is, unjudged, as before (it may be another kind of group). Such data came from elsewhere: another cluster, a restored
 backup, a directory copied by hand. Opening it as a replica would mix its records into a
 log of this cluster; deleting it would lose records nobody may have copied. So the
 reconciler (reconcile.py) hands it here and this service:

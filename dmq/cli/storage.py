@@ -17,16 +17,16 @@ running broker holds) for the whole deletion, so no broker can start on it meanw
 from __future__ import annotations
 
 import argparse
+import asyncio
 import fcntl
-import json
 import os
 import shutil
-import sys
-import urllib.request
 from pathlib import Path
+from typing import Any
 
 from dmq import meta_file
 from dmq.cli._common import Subparsers, UsageError
+from dmq.client import AsyncAdmin
 from dmq.errors import BrokerUnavailable, DmqError
 
 LOCK_FILE = ".lock"  # dmq/broker/broker.py's data-directory lock
@@ -108,18 +108,15 @@ def cmd_storage_reset(args: argparse.Namespace) -> int:
 
 
 def cmd_storage_set_aside(args: argparse.Namespace) -> int:
-    url = args.url.rstrip("/") + "/v1/storage/set-aside"
-    try:
-        with urllib.request.urlopen(url, timeout=10) as resp:  # noqa: S310 - the operator's --url
-            doc = json.loads(resp.read())
-    except OSError as exc:
-        raise DmqError(f"{url}: {exc}") from exc
-    entries = doc.get("set_aside", [])
+    async def ask() -> dict[str, Any]:
+        async with AsyncAdmin(args.url) as admin:
+            return await admin.set_aside()
+
+    doc = asyncio.run(ask())
+    entries = doc["set_aside"]
     if not entries:
         print(f"nothing set aside in {doc.get('data_dir')}")
     for entry in entries:
-        print(
-            f"{entry['path']}  {entry['bytes']} bytes  from {entry['original']}: {entry['reason']}",
-            file=sys.stdout,
-        )
+        print(f"{entry['path']}  {entry['bytes']} bytes  from {entry['original']}:")
+        print(f"    {entry['reason']}")
     return 0

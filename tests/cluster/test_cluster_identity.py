@@ -88,24 +88,25 @@ def test_one_cluster_id_on_every_broker_after_joins_and_a_restart_of_all(
     cluster["n5"].start()
     cluster.wait_ready()
 
-    def one_id_everywhere() -> str:
+    def one_id_everywhere(via_cli: bool) -> str:
         ids = {node.node_id: _cluster_id(node) for node in cluster.nodes.values()}
         assert len(set(ids.values())) == 1 and meta_file.read(cluster["n1"].data_dir), ids
         (cluster_id,) = set(ids.values())
         for node in cluster.nodes.values():
             assert meta_file.read(node.data_dir) == meta_file.DataDirMeta(cluster_id, node.node_id)
             assert _brokers(node) == ["n1", "n2", "n3", "n4", "n5"]
-        status = _dmq("cluster", "status", "--url", cluster["n5"].url)
-        assert status.returncode == 0, status.stderr
-        assert status.stdout.startswith(f"cluster {cluster_id},"), status.stdout
+        if via_cli:
+            status = _dmq("cluster", "status", "--url", cluster["n5"].url)
+            assert status.returncode == 0, status.stderr
+            assert status.stdout.startswith(f"cluster {cluster_id},"), status.stdout
         return cluster_id
 
-    cluster_id = one_id_everywhere()
+    cluster_id = one_id_everywhere(via_cli=True)
     cluster.kill_all()
     for node in cluster.nodes.values():
         node.start()
     cluster.wait_ready()
-    assert one_id_everywhere() == cluster_id
+    assert one_id_everywhere(via_cli=False) == cluster_id
 
 
 def test_a_broker_of_another_cluster_is_refused_and_keeps_its_data(dmq_cluster: Any) -> None:
@@ -186,6 +187,8 @@ def test_a_broker_of_another_cluster_is_refused_and_keeps_its_data(dmq_cluster: 
         assert entry["reason"] == "topic id 1 was never created in this cluster"
         expected = a_partition if entry["original"].startswith("partitions") else a_group
         assert _files(Path(entry["path"])) == expected
+    listed = _dmq("storage", "set-aside", "--url", n1.url)
+    assert listed.stdout.count("topic id 1 was never created in this cluster") == 2, listed
     cluster.create_topic("ledger", 1, 1, via=n1)  # topic id 1 in B too: starts empty
     assert fetch_all(n1, "ledger", 0) == []
 
@@ -198,3 +201,5 @@ def test_a_broker_of_another_cluster_is_refused_and_keeps_its_data(dmq_cluster: 
     cluster.wait_ready([n2])
     assert _cluster_id(n2) == b_id and _brokers(n1) == ["n1", "n2"]
     assert meta_file.read(n2.data_dir) == meta_file.DataDirMeta(b_id, "n2")
+    shown = _dmq("storage", "show", "--data-dir", str(n2.data_dir))
+    assert shown.stdout == f"{n2.data_dir}: cluster {b_id}, broker n2\n", shown
