@@ -309,10 +309,11 @@ class Reconciler:
             _log.info("removing orphan %s directory %s", what, path)
             shutil.rmtree(path)
 
-        # Partitions set aside as stray, by (topic id, partition): their Raft directories
-        # go with them. Registered, so the catalogue is this cluster's and as new as the
-        # registration's commit: a topic id it never handed out, or gives to a topic of
-        # another name, came from elsewhere.
+        # Partitions set aside as stray, by (topic id, partition), for a topic id this
+        # cluster never handed out: their Raft directories go with them (one the catalogue
+        # gives to another name keeps its group id's directory: that is the catalogue
+        # topic's). Registered, so the catalogue is this cluster's and as new as the
+        # registration's commit: either kind came from elsewhere.
         strays: dict[tuple[int, int], str] = {}
         root = self._ctx.data_dir / "partitions"
         for path in sorted(root.iterdir()) if root.exists() else []:
@@ -336,7 +337,7 @@ class Reconciler:
             if not path.name.isdigit() or int(path.name) == 0:
                 continue
             key = divmod(int(path.name), GROUPS_PER_TOPIC)
-            if key in strays:
+            if key in strays and key[0] >= state.next_topic_id:
                 self._strays.set_aside(path, key[0], key[1], strays[key])
             elif key not in placed and key[0] < state.next_topic_id:
                 remove(key, path, "raft group")  # a newer id alone: not judged

@@ -4,7 +4,8 @@ A partition directory (`partitions/<topic>-<n>`) is stray when this cluster's ca
 does not know it: its topic id was never handed out here (at or above the catalogue's
 `next_topic_id` once this broker has registered, so the catalogue is not lagging), or the
 catalogue gives that id to a topic of another name. Its Raft directory
-(`raft/groups/<group id>`) goes with it; a Raft directory of a newer id found alone is
+(`raft/groups/<group id>`) goes with it when the topic id was never handed out (else that
+group id is the catalogue topic's own); a Raft directory of a newer id found alone is
 left where it is, unjudged, as before (it may be another kind of group). Such data came from elsewhere: another cluster, a restored
 backup, a directory copied by hand. Opening it as a replica would mix its records into a
 log of this cluster; deleting it would lose records nobody may have copied. So the
