@@ -37,7 +37,8 @@ async def cluster_identity_middleware(request: web.Request, handler: Handler) ->
         if ours and theirs != ours:
             message = (
                 f"broker {broker.config.node_id} is of cluster {ours}; this request comes "
-                f"from cluster {theirs[:80]}: refused (a broker never serves another cluster)"
+                f"from cluster {theirs[:80]}: refused (a broker never serves another "
+                f"cluster: check the caller's --peers, --join and data directory)"
             )
             _log.warning(
                 "refused %s %s from %s: %s",

@@ -177,5 +177,6 @@ def check_cluster(own_cluster_id: bytes, hello: Hello) -> None:
         theirs = hello.cluster_id.decode(errors="replace")
         raise AuthFailed(
             f"hello from {hello.sender!r} of cluster {theirs}, this node is of cluster "
-            f"{own_cluster_id.decode(errors='replace')}: a broker of another cluster, dropped"
+            f"{own_cluster_id.decode(errors='replace')}: a broker of another cluster, dropped "
+            f"(check its --peers and data directory)"
         )
