@@ -27,7 +27,7 @@ ids = st.text(
 metas = st.builds(DataDirMeta, cluster_id=ids, node_id=ids)
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=150, deadline=None)
 @given(meta=metas)
 def test_an_identity_reads_back_equal(meta: DataDirMeta) -> None:
     assert meta_file.decode(meta_file.encode(meta)) == meta
@@ -40,7 +40,7 @@ def test_the_file_is_the_documented_text() -> None:
     assert lines[5].startswith("crc32c=") and len(lines) == 6
 
 
-@settings(max_examples=400, deadline=None)
+@settings(max_examples=250, deadline=None)
 @given(meta=metas, data=st.data())
 def test_any_damage_is_refused_never_read_as_another_identity(
     meta: DataDirMeta, data: st.DataObject

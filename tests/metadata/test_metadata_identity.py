@@ -54,7 +54,7 @@ steps = st.lists(
 )
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=120, deadline=None)
 @given(steps=steps)
 def test_the_cluster_id_is_set_once_by_the_first_well_formed_form_cluster(
     steps: list[tuple[str, object, int]],
