@@ -20,6 +20,7 @@
     │   │   └── InconsistentAssignor 409  the group's members use another assignor
     │   ├── PartitionDecommissioned  409  the partition takes no new records (still readable)
     │   ├── OperationConflict        409  another cluster operation of that kind is running
+    │   ├── ClusterIdMismatch        409  a broker, data directory or message of another cluster
     │   ├── ProducerFenced           409  a newer instance of this transactional id wrote
     │   ├── OutOfOrderSequence       409  an idempotent producer's batch skips a sequence
     │   ├── RecordTooLarge           413  a record, batch or body over its limit
@@ -32,6 +33,8 @@
     │   ├── Backpressure             429  a bounded queue is full
     │   └── RequestTimeout           504  the operation did not complete in time
     └── StorageError                 500  the broker's data or disk is broken (node stops)
+        ├── MetaFileCorrupt               the data directory's meta.properties is not valid
+        └── DataDirMismatch               the data directory is another broker's (start refused)
 
 The storage engine (log/) cannot import this module; its errors (log/errors.py) are
 translated into these at the Broker's border (`dmq.broker`), so they never reach a
@@ -134,6 +137,13 @@ class OperationConflict(ClientError):
     code = "operation_conflict"
 
 
+class ClusterIdMismatch(ClientError):
+    """A broker, a data directory or a broker-to-broker call of another cluster than this
+    one (dmq/README.md, "Cluster identity"); details name both ids."""
+
+    code = "cluster_id_mismatch"
+
+
 class ProducerFenced(ClientError):
     code = "producer_fenced"
 
@@ -191,6 +201,18 @@ class StorageError(DmqError):
     code = "storage_error"
 
 
+class MetaFileCorrupt(StorageError):
+    """<data-dir>/meta.properties exists but is not valid (dmq/meta_file.py)."""
+
+    code = "meta_file_corrupt"
+
+
+class DataDirMismatch(StorageError):
+    """The data directory belongs to another broker than --node-id (dmq/meta_file.py)."""
+
+    code = "data_dir_mismatch"
+
+
 _ALL: tuple[type[DmqError], ...] = (
     DmqError,
     ClientError,
@@ -216,12 +238,15 @@ _ALL: tuple[type[DmqError], ...] = (
     PartitionGone,
     PartitionDecommissioned,
     OperationConflict,
+    ClusterIdMismatch,
     RetriableError,
     NotLeader,
     BrokerUnavailable,
     Backpressure,
     RequestTimeout,
     StorageError,
+    MetaFileCorrupt,
+    DataDirMismatch,
 )
 _BY_CODE: dict[str, type[DmqError]] = {cls.code: cls for cls in _ALL}
 

@@ -34,6 +34,12 @@ from pathlib import Path
 from dmq.errors import InvalidConfig, Unauthenticated
 
 SIGNATURE_HEADER = "X-Dmq-Signature"
+# Every call a broker makes on another names its cluster's id (once it knows it), and so does
+# `dmq serve --join` asking for the cluster: a broker answers 409 `cluster_id_mismatch` to
+# one naming another cluster, and logs it (http_api/identity.py). Not covered by the
+# signature: it guards against mistakes (a reused data directory, a copied config), while
+# the secret guards against strangers.
+CLUSTER_ID_HEADER = "X-Dmq-Cluster-Id"
 SIGNATURE_VERSION = "v1"
 INTERNAL_PATH_PREFIX = "/v1/internal/"
 # A signature made further than this from the receiver's clock is refused. Cost of a

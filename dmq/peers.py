@@ -24,7 +24,7 @@ import aiohttp
 from yarl import URL
 
 from dmq import errors
-from dmq.internal_auth import signed_headers, target_of
+from dmq.internal_auth import CLUSTER_ID_HEADER, signed_headers, target_of
 
 FORWARDED_HEADER = "X-Dmq-Forwarded"  # set on a forwarded request: it is never forwarded again
 # Connections kept to each other broker (forwarded appends run in parallel on them).
@@ -45,6 +45,8 @@ class PeerClient:
     def __init__(self, local_host: str = "", secret: bytes | None = None) -> None:
         self._session: aiohttp.ClientSession | None = None
         self.secret = secret  # the cluster secret: internal calls are signed with it
+        # This broker's cluster id, named in every call once known (dmq/internal_auth.py).
+        self.cluster_id = ""
         # Calls leave from this broker's own HTTP address when it has a specific one, as
         # Raft's do from its Raft address: peers and the fault harness (jepsen/, which cuts
         # links by address) see which broker is calling, not the loopback default.
@@ -92,6 +94,8 @@ class PeerClient:
         if params:
             url = url.update_query(params)
         headers = signed_headers(self.secret, method, url.raw_path_qs, body)
+        if self.cluster_id:
+            headers[CLUSTER_ID_HEADER] = self.cluster_id
         if body is not None:
             headers["Content-Type"] = content_type
         try:
@@ -157,6 +161,7 @@ def fetch_batches_blocking(
     end_offset: int,
     timeout_s: float,
     secret: bytes | None = None,
+    cluster_id: str = "",
 ) -> Iterator[tuple[bytes, int]]:
     """Raw batches of [start_offset, end_offset) from a broker's replica, in chunks.
 
@@ -172,6 +177,8 @@ def fetch_batches_blocking(
             f"?start_offset={offset}&end_offset={end_offset}"
         )
         headers = {FORWARDED_HEADER: "1", **signed_headers(secret, "GET", target_of(url))}
+        if cluster_id:
+            headers[CLUSTER_ID_HEADER] = cluster_id
         request = urllib.request.Request(url, headers=headers)
         try:
             # The URL is http:// + a broker's address from the catalogue, never a file: one.

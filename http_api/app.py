@@ -26,6 +26,7 @@ from http_api.forward import (
     is_forwarded,
 )
 from http_api.groups import GROUP_ROUTES
+from http_api.identity import IDENTITY_ROUTES, cluster_identity_middleware
 from http_api.internal_auth import internal_auth_middleware
 from http_api.openapi import openapi_document
 from http_api.operations import OPERATIONS_ROUTES
@@ -450,12 +451,18 @@ ROUTES: tuple[tuple[str, str, Any], ...] = (
     ("GET", "/v1/internal/metadata", internal_metadata),
     ("GET", "/v1/internal/metadata/voters", internal_metadata_voters),
     *OPERATIONS_ROUTES,
+    *IDENTITY_ROUTES,
 )
 
 
 def make_app(broker: Broker) -> web.Application:
     app = web.Application(
-        middlewares=[error_middleware, internal_auth_middleware, forward_middleware],
+        middlewares=[
+            error_middleware,
+            internal_auth_middleware,
+            cluster_identity_middleware,
+            forward_middleware,
+        ],
         client_max_size=broker.config.request_bytes_max,
     )
     app[BROKER] = broker

@@ -33,6 +33,7 @@ STATUS_TABLE: tuple[tuple[type[errors.DmqError], int], ...] = (
     (errors.NotFound, 404),
     (errors.PartitionDecommissioned, 409),
     (errors.OperationConflict, 409),
+    (errors.ClusterIdMismatch, 409),
     (errors.TopicAlreadyExists, 409),
     (errors.GroupConflict, 409),
     (errors.ProducerFenced, 409),

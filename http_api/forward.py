@@ -17,7 +17,7 @@ from yarl import URL
 
 from dmq import errors
 from dmq.broker import Broker, ForwardRequest
-from dmq.internal_auth import signed_headers
+from dmq.internal_auth import CLUSTER_ID_HEADER, signed_headers
 from dmq.peers import FORWARDED_HEADER
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
@@ -55,6 +55,8 @@ async def _relay(request: web.Request, http_addr: str, hops: int = 1) -> web.Res
     broker = request.app[BROKER]
     headers = {h: request.headers[h] for h in _PASSED_REQUEST_HEADERS if h in request.headers}
     headers[FORWARDED_HEADER] = str(hops)
+    if broker.cluster_id:  # the leader refuses a relay from another cluster (identity.py)
+        headers[CLUSTER_ID_HEADER] = broker.cluster_id
     # read() returns the body again when the handler already read it (can_read_body is
     # then False): group handlers parse their body before they know where it goes.
     body = await request.read() or None

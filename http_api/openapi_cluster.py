@@ -37,7 +37,12 @@ def cluster_paths() -> dict[str, Any]:
             "get": operation("openapi", "This document", {"200": ok({"type": "object"})})
         },
         "/v1/cluster": {
-            "get": operation("cluster", "Cluster id, brokers, this node", {"200": ok("Cluster")})
+            "get": operation(
+                "cluster",
+                "Cluster id, brokers, this node (409 to a join naming another cluster id)",
+                {"200": ok("Cluster")},
+                errors=(409,),
+            )
         },
         "/v1/cluster/status": {
             "get": operation(

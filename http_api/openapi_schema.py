@@ -35,7 +35,8 @@ OFFSET_HEADERS = {
 # The summary of every internal route begins with this.
 INTERNAL = (
     "Internal, broker to broker (dmq/peers.py); not for clients. With a cluster secret it "
-    "needs an X-Dmq-Signature header (dmq/internal_auth.py), else 401 unauthenticated. "
+    "needs an X-Dmq-Signature header (dmq/internal_auth.py), else 401 unauthenticated; "
+    "one naming another cluster (X-Dmq-Cluster-Id) gets 409 cluster_id_mismatch. "
 )
 
 
@@ -65,7 +66,8 @@ ERROR_STATUSES: dict[int, tuple[str, tuple[str, ...], bool]] = {
     406: ("data that is not UTF-8 asked for as a string", ("not_acceptable",), False),
     409: (
         "the topic already exists; or a group member must rejoin (unknown_member), catch up "
-        "(stale_generation), the group must be empty, or use the group's assignor",
+        "(stale_generation), the group must be empty, or use the group's assignor; or a "
+        "broker-to-broker call or a join names another cluster (cluster_id_mismatch)",
         (
             "topic_already_exists",
             "group_conflict",
@@ -77,6 +79,7 @@ ERROR_STATUSES: dict[int, tuple[str, tuple[str, ...], bool]] = {
             "out_of_order_sequence",
             "partition_decommissioned",
             "operation_conflict",
+            "cluster_id_mismatch",
         ),
         False,
     ),
@@ -93,7 +96,11 @@ ERROR_STATUSES: dict[int, tuple[str, tuple[str, ...], bool]] = {
     415: ("unsupported Content-Type", ("unsupported_media_type",), False),
     416: ("offset outside [log_start_offset, log_end_offset]", ("offset_out_of_range",), False),
     429: ("a bounded queue is full; retry after Retry-After", ("backpressure",), True),
-    500: ("the broker's data is broken, or a bug", ("storage_error", "internal_error"), False),
+    500: (
+        "the broker's data is broken, or a bug",
+        ("storage_error", "internal_error", "meta_file_corrupt", "data_dir_mismatch"),
+        False,
+    ),
     503: (
         "not leader, starting or stopping",
         ("not_leader", "broker_unavailable", "retriable"),

@@ -8,16 +8,29 @@ reads, so the receiver (the accepting side) challenges and the sender answers:
    `CHALLENGE_MAGIC | nonce` (CHALLENGE_BYTES), a fresh random nonce per connection.
 2. A reads exactly CHALLENGE_BYTES (before that its link is not up: nothing is sent), then
    sends its hello as the connection's first frame (group HELLO_GROUP_ID), payload
-   `u8 HELLO_VERSION | u8 n | A's node id (n bytes, UTF-8) | mac`, where
-   `mac = HMAC-SHA256(secret, HELLO_CONTEXT | nonce | u8 len | A's id | u8 len | B's id)`.
+   `u8 HELLO_VERSION | u8 n | A's node id (n bytes, UTF-8) | u8 m | A's cluster id (m
+   bytes, 0 while A knows none) | mac`, where `mac = HMAC-SHA256(secret, HELLO_CONTEXT |
+   nonce | u8 len | A's id | u8 len | B's id | u8 len | A's cluster id)`.
    Then its queued frames follow and the link is up.
 3. B reads at most HELLO_FRAME_BYTES_MAX before the hello is checked: the first frame must
    be a hello of that size at most; B recomputes the mac with its own id and the nonce it
    sent and compares with `hmac.compare_digest`; then checks that A's id is a broker of
-   the cluster. Any failure: one warning line, the connection is closed, nothing after
-   the hello is decoded. A connection that has not sent a valid hello within
-   HANDSHAKE_TIMEOUT_S is closed too.
+   the cluster, and that A's cluster id is B's (`check_cluster`: when both know one).
+   Any failure: one warning line, the connection is closed, nothing after the hello is
+   decoded. A connection that has not sent a valid hello within HANDSHAKE_TIMEOUT_S is
+   closed too.
 4. Only then are the connection's frames decoded (raft/wire.py) and handed to Raft.
+
+The cluster id (bytes the caller passes in, as it does the secret: raft/ does not know
+what a cluster is) keeps a broker of another cluster out even when it shares the secret
+and a node id (a copied config, a reused data directory): every frame arrives on a
+connection whose hello named the receiver's cluster, so none from another cluster is
+ever decoded (etcd stamps each message with its cluster id for the same reason). A node
+that knows no id yet (a new cluster whose metadata group has not chosen one) sends and
+accepts an empty one. A version-1 hello (dmq before cluster ids) is still accepted, as
+carrying no cluster id, so brokers can be upgraded one at a time; an older broker
+refuses a version-2 hello, so connections from upgraded brokers to it fail until it is
+upgraded too.
 
 A recorded hello is worthless: it answers a nonce that B will never send again (32 random
 bytes). The mac names both ends, so a hello made for C is refused by B. Without a secret
@@ -36,18 +49,23 @@ import hashlib
 import hmac
 import secrets
 import struct
+from dataclasses import dataclass
 
 from raft.errors import AuthFailed
 
 CHALLENGE_MAGIC = b"DMQRAUTH"
 NONCE_BYTES = 32
 CHALLENGE_BYTES = len(CHALLENGE_MAGIC) + NONCE_BYTES
-HELLO_VERSION = 1
-HELLO_CONTEXT = b"dmq raft hello v1\x00"
+HELLO_VERSION = 2  # with the sender's cluster id
+HELLO_VERSION_NO_CLUSTER = 1  # dmq before cluster ids: accepted, as naming none
+HELLO_CONTEXT = b"dmq raft hello v2\x00"
+HELLO_CONTEXT_V1 = b"dmq raft hello v1\x00"
 MAC_BYTES = hashlib.sha256().digest_size
 NODE_ID_BYTES_MAX = 255
+CLUSTER_ID_BYTES_MAX = 64  # dmq/metadata/identity.py's CLUSTER_ID_CHARS_MAX, in ASCII
 # The hello is the only frame read before authentication: its payload is at most
-# 2 + NODE_ID_BYTES_MAX + MAC_BYTES (289) bytes; a larger first frame closes the connection.
+# 3 + NODE_ID_BYTES_MAX + CLUSTER_ID_BYTES_MAX + MAC_BYTES (354) bytes; a larger first
+# frame closes the connection.
 HELLO_FRAME_BYTES_MAX = 512
 # A connection (either side) that has not finished the handshake in this long is closed:
 # it bounds how long a silent or slow stranger holds a socket and a buffer.
@@ -78,36 +96,87 @@ def _node_id_bytes(node_id: str) -> bytes:
     return data
 
 
-def _mac(secret: bytes | None, nonce: bytes, sender: bytes, receiver: bytes) -> bytes:
-    message = b"".join(
-        [HELLO_CONTEXT, nonce, _U8.pack(len(sender)), sender, _U8.pack(len(receiver)), receiver]
-    )
+@dataclass(frozen=True, slots=True)
+class Hello:
+    """What a hello that checked out says: who sent it, of which cluster (b"": none known)."""
+
+    sender: str
+    cluster_id: bytes
+
+
+def _mac(
+    secret: bytes | None, nonce: bytes, sender: bytes, receiver: bytes, cluster_id: bytes | None
+) -> bytes:
+    parts = [nonce, _U8.pack(len(sender)), sender, _U8.pack(len(receiver)), receiver]
+    if cluster_id is None:  # a version-1 hello
+        message = b"".join([HELLO_CONTEXT_V1, *parts])
+    else:
+        message = b"".join([HELLO_CONTEXT, *parts, _U8.pack(len(cluster_id)), cluster_id])
     return hmac.new(secret or b"", message, hashlib.sha256).digest()
 
 
-def hello_payload(secret: bytes | None, nonce: bytes, sender: str, receiver: str) -> bytes:
-    """Step 2: the hello frame's payload proving `sender` holds the secret."""
+def _cluster_id_bytes(cluster_id: bytes) -> bytes:
+    if len(cluster_id) > CLUSTER_ID_BYTES_MAX:
+        raise AuthFailed(f"cluster id of {len(cluster_id)} bytes (0-{CLUSTER_ID_BYTES_MAX})")
+    return cluster_id
+
+
+def hello_payload(
+    secret: bytes | None, nonce: bytes, sender: str, receiver: str, cluster_id: bytes = b""
+) -> bytes:
+    """Step 2: the hello frame's payload proving `sender` holds the secret, and naming the
+    cluster it belongs to (b"": it knows none yet)."""
     sender_bytes = _node_id_bytes(sender)
-    mac = _mac(secret, nonce, sender_bytes, _node_id_bytes(receiver))
-    return _U8.pack(HELLO_VERSION) + _U8.pack(len(sender_bytes)) + sender_bytes + mac
+    cluster = _cluster_id_bytes(cluster_id)
+    mac = _mac(secret, nonce, sender_bytes, _node_id_bytes(receiver), cluster)
+    return b"".join(
+        [_U8.pack(HELLO_VERSION), _U8.pack(len(sender_bytes)), sender_bytes]
+        + [_U8.pack(len(cluster)), cluster, mac]
+    )
 
 
-def check_hello(secret: bytes | None, nonce: bytes, payload: bytes, receiver: str) -> str:
-    """Step 3: the sender's node id if `payload` proves the secret; AuthFailed otherwise.
+def check_hello(secret: bytes | None, nonce: bytes, payload: bytes, receiver: str) -> Hello:
+    """Step 3: the sender and its cluster id if `payload` proves the secret; AuthFailed
+    otherwise.
 
-    Whether that id belongs to the cluster is the caller's check (it knows the brokers).
+    Whether that id belongs to the cluster is the caller's check (it knows the brokers), and
+    so is the cluster id's (`check_cluster`).
     """
-    if len(payload) < 2 + MAC_BYTES or payload[0] != HELLO_VERSION:
+    if len(payload) < 2 + MAC_BYTES or payload[0] not in (
+        HELLO_VERSION,
+        HELLO_VERSION_NO_CLUSTER,
+    ):
         raise AuthFailed(f"hello is malformed or not version {HELLO_VERSION}")
     size = payload[1]
-    if len(payload) != 2 + size + MAC_BYTES or size == 0:
+    at = 2 + size
+    cluster: bytes | None = None
+    if payload[0] == HELLO_VERSION:
+        if len(payload) < at + 1 + MAC_BYTES:
+            raise AuthFailed("hello is malformed (length)")
+        cluster_size = payload[at]
+        cluster = payload[at + 1 : at + 1 + cluster_size]
+        at += 1 + cluster_size
+        if cluster_size > CLUSTER_ID_BYTES_MAX:
+            raise AuthFailed("hello is malformed (cluster id length)")
+    if len(payload) != at + MAC_BYTES or size == 0:
         raise AuthFailed("hello is malformed (length)")
     sender_bytes = payload[2 : 2 + size]
     try:
         sender = sender_bytes.decode()
     except UnicodeDecodeError:
         raise AuthFailed("hello names a node id that is not UTF-8") from None
-    expected = _mac(secret, nonce, sender_bytes, _node_id_bytes(receiver))
-    if not hmac.compare_digest(expected, payload[2 + size :]):
+    expected = _mac(secret, nonce, sender_bytes, _node_id_bytes(receiver), cluster)
+    if not hmac.compare_digest(expected, payload[at:]):
         raise AuthFailed(f"hello from {sender!r} fails its mac (wrong or missing cluster secret)")
-    return sender
+    return Hello(sender, cluster or b"")
+
+
+def check_cluster(own_cluster_id: bytes, hello: Hello) -> None:
+    """AuthFailed if the hello names another cluster than ours (when both know one)."""
+    if own_cluster_id and hello.cluster_id and hello.cluster_id != own_cluster_id:
+        theirs = hello.cluster_id.decode(errors="replace")
+        raise AuthFailed(
+            f"hello from {hello.sender!r} of cluster {theirs}, this node is of cluster "
+            f"{own_cluster_id.decode(errors='replace')}: a broker of another cluster, dropped "
+            f"(check its --peers and data directory)"
+        )

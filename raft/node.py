@@ -83,6 +83,7 @@ class RaftNode:
         *,
         durable_trace: bool = False,
         cluster_secret: bytes | None = None,
+        cluster_id: bytes = b"",
     ) -> None:
         self.config = config or RaftConfig()
         self.config.check()
@@ -101,6 +102,7 @@ class RaftNode:
             on_peer_up=self._on_peer_up,
             on_peer_down=self._on_peer_down,
             secret=cluster_secret,  # raft/auth.py; None: an unsecured cluster
+            cluster_id=cluster_id,  # raft/auth.py; b"": none known yet
         )
         self.groups: dict[int, Replica] = {}
         self.failed: BaseException | None = None
@@ -123,6 +125,11 @@ class RaftNode:
         self._due_seq = itertools.count()
         # Leadership transfers asked for and not yet seen done (raft/leadership.py).
         self._transfers: leadership.Transfers = {}
+
+    def set_cluster_id(self, cluster_id: bytes) -> None:
+        """Name this cluster in every hello from now on, and refuse hellos naming another
+        (raft/auth.py). Connections already up stay: their peers named none, or this one."""
+        self.network.cluster_id = cluster_id
 
     # --- lifecycle (event loop thread) ------------------------------------------------------
 

@@ -210,11 +210,15 @@ class Network:
         on_peer_up: PeerHandler,
         on_peer_down: PeerHandler,
         secret: bytes | None = None,
+        cluster_id: bytes = b"",
     ) -> None:
         self.node_id = node_id
         self.address = parse_address(address)
         self._config = config
         self._secret = secret
+        # raft/auth.py: named in our hellos, and a hello naming another is refused. b"" while
+        # the caller knows none; it may set it once it does (one reference assignment).
+        self.cluster_id = cluster_id
         self._on_message = on_message
         self._on_peer_up = on_peer_up
         self._on_peer_down = on_peer_down
@@ -443,7 +447,7 @@ class Network:
             logger.warning("closing connection to %s: %s", link.peer_id, error)
             self._close_outbound(link, notify=False)
             return
-        hello = auth.hello_payload(self._secret, nonce, self.node_id, link.peer_id)
+        hello = auth.hello_payload(self._secret, nonce, self.node_id, link.peer_id, self.cluster_id)
         link.challenge.clear()
         link.out[:0] = encode_frame(HELLO_GROUP_ID, hello)
         link.up = True
@@ -589,9 +593,11 @@ class Network:
         """Step 3 of raft/auth.py; AuthFailed closes the connection (in _dispatch)."""
         if group_id != HELLO_GROUP_ID:
             raise AuthFailed("the first frame is not a hello")
-        peer_id = auth.check_hello(self._secret, conn.nonce, payload.tobytes(), self.node_id)
+        hello = auth.check_hello(self._secret, conn.nonce, payload.tobytes(), self.node_id)
+        peer_id = hello.sender
         if peer_id not in self._outbound:
             raise AuthFailed(f"hello from {peer_id!r}, which is not a broker of this cluster")
+        auth.check_cluster(self.cluster_id, hello)
         for other in list(self._inbound.values()):
             if other is not conn and other.peer_id == peer_id:
                 self._close_inbound(other)  # the peer restarted and reconnected

@@ -9,7 +9,9 @@ Every request is one call on one service (dmq/README.md, "dmq/broker/"):
   decommissions, metadata voters, balance;
 - `cluster` (cluster.py): the cluster view and status, heartbeats, leader reports;
 - `routing` (routing.py) and `reconciler` (reconcile.py) serve the others: who leads
-  what and where it listens; this broker's replicas made to match the catalogue.
+  what and where it listens; this broker's replicas made to match the catalogue;
+- `identity` (identity.py): the cluster id, checked before the data directory is
+  touched and adopted once registered; `strays` (strays.py): data set aside.
 
 The Broker owns what lives as long as the process: the data-directory lock, the cluster
 id, the Raft node (raft/node.py: every group of this broker on one address and one
@@ -24,7 +26,6 @@ import asyncio
 import fcntl
 import logging
 import os
-import uuid
 from collections.abc import Callable, Coroutine
 from pathlib import Path
 from typing import Any
@@ -34,17 +35,18 @@ from dmq.broker.cluster import ClusterService
 from dmq.broker.context import BrokerContext
 from dmq.broker.fetch import FetchService
 from dmq.broker.groups import GroupsService
+from dmq.broker.identity import IdentityService
 from dmq.broker.operations import OperationsService
 from dmq.broker.produce import ProduceService
 from dmq.broker.reconcile import Reconciler
 from dmq.broker.routing import Routing
+from dmq.broker.strays import StrayData
 from dmq.broker.topics import TopicsService
 from dmq.broker.types import ForwardRequest
 from dmq.config import BrokerConfig
 from dmq.metadata.machine import RegisterBroker
 from dmq.metadata.service import METADATA_LEFT_MARKER, MetadataService, wall_ms
 from dmq.peers import PeerClient
-from log.segment import write_durably
 from raft.config import RaftConfig
 from raft.node import RaftNode
 
@@ -84,8 +86,10 @@ class Broker:
         # Composed in dependency order: each service gets the context and the services
         # it calls, never the Broker (dmq/README.md, "dmq/broker/").
         self.routing = Routing(ctx)
+        self.identity = IdentityService(ctx)
+        self.strays = StrayData(ctx.data_dir)
         self.operations = OperationsService(ctx)  # reassign, decommission, balance
-        self.reconciler = Reconciler(ctx, self.routing, self.operations)
+        self.reconciler = Reconciler(ctx, self.routing, self.operations, self.strays)
         self.topics = TopicsService(ctx, self.routing, self.reconciler)
         self.produce = ProduceService(ctx, self.routing, self.topics)
         self.fetch = FetchService(ctx, self.routing)
@@ -163,9 +167,10 @@ class Broker:
         (`/readyz` answers 503), so the other brokers can reach this one's internal routes.
         """
         ctx = self._ctx
+        self.identity.check_data_dir()  # before anything in the directory changes
         ctx.data_dir.mkdir(parents=True, exist_ok=True)
         self._lock_data_dir()
-        ctx.cluster_id = self._load_cluster_id()
+        (ctx.data_dir / "meta").mkdir(exist_ok=True)  # markers of the metadata service
         await self._open_raft_node()
         ctx.metadata_service = MetadataService(
             ctx.config.node_id,
@@ -179,6 +184,7 @@ class Broker:
         )
         await ctx.metadata_service.start()
         await self._register()
+        await self.identity.adopt()
         self.reconciler.remove_orphans()
         await self.reconciler.reconcile()
         if ctx.failure is not None:
@@ -210,6 +216,7 @@ class Broker:
             raft_config,
             durable_trace=os.environ.get(DURABLE_TRACE_ENV) == "1",
             cluster_secret=ctx.cluster_secret,  # raft/auth.py's handshake
+            cluster_id=ctx.cluster_id.encode(),  # and the cluster it names
         )
         await ctx.raft_node.start()
 
@@ -296,10 +303,3 @@ class Broker:
         os.ftruncate(fd, 0)
         os.write(fd, f"{os.getpid()}\n".encode())
         self._lock_fd = fd
-
-    def _load_cluster_id(self) -> str:
-        path = self.data_dir / "meta" / "cluster_id"
-        path.parent.mkdir(parents=True, exist_ok=True)
-        if not path.exists() or not path.read_text().strip():
-            write_durably(path, (uuid.uuid4().hex + "\n").encode())
-        return path.read_text().strip()

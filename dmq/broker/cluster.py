@@ -95,7 +95,7 @@ class ClusterService:
         state = self._ctx.metadata.state
         live = set(state.live_brokers(max(state.clock_ms, wall_ms())))
         return {
-            "cluster_id": self._ctx.cluster_id,
+            "cluster_id": self._ctx.cluster_id or state.cluster_id,  # ("" before formed)
             "node_id": self._ctx.config.node_id,
             "metadata_voters": self._ctx.metadata.voters,
             "metadata_version": state.metadata_version,

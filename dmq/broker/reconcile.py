@@ -14,7 +14,9 @@ After every change of the catalogue (`metadata_version`) the metadata service se
 
 A replica's directory is removed only when the catalogue no longer places it here and its
 topic id is below the catalogue's `next_topic_id` (a lagging catalogue never deletes a
-topic it has not heard of).
+topic it has not heard of). Data the catalogue does not know at all (a topic id never
+handed out in this cluster, or one its catalogue gives to a topic of another name) is
+stray: set aside by strays.py, never opened as a replica nor deleted.
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ from dmq import errors
 from dmq.broker.context import BrokerContext
 from dmq.broker.operations import OperationsService
 from dmq.broker.routing import Routing
+from dmq.broker.strays import StrayData
 from dmq.metadata.machine import PARTITION_GONE, MetadataState, TopicInfo
 from dmq.metadata.reassignment import hosts_replica
 from dmq.partition.replica import GROUPS_PER_TOPIC, TOPIC_ID_FILE, PartitionReplica
@@ -49,10 +52,17 @@ Wanted = dict[tuple[str, int], tuple[TopicInfo, tuple[str, ...]]]
 class Reconciler:
     """Owns the opening and deletion of replicas; the ReplicaSet is its output."""
 
-    def __init__(self, ctx: BrokerContext, routing: Routing, operations: OperationsService) -> None:
+    def __init__(
+        self,
+        ctx: BrokerContext,
+        routing: Routing,
+        operations: OperationsService,
+        strays: StrayData,
+    ) -> None:
         self._ctx = ctx
         self._routing = routing
         self._operations = operations
+        self._strays = strays
         self._lock = asyncio.Lock()
         self.wanted = asyncio.Event()  # set on each new catalogue (and to retry)
         # (topic id, partition) -> its directories found at start-up, of a partition that
@@ -183,6 +193,7 @@ class Reconciler:
         assert self._ctx.raft_node is not None
         key = f"{info.name}-{partition}"
         c = self._ctx.config
+        self._set_aside_if_foreign(info, partition)
 
         def fetch_missing(start_offset: int, end_offset: int) -> Any:
             return self._fetch_missing(info.name, partition, members, start_offset, end_offset)
@@ -207,6 +218,22 @@ class Reconciler:
 
     def _partition_dir(self, topic: str, partition: int) -> Path:
         return self._ctx.data_dir / "partitions" / f"{topic}-{partition}"
+
+    def _set_aside_if_foreign(self, info: TopicInfo, partition: int) -> None:
+        """A directory under this replica's name that holds another topic id's data is
+        never opened as this replica: it is set aside first (strays.py)."""
+        path = self._partition_dir(info.name, partition)
+        try:
+            found = int((path / TOPIC_ID_FILE).read_text())
+        except (OSError, ValueError):
+            return  # none yet, or a replica whose first open stopped before writing it
+        if found != info.topic_id:
+            self._strays.set_aside(
+                path,
+                found,
+                partition,
+                f"holds topic id {found}, the catalogue's {info.name} is topic id {info.topic_id}",
+            )
 
     def _fetch_missing(
         self, topic: str, partition: int, members: tuple[str, ...], start: int, end: int
@@ -242,6 +269,7 @@ class Reconciler:
                         end,
                         self._ctx.timeout_s,
                         self._ctx.cluster_secret,
+                        self._ctx.cluster_id,
                     )
                 )
             except errors.DmqError as exc:
@@ -249,11 +277,13 @@ class Reconciler:
         raise last
 
     def remove_orphans(self) -> None:
-        """Directories of replicas no longer placed here, that a crash left behind.
+        """Directories of replicas no longer placed here, that a crash left behind; run once
+        at start-up, after this broker's registration committed (its catalogue then holds
+        every topic this cluster created before).
 
-        Only topic ids below the catalogue's next_topic_id are judged: a newer one may
-        belong to a topic this broker has not heard of yet (its state lags). Those of a
-        partition that still exists wait for its leader's word (`_drop_unplaced_dirs`).
+        Only topic ids below the catalogue's next_topic_id, of a topic deleted or moved
+        away, are removed; those of a partition that still exists wait for its leader's
+        word (`_drop_unplaced_dirs`). Stray data (module docstring) is set aside instead.
         """
         state = self._ctx.metadata.state
         node_id = self._ctx.config.node_id
@@ -270,6 +300,8 @@ class Reconciler:
             if placement.status != PARTITION_GONE
         }
 
+        names = {info.topic_id: info.name for info in state.topics.values()}
+
         def remove(key: tuple[int, int], path: Path, what: str) -> None:
             if key in existing:
                 self._unplaced_dirs.setdefault(key, []).append(path)
@@ -277,19 +309,35 @@ class Reconciler:
             _log.info("removing orphan %s directory %s", what, path)
             shutil.rmtree(path)
 
+        # Partitions set aside as stray, by (topic id, partition), for a topic id this
+        # cluster never handed out: their Raft directories go with them (one the catalogue
+        # gives to another name keeps its group id's directory: that is the catalogue
+        # topic's). Registered, so the catalogue is this cluster's and as new as the
+        # registration's commit: either kind came from elsewhere.
+        strays: dict[tuple[int, int], str] = {}
         root = self._ctx.data_dir / "partitions"
         for path in sorted(root.iterdir()) if root.exists() else []:
             try:
                 topic_id = int((path / TOPIC_ID_FILE).read_text())
-                partition = int(path.name.rpartition("-")[2])
+                topic, _, raw_partition = path.name.rpartition("-")
+                partition = int(raw_partition)
             except (OSError, ValueError):
                 continue  # not ours to judge
-            if topic_id < state.next_topic_id and (topic_id, partition) not in placed:
-                remove((topic_id, partition), path, "partition")
+            key = (topic_id, partition)
+            if topic_id >= state.next_topic_id:
+                strays[key] = f"topic id {topic_id} was never created in this cluster"
+            elif topic_id in names and names[topic_id] != topic:
+                strays[key] = f"topic id {topic_id} is {names[topic_id]!r} here, not {topic!r}"
+            if key in strays:
+                self._strays.set_aside(path, topic_id, partition, strays[key])
+            elif key not in placed and topic_id < state.next_topic_id:
+                remove(key, path, "partition")
         groups = self._ctx.data_dir / "raft" / "groups"
         for path in sorted(groups.iterdir()) if groups.exists() else []:
             if not path.name.isdigit() or int(path.name) == 0:
                 continue
-            topic_id, partition = divmod(int(path.name), GROUPS_PER_TOPIC)
-            if topic_id < state.next_topic_id and (topic_id, partition) not in placed:
-                remove((topic_id, partition), path, "raft group")
+            key = divmod(int(path.name), GROUPS_PER_TOPIC)
+            if key in strays and key[0] >= state.next_topic_id:
+                self._strays.set_aside(path, key[0], key[1], strays[key])
+            elif key not in placed and key[0] < state.next_topic_id:
+                remove(key, path, "raft group")  # a newer id alone: not judged

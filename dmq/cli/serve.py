@@ -2,6 +2,12 @@
 
 `--join URL[,URL...]` asks running brokers for the cluster (its brokers' Raft addresses and
 the metadata voters) and starts as a new, non-voting broker of it (`resolve_join`).
+
+Before either, the data directory's identity is checked (dmq/meta_file.py), changing
+nothing: another broker's directory is refused, and so is `--join` of a cluster other than
+the one the directory belongs to (the request names it: the brokers asked answer 409, and
+the id they report is compared too). A broker never changes cluster as a side effect of a
+flag: `dmq storage reset` (dmq/cli/storage.py) is the explicit way.
 """
 
 from __future__ import annotations
@@ -12,12 +18,17 @@ import importlib
 import json
 import sys
 import time
+import urllib.error
 import urllib.request
+from pathlib import Path
+from typing import Any
 
+from dmq import meta_file
 from dmq.cli._common import Subparsers, comma_items
 from dmq.config import BrokerConfig, load_config
 from dmq.config import add_arguments as add_broker_arguments
-from dmq.errors import DmqError
+from dmq.errors import ClusterIdMismatch, DmqError
+from dmq.internal_auth import CLUSTER_ID_HEADER
 from log.segment import write_durably
 
 JOIN_ASK_TIMEOUT_S = 5.0  # one GET /v1/cluster of a --join broker
@@ -37,7 +48,9 @@ def add_serve(commands: Subparsers) -> None:
 
 
 def _cmd_serve(args: argparse.Namespace) -> int:
-    config = resolve_join(load_config(vars(args), config_file=args.config))
+    config = load_config(vars(args), config_file=args.config)
+    meta_file.check_start(config.data_path, config.node_id)  # another broker's: refused
+    config = resolve_join(config)
     try:  # the whole broker: only this command needs it
         server = importlib.import_module("dmq.server")
     except ImportError as exc:
@@ -48,30 +61,63 @@ def _cmd_serve(args: argparse.Namespace) -> int:
 JOINED_FILE = "joined_cluster.json"  # in <data dir>/meta/: what the last --join read
 
 
-def _ask_cluster(urls: list[str], patience_s: float) -> tuple[dict[str, str], list[str]]:
+def _ask_one(url: str, data_dir: Path, own_cluster_id: str) -> dict[str, Any]:
+    """GET /v1/cluster of one broker, naming this data directory's cluster (if any).
+
+    ClusterIdMismatch, the refusal (one line, both ids, the remedy), if the broker answers
+    409 or reports another cluster id than the directory's."""
+    request = urllib.request.Request(f"{url}/v1/cluster")  # noqa: S310 - http(s) URLs
+    if own_cluster_id:
+        request.add_header(CLUSTER_ID_HEADER, own_cluster_id)
+    try:
+        with urllib.request.urlopen(request, timeout=JOIN_ASK_TIMEOUT_S) as resp:  # noqa: S310 - the operator's --join http(s) URLs
+            doc: dict[str, Any] = json.loads(resp.read())
+    except urllib.error.HTTPError as exc:
+        if exc.code != 409:
+            raise
+        try:
+            theirs = str(json.loads(exc.read())["error"]["details"]["cluster_id"])
+        except (ValueError, KeyError, TypeError):
+            theirs = "(unknown)"
+        doc = {"cluster_id": theirs}
+    theirs = str(doc.get("cluster_id") or "")
+    if own_cluster_id and theirs and theirs != own_cluster_id:
+        raise ClusterIdMismatch(
+            meta_file.mismatch_message(data_dir, own_cluster_id, theirs, f"--join {url}"),
+            cluster_id=own_cluster_id,
+            request_cluster_id=theirs,
+        )
+    return doc
+
+
+def _ask_cluster(
+    urls: list[str], patience_s: float, data_dir: Path, own_cluster_id: str = ""
+) -> tuple[dict[str, str], list[str]]:
     """Peers (id -> Raft address) and metadata voters from the first broker of urls that
-    answers with every voter registered (a cluster still starting names voters it has no
-    address for yet); rounds of every url go on until patience_s has passed. DmqError
-    names each url with its last error."""
+    answers with every voter registered and the cluster's id known (a cluster still
+    starting names voters it has no address for yet); rounds of every url go on until
+    patience_s has passed. DmqError names each url with its last error; a broker of
+    another cluster than the data directory's stops the rounds at once."""
     deadline = time.monotonic() + patience_s
     pause = JOIN_RETRY_FIRST_S
     while True:
         failures = []
         for url in urls:
             try:
-                with urllib.request.urlopen(  # noqa: S310 - the operator's --join http(s) URLs
-                    f"{url}/v1/cluster", timeout=JOIN_ASK_TIMEOUT_S
-                ) as resp:
-                    doc = json.loads(resp.read())
+                doc = _ask_one(url, data_dir, own_cluster_id)
                 peers = {b["node_id"]: b["raft_addr"] for b in doc["brokers"]}
                 voters = list(doc["metadata_voters"])
             except (OSError, ValueError, KeyError, TypeError) as exc:
                 failures.append(f"{url}: {exc}")
                 continue
             unknown = sorted(set(voters) - set(peers))
-            if not unknown:
+            if not unknown and doc.get("cluster_id"):
                 return peers, voters
-            failures.append(f"{url}: still starting (voters {','.join(unknown)} unregistered)")
+            failures.append(
+                f"{url}: still starting (voters {','.join(unknown)} unregistered)"
+                if unknown
+                else f"{url}: still starting (no cluster id yet)"
+            )
         left = deadline - time.monotonic()
         tried = "; ".join(failures)
         if left <= 0:
@@ -98,8 +144,12 @@ def resolve_join(config: BrokerConfig) -> BrokerConfig:
         raise DmqError(f"--join {config.join!r}: name at least one broker URL")
     saved = config.data_path / "meta" / JOINED_FILE
     patience_s = 0.0 if saved.exists() else config.join_timeout_ms / 1000
+    identity = meta_file.read(config.data_path)
+    own_cluster_id = identity.cluster_id if identity is not None else ""
     try:
-        peers, voters = _ask_cluster(urls, patience_s)
+        peers, voters = _ask_cluster(urls, patience_s, config.data_path, own_cluster_id)
+    except ClusterIdMismatch:
+        raise  # never started from the copy: the seeds said which cluster they are
     except DmqError as exc:
         if not saved.exists():
             raise

@@ -198,3 +198,10 @@ class AsyncAdmin:
         response = await self._transport.request("GET", "/v1/cluster/status")
         status: dict[str, Any] = response.json()
         return status
+
+    async def set_aside(self) -> dict[str, Any]:
+        """The partition data the answering broker set aside (stray: unknown to its
+        cluster's catalogue), never opened nor deleted (GET /v1/storage/set-aside)."""
+        response = await self._transport.request("GET", "/v1/storage/set-aside")
+        doc: dict[str, Any] = response.json()
+        return doc

@@ -431,6 +431,9 @@ class Admin:
     def cluster_status(self) -> dict[str, Any]:
         return self._runner.run(self._inner.cluster_status())
 
+    def set_aside(self) -> dict[str, Any]:
+        return self._runner.run(self._inner.set_aside())
+
     def operations(self) -> dict[str, Any]:
         return self._runner.run(self._inner.operations())
 

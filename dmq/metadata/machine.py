@@ -22,6 +22,7 @@ from dmq.metadata import shell
 from dmq.metadata.brokers import BrokerHeartbeat, RegisterBroker
 from dmq.metadata.catalogue import CATALOGUE, CatalogueCommand, Command
 from dmq.metadata.codec import CommandDecodeError
+from dmq.metadata.identity import REJECT_CLUSTER_FORMED, FormCluster, is_cluster_id
 from dmq.metadata.producers import (
     PRODUCER_EPOCH_MAX,
     ExpireTransactionalIds,
@@ -101,6 +102,7 @@ __all__ = [
     "PARTITION_GONE",
     "PRODUCER_EPOCH_MAX",
     "REJECT_BROKER_IN_USE",
+    "REJECT_CLUSTER_FORMED",
     "REJECT_INVALID_ARGUMENT",
     "REJECT_INVALID_COMMAND",
     "REJECT_INVALID_CONFIG",
@@ -141,6 +143,7 @@ __all__ = [
     "DecommissionPartition",
     "DeleteTopic",
     "ExpireTransactionalIds",
+    "FormCluster",
     "InitProducer",
     "MetadataConfig",
     "MetadataMachine",
@@ -160,6 +163,7 @@ __all__ = [
     "decode_command",
     "encode_command",
     "idle_transactional_ids",
+    "is_cluster_id",
     "state_from_json",
     "state_to_json",
     "topic_of",

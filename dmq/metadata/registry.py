@@ -64,7 +64,9 @@ class CommandSpec(Generic[C]):
 class Domain:
     """A part of the catalogue: its commands, its slice of the state and the slice's JSON.
 
-    `to_json` returns exactly the top-level keys `json_keys`; `from_json(doc, state)`
+    `to_json` returns the top-level keys `json_keys` (a key whose value is still its
+    default may be left out, so that older snapshots are written back byte for byte);
+    `from_json(doc, state)`
     returns `state` with the slice read from `doc` (a snapshot from before the domain
     existed lacks its keys: it must then keep the defaults). `in_catalogue`: the keys go
     to observers too (`state_to_json`); otherwise they are only in the snapshot.

@@ -397,6 +397,8 @@ class MetadataService:
 
     def _adopt(self, doc: dict[str, Any]) -> None:
         state = state_from_json(doc["state"])
+        if not self._same_cluster(state, "a catalogue"):
+            return
         if state.metadata_version > self._observed.metadata_version or (
             state.metadata_version == self._observed.metadata_version
             and state.clock_ms > self._observed.clock_ms
@@ -405,6 +407,18 @@ class MetadataService:
             self._observed = state
             if changed:
                 self._changed_on_loop()
+
+    def _same_cluster(self, other: MetadataState, what: str) -> bool:
+        """False (and one error line) if `other` is another cluster's catalogue than ours
+        (both formed): nothing is taken from it. The cluster id is checked on every call
+        between brokers (http_api/identity.py); this holds even if that were bypassed."""
+        ours = self.state.cluster_id or self._observed.cluster_id
+        if not ours or not other.cluster_id or other.cluster_id == ours:
+            return True
+        _log.error(
+            "ignored %s of cluster %s: this broker is of cluster %s", what, other.cluster_id, ours
+        )
+        return False
 
     async def state_after(self, after_version: int, wait_ms: int) -> dict[str, Any]:
         """For an observer's long-poll: the state once newer than `after_version`."""
@@ -500,6 +514,8 @@ class MetadataService:
         # stale answer must never make a member delete its copy of the log.
         if view["leader"] == self.node_id or leader_state.metadata_version < own_version:
             return False
+        if not self._same_cluster(leader_state, "a leader's word that this voter left"):
+            return False  # never delete group 0 on the word of another cluster
         if self.node_id in view["members"] or self.node_id in leader_state.voters_target:
             return False
         await self._become_observer(leader_state)

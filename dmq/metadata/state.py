@@ -148,6 +148,9 @@ class MetadataState:
     # heading for (() = none).
     voters: tuple[str, ...] = ()
     voters_target: tuple[str, ...] = ()
+    # identity.py: the cluster's id, "" until the metadata group's first FormCluster;
+    # set once, never changed.
+    cluster_id: str = ""
 
     def eligible_brokers(self, now_ms: int) -> list[str]:
         """Live brokers that may take new replicas (not decommissioning), sorted."""

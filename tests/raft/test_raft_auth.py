@@ -5,6 +5,10 @@ this process, and raw sockets playing a stranger):
   one with a secret and one without, every connection is refused by the receiver with one
   warning per attempt, and no message crosses;
 - a hello naming a node outside the cluster is refused even with the right secret;
+- a hello naming another cluster id is refused (both ids in the one warning line), so no
+  message of another cluster crosses; the same id, or none known on either side, connects;
+  any hello round-trips its sender and cluster id, and a version-1 hello (no cluster id)
+  from an older dmq is still accepted;
 - a hello recorded from one connection is refused on the next (fresh nonce);
 - the hostile pickle sent as the hello, or after a valid hello, is refused: the
   connection is closed, one warning is logged, the marker file never appears, and the
@@ -27,6 +31,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from raft_harness import free_port_on
 
 from raft import auth, wire
@@ -295,3 +301,68 @@ def test_unauthenticated_connections_are_bounded(
     extra.close()
     for stranger in held:
         stranger.close()
+
+
+# --- the cluster id in the hello ------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("cluster_a", "cluster_b", "connects"),
+    [(b"c1", b"c1", True), (b"", b"c1", True), (b"c1", b"", True), (b"c2", b"c1", False)],
+    ids=["same cluster", "sender knows none", "receiver knows none", "another cluster"],
+)
+def test_a_hello_of_another_cluster_is_refused(
+    make_nodes: Any, caplog: Any, cluster_a: bytes, cluster_b: bytes, connects: bool
+) -> None:
+    nodes = make_nodes(SECRET, SECRET)
+    nodes.a.cluster_id, nodes.b.cluster_id = cluster_a, cluster_b
+    if connects:
+        assert nodes.b_still_serves_a()
+        assert nodes.b.stats.handshakes_refused == 0
+        return
+    assert nodes.pump(lambda: nodes.b.stats.handshakes_refused >= 2, seconds=5)
+    for _ in range(10):
+        nodes.send_a_to_b()
+        nodes.pump(seconds=0.05)
+    assert nodes.received == []
+    refused = [w for w in warnings_of(caplog) if "of cluster c2, this node is of cluster c1" in w]
+    assert len(refused) == nodes.b.stats.handshakes_refused >= 2  # one line per attempt
+
+
+def test_a_version_1_hello_is_accepted_as_naming_no_cluster(make_nodes: Any) -> None:
+    nodes = make_nodes(SECRET, SECRET)
+    nodes.b.cluster_id = b"c1"
+    stranger = Stranger(nodes)
+    mac = auth._mac(SECRET, stranger.nonce, b"a", b"b", None)
+    hello = bytes([auth.HELLO_VERSION_NO_CLUSTER, 1]) + b"a" + mac
+    stranger.send(encode_frame(HELLO_GROUP_ID, hello) + encode_frame(1, wire.encode(VOTE)))
+    assert nodes.pump(lambda: nodes.received == [(1, "a", VOTE)], seconds=5)
+    stranger.close()
+
+
+node_ids = st.text(min_size=1, max_size=20).filter(lambda t: len(t.encode()) <= 255)
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    sender=node_ids,
+    cluster=st.binary(max_size=auth.CLUSTER_ID_BYTES_MAX),
+    other=st.binary(max_size=auth.CLUSTER_ID_BYTES_MAX),
+    nonce=st.binary(min_size=auth.NONCE_BYTES, max_size=auth.NONCE_BYTES),
+)
+def test_a_hello_round_trips_its_sender_and_cluster(
+    sender: str, cluster: bytes, other: bytes, nonce: bytes
+) -> None:
+    payload = auth.hello_payload(SECRET, nonce, sender, "b", cluster)
+    assert len(payload) <= auth.HELLO_FRAME_BYTES_MAX
+    hello = auth.check_hello(SECRET, nonce, payload, "b")
+    assert hello == auth.Hello(sender, cluster)
+    if cluster and other and other != cluster:
+        with pytest.raises(auth.AuthFailed, match="another cluster"):
+            auth.check_cluster(other, hello)
+    else:
+        auth.check_cluster(other, hello)
+    at = 2 + len(sender.encode())  # the cluster id's length byte: the mac covers it
+    tampered = payload[:at] + bytes([payload[at] ^ 1]) + payload[at + 1 :]
+    with pytest.raises(auth.AuthFailed):
+        auth.check_hello(SECRET, nonce, tampered, "b")
