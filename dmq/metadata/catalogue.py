@@ -14,9 +14,18 @@ from __future__ import annotations
 
 from typing import Final
 
-from dmq.metadata import brokers, consumer_groups, producers, reassignment, topics, voters
+from dmq.metadata import (
+    brokers,
+    consumer_groups,
+    producers,
+    reassignment,
+    share_groups,
+    topics,
+    voters,
+)
 from dmq.metadata.registry import Registry
 from groups.commands import GroupCommand
+from groups.share_commands import ShareCommand
 
 CATALOGUE: Final = Registry(
     (
@@ -26,6 +35,7 @@ CATALOGUE: Final = Registry(
         voters.DOMAIN,
         producers.DOMAIN,
         consumer_groups.DOMAIN,
+        share_groups.DOMAIN,
     )
 )
 
@@ -37,4 +47,4 @@ CatalogueCommand = (
     | voters.VotersCommand
     | producers.ProducerCommand
 )
-Command = CatalogueCommand | GroupCommand
+Command = CatalogueCommand | GroupCommand | ShareCommand

@@ -33,6 +33,7 @@ from dmq.metadata import (
     consumer_groups,
     producers,
     reassignment,
+    share_groups,
     shell,
     topics,
     voters,
@@ -42,8 +43,12 @@ from dmq.metadata.codec import FieldCodec
 from dmq.metadata.registry import SHELL_JSON_KEYS, CommandSpec, Domain, Registry
 from dmq.metadata.state import COMMAND_VERSION, Applied, MetadataState, Outcome, config_items
 from groups import commands as group_commands
+from groups import share_commands
 
 DOMAIN_MODULES: Final = (brokers, topics, reassignment, voters, producers, consumer_groups)
+# Domains added after the golden snapshot leave their key out while their slice is empty
+# (dmq/metadata/README.md, "JSON compatibility"), so old snapshots keep their bytes.
+KEYS_ONLY_WHEN_USED: Final = frozenset({share_groups.DOMAIN.name})
 GOLDEN = [
     json.loads(line)
     for line in (Path(__file__).parent / "data" / "wire_golden.jsonl").read_text().splitlines()
@@ -63,13 +68,16 @@ def _command_classes(module: ModuleType) -> set[type[Any]]:
 
 
 def test_every_command_class_is_registered_exactly_once_under_its_name() -> None:
-    defined = set().union(*(_command_classes(m) for m in (*DOMAIN_MODULES, group_commands)))
+    defined = set().union(
+        *(_command_classes(m) for m in (*DOMAIN_MODULES, group_commands, share_commands))
+    )
     specs = [spec for domain in CATALOGUE.domains for spec in domain.commands]
     assert sorted(s.name for s in specs) == sorted(c.__name__ for c in defined)
     assert len({s.cls for s in specs}) == len(specs)
     assert all(CATALOGUE.spec_named(c.__name__).cls is c for c in defined)  # type: ignore[union-attr]
     assert [d.name for d in CATALOGUE.domains] == [
         "brokers", "topics", "reassignment", "voters", "producers", "consumer_groups",
+        "share_groups",
     ]  # fmt: skip
 
 
@@ -102,12 +110,33 @@ _KIND_VALUES: Final[dict[str, st.SearchStrategy[Any]]] = {
     "offsets": st.lists(
         st.tuples(st.text(max_size=4), st.integers(), st.integers()), max_size=3
     ).map(tuple),
+    "positions": st.lists(
+        st.tuples(st.text(max_size=4), st.integers(), st.integers()), max_size=3
+    ).map(tuple),
+    "acquire": st.lists(
+        st.tuples(
+            st.text(max_size=4),
+            st.integers(),
+            st.integers(),
+            st.lists(st.integers(), max_size=3).map(tuple),
+            st.integers(),
+        ),
+        max_size=3,
+    ).map(tuple),  # fmt: skip
+    "acks": st.lists(
+        st.tuples(
+            st.text(max_size=4), st.integers(), st.integers(), st.text(max_size=6), st.integers()
+        ),
+        max_size=3,
+    ).map(tuple),
 }
 
 
 def _kind(spec: CommandSpec[Any], name: str) -> str:
     if isinstance(spec.codec, FieldCodec):
         return spec.codec.kinds[name]
+    if spec.cls.__name__ in share_commands.COMMAND_TYPES:
+        return share_commands.field_kind(spec.cls, name)
     return group_commands.field_kind(spec.cls, name)
 
 
@@ -149,7 +178,10 @@ def test_each_domain_writes_exactly_its_keys(steps: list[int]) -> None:
     keys: set[str] = set(SHELL_JSON_KEYS)
     for domain in CATALOGUE.domains:
         if domain.to_json is not None:
-            assert set(domain.to_json(machine.state)) == set(domain.json_keys), domain.name
+            written = set(domain.to_json(machine.state))
+            if domain.name in KEYS_ONLY_WHEN_USED and not written:
+                continue
+            assert written == set(domain.json_keys), domain.name
         keys |= set(domain.json_keys)
     assert set(json.loads(machine.snapshot())) == keys
     in_catalogue = {k for d in CATALOGUE.domains if d.in_catalogue for k in d.json_keys}
