@@ -188,7 +188,8 @@ def apply(state: ShareGroupsState, command: ShareCommand) -> Result:
     handler = _HANDLERS.get(type(command))
     if handler is None:
         return state, Rejected(REJECT_INVALID_ARGUMENT, f"unknown command {type(command)}")
-    return handler(state, command)
+    result: Result = handler(state, command)
+    return result
 
 
 def _refuse(state: ShareGroupsState, code: str, message: str, name: str | None = None) -> Result:
