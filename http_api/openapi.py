@@ -8,7 +8,7 @@ schemathesis test then holds the running broker to it.
 
 Shape: `openapi_document(config)` is one dict literal assembled from one module per
 area: openapi_cluster (probes, cluster, operations), openapi_internal (broker to broker),
-openapi_topics, openapi_records, openapi_groups. Each builds its paths and its named
+openapi_topics, openapi_records, openapi_groups, openapi_share. Each builds its paths and its named
 schemas with openapi_schema's helpers (parameters, bodies, operations, error responses);
 no area imports this module or another area.
 """
@@ -30,6 +30,7 @@ from http_api.openapi_schema import (
     error_schema,
     offset_header,
 )
+from http_api.openapi_share import share_paths, share_schemas
 from http_api.openapi_topics import topic_paths, topic_schemas
 
 __all__ = ["ERROR_STATUSES", "openapi_document"]
@@ -68,6 +69,7 @@ def _paths(config: BrokerConfig) -> dict[str, Any]:
         **operations_paths(),
         **topic_paths(),
         **record_paths(config),
+        **share_paths(config),
     }
 
 
@@ -78,4 +80,5 @@ def _schemas(config: BrokerConfig) -> dict[str, Any]:
         **topic_schemas(config),
         **record_schemas(config),
         **group_schemas(config),
+        **share_schemas(config),
     }
