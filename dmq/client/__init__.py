@@ -44,7 +44,12 @@ from dmq.client._admin import AsyncAdmin
 from dmq.client._consumer import AsyncConsumer, OffsetReset, SeekTo
 from dmq.client._group import AsyncGroupConsumer
 from dmq.client._producer import Acks, AsyncProducer, Compression
-from dmq.client._share import AsyncShareConsumer, ShareConsumer, ShareRecord
+from dmq.client._share import (
+    AsyncShareConsumer,
+    ShareConsumer,
+    ShareRecord,
+    describe_share_group,
+)
 from dmq.client._sync import Admin, Consumer, Producer
 from dmq.client._types import (
     BrokerInfo,
@@ -82,4 +87,5 @@ __all__ = [
     "TopicDescription",
     "TopicPartition",
     "TopicSummary",
+    "describe_share_group",
 ]

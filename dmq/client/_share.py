@@ -236,3 +236,18 @@ class ShareConsumer:
             self._runner.run(self._inner.close())
         finally:
             self._runner.stop()
+
+
+async def describe_share_group(
+    url: str, group: str | None = None, *, request_timeout_ms: int = 30_000
+) -> dict[str, Any]:
+    """`GET /v1/share-groups/{group}` (or every group's summary when `group` is None)."""
+    transport = Transport(url, request_timeout_ms=request_timeout_ms,
+                          retries=_limits.RETRIES_DEFAULT,
+                          retry_backoff_ms=_limits.RETRY_BACKOFF_MS_DEFAULT)  # fmt: skip
+    try:
+        path = "/v1/share-groups" if group is None else share_group_path(group)
+        doc: dict[str, Any] = (await transport.request("GET", path)).json()
+        return doc
+    finally:
+        await transport.close()

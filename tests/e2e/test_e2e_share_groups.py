@@ -230,3 +230,23 @@ def test_accepts_survive_a_kill_9_and_restart(broker: BrokerProcess) -> None:
         if got:
             ack(broker, "d", m2, [r["offset"] for r in got], "accept")
     assert sorted(seen) == [1, 3, 4, 5], seen  # 0 and 2 were accepted: never again
+
+
+def test_the_cli_consumes_and_acknowledges(broker: BrokerProcess) -> None:
+    setup(broker, "cli", 5)
+
+    def dmq(*args: str) -> str:
+        done = subprocess.run([sys.executable, "-m", "dmq", *args, "--url", broker.url],
+                              cwd=ROOT, capture_output=True, text=True, timeout=60)  # fmt: skip
+        assert done.returncode == 0, done.stderr
+        return done.stdout
+
+    assert dmq("share", "consume", "cli", "jobs", "--max-records", "3").split() == [
+        "job-0",
+        "job-1",
+        "job-2",
+    ]
+    assert dmq("share", "consume", "cli", "jobs").split() == ["job-3", "job-4"]
+    described = dmq("share", "describe", "cli")
+    assert "ACCEPTED" in described and " 5 " in described.splitlines()[-1], described
+    assert "cli" in dmq("share", "list")
