@@ -9,9 +9,11 @@ leader (`GroupsService.route` relays it there, as for consumer groups). This ser
    `AcquireRecords` carrying the offsets it read; apply decides what the member gets
    (redeliveries first, the in-flight window bound, another poll racing for the same
    records). The records are then served from what was read, or read again from the log
-   for redeliveries. With nothing to take, it long-polls the partitions' logs in slices of
-   at most `SHARE_RECHECK_MS` (an ack, a release or an expiring lock elsewhere also makes
-   records available) until `wait_ms` runs out.
+   for redeliveries. A poll reads `SHARE_READ_AHEAD_FACTOR` times what it may take, so
+   polls racing on one partition take distinct records in the same Raft round. With
+   nothing to take, it waits until a partition's log grows, a share command applied here
+   (an ack, a release, a leave) may have freed records, the next lock or release delay of
+   its partitions runs out, or `SHARE_RECHECK_MS`; then it looks again, until `wait_ms`.
 2. **Acks** (`ack`): ONE `AckRecords` per request; all or nothing (409 lock_not_held).
 3. **Sessions**, as consumer groups: the metadata leader keeps each member's last call in
    memory and proposes `LeaveShareGroup` for members silent past the group's
@@ -71,7 +73,14 @@ from log.records import Header, Record
 _log = logging.getLogger("dmq.share")
 
 SHARE_CHECK_MS: Final = 200  # the metadata leader's sessions, locks and dead-letter pass
-SHARE_RECHECK_MS: Final = 100  # a waiting poll looks at the state again this often
+# A waiting poll looks at the state again at least this often (changes proposed by another
+# broker, during a change of metadata leader, wake it no later).
+SHARE_RECHECK_MS: Final = 250
+# A poll reads this many times the records it may take: polls racing on one partition
+# (their reads start at the same end offset) then take distinct records in one Raft round
+# (apply gives each the next fresh ones) instead of all but one taking none and retrying.
+# Each record read is decoded: the factor trades that CPU against lost races.
+SHARE_READ_AHEAD_FACTOR: Final = 4
 DLQ_WRITES_PER_MARK: Final = 5  # = PRODUCER_BATCHES_KEPT: every unmarked write is recognised
 DLQ_HEADER_PREFIX: Final = "dmq.dlq."
 
@@ -100,6 +109,9 @@ class ShareService:
         self._is_leader = is_leader
         self._seen: dict[tuple[str, str], float] = {}  # (group, member) -> monotonic s
         self._was_leader = False
+        # Set (and replaced) after each share command proposed here that may make records
+        # available: waiting polls look again at once rather than at their next recheck.
+        self._changed = asyncio.Event()
 
     # --- state ----------------------------------------------------------------------------
 
@@ -109,6 +121,9 @@ class ShareService:
     async def _propose(self, command: ShareCommand) -> ShareApplied:
         applied = await self._ctx.metadata.propose(command)
         assert isinstance(applied, ShareApplied)
+        if not isinstance(command, AcquireRecords):  # records may have become available
+            self._changed.set()
+            self._changed = asyncio.Event()
         return applied
 
     def group(self, name: str) -> share.ShareGroup:
@@ -214,8 +229,9 @@ class ShareService:
             try:
                 if room <= 0:  # a full window takes no fresh record: offsets only
                     return tp, await self._fetch.partition_read(tp[0], tp[1], offset, 0, 1, 1)
+                want = min(max_records * SHARE_READ_AHEAD_FACTOR, room)
                 return tp, await self._fetch.partition_read(
-                    tp[0], tp[1], offset, 0, min(max_records, room), max_bytes
+                    tp[0], tp[1], offset, 0, want, max_bytes
                 )
             except errors.DmqError as exc:  # left out of this poll; the others are served
                 _log.debug("share poll: %s-%d left out: %s", tp[0], tp[1], exc)
@@ -269,7 +285,20 @@ class ShareService:
     async def _wait_for_records(
         self, g: share.ShareGroup, tps: list[tuple[str, int]], wait_ms: int
     ) -> None:
-        """Until a partition gets records past its share-partition's end, or wait_ms."""
+        """Until a partition gets records past its share-partition's end, a share command
+        applied here changes the state (an ack, a release, a leave), the next lock or
+        release delay of these partitions runs out, or wait_ms."""
+        changed = self._changed
+        now_ms = wall_ms()
+        due = [
+            r.locked_until_ms if r.state == share.ACQUIRED else r.available_ms
+            for tp in tps
+            if (sp := g.partitions.get(tp)) is not None
+            for r in sp.records.values()
+            if r.state in (share.ACQUIRED, share.AVAILABLE)
+        ]
+        next_due_ms = min(due, default=now_ms + wait_ms) - now_ms
+        wait_ms = max(1, min(wait_ms, next_due_ms + 1))
 
         async def one(tp: tuple[str, int]) -> bool:
             sp = g.partitions.get(tp)
@@ -281,10 +310,15 @@ class ShareService:
                 return False
             return bool(result.records)
 
-        tasks = [asyncio.ensure_future(one(tp)) for tp in tps]
-        if not tasks:
+        async def state_changed() -> bool:
+            await changed.wait()
+            return True
+
+        async def timer() -> bool:
             await asyncio.sleep(wait_ms / 1000)
-            return
+            return True
+
+        tasks = [asyncio.ensure_future(c) for c in (state_changed(), timer(), *map(one, tps))]
         try:
             pending = set(tasks)
             while pending:

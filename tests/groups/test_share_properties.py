@@ -84,7 +84,7 @@ def _check(state: share.ShareGroupsState, model: Model) -> None:
     assert share.share_groups_from_json(doc, state.limits) == state
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=100, deadline=None)
 @given(data=st.data())
 def test_share_group_invariants_hold_over_any_command_sequence(data: st.DataObject) -> None:
     state, model, now = _start(), Model(), 0
