@@ -6,8 +6,8 @@ from __future__ import annotations
 from typing import Any
 
 from dmq import limits
+from dmq.broker.share import SHARE_LIMITS
 from dmq.config import BrokerConfig
-from groups.share import ShareLimits
 from http_api.openapi_schema import (
     ENCODING,
     OFFSET,
@@ -20,7 +20,7 @@ from http_api.openapi_schema import (
     ref,
 )
 
-_LIMITS = ShareLimits()
+_LIMITS = SHARE_LIMITS
 _NAME = {"type": "string", "pattern": f"^[a-zA-Z0-9._-]{{1,{limits.GROUP_NAME_CHARS_MAX}}}$"}
 _GROUP = {"name": "group", "in": "path", "required": True, "schema": _NAME}
 _MEMBER = {"name": "member_id", "in": "path", "required": True, "schema": _NAME}

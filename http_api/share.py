@@ -13,14 +13,12 @@ from aiohttp import web
 
 from dmq import errors, limits
 from dmq.broker import Broker
-from dmq.broker.share import Delivery, group_json
-from groups.share import ShareLimits
-from groups.share_commands import ACK_RELEASE, ACK_TYPES, AckItem
+from dmq.broker.share import ACK_KINDS, SHARE_LIMITS, Ack, Delivery, group_json
 from http_api import codec
 from http_api.forward import BROKER, forwarded_hops
 from http_api.groups import _int, _name
 
-LIMITS = ShareLimits()
+LIMITS = SHARE_LIMITS
 CONFIG_FIELDS = {
     "lock_duration_ms": (LIMITS.lock_duration_ms_min, LIMITS.lock_duration_ms_max),
     "max_delivery_attempts": (1, LIMITS.max_delivery_attempts_max),
@@ -119,7 +117,7 @@ async def acks(request: web.Request) -> web.Response:
     return codec.json_response({"acknowledged": count})
 
 
-def _acks(doc: dict[str, Any]) -> tuple[AckItem, ...]:
+def _acks(doc: dict[str, Any]) -> tuple[Ack, ...]:
     entries = doc.get("acks")
     limit = LIMITS.records_per_command_max
     if not isinstance(entries, list) or not entries:
@@ -127,7 +125,7 @@ def _acks(doc: dict[str, Any]) -> tuple[AckItem, ...]:
             "acks must be a non-empty list of {topic, partition, offsets, type, delay_ms}",
             field="acks",
         )
-    out: list[AckItem] = []
+    out: list[Ack] = []
     for i, e in enumerate(entries):
         where = f"acks[{i}]"
         if not isinstance(e, dict) or not {"topic", "partition", "offsets", "type"} <= set(e):
@@ -139,12 +137,12 @@ def _acks(doc: dict[str, Any]) -> tuple[AckItem, ...]:
         topic = _name(e["topic"], f"{where}.topic")
         partition = _int(e, "partition", None, 0, limits.PARTITIONS_PER_TOPIC_MAX - 1)
         kind = e["type"]
-        if kind not in ACK_TYPES:
+        if kind not in ACK_KINDS:
             raise errors.InvalidRequest(
-                f"{where}.type must be one of {ACK_TYPES}", field=f"{where}.type"
+                f"{where}.type must be one of {ACK_KINDS}", field=f"{where}.type"
             )
         delay_ms = _int(e, "delay_ms", 0, 0, LIMITS.delay_ms_max)
-        if delay_ms and kind != ACK_RELEASE:
+        if delay_ms and kind != "release":
             raise errors.InvalidRequest(
                 f"{where}.delay_ms applies to release only", field=f"{where}.delay_ms"
             )

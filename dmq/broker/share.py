@@ -55,6 +55,7 @@ from dmq.metadata.service import wall_ms
 from dmq.metadata.share_groups import ShareApplied
 from groups import share
 from groups.share_commands import (
+    ACK_TYPES,
     AckItem,
     AckRecords,
     AcquireItem,
@@ -83,6 +84,10 @@ SHARE_RECHECK_MS: Final = 250
 SHARE_READ_AHEAD_FACTOR: Final = 4
 DLQ_WRITES_PER_MARK: Final = 5  # = PRODUCER_BATCHES_KEPT: every unmarked write is recognised
 DLQ_HEADER_PREFIX: Final = "dmq.dlq."
+# What http_api (which reaches groups/ only through dmq.broker) validates and documents.
+SHARE_LIMITS: Final = share.ShareLimits()
+ACK_KINDS: Final = ACK_TYPES
+Ack = AckItem
 
 
 @dataclass(frozen=True, slots=True)
