@@ -345,12 +345,16 @@ class ShareService:
     # --- the metadata leader's duties ---------------------------------------------------------
 
     async def run(self) -> None:
+        """Every SHARE_CHECK_MS (at once again while dead letters are queued)."""
+        backlog = False
         while True:
-            await asyncio.sleep(SHARE_CHECK_MS / 1000)
+            if not backlog:
+                await asyncio.sleep(SHARE_CHECK_MS / 1000)
+            backlog = False
             try:
                 await self.maybe_expire_members()
                 await self.maybe_expire_locks()
-                await self.maybe_write_dead_letters()
+                backlog = await self.maybe_write_dead_letters() >= DLQ_WRITES_PER_MARK
             except errors.DmqError as exc:  # no quorum now, say: the next pass retries
                 _log.debug("share groups: %s", exc)
             except Exception:  # a bug: keep serving the other duties rather than stop

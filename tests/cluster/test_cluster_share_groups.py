@@ -76,3 +76,43 @@ def test_accepts_survive_kill_9_of_the_metadata_and_partition_leaders(
     assert accepted == set(range(50))
     (row,) = ok(retry(lambda: survivor.request("GET", "/v1/share-groups/q"), 20))["partitions"]
     assert (row["start_offset"], row["in_flight"], row["accepted"]) == (50, 0, 50), row
+
+
+def test_dead_letters_are_written_once_across_a_metadata_leader_crash(
+    dmq_cluster: Callable[..., DmqCluster],
+) -> None:
+    """100 records rejected at once: the metadata leader writes them to the dead-letter
+    topic 5 at a time, marking each 5 done; it is killed with SIGKILL while it does. The
+    next leader writes what was not marked again, with the same producer sequences: the
+    dead-letter topic holds each record exactly once."""
+    cluster = dmq_cluster(3).start_all()
+    cluster.create_topic("jobs", 1, 3)
+    leader = cluster.metadata_leader()
+    via = cluster.any_live(exclude=[leader])
+    produce(via, "jobs", [{"value": f"poison-{i}"} for i in range(100)])
+    member = ok(retry(lambda: via.request("POST", "/v1/share-groups/d/members",
+                                          {"topics": ["jobs"]}), 20), 201)["member_id"]  # fmt: skip
+    got = ok(via.request("GET", f"/v1/share-groups/d/members/{member}/records?max_records=100"))
+    assert len(got["records"]) == 100
+    body = {"acks": [{"topic": "jobs", "partition": 0, "offsets": list(range(100)),
+                      "type": "reject"}]}  # fmt: skip
+    ok(via.request("POST", f"/v1/share-groups/d/members/{member}/acks", body))
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:  # kill it once some, not all, are written
+        row = ok(retry(lambda: via.request("GET", "/v1/share-groups/d"), 20))["partitions"][0]
+        if row["dead_lettered"] >= 10:
+            break
+        time.sleep(0.02)
+    assert 10 <= row["dead_lettered"] < 100, row
+    cluster.kill9(leader)
+    deadline = time.monotonic() + 40
+    while time.monotonic() < deadline:
+        resp = retry(lambda: via.request("GET", "/v1/share-groups/d"), 20)
+        if resp.status == 200 and resp.json()["partitions"][0]["dead_lettered"] == 100:
+            break
+        time.sleep(0.2)
+    dead = ok(retry(lambda: via.request(
+        "GET", "/v1/topics/d.dlq/partitions/0/records?max_records=1000"), 20))["records"]  # fmt: skip
+    sources = [int({h["key"]: h["value"] for h in r["headers"]}["dmq.dlq.offset"]) for r in dead]
+    assert sorted(sources) == list(range(100)), sources  # each once, none missing
+    assert [r["value"] for r in dead] == [f"poison-{o}" for o in sources]
