@@ -3,10 +3,12 @@
 Starts `--nodes` (3) `dmq serve` processes on loopback (bench/cluster_bench.py's launcher)
 and measures, in the same run, on a topic of ONE partition:
 
-a. **members scale on one partition**: `--records` (600) records, each taking
+a. **members scale on one partition**: `--records` (1200) records, each taking
    `--work-ms` (10) ms to process (an await, as a call to another service would); k
-   members of a fresh share group each poll up to `--batch` (10) records, process them one
-   after the other and accept them in one ack request. Records/s from the first poll to
+   members of a fresh share group each poll up to `--batch` (20) records, process them one
+   after the other and accept them in one ack request, sent while the next poll runs (as
+   Kafka's share consumer sends acknowledgements with its next fetch; one ack request in
+   flight per member). Records/s from the first poll to
    the last accept, for k = 1 (the baseline: what a consumer group can do on one
    partition, whatever its size) and k = `--members` (4); the ratio is the figure;
 b. **ack throughput**: one member holding 500 records acknowledges them one record per
@@ -69,18 +71,27 @@ async def members_rate(url: str, args: argparse.Namespace, run: int, members: in
         done: set[int] = set()
         started = time.perf_counter()
 
+        async def ack(path: str, offsets: list[int]) -> None:
+            acks = [{"topic": topic, "partition": 0, "offsets": offsets, "type": "accept"}]
+            await _call(s, "POST", f"{path}/acks", {"acks": acks})
+            done.update(offsets)
+
         async def member(member_id: str) -> None:
             path = f"{base}/members/{member_id}"
+            acking: asyncio.Future[None] | None = None
             while len(done) < args.records:
                 got = await _call(s, "GET", f"{path}/records?max_records={args.batch}&wait_ms=200")
                 offsets = []
                 for r in got["records"]:
                     await asyncio.sleep(args.work_ms / 1000)  # processing one record
                     offsets.append(r["offset"])
-                if offsets:
-                    acks = [{"topic": topic, "partition": 0, "offsets": offsets, "type": "accept"}]
-                    await _call(s, "POST", f"{path}/acks", {"acks": acks})
-                    done.update(offsets)
+                if acking is not None:
+                    await acking  # one ack request in flight per member
+                    acking = None
+                if offsets:  # acknowledged while the next poll runs
+                    acking = asyncio.ensure_future(ack(path, offsets))
+            if acking is not None:
+                await acking
 
         await asyncio.gather(*(member(m) for m in ids))
         return float(args.records / (time.perf_counter() - started))
@@ -163,10 +174,10 @@ def measure(nodes: int, args: argparse.Namespace) -> dict[str, float]:
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--nodes", type=int, default=3, help="brokers of the cluster (3)")
     parser.add_argument("--runs", type=int, default=3, help="runs; medians are shown (3)")
-    parser.add_argument("--records", type=int, default=600, help="records per scale run (600)")
+    parser.add_argument("--records", type=int, default=1200, help="records per scale run (1200)")
     parser.add_argument("--work-ms", type=int, default=10, help="processing per record (10)")
     parser.add_argument("--members", type=int, default=4, help="members against 1 (4)")
-    parser.add_argument("--batch", type=int, default=10, help="max_records per poll (10)")
+    parser.add_argument("--batch", type=int, default=20, help="max_records per poll (20)")
     parser.add_argument("--in-flight", type=int, default=16, help="concurrent acks (16)")
     parser.add_argument("--quick", action="store_true", help="one small run (CI)")
 

@@ -563,6 +563,12 @@ def _delete(state: ShareGroupsState, cmd: DeleteShareGroup) -> Result:
             state, REJECT_GROUP_NOT_EMPTY,
             f"share group {cmd.group!r} has {len(group.members)} members", "group",
         )  # fmt: skip
+    if dead_letters(group):  # they would never reach the dead-letter topic
+        return _refuse(
+            state, REJECT_GROUP_NOT_EMPTY,
+            f"share group {cmd.group!r} has dead letters still to write: try again soon",
+            "group",
+        )  # fmt: skip
     return replace(state, groups={n: g for n, g in state.groups.items() if n != cmd.group}), ()
 
 

@@ -12,7 +12,8 @@
     dmq cluster status [--json]                   brokers, Raft groups, leaders, lag
     dmq cluster operations | reassign | decommission-broker | metadata-voters ...
     dmq group list | describe NAME | reset NAME ... | delete NAME
-    dmq share consume GROUP TOPIC [--ack accept|release|reject] [--follow] | describe | list
+    dmq share consume GROUP TOPIC [--ack accept|release|reject] [--follow]
+    dmq share configure GROUP [--lock-duration-ms N] ... | describe GROUP | list
     dmq bench --nodes 3 [--quick] [--runs N]       a 3-node cluster against one node
     dmq bench log [--quick] [--dir DIR] [--total-mb MB] [--runs N] ...
     dmq bench broker [--quick] [--runs N] [--total-mb MB] [--rate N] ...

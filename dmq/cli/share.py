@@ -1,4 +1,4 @@
-"""`dmq share consume|describe|list`: share groups (queues) from a shell (registered by
+"""`dmq share consume|configure|describe|list`: share groups (queues) from a shell (registered by
 dmq/cli/__init__.py).
 
 `dmq share consume GROUP TOPIC` joins the share group, prints each record it receives
@@ -18,7 +18,12 @@ import sys
 from typing import Any
 
 from dmq.cli._common import Subparsers, _positive_int, print_table
-from dmq.client import AsyncShareConsumer, ShareRecord, describe_share_group
+from dmq.client import (
+    AsyncShareConsumer,
+    ShareRecord,
+    configure_share_group,
+    describe_share_group,
+)
 
 _POLL_TIMEOUT_MS = 1_000
 _IDLE_POLLS_TO_STOP = 2
@@ -38,6 +43,16 @@ def add_share(commands: Subparsers, url: argparse.ArgumentParser) -> None:
     consume.add_argument("--follow", action="store_true", help="wait for records forever")
     consume.add_argument("--output", choices=("lines", "json"), default="lines")
     consume.set_defaults(handler=cmd_share_consume)
+    configure = actions.add_parser(
+        "configure", parents=[url], help="create a share group or change its settings"
+    )
+    configure.add_argument("group")
+    configure.add_argument("--lock-duration-ms", type=_positive_int, help="(30000)")
+    configure.add_argument("--max-delivery-attempts", type=_positive_int, help="(5)")
+    configure.add_argument("--dead-letter-topic", help="(<group>.dlq)")
+    configure.add_argument("--max-in-flight-records", type=_positive_int, help="(2000)")
+    configure.add_argument("--session-timeout-ms", type=_positive_int, help="(45000)")
+    configure.set_defaults(handler=cmd_share_configure)
     describe = actions.add_parser("describe", parents=[url], help="members and partitions")
     describe.add_argument("group")
     describe.add_argument("--json", action="store_true", help="print the answer as JSON")
@@ -75,6 +90,14 @@ def cmd_share_consume(args: argparse.Namespace) -> int:
                     printed += 1
 
     asyncio.run(go())
+    return 0
+
+
+def cmd_share_configure(args: argparse.Namespace) -> int:
+    names = ("lock_duration_ms", "max_delivery_attempts", "dead_letter_topic",
+             "max_in_flight_records", "session_timeout_ms")  # fmt: skip
+    settings = {n: getattr(args, n) for n in names if getattr(args, n) is not None}
+    print(json.dumps(asyncio.run(configure_share_group(args.url, args.group, **settings))))
     return 0
 
 

@@ -48,6 +48,7 @@ from dmq.client._share import (
     AsyncShareConsumer,
     ShareConsumer,
     ShareRecord,
+    configure_share_group,
     describe_share_group,
 )
 from dmq.client._sync import Admin, Consumer, Producer
@@ -87,5 +88,6 @@ __all__ = [
     "TopicDescription",
     "TopicPartition",
     "TopicSummary",
+    "configure_share_group",
     "describe_share_group",
 ]

@@ -238,6 +238,23 @@ class ShareConsumer:
             self._runner.stop()
 
 
+async def configure_share_group(
+    url: str, group: str, *, request_timeout_ms: int = 30_000, **settings: Any
+) -> dict[str, Any]:
+    """`PUT /v1/share-groups/{group}`: create it or change the `settings` given
+    (lock_duration_ms, max_delivery_attempts, dead_letter_topic, max_in_flight_records,
+    session_timeout_ms)."""
+    transport = Transport(url, request_timeout_ms=request_timeout_ms,
+                          retries=_limits.RETRIES_DEFAULT,
+                          retry_backoff_ms=_limits.RETRY_BACKOFF_MS_DEFAULT)  # fmt: skip
+    try:
+        answer = await transport.request("PUT", share_group_path(group), json_body=settings)
+        doc: dict[str, Any] = answer.json()
+        return doc
+    finally:
+        await transport.close()
+
+
 async def describe_share_group(
     url: str, group: str | None = None, *, request_timeout_ms: int = 30_000
 ) -> dict[str, Any]:

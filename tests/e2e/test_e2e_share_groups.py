@@ -241,6 +241,8 @@ def test_the_cli_consumes_and_acknowledges(broker: BrokerProcess) -> None:
         assert done.returncode == 0, done.stderr
         return done.stdout
 
+    assert '"max_delivery_attempts": 2' in dmq("share", "configure", "cli",
+                                               "--max-delivery-attempts", "2")  # fmt: skip
     assert dmq("share", "consume", "cli", "jobs", "--max-records", "3").split() == [
         "job-0",
         "job-1",

@@ -143,6 +143,7 @@ def _poll(data, state, model, now, log_start, log_end):  # type: ignore[no-untyp
         for key in model.acquired_ever:
             if key[0] == p_item[1] and key[1] < p_item[2] and key not in model.accepted:
                 model.archived.add(key)
+                model.holder.pop(key, None)  # its lock goes with it: an ack gets 409
     for a in got:
         key = (a.partition, a.offset)
         assert key not in model.accepted, f"accepted record {key} offered again"
@@ -199,3 +200,21 @@ def _mark(state, model, now):  # type: ignore[no-untyped-def]
     again, r = share.apply(new, MarkDeadLettered(G, records, now))
     assert again.groups[G].partitions == new.groups[G].partitions
     return again
+
+
+def test_a_share_group_is_deleted_only_without_members_or_dead_letters_to_write() -> None:
+    from groups.share_commands import DeleteShareGroup
+
+    state = _start()
+    state, got = share.apply(state, AcquireRecords(G, "m0", ((T, 0, 0, (0,), 1),), 1, 1))
+    assert [a.offset for a in got] == [0]  # type: ignore[union-attr]
+    state, r = share.apply(state, AckRecords(G, "m0", ((T, 0, 0, "reject", 0),), 2))
+    assert r == ()
+    state, r = share.apply(state, LeaveShareGroup(G, MEMBERS, 3))
+    assert r == ()
+    same, r = share.apply(state, DeleteShareGroup(G, 4))
+    assert isinstance(r, share.Rejected) and same is state  # the dead letter is not written
+    state, r = share.apply(state, MarkDeadLettered(G, ((T, 0, 0),), 5))
+    assert state.groups[G].partitions[(T, 0)].dead_lettered == 1
+    state, r = share.apply(state, DeleteShareGroup(G, 6))
+    assert r == () and G not in state.groups
