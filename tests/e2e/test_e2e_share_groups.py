@@ -252,3 +252,25 @@ def test_the_cli_consumes_and_acknowledges(broker: BrokerProcess) -> None:
     described = dmq("share", "describe", "cli")
     assert "ACCEPTED" in described and " 5 " in described.splitlines()[-1], described
     assert "cli" in dmq("share", "list")
+
+
+def test_the_client_releases_with_a_delay_and_rejects(broker: BrokerProcess) -> None:
+    setup(broker, "rc", 3, lock_duration_ms=5_000)
+    with ShareConsumer(broker.url, "rc", ["jobs"]) as consumer:
+        a, b, c = consumer.poll(timeout_ms=2_000)
+        consumer.release(a, delay_ms=800)
+        consumer.reject(b)
+        consumer.accept(c)
+        assert consumer.commit() == 3
+        released = time.monotonic()
+        again = consumer.poll(timeout_ms=3_000)
+        assert [(r.offset, r.delivery_count, r.value) for r in again] == [(0, 2, b"job-0")]
+        assert time.monotonic() - released >= 0.7  # not before its delay
+        consumer.accept(again[0])
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:  # the dead letter is written in the background
+        (row,) = call(broker, "GET", "/v1/share-groups/rc")["partitions"]
+        if row["dead_lettered"]:
+            break
+        time.sleep(0.1)
+    assert (row["accepted"], row["dead_lettered"], row["start_offset"]) == (2, 1, 3), row

@@ -109,7 +109,7 @@ def commands() -> st.SearchStrategy[Any]:
     )
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=100, deadline=None)
 @given(cmds=st.lists(commands(), max_size=40))
 def test_share_commands_in_the_catalogue_keep_its_rules(cmds: list[Any]) -> None:
     m, twin = _machine(), _machine()
@@ -127,7 +127,7 @@ def test_share_commands_in_the_catalogue_keep_its_rules(cmds: list[Any]) -> None
         is_share = not isinstance(cmd, (AddPartitions, DeleteTopic, CreateTopic))
         if is_share:
             assert m.state.metadata_version == before.metadata_version
-        if isinstance(cmd, AcquireRecords):
+        if isinstance(cmd, AcquireRecords) and cmd.partitions:
             known = m.state.topics.get("t")
             assert known is not None
             assert all(p < len(known.partitions) for _, p, *_ in cmd.partitions)
