@@ -109,7 +109,7 @@ def commands() -> st.SearchStrategy[Any]:
     )
 
 
-@settings(max_examples=100, deadline=None)
+@settings(max_examples=60, deadline=None)
 @given(cmds=st.lists(commands(), max_size=40))
 def test_share_commands_in_the_catalogue_keep_its_rules(cmds: list[Any]) -> None:
     m, twin = _machine(), _machine()
