@@ -17,7 +17,8 @@
     │   │   ├── UnknownMember        409  not (or no longer) a member: join again
     │   │   ├── StaleGeneration      409  the partition is not this member's at that generation
     │   │   ├── GroupNotEmpty        409  offsets reset and group delete need an empty group
-    │   │   └── InconsistentAssignor 409  the group's members use another assignor
+    │   │   ├── InconsistentAssignor 409  the group's members use another assignor
+    │   │   └── LockNotHeld          409  share groups: the record is not locked to this member
     │   ├── PartitionDecommissioned  409  the partition takes no new records (still readable)
     │   ├── OperationConflict        409  another cluster operation of that kind is running
     │   ├── ClusterIdMismatch        409  a broker, data directory or message of another cluster
@@ -126,6 +127,12 @@ class InconsistentAssignor(GroupConflict):
     code = "inconsistent_assignor"
 
 
+class LockNotHeld(GroupConflict):
+    """A share-group ack of a record whose lock expired or that another member holds."""
+
+    code = "lock_not_held"
+
+
 class PartitionDecommissioned(ClientError):
     code = "partition_decommissioned"
 
@@ -229,6 +236,7 @@ _ALL: tuple[type[DmqError], ...] = (
     StaleGeneration,
     GroupNotEmpty,
     InconsistentAssignor,
+    LockNotHeld,
     ProducerFenced,
     OutOfOrderSequence,
     RecordTooLarge,

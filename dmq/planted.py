@@ -11,6 +11,7 @@ variable unset they change nothing. Never set it outside the harness.
 | `no-fsync` | dmq/broker/broker.py `raft_config_for` | the Raft journals are never fdatasync'ed (as `--raft-durability none`, whatever the flag says): a power loss drops acknowledged records |
 | `stale-read` | dmq/broker/routing.py `serving_replica` | any broker with a replica serves fetches from it, even a follower that is behind or cut off: reads miss acknowledged records |
 | `fetch-off-by-one` | dmq/broker/fetch.py `fetch` | a fetch from offset o > 0 reads from o + 1: one record is skipped |
+| `share-double-delivery` | dmq/broker/share.py `_deliveries` | a share-group poll answers every fresh record it read, not only those its AcquireRecords locked: two members get the same record at once |
 | `volatile-offsets` | dmq/broker/groups.py `commit`, `committed`, `fetch` | a commit is acknowledged once it is in the answering broker's memory (`volatile_commit`), never proposed to the metadata group: a restart or a new metadata leader forgets it |
 """
 
@@ -25,6 +26,7 @@ PLANTED_BUGS: tuple[str, ...] = (
     "ack-before-commit",
     "fetch-off-by-one",
     "no-fsync",
+    "share-double-delivery",
     "stale-read",
     "volatile-offsets",
 )

@@ -31,6 +31,7 @@ from http_api.internal_auth import internal_auth_middleware
 from http_api.openapi import openapi_document
 from http_api.operations import OPERATIONS_ROUTES
 from http_api.sendfile import FileRangesResponse
+from http_api.share import SHARE_ROUTES
 
 BATCH_CONTENT_TYPE = "application/vnd.dmq.batch"
 BATCHES_CONTENT_TYPE = "application/vnd.dmq.batches"
@@ -443,6 +444,7 @@ ROUTES: tuple[tuple[str, str, Any], ...] = (
     ("GET", "/v1/topics/{topic}/partitions/{partition}/records", fetch),
     ("GET", "/v1/topics/{topic}/partitions/{partition}/offsets", list_offsets),
     *GROUP_ROUTES,
+    *SHARE_ROUTES,
     ("POST", "/v1/producers", init_producer),
     ("GET", "/v1/internal/status", internal_status),
     ("POST", "/v1/internal/partitions/{topic}/{partition}/append", internal_append),

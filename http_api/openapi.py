@@ -8,9 +8,10 @@ schemathesis test then holds the running broker to it.
 
 Shape: `openapi_document(config)` is one dict literal assembled from one module per
 area: openapi_cluster (probes, cluster, operations), openapi_internal (broker to broker),
-openapi_topics, openapi_records, openapi_groups, openapi_identity (set-aside data). Each
-builds its paths and its named schemas with openapi_schema's helpers (parameters, bodies,
-operations, error responses); no area imports this module or another area.
+openapi_topics, openapi_records, openapi_groups, openapi_identity (set-aside data),
+openapi_share. Each builds its paths and its named schemas with openapi_schema's helpers
+(parameters, bodies, operations, error responses); no area imports this module or another
+area.
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ from http_api.openapi_schema import (
     error_schema,
     offset_header,
 )
+from http_api.openapi_share import share_paths, share_schemas
 from http_api.openapi_topics import topic_paths, topic_schemas
 
 __all__ = ["ERROR_STATUSES", "openapi_document"]
@@ -70,6 +72,7 @@ def _paths(config: BrokerConfig) -> dict[str, Any]:
         **topic_paths(),
         **record_paths(config),
         **identity_paths(),
+        **share_paths(config),
     }
 
 
@@ -81,4 +84,5 @@ def _schemas(config: BrokerConfig) -> dict[str, Any]:
         **record_schemas(config),
         **group_schemas(config),
         **identity_schemas(),
+        **share_schemas(config),
     }

@@ -75,6 +75,7 @@ ERROR_STATUSES: dict[int, tuple[str, tuple[str, ...], bool]] = {
             "stale_generation",
             "group_not_empty",
             "inconsistent_assignor",
+            "lock_not_held",
             "producer_fenced",
             "out_of_order_sequence",
             "partition_decommissioned",

@@ -27,6 +27,7 @@ from jepsen import final
 from jepsen.checker import UNKNOWN, Verdict, merge
 from jepsen.checker.groups import check_groups
 from jepsen.checker.log import check_log
+from jepsen.checker.share import check_share
 from jepsen.cluster import RETRIABLE, Cluster, HarnessError, http
 from jepsen.focus import Focus
 from jepsen.groups import GroupClient, GroupWorker, final_drain
@@ -34,6 +35,8 @@ from jepsen.history import NEMESIS, History
 from jepsen.nemesis import BACKGROUND, FAULTS, MEMBERSHIP, VOTERS_SMALL, Nemesis
 from jepsen.report import plot, results, summary_line
 from jepsen.schedule import Window, describe, draw
+from jepsen.share import ShareClient, ShareWorker, configure
+from jepsen.share import final_drain as share_drain
 from jepsen.workload import Client, Worker
 
 TOPIC = "jepsen"
@@ -74,6 +77,8 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
         default=None,
         help="consumer-group members (default: --nodes; 0: none)",
     )
+    p.add_argument("--share-workers", type=int, default=0,
+                   help="share-group members (jepsen/share.py; default 0: none)")  # fmt: skip
     p.add_argument("--dir", type=Path, default=None, help="default: jepsen/store/<time>-seed<seed>")
     args = p.parse_args(argv)
     args.nemesis = [] if args.nemesis in ("", "none") else args.nemesis.split(",")
@@ -112,7 +117,9 @@ def run_phases(
     final.wait_for_leaders(cluster)
     processes = itertools.count()
     stop = threading.Event()
-    workers: list[Worker | GroupWorker] = [
+    if args.share_workers:
+        configure(cluster)
+    workers: list[Worker | GroupWorker | ShareWorker] = [
         Worker(
             Client(cluster, history, TOPIC, k, idempotent=args.idempotent),
             processes,
@@ -128,6 +135,12 @@ def run_phases(
             GroupClient(cluster, history, TOPIC, k), processes, args.seed * 1000 + 500 + k, stop
         )
         for k in range(args.group_workers)
+    ]
+    workers += [
+        ShareWorker(
+            ShareClient(cluster, history, TOPIC, k), processes, args.seed * 1000 + 700 + k, stop
+        )
+        for k in range(args.share_workers)
     ]
     for worker in workers:
         worker.start()
@@ -155,6 +168,8 @@ def run_phases(
     final.final_reads(cluster, history, TOPIC, args.partitions, processes)
     if args.group_workers:
         final_drain(cluster, history, TOPIC, final.read_ends(history, args.partitions), processes)
+    if args.share_workers:
+        share_drain(cluster, history, TOPIC, final.read_ends(history, args.partitions), processes)
     final.wait_caught_up(cluster)
     final.replica_reads(cluster, history, TOPIC, args.partitions, processes)
 
@@ -233,12 +248,14 @@ def report(
     verdicts: dict[str, Verdict] = {"log": check_log(ops)}
     if args.group_workers:
         verdicts.update(check_groups(ops))
+    if args.share_workers:
+        verdicts.update(check_share(ops))
     valid = merge(verdicts)
     if harness_error is not None:
         # An interrupted run proves nothing valid, and without its final reads and group
         # drain an unread ack proves nothing lost (log "unseen", group-queue "lost"): only
         # the other anomalies make it invalid.
-        unproven = {("log", "unseen"), ("group-queue", "lost")}
+        unproven = {("log", "unseen"), ("group-queue", "lost"), ("share", "lost")}
         proven = [
             k for name, v in verdicts.items() for k in v.anomalies if (name, k) not in unproven
         ]
@@ -251,6 +268,7 @@ def report(
         "planted_bug": args.planted_bug,
         "partitions": args.partitions,
         "group_workers": args.group_workers,
+        "share_workers": args.share_workers,
         "idempotent": args.idempotent,
         "schedule": [
             {"start_s": w.start_s, "stop_s": w.stop_s, "faults": [f"{k}/{v}" for k, v in w.faults]}

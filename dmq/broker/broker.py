@@ -5,7 +5,8 @@ Every request is one call on one service (dmq/README.md, "dmq/broker/"):
 - `topics` (topics.py): topic admin and the topic list;
 - `produce` (produce.py): partition choice, record checks, append or forward, acks;
 - `fetch` (fetch.py): records, offsets, offset lookups, the catch-up copy;
-- `groups` (groups.py): consumer groups; `operations` (operations.py): reassignments,
+- `groups` (groups.py): consumer groups; `share` (share.py): share groups (queues);
+  `operations` (operations.py): reassignments,
   decommissions, metadata voters, balance;
 - `cluster` (cluster.py): the cluster view and status, heartbeats, leader reports;
 - `routing` (routing.py) and `reconciler` (reconcile.py) serve the others: who leads
@@ -40,6 +41,7 @@ from dmq.broker.operations import OperationsService
 from dmq.broker.produce import ProduceService
 from dmq.broker.reconcile import Reconciler
 from dmq.broker.routing import Routing
+from dmq.broker.share import ShareService
 from dmq.broker.strays import StrayData
 from dmq.broker.topics import TopicsService
 from dmq.broker.types import ForwardRequest
@@ -103,6 +105,7 @@ class Broker:
             offsets_retention_ms=config.group_offsets_retention_ms,
             transactional_id_expiration_ms=config.transactional_id_expiration_ms,
         )
+        self.share = ShareService(ctx, self.fetch, self.produce, self.topics, self.groups.is_leader)
 
     # ------------------------------------------------------------------ what others read
 
@@ -237,6 +240,7 @@ class Broker:
             self.cluster.leader_balance_loop,
             self.groups.expiry_loop,
             self.operations.run,
+            self.share.run,
         ]
         loop = asyncio.get_running_loop()
         for duty in duties:

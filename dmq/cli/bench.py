@@ -59,6 +59,19 @@ def add_bench(commands: Subparsers) -> None:
     groups.add_argument("--session-ms", type=int, default=1_000, help="session timeout (1000)")
     groups.add_argument("--quick", action="store_true", help="one small run (CI)")
     groups.set_defaults(handler=_cmd_bench_groups)
+    # Likewise bench/share_bench.py's add_arguments.
+    share = kinds.add_parser(
+        "share", help="share groups: members on one partition, acks, redelivery"
+    )
+    share.add_argument("--nodes", type=int, default=3, help="brokers of the cluster (3)")
+    share.add_argument("--runs", type=int, default=3, help="runs; medians are shown (3)")
+    share.add_argument("--records", type=int, default=1200, help="records per scale run (1200)")
+    share.add_argument("--work-ms", type=int, default=10, help="processing per record (10)")
+    share.add_argument("--members", type=int, default=4, help="members against 1 (4)")
+    share.add_argument("--batch", type=int, default=20, help="max_records per poll (20)")
+    share.add_argument("--in-flight", type=int, default=16, help="concurrent acks (16)")
+    share.add_argument("--quick", action="store_true", help="one small run (CI)")
+    share.set_defaults(handler=_cmd_bench_share)
     # Likewise bench/spark_bench.py's add_arguments (needs the spark extra).
     spark = kinds.add_parser(
         "spark", help="Spark reading a topic through spark_io, against a Parquet file"
@@ -98,6 +111,13 @@ def _cmd_bench_groups(args: argparse.Namespace) -> int:
     from bench import groups_bench
 
     groups_bench.run(args)
+    return 0
+
+
+def _cmd_bench_share(args: argparse.Namespace) -> int:
+    from bench import share_bench
+
+    share_bench.run(args)
     return 0
 
 

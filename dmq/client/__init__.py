@@ -29,6 +29,11 @@ unless the producer is idempotent (`Producer(url, idempotent=True)` or a
 group: the broker assigns its partitions, it heartbeats in the background and commits
 after each poll (at-least-once); see `_group.py` and groups/README.md.
 
+`ShareConsumer(url, group="g", topics=[...])` is a member of a share group (a queue): any
+number of members read the same partitions, each record is locked to one member until it
+is accepted, released (optionally with a delay) or rejected (to the dead-letter topic);
+see `_share.py` and groups/README.md, "Share groups".
+
 The producer batches records per partition and sends each batch as one binary
 RecordBatch (zstd-compressed end to end if asked); the consumer fetches stored batches
 as they are and checks their CRC. The modules `_producer.py`, `_consumer.py`,
@@ -39,6 +44,13 @@ from dmq.client._admin import AsyncAdmin
 from dmq.client._consumer import AsyncConsumer, OffsetReset, SeekTo
 from dmq.client._group import AsyncGroupConsumer
 from dmq.client._producer import Acks, AsyncProducer, Compression
+from dmq.client._share import (
+    AsyncShareConsumer,
+    ShareConsumer,
+    ShareRecord,
+    configure_share_group,
+    describe_share_group,
+)
 from dmq.client._sync import Admin, Consumer, Producer
 from dmq.client._types import (
     BrokerInfo,
@@ -59,6 +71,7 @@ __all__ = [
     "AsyncConsumer",
     "AsyncGroupConsumer",
     "AsyncProducer",
+    "AsyncShareConsumer",
     "BrokerInfo",
     "ClusterInfo",
     "Compression",
@@ -70,7 +83,11 @@ __all__ = [
     "Producer",
     "RecordMetadata",
     "SeekTo",
+    "ShareConsumer",
+    "ShareRecord",
     "TopicDescription",
     "TopicPartition",
     "TopicSummary",
+    "configure_share_group",
+    "describe_share_group",
 ]

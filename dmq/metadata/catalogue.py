@@ -20,11 +20,13 @@ from dmq.metadata import (
     identity,
     producers,
     reassignment,
+    share_groups,
     topics,
     voters,
 )
 from dmq.metadata.registry import Registry
 from groups.commands import GroupCommand
+from groups.share_commands import ShareCommand
 
 CATALOGUE: Final = Registry(
     (
@@ -35,6 +37,7 @@ CATALOGUE: Final = Registry(
         producers.DOMAIN,
         consumer_groups.DOMAIN,
         identity.DOMAIN,
+        share_groups.DOMAIN,
     )
 )
 
@@ -47,4 +50,4 @@ CatalogueCommand = (
     | producers.ProducerCommand
     | identity.IdentityCommand
 )
-Command = CatalogueCommand | GroupCommand
+Command = CatalogueCommand | GroupCommand | ShareCommand

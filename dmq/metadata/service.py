@@ -93,6 +93,7 @@ GROUP_REJECT_ERRORS: dict[str, type[errors.DmqError]] = {
     "group_not_found": errors.GroupNotFound,
     "inconsistent_assignor": errors.InconsistentAssignor,
     "unknown_partition": errors.PartitionNotFound,
+    "lock_not_held": errors.LockNotHeld,  # share groups (groups/share.py)
 }
 
 

@@ -31,6 +31,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Final, Protocol
 
 from groups import state as groups_state
+from groups.share import ShareGroupsState
 from groups.state import GroupsState
 
 # Versions of the command encoding this code can decode. A replica that meets a newer one
@@ -151,6 +152,8 @@ class MetadataState:
     # identity.py: the cluster's id, "" until the metadata group's first FormCluster;
     # set once, never changed.
     cluster_id: str = ""
+    # share_groups.py: share groups (queues) and their in-flight records; snapshot only.
+    share_groups: ShareGroupsState = field(default_factory=ShareGroupsState)
 
     def eligible_brokers(self, now_ms: int) -> list[str]:
         """Live brokers that may take new replicas (not decommissioning), sorted."""

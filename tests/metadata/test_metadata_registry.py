@@ -43,6 +43,7 @@ from dmq.metadata.codec import FieldCodec
 from dmq.metadata.registry import SHELL_JSON_KEYS, CommandSpec, Domain, Registry
 from dmq.metadata.state import COMMAND_VERSION, Applied, MetadataState, Outcome, config_items
 from groups import commands as group_commands
+from groups import share_commands
 
 DOMAIN_MODULES: Final = (
     brokers, topics, reassignment, voters, producers, consumer_groups, identity,
@@ -66,14 +67,16 @@ def _command_classes(module: ModuleType) -> set[type[Any]]:
 
 
 def test_every_command_class_is_registered_exactly_once_under_its_name() -> None:
-    defined = set().union(*(_command_classes(m) for m in (*DOMAIN_MODULES, group_commands)))
+    defined = set().union(
+        *(_command_classes(m) for m in (*DOMAIN_MODULES, group_commands, share_commands))
+    )
     specs = [spec for domain in CATALOGUE.domains for spec in domain.commands]
     assert sorted(s.name for s in specs) == sorted(c.__name__ for c in defined)
     assert len({s.cls for s in specs}) == len(specs)
     assert all(CATALOGUE.spec_named(c.__name__).cls is c for c in defined)  # type: ignore[union-attr]
     assert [d.name for d in CATALOGUE.domains] == [
         "brokers", "topics", "reassignment", "voters", "producers", "consumer_groups",
-        "identity",
+        "identity", "share_groups",
     ]  # fmt: skip
 
 
@@ -106,12 +109,33 @@ _KIND_VALUES: Final[dict[str, st.SearchStrategy[Any]]] = {
     "offsets": st.lists(
         st.tuples(st.text(max_size=4), st.integers(), st.integers()), max_size=3
     ).map(tuple),
+    "positions": st.lists(
+        st.tuples(st.text(max_size=4), st.integers(), st.integers()), max_size=3
+    ).map(tuple),
+    "acquire": st.lists(
+        st.tuples(
+            st.text(max_size=4),
+            st.integers(),
+            st.integers(),
+            st.lists(st.integers(), max_size=3).map(tuple),
+            st.integers(),
+        ),
+        max_size=3,
+    ).map(tuple),  # fmt: skip
+    "acks": st.lists(
+        st.tuples(
+            st.text(max_size=4), st.integers(), st.integers(), st.text(max_size=6), st.integers()
+        ),
+        max_size=3,
+    ).map(tuple),
 }
 
 
 def _kind(spec: CommandSpec[Any], name: str) -> str:
     if isinstance(spec.codec, FieldCodec):
         return spec.codec.kinds[name]
+    if spec.cls.__name__ in share_commands.COMMAND_TYPES:
+        return share_commands.field_kind(spec.cls, name)
     return group_commands.field_kind(spec.cls, name)
 
 
