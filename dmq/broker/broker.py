@@ -8,6 +8,7 @@ Every request is one call on one service (dmq/README.md, "dmq/broker/"):
 - `groups` (groups.py): consumer groups; `operations` (operations.py): reassignments,
   decommissions, metadata voters, balance;
 - `cluster` (cluster.py): the cluster view and status, heartbeats, leader reports;
+- `storage` (storage.py): the data directory's free-space level, hand-offs while full;
 - `routing` (routing.py) and `reconciler` (reconcile.py) serve the others: who leads
   what and where it listens; this broker's replicas made to match the catalogue.
 
@@ -38,6 +39,7 @@ from dmq.broker.operations import OperationsService
 from dmq.broker.produce import ProduceService
 from dmq.broker.reconcile import Reconciler
 from dmq.broker.routing import Routing
+from dmq.broker.storage import StorageService
 from dmq.broker.topics import TopicsService
 from dmq.broker.types import ForwardRequest
 from dmq.config import BrokerConfig
@@ -89,7 +91,8 @@ class Broker:
         self.topics = TopicsService(ctx, self.routing, self.reconciler)
         self.produce = ProduceService(ctx, self.routing, self.topics)
         self.fetch = FetchService(ctx, self.routing)
-        self.cluster = ClusterService(ctx)
+        self.storage = StorageService(ctx, lambda: self.produce.acks0_refused)
+        self.cluster = ClusterService(ctx, self.storage.report)
         self.groups = GroupsService(
             lambda: ctx.metadata,
             self.routing.http_addr_of,
@@ -230,6 +233,7 @@ class Broker:
             self.cluster.leader_balance_loop,
             self.groups.expiry_loop,
             self.operations.run,
+            self.storage.storage_loop,
         ]
         loop = asyncio.get_running_loop()
         for duty in duties:

@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+from collections.abc import Callable
 from typing import Any
 
 from dmq import errors
@@ -34,8 +35,12 @@ STATUS_TIMEOUT_S = 2.0  # per broker, for cluster status
 class ClusterService:
     """This broker's standing in the cluster (module docstring); no state of its own."""
 
-    def __init__(self, ctx: BrokerContext) -> None:
+    def __init__(
+        self, ctx: BrokerContext, storage_report: Callable[[], dict[str, Any]] | None = None
+    ) -> None:
         self._ctx = ctx
+        # dmq/broker/storage.py's report: this broker's disk, in status and heartbeats.
+        self._storage_report = storage_report or (lambda: {})
 
     # ------------------------------------------------------------------ duties
 
@@ -43,8 +48,14 @@ class ClusterService:
         while True:
             await asyncio.sleep(HEARTBEAT_INTERVAL_S)
             try:
+                storage = self._storage_report()
                 await self._ctx.metadata.propose(
-                    BrokerHeartbeat(self._ctx.config.node_id, wall_ms())
+                    BrokerHeartbeat(
+                        self._ctx.config.node_id,
+                        wall_ms(),
+                        free_bytes=max(-1, int(storage.get("free_bytes", -1))),
+                        storage_level=str(storage.get("level", "")),
+                    )
                 )
             except errors.DmqError as exc:
                 _log.debug("heartbeat not committed: %s", exc)
@@ -105,6 +116,9 @@ class ClusterService:
                     "http_addr": b.http_addr,
                     "raft_addr": b.raft_addr,
                     "live": b.broker_id in live,
+                    # As of its last heartbeat (-1 / None: not reported yet).
+                    "free_bytes": b.free_bytes,
+                    "storage": b.storage_level or None,
                 }
                 for b in sorted(state.brokers.values(), key=lambda b: b.broker_id)
             ],
@@ -126,7 +140,12 @@ class ClusterService:
                 {**fields, "group_id": 0, "topic": None, "partition": None,
                  "members": metadata.members}
             )  # fmt: skip
-        return {"node_id": self._ctx.config.node_id, "ready": self._ctx.ready, "replicas": replicas}
+        return {
+            "node_id": self._ctx.config.node_id,
+            "ready": self._ctx.ready,
+            "storage": self._storage_report(),
+            "replicas": replicas,
+        }
 
     async def cluster_status(self) -> dict[str, Any]:
         """Every broker's view merged: brokers, and per group its leader, term, commit
@@ -149,6 +168,8 @@ class ClusterService:
         )
         for b in doc["brokers"]:
             b["reachable"] = b["node_id"] in answers
+            if b["reachable"]:  # its own view, fresher than its last heartbeat
+                b["storage_status"] = answers[b["node_id"]].get("storage")
         doc["groups"] = merge_group_status(answers)
         return doc
 

@@ -1,7 +1,7 @@
 """The brokers domain of the metadata catalogue: who is in the cluster, where, and alive.
 
 Commands: `RegisterBroker` (a broker announces itself or new addresses; also a heartbeat)
-and `BrokerHeartbeat`. State: `MetadataState.brokers`. A broker is live while its last
+and `BrokerHeartbeat` (which also carries the broker's free disk space). State: `MetadataState.brokers`. A broker is live while its last
 heartbeat is within `MetadataConfig.broker_session_ms` of the time of a command
 (`MetadataState.live_brokers`); only live brokers that are not decommissioning get new
 replicas. Decommissioning and unregistering are the reassignment domain's
@@ -52,13 +52,27 @@ class BrokerHeartbeat:
     broker_id: str
     now_ms: int
     version: int = COMMAND_VERSION
+    # The broker's data directory (log/space.py): free bytes (-1: not reported) and level
+    # ("ok", "alert", "full"; "": not reported). Optional on the wire: older heartbeats
+    # decode with the defaults, and placement avoids a broker reported "full".
+    free_bytes: int = -1
+    storage_level: str = ""
 
 
 BrokerCommand = RegisterBroker | BrokerHeartbeat
 
 CODEC: Final = FieldCodec(
-    {"broker_id": "str", "http_addr": "str", "raft_addr": "str", "now_ms": "int"}
+    {
+        "broker_id": "str",
+        "http_addr": "str",
+        "raft_addr": "str",
+        "now_ms": "int",
+        "free_bytes": "int",
+        "storage_level": "str",
+    },
+    optional={"free_bytes": -1, "storage_level": ""},
 )
+STORAGE_LEVELS: Final = ("", "ok", "alert", "full")
 
 
 def _register_broker(state: MetadataState, cmd: RegisterBroker, now_ms: int) -> Outcome:
@@ -88,15 +102,35 @@ def _heartbeat(state: MetadataState, cmd: BrokerHeartbeat, now_ms: int) -> Outco
         return state, Rejected(
             REJECT_UNKNOWN_BROKER, f"broker {cmd.broker_id!r} is not registered", "broker_id"
         )
-    broker = replace(old, last_heartbeat_ms=now_ms)
+    if cmd.storage_level not in STORAGE_LEVELS or cmd.free_bytes < -1:
+        return state, Rejected(
+            REJECT_INVALID_ARGUMENT,
+            f"storage_level must be one of {STORAGE_LEVELS[1:]} and free_bytes >= 0",
+            "storage_level",
+        )
+    broker = replace(
+        old,
+        last_heartbeat_ms=now_ms,
+        free_bytes=cmd.free_bytes,
+        storage_level=cmd.storage_level,
+    )
     new_state = replace(state, brokers={**state.brokers, cmd.broker_id: broker}, clock_ms=now_ms)
     return new_state, Applied(new_state.metadata_version, broker=broker)
+
+
+# BrokerInfo fields added later: left out of the snapshot at their default, so a
+# catalogue without storage reports snapshots byte-identically to older code.
+_OPTIONAL_INFO: Final = {"free_bytes": -1, "storage_level": ""}
 
 
 def _to_json(state: MetadataState) -> dict[str, Any]:
     return {
         "brokers": {
-            b.broker_id: {f.name: getattr(b, f.name) for f in fields(b)}
+            b.broker_id: {
+                f.name: getattr(b, f.name)
+                for f in fields(b)
+                if _OPTIONAL_INFO.get(f.name, object()) != getattr(b, f.name)
+            }
             for b in state.brokers.values()
         }
     }
