@@ -245,17 +245,21 @@ class RaftNode:
             shutil.rmtree(replica.directory)
 
     async def maybe_balance_leaders(
-        self, *, transfers_max: int = leadership.BALANCE_TRANSFERS_MAX
+        self,
+        *,
+        transfers_max: int = leadership.BALANCE_TRANSFERS_MAX,
+        avoid: frozenset[str] = frozenset(),
     ) -> bool:
         """Hand the leadership of groups this node leads to the member that leads the
         fewest, while that member leads at least two fewer; True if it asked for at least
         one transfer. At most `transfers_max` per call; raft/leadership.py has the rules.
 
-        Meant to run periodically on every node (each moves only what it leads).
+        Meant to run periodically on every node (each moves only what it leads). No
+        group is handed to a node in `avoid` (the caller's choice: a full disk).
         """
-        return await self._on_tick_thread(lambda: self._balance_leaders(transfers_max))
+        return await self._on_tick_thread(lambda: self._balance_leaders(transfers_max, avoid))
 
-    def _balance_leaders(self, transfers_max: int) -> bool:
+    def _balance_leaders(self, transfers_max: int, avoid: frozenset[str]) -> bool:
         return leadership.balance(
             self.node_id,
             self.peers,
@@ -265,6 +269,7 @@ class RaftNode:
             transfers_max=transfers_max,
             election_timeout_max_s=self.config.election_timeout_max_s,
             on_transfer=self._touch,  # its timeout_now leaves in this round
+            avoid=avoid,
         )
 
     # --- membership (raft/membership.py) ----------------------------------------------------

@@ -95,8 +95,14 @@ class ClusterService:
         assert self._ctx.raft_node is not None
         while True:
             await asyncio.sleep(LEADER_BALANCE_INTERVAL_S)
+            # Brokers whose disk is below its floor get no leadership (storage.py).
+            full = frozenset(
+                b.broker_id
+                for b in self._ctx.metadata.state.brokers.values()
+                if b.storage_level == "full"
+            )
             try:
-                await self._ctx.raft_node.maybe_balance_leaders()
+                await self._ctx.raft_node.maybe_balance_leaders(avoid=full)
             except Exception:
                 _log.exception("leader balancing failed")
 
