@@ -20,7 +20,7 @@ from typing import Any
 
 from dmq import errors
 from dmq.broker.context import BrokerContext
-from dmq.metadata.machine import BrokerHeartbeat, ReportLeader
+from dmq.metadata.machine import BrokerHeartbeat, ReportLeader, ReportStorage
 from dmq.metadata.service import wall_ms
 from dmq.partition.replica import raft_status_fields
 
@@ -30,6 +30,9 @@ HEARTBEAT_INTERVAL_S = 2.5  # a quarter of the metadata's broker_session_ms (10 
 LEADER_REPORT_INTERVAL_S = 1.0  # partition leaders published to the catalogue
 LEADER_BALANCE_INTERVAL_S = 5.0  # raft maybe_balance_leaders on every broker
 STATUS_TIMEOUT_S = 2.0  # per broker, for cluster status
+# A storage report goes into the catalogue when the level changes or the free space moves
+# by this fraction of the disk (1%): a few commands an hour on a steady disk.
+STORAGE_REPORT_CHANGE = 0.01
 
 
 class ClusterService:
@@ -45,20 +48,31 @@ class ClusterService:
     # ------------------------------------------------------------------ duties
 
     async def heartbeat_loop(self) -> None:
+        reported: tuple[str, int] | None = None  # the last storage report committed
         while True:
             await asyncio.sleep(HEARTBEAT_INTERVAL_S)
             try:
-                storage = self._storage_report()
                 await self._ctx.metadata.propose(
-                    BrokerHeartbeat(
-                        self._ctx.config.node_id,
-                        wall_ms(),
-                        free_bytes=max(-1, int(storage.get("free_bytes", -1))),
-                        storage_level=str(storage.get("level", "")),
-                    )
+                    BrokerHeartbeat(self._ctx.config.node_id, wall_ms())
                 )
+                reported = await self._maybe_report_storage(reported)
             except errors.DmqError as exc:
                 _log.debug("heartbeat not committed: %s", exc)
+
+    async def _maybe_report_storage(self, reported: tuple[str, int] | None) -> tuple[str, int]:
+        """The disk's level and free bytes into the catalogue (ReportStorage) when the
+        level changed or the free space moved by STORAGE_REPORT_CHANGE of the disk."""
+        storage = self._storage_report()
+        level, free = str(storage.get("level", "")), int(storage.get("free_bytes", -1))
+        if level not in ("ok", "alert", "full") or free < 0:
+            return reported or ("", -1)
+        step = int(storage.get("total_bytes", 0) * STORAGE_REPORT_CHANGE)
+        if reported is not None and reported[0] == level and abs(reported[1] - free) <= step:
+            return reported
+        await self._ctx.metadata.propose(
+            ReportStorage(self._ctx.config.node_id, free, level, wall_ms())
+        )
+        return level, free
 
     async def leader_report_loop(self) -> None:
         """Publish the leaders of groups led here, so brokers without a replica can route."""

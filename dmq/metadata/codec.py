@@ -64,15 +64,11 @@ def parse_envelope(data: bytes) -> dict[str, Any]:
 class FieldCodec:
     """Encode, decode and check the commands of one domain by their fields' kinds."""
 
-    def __init__(self, kinds: Mapping[str, str], optional: Mapping[str, Any] | None = None) -> None:
+    def __init__(self, kinds: Mapping[str, str]) -> None:
         unknown = sorted(set(kinds.values()) - FIELD_KINDS)
         if unknown:
             raise ValueError(f"unknown field kinds {unknown}")
         self.kinds: Final = dict(kinds)
-        # Fields added to a command after it was first written, name -> default: left out
-        # of the wire form at their default (so older encodings stay byte-identical) and
-        # read as their default when absent (so older journals decode).
-        self.optional: Final = dict(optional or {})
 
     def encode(self, command: Any) -> bytes:
         body: dict[str, Any] = {}
@@ -81,8 +77,6 @@ class FieldCodec:
                 continue
             value = getattr(command, f.name)
             kind = self.kinds[f.name]
-            if f.name in self.optional and value == self.optional[f.name]:
-                continue
             body[f.name] = (
                 dict(value) if kind == "config" else list(value) if kind == "strs" else value
             )
@@ -99,8 +93,7 @@ class FieldCodec:
             )
         body = doc["fields"]
         expected = {f.name for f in fields(cls)} - {"version"}
-        required = expected - set(self.optional)
-        if not isinstance(body, dict) or not required <= set(body) <= expected:
+        if not isinstance(body, dict) or set(body) != expected:
             raise CommandDecodeError(f"{type_name} fields must be exactly {sorted(expected)}")
         kwargs = {name: self._decode_field(type_name, name, value) for name, value in body.items()}
         return cls(version=version, **kwargs)
