@@ -13,6 +13,7 @@ Offsets (half-open ranges throughout):
 
 from __future__ import annotations
 
+import contextlib
 import os
 import struct
 import time
@@ -734,7 +735,10 @@ class PartitionLog:
             and active.next_offset <= self._high_watermark
             and active.max_timestamp_ms < now_ms - retention_ms
         ):
-            self.roll()  # the active segment is all expired: seal it so it can go
+            # The active segment is all expired: seal it so it can go. On a full disk the
+            # seal may fail (StorageWriteError): the closed segments still go, this one later.
+            with contextlib.suppress(StorageWriteError):
+                self.roll()
         deleted = 0
         total = self.size_bytes
         while len(self.segments) > 1:
