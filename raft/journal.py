@@ -393,7 +393,12 @@ class DurableJournal(Journal):  # type: ignore[misc]  # pysyncobj is untyped
     def close(self) -> None:
         if self._fd < 0:
             return
-        self.sync()
+        try:
+            self.sync()
+        except JournalWriteFailed as error:
+            # A full disk at close (a stalled group removed, or the node stopping): the
+            # records not written were never acknowledged by this node; close anyway.
+            logger.warning("closing %s with records not on disk: %s", self.path, error)
         os.close(self._fd)
         self._fd = -1
         self._meta.close()

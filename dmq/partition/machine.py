@@ -245,9 +245,11 @@ class PartitionStateMachine:
 
     def close(self) -> None:
         """Flush the log and the checkpoint; the log itself stays open (its owner closes it)."""
-        self.checkpoint()
-        os.close(self._checkpoint_fd)
-        self._checkpoint_fd = -1
+        try:
+            self.checkpoint()
+        finally:
+            os.close(self._checkpoint_fd)
+            self._checkpoint_fd = -1
 
     # --- apply ------------------------------------------------------------------------------
 

@@ -229,11 +229,23 @@ class PartitionReplica:
 
     def _close_files(self) -> None:
         with self.lock:
-            if self._machine is not None:
-                self._machine.close()
+            try:
+                if self._machine is not None:
+                    self._machine.close()
+            except (OSError, LogError) as error:
+                # A full disk: the checkpoint at close is a shortcut for the next open
+                # (which replays from the Raft journal without it); the files still close,
+                # so that a topic deleted on a full disk frees its space.
+                _log.warning("partition %s: closing without a checkpoint: %s", self.name, error)
+            finally:
                 self._machine = None
             if self._log is not None:
-                self._log.close()
+                try:
+                    self._log.close()
+                except (OSError, LogError) as error:
+                    _log.warning("partition %s: closing its log: %s", self.name, error)
+                    for segment in self._log.segments:
+                        segment.close_files()
 
     async def close(self, *, leave_group: bool = True, delete_group: bool = False) -> None:
         """Leave the Raft group (unless the whole node already stopped; `delete_group`:

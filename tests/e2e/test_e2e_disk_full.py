@@ -7,8 +7,9 @@ Proves:
   acknowledged record reads back, a topic can be deleted, and writes resume without a
   restart once the deletion freed space;
 - with no floor, a disk filled behind the broker's back (ENOSPC, even mid-write) gets
-  503/507, never an exit; the log never serves a torn batch; once space is freed the
-  group resumes by itself and every acknowledged record is still there, offsets dense.
+  503/507, never an exit; the log never serves a torn batch; a topic whose group stalled
+  is deleted while the disk is full; once space is freed the group resumes by itself and
+  every acknowledged record is still there, offsets dense.
 """
 
 from __future__ import annotations
@@ -178,11 +179,13 @@ def test_enospc_behind_the_brokers_back_never_exits_nor_serves_a_torn_tail(
         b.data_dir = disk / "data"
         b.start()
         create_topic(b, "t")
+        create_topic(b, "gone")
         acked: list[str] = []
         for n in range(5):
             status, doc = produce(b, "t", f"ok{n}")
             assert status == 200, doc
             acked += [f"ok{n}:{i}:{VALUE}" for i in range(200)]
+        assert produce(b, "gone", "gone")[0] == 200
         # Another process fills the disk, leaving less than one batch free.
         filler = fill_disk(disk, leave_bytes)
         failed: list[str] = []
@@ -193,6 +196,11 @@ def test_enospc_behind_the_brokers_back_never_exits_nor_serves_a_torn_tail(
         assert b.proc is not None and b.proc.poll() is None, b.log()
         # Reads go on while the group is stalled: what was acknowledged, nothing torn.
         assert read_all(b, "t")[: len(acked)] == acked
+        # A topic whose group the full disk stalled too is deleted all the same.
+        assert produce(b, "gone", "refused")[0] in (503, 507)
+        status, doc = b.json("DELETE", "/v1/topics/gone")
+        assert status in (200, 204), doc
+        assert b.json("GET", "/v1/topics/gone")[0] == 404
         filler.unlink()
         # The group resumes by itself (no restart) and takes writes again.
         deadline = time.monotonic() + 15
