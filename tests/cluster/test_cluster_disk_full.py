@@ -4,16 +4,17 @@ directory on a small tmpfs (mounted by the test: root only, skipped otherwise).
 Proves: with n3's disk filled below its floor by another process while n3 leads a
 partition, n3 hands the leadership to a broker with space within seconds; from then on
 produce with acks=all keeps succeeding on the other two (n3 stops acknowledging and
-applies nothing); n3 does not exit
-and reports "full" in the cluster status; once the space is freed n3 catches up by itself
-(no restart) and holds every acknowledged record, at the offsets its acknowledgement gave,
-byte-identical to the others.
+applies nothing); n3 does not exit and reports "full" in the cluster status (and in
+`dmq cluster status`); once the space is freed n3 catches up by itself (no restart) and
+holds every acknowledged record, at the offsets its acknowledgement gave, byte-identical
+to the others.
 """
 
 from __future__ import annotations
 
 import os
 import subprocess
+import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -107,6 +108,17 @@ def test_a_full_follower_stops_acknowledging_and_catches_up_when_space_returns(
         assert statuses == [200] * 20, statuses
         assert n3.alive, n3.log_tail()
         assert "leadership of full-0 handed to" in n3.log_tail(100_000)
+        # `dmq cluster status` shows n3's storage level and free space.
+        table = subprocess.run(
+            [sys.executable, "-m", "dmq", "cluster", "status", "--url", n1.url],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            cwd=Path(__file__).resolve().parents[2],
+            check=True,
+        ).stdout
+        (n3_row,) = [line for line in table.splitlines() if line.startswith("n3 ")]
+        assert " full " in f"{n3_row} " and "floor 0.8 MiB" in n3_row, table
         group = cluster.group("full", 0)
         assert group["leader"] != "n3"
         n3_applied = next(r for r in group["replicas"] if r["node_id"] == "n3")["last_applied"]
