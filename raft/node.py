@@ -51,6 +51,8 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any, TypeVar
 
+from pysyncobj import FAIL_REASON
+
 from raft import leadership, membership, quiesce
 from raft.config import RaftConfig
 from raft.errors import ApplyDeferred, ReplicaStopped, RequestDenied, Timeout
@@ -659,8 +661,11 @@ class RaftNode:
         """A follower whose write gate is shut (its disk below the floor) takes no new
         entries from the leader it follows: it does not acknowledge them, and the majority
         commits without it. Its election deadline moves as if they had come (the leader is
-        alive), so it disrupts nobody; it catches up once the gate opens."""
+        alive), so it disrupts nobody; it catches up once the gate opens. As leader it
+        takes no command a follower forwards (_maybe_refuse_forwarded)."""
         gate = replica.write_gate
+        if kind == "apply_command" and gate is not None and replica.status().is_leader:
+            return self._maybe_refuse_forwarded(replica, peer_id, message, gate)
         if (
             gate is None
             or kind != "append_entries"
@@ -671,6 +676,26 @@ class RaftNode:
             return False
         replica.hold_election(time.monotonic())
         self.entries_refused_full += 1
+        return True
+
+    def _maybe_refuse_forwarded(
+        self, replica: Replica, peer_id: str, message: Any, gate: Callable[[], bool]
+    ) -> bool:
+        """A leader whose write gate is shut takes no command a follower forwards (the
+        follower's broker checked its own disk, not this one's): it answers NOT_LEADER,
+        which the follower's propose() retries until the leadership moved to a broker
+        with space (dmq/broker/storage.py hands it over) or its deadline."""
+        if gate():
+            return False
+        self.entries_refused_full += 1
+        node = next((n for n in replica.syncobj._SyncObj__otherNodes if n.id == peer_id), None)
+        if node is not None and "request_id" in message:
+            reply = {
+                "type": "apply_command_response",
+                "request_id": message["request_id"],
+                "error": FAIL_REASON.NOT_LEADER,
+            }
+            replica.transport.send(node, reply)
         return True
 
     def _on_peer_up(self, peer_id: str) -> None:

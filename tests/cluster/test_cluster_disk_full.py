@@ -95,6 +95,9 @@ def test_a_full_follower_stops_acknowledging_and_catches_up_when_space_returns(
             wait_for(lambda: cluster.group("full", 0)["leader"] == "n3", 10, "n3 leads")
         filler = fill(disk, 200 * 1024)  # below the 0.8 MiB floor
         filled_at = time.monotonic()
+        # Leader balancing may have moved the leadership off n3 again meanwhile (it leads
+        # two groups if it also leads the metadata group): then there is nothing to hand.
+        led_when_full = cluster.group("full", 0)["leader"] == "n3"
         wait_for(lambda: storage_of(cluster, "n3").get("level") == "full", 10, "n3 full")
         # If n3 led the partition it refuses (507) until it hands the leadership over
         # (within a couple of storage checks); from then on every produce succeeds.
@@ -107,7 +110,9 @@ def test_a_full_follower_stops_acknowledging_and_catches_up_when_space_returns(
         statuses = [produce_one(f"full{k}") for k in range(20)]
         assert statuses == [200] * 20, statuses
         assert n3.alive, n3.log_tail()
-        assert "leadership of full-0 handed to" in n3.log_tail(100_000)
+        if led_when_full:
+            assert "leadership of full-0 handed to" in n3.log_tail(100_000)
+        print(f"n3 led full-0 when its disk filled: {led_when_full}")
         # `dmq cluster status` shows n3's storage level and free space.
         table = subprocess.run(
             [sys.executable, "-m", "dmq", "cluster", "status", "--url", n1.url],
