@@ -19,8 +19,10 @@ the one system call, statvfs, bounded to one probe per PROBE_INTERVAL_S: between
 it subtracts the bytes it admitted since the last one, so a burst of produces cannot
 overshoot the floor by more than what was already in flight when the probe ran.
 
-No network, no clock but the monotonic one for the probe interval; thread-safe enough for
-its use (one event loop admits, any thread may read the last level).
+No network, no clock but the monotonic one for the probe interval. Not locked: the event
+loop admits appends, and a Raft tick thread asks for the level (a follower's write gate);
+a race between them can only refresh the probe early or count one admission against a
+stale probe, never admit past a fresh one.
 """
 
 from __future__ import annotations
