@@ -604,7 +604,13 @@ class Replica:
     def _write_snapshot(self, path: str, data: Any) -> None:
         """pysyncobj's `serializer(fileName, data)`: state + its raft bookkeeping, fsynced."""
         fsync = self._config.durability == "fsync"
-        write_snapshot(path, data, self.machine.snapshot(), fsync=fsync)
+        try:
+            write_snapshot(path, data, self.machine.snapshot(), fsync=fsync)
+        except OSError:
+            # A full disk: pysyncobj logs it and tries at its next log compaction; the
+            # half-written file (pysyncobj's `.tmp`) must not hold the space meanwhile.
+            Path(path).unlink(missing_ok=True)
+            raise
         self.snapshots_written += 1
 
     def _read_snapshot(self, path: str) -> tuple[Any, ...]:
