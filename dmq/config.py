@@ -160,6 +160,22 @@ class BrokerConfig:
     retention_check_interval_ms: int = field(
         default=60_000, metadata=_doc("how often retention and compaction run, ms")
     )
+    # A full disk (log/space.py): produce is refused (507) below the floor, which is also
+    # the reserve the metadata group, deletions and Raft terms may still use.
+    storage_min_free_bytes: int = field(
+        default=-1,
+        metadata=_doc(
+            "free-space floor of the data directory, bytes: produce is refused below it "
+            "(-1: the smaller of 1 GiB and 5% of the filesystem; 0: no floor)"
+        ),
+    )
+    storage_alert_free_bytes: int = field(
+        default=-1,
+        metadata=_doc(
+            "free space below which /readyz and cluster status say 'alert', bytes "
+            "(-1: twice the floor)"
+        ),
+    )
     shutdown_grace_ms: int = field(
         default=10_000, metadata=_doc("time given to in-flight requests at shutdown, ms")
     )
@@ -173,11 +189,22 @@ class BrokerConfig:
             not in (
                 "retention_ms",
                 "retention_bytes",
+                "storage_min_free_bytes",
+                "storage_alert_free_bytes",
             )
             and getattr(self, f.name) < 1
         ]
         if positive:
             raise InvalidConfig(f"{positive[0]} must be >= 1", field=positive[0])
+        for name in ("storage_min_free_bytes", "storage_alert_free_bytes"):
+            if getattr(self, name) < -1:
+                raise InvalidConfig(f"{name} must be >= 0, or -1 for the default", field=name)
+        if 0 <= self.storage_alert_free_bytes < self.storage_min_free_bytes:
+            raise InvalidConfig(
+                "storage_alert_free_bytes must be >= storage_min_free_bytes",
+                field="storage_alert_free_bytes",
+                limit=self.storage_min_free_bytes,
+            )
         if self.batch_bytes_max > log_limits.BATCH_BYTES_MAX:
             raise InvalidConfig(
                 f"batch_bytes_max may not exceed {log_limits.BATCH_BYTES_MAX}",

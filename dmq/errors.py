@@ -32,6 +32,9 @@
     │   ├── NotLeader                503  this broker does not lead the partition now
     │   ├── BrokerUnavailable        503  shutting down, or no leader could be found
     │   ├── Backpressure             429  a bounded queue is full
+    │   ├── InsufficientStorage      507  the disk is below its free-space floor: produce is
+    │   │                                 refused before anything is written (reads go on);
+    │   │                                 `free_bytes` and `floor_bytes` say how far
     │   └── RequestTimeout           504  the operation did not complete in time
     └── StorageError                 500  the broker's data or disk is broken (node stops)
         ├── MetaFileCorrupt               the data directory's meta.properties is not valid
@@ -204,6 +207,14 @@ class RequestTimeout(RetriableError):
     code = "request_timeout"
 
 
+class InsufficientStorage(RetriableError):
+    """A full disk (log/space.py): nothing of the request was written. Retry once
+    retention, a deleted topic or more disk freed space; every other request goes on."""
+
+    code = "insufficient_storage"
+    retry_after_ms = 1000
+
+
 class StorageError(DmqError):
     code = "storage_error"
 
@@ -252,6 +263,7 @@ _ALL: tuple[type[DmqError], ...] = (
     BrokerUnavailable,
     Backpressure,
     RequestTimeout,
+    InsufficientStorage,
     StorageError,
     MetaFileCorrupt,
     DataDirMismatch,

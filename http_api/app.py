@@ -85,9 +85,11 @@ async def healthz(request: web.Request) -> web.Response:
 
 
 async def readyz(request: web.Request) -> web.Response:
-    if not broker_of(request).ready:
+    broker = broker_of(request)
+    if not broker.ready:
         raise errors.BrokerUnavailable("not ready", retry_after_ms=1000)
-    return codec.json_response({"status": "ready"})
+    # Ready even with a full disk: it serves reads, deletes and groups (produce gets 507).
+    return codec.json_response({"status": "ready", "storage": broker.storage.report()})
 
 
 async def openapi(request: web.Request) -> web.Response:

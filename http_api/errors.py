@@ -40,6 +40,7 @@ STATUS_TABLE: tuple[tuple[type[errors.DmqError], int], ...] = (
     (errors.OutOfOrderSequence, 409),
     (errors.OffsetOutOfRange, 416),
     (errors.Backpressure, 429),
+    (errors.InsufficientStorage, 507),
     (errors.RequestTimeout, 504),
     (errors.RetriableError, 503),
     (errors.ClientError, 400),

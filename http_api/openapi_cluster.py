@@ -181,7 +181,31 @@ def cluster_schemas() -> dict[str, Any]:
     """The probes' status, the cluster and its status."""
     return {
         "Status": object_schema(
-            {"status": {"type": "string", "enum": ["ok", "ready"]}}, ("status",)
+            {
+                "status": {"type": "string", "enum": ["ok", "ready"]},
+                "storage": ref("Storage"),
+            },
+            ("status",),
+        ),
+        "Storage": object_schema(
+            {
+                "level": {
+                    "type": "string",
+                    "enum": ["ok", "alert", "full"],
+                    "description": "full: free_bytes below floor_bytes, produce gets 507",
+                },
+                "free_bytes": OFFSET,
+                "total_bytes": OFFSET,
+                "floor_bytes": OFFSET,
+                "alert_bytes": OFFSET,
+                "refused_appends": OFFSET,
+                "refused_bytes": OFFSET,
+                "acks0_refused": OFFSET,
+                "stalled_groups": {"type": "array", "items": OFFSET},
+                "leadership_handoffs": OFFSET,
+            },
+            ("level",),
+            closed=False,
         ),
         "Cluster": object_schema(
             {
@@ -200,6 +224,17 @@ def cluster_schemas() -> dict[str, Any]:
                 "raft_addr": {"type": "string"},
                 "live": {"type": "boolean", "description": "heartbeat within the session"},
                 "reachable": {"type": "boolean", "description": "answered this status call"},
+                "free_bytes": {
+                    "type": "integer",
+                    "description": "free bytes of its data directory at its last heartbeat "
+                    "(-1: not reported)",
+                },
+                "storage": {
+                    "type": ["string", "null"],
+                    "enum": ["ok", "alert", "full", None],
+                    "description": "its storage level at its last heartbeat",
+                },
+                "storage_status": or_null(ref("Storage")),
             },
             ("node_id", "http_addr", "raft_addr", "live"),
         ),

@@ -51,7 +51,7 @@ def internal_paths(config: BrokerConfig) -> dict[str, Any]:
                     query("log_append_time_ms", integer(0, INT64_MAX), "leader-stamped time"),
                 ],
                 body={"required": True, "content": _BINARY},
-                errors=(400, 404, 413, 429, 503, 504),
+                errors=(400, 404, 413, 429, 503, 504, 507),
             ),
         },
         "/v1/internal/partitions/{topic}/{partition}/batches": {

@@ -213,7 +213,7 @@ def _produce_op(config: BrokerConfig) -> dict[str, Any]:
                 },
             },
         },
-        errors=(400, 404, 409, 413, 415, 429, 503, 504),
+        errors=(400, 404, 409, 413, 415, 429, 503, 504, 507),
     )
 
 

@@ -108,6 +108,12 @@ ERROR_STATUSES: dict[int, tuple[str, tuple[str, ...], bool]] = {
         True,
     ),
     504: ("the operation did not complete in time", ("request_timeout",), True),
+    507: (
+        "the broker's disk is below its free-space floor (storage_min_free_bytes): nothing "
+        "was written; details name free_bytes and floor_bytes. Reads go on",
+        ("insufficient_storage",),
+        True,
+    ),
 }
 
 

@@ -58,13 +58,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, NamedTuple
 
+from jepsen import diskfull
 from jepsen.cluster import Broker, Cluster, HarnessError, http
 from jepsen.focus import Aim, Focus
 from jepsen.history import NEMESIS, History
 from jepsen.schedule import variants
 
 FAULTS = (
-    "partition", "kill", "pause", "power", "disk", "clock",
+    "partition", "kill", "pause", "power", "disk", "clock", "disk-full",
     "reassign", "join", "leave", "voters",
 )  # fmt: skip
 # Run on their own while a process or network fault strikes (never alone, never with power).
@@ -242,6 +243,7 @@ class Nemesis:
         self.closing = threading.Event()
         self._seeds = itertools.count(seed * 7919 + 2)
         self.focus = focus or Focus()
+        self.mounted: list[Path] = []  # disk-full: the brokers' tmpfs (jepsen/diskfull.py)
 
     @property
     def ids(self) -> list[str]:
@@ -251,6 +253,8 @@ class Nemesis:
         """Before the brokers start: the chain, and with `clock` each broker's clock file."""
         if self.net is not None:
             self.net.setup()
+        if "disk-full" in self.kinds:
+            self.mounted = diskfull.mount_all(list(self.cluster.brokers.values()))
         if "clock" in self.kinds:
             if not FAKETIME_LIB.exists():
                 raise HarnessError(
@@ -286,6 +290,7 @@ class Nemesis:
         finally:
             if self.net is not None:
                 self.net.close()
+            diskfull.unmount_all(self.mounted)
 
     def _leaders(self) -> tuple[dict[int, str], str | None]:
         """One status read: the topic's partition -> leader (current brokers only) and
@@ -339,7 +344,7 @@ class Nemesis:
                 if kind in BACKGROUND:
                     getattr(self, f"_start_{kind}")()
                 else:
-                    getattr(self, f"_start_{kind}")(variant)
+                    getattr(self, f"_start_{kind.replace('-', '_')}")(variant)
 
     def _pin(self, nodes: list[str]) -> dict[str, Any]:
         """Aim the pinned workers at `nodes` (the side about to be cut off or paused),
@@ -448,7 +453,7 @@ class Nemesis:
         held = {
             t
             for f in self.active
-            if f.kind in ("kill", "pause", "power", "disk")
+            if f.kind in ("kill", "pause", "power", "disk", "disk-full")
             for t in f.targets
         }
         aim = self.focus.aim
@@ -495,6 +500,15 @@ class Nemesis:
         cut = sum(cut_to_durable(self.cluster.brokers[i].data_dir, self.rng) for i in targets)
         self._begin("disk", variant, targets, bytes_cut=cut)
         self.focus.strike(None)
+
+    def _start_disk_full(self, variant: str = "") -> None:
+        """Fill the filesystem of one node, a leader or a minority (jepsen/diskfull.py):
+        it refuses produce and keeps serving; the heal frees it."""
+        variant = self._variant("disk-full", variant)
+        mounted = [i for i in self._free() if self.cluster.brokers[i].data_dir in self.mounted]
+        targets = self._pick(variant, mounted)
+        filled = {i: diskfull.fill(self.cluster.brokers[i]) for i in targets}
+        self._begin("disk-full", variant, targets, bytes_filled=filled)
 
     def _start_clock(self, variant: str = "") -> None:
         """Jump the wall clock of one node, a leader, the metadata leader, or every node
@@ -840,6 +854,8 @@ class Nemesis:
                         broker.start()
                     elif fault.kind == "clock":
                         self._clock_file(node_id).write_text("+0\n")
+                    elif fault.kind == "disk-full":
+                        diskfull.free(broker)
                 self._stop(fault)
             self.active = []
             self.focus.clear()

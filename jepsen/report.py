@@ -22,6 +22,7 @@ COLOURS = {
     "leave": "tab:brown",
     "clock": "tab:olive",
     "disk": "tab:pink",
+    "disk-full": "tab:blue",
 }
 
 

@@ -42,7 +42,8 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass
 
-PROCESS_KINDS = ("partition", "kill", "pause", "power", "disk", "clock")  # healed at window end
+# healed at window end
+PROCESS_KINDS = ("partition", "kill", "pause", "power", "disk", "clock", "disk-full")
 ALONE_KINDS = ("power", "disk")  # strike every node (or cut files): alone, and last
 BACKGROUND_KINDS = ("reassign", "join", "leave", "voters")  # run on in threads
 
@@ -58,6 +59,7 @@ VARIANTS: dict[str, tuple[str, ...]] = {
     "power": ("all",),
     "disk": ("one", "leader", "all"),
     "clock": ("one", "leader", "metadata-leader", "all"),
+    "disk-full": ("one", "leader", "minority"),
 }  # fmt: skip
 # The first strike of each kind: where acknowledged writes, reads and commits are at
 # stake. A partition cuts off a data partition's leader (alone, or in a minority) with
@@ -72,6 +74,7 @@ AIMED: dict[str, tuple[str, ...]] = {
     "power": ("all",),
     "disk": ("leader", "all"),
     "clock": ("metadata-leader", "all"),  # it stamps the time into group commands
+    "disk-full": ("leader",),  # it must hand its leaderships to a broker with space
 }
 PAIR_P = 0.3  # a second kind in a window
 FAULT_MIN_S = 4.0  # a fault shorter than this ends before a leader steps down (1.5 s) and the

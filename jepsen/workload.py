@@ -39,7 +39,8 @@ SEND_TIMEOUT_S = 10.0  # above the broker's request_timeout: most outcomes are k
 POLL_WAIT_MS = 500
 POLL_RECORDS_MAX = 100
 THINK_S = 0.01  # between a worker's operations: keeps a shared 2-core machine usable
-DEFINITE_FAILURES = frozenset({400, 404, 409, 413, 415, 416, 422, 429})
+# 507: a full disk refused the produce before anything was written (dmq/README.md).
+DEFINITE_FAILURES = frozenset({400, 404, 409, 413, 415, 416, 422, 429, 507})
 IDEMPOTENT_ATTEMPTS = 4  # an idempotent send is retried (same sequence) while unknown
 RETRY_PAUSE_S = 0.3
 ROTATE_S = 2.0  # a worker moves to the next node after this long on one

@@ -28,12 +28,14 @@ Compaction does not merge small segments (a later improvement).
 
 from __future__ import annotations
 
+import contextlib
 import os
 from dataclasses import dataclass, field
 
 from log import records as fmt
+from log.errors import StorageWriteError
 from log.partition_log import PartitionLog
-from log.segment import CLEANED_SUFFIX, Segment, fsync_directory
+from log.segment import CLEANED_SUFFIX, NO_SPACE_ERRNOS, Segment, fsync_directory
 
 
 @dataclass(frozen=True, slots=True)
@@ -127,10 +129,20 @@ def build_compaction(plan: CompactionPlan, now_ms: int) -> CompactionResult:
                     last_offset_delta=header.last_offset_delta,
                 )
         cleaned = seg.path + CLEANED_SUFFIX
-        with open(cleaned, "wb") as f:
-            f.write(out)
-            f.flush()
-            os.fsync(f.fileno())
+        try:
+            with open(cleaned, "wb") as f:
+                f.write(out)
+                f.flush()
+                os.fsync(f.fileno())
+        except OSError as exc:
+            # A full disk: take back every cleaned file of this build (they would hold
+            # the space until the next open) and let the next pass try again.
+            for path in [*result.cleaned_paths.values(), cleaned]:
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(path)
+            raise StorageWriteError(
+                f"compaction of {seg.path} put off: {exc}", no_space=exc.errno in NO_SPACE_ERRNOS
+            ) from exc
         result.bytes_after += len(out)
         result.cleaned_paths[seg.base_offset] = cleaned
     return result

@@ -10,7 +10,8 @@ dmq/errors.py re-exports it (the whole tree is drawn in dmq/errors.py)::
     │   └── InvalidOffsetError      an offset argument outside what the call allows
     ├── OffsetOutOfRangeError       a read below log_start_offset or past log_end_offset
     └── StorageError                the data on disk is wrong or the disk failed
-        └── CorruptSegmentError     a stored batch fails its checks (names file + position)
+        ├── CorruptSegmentError     a stored batch fails its checks (names file + position)
+        └── StorageWriteError       a write failed (ENOSPC, EIO) and was undone: retry later
 """
 
 from __future__ import annotations
@@ -67,3 +68,14 @@ class CorruptSegmentError(StorageError):
         self.path = path
         self.position = position
         self.reason = reason
+
+
+class StorageWriteError(StorageError):
+    """A write failed (no space, an I/O error) and was undone: the log holds exactly what
+    it held before the call (a partial batch was cut back to the last good one), so the
+    same append may be tried again once the disk has room. `no_space` tells ENOSPC (and
+    EDQUOT, EFBIG) from other I/O errors."""
+
+    def __init__(self, message: str, *, no_space: bool) -> None:
+        super().__init__(message)
+        self.no_space = no_space

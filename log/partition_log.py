@@ -13,6 +13,7 @@ Offsets (half-open ranges throughout):
 
 from __future__ import annotations
 
+import contextlib
 import os
 import struct
 import time
@@ -30,12 +31,14 @@ from log.errors import (
     OffsetOutOfRangeError,
     RecordTooLargeError,
     StorageError,
+    StorageWriteError,
 )
 from log.segment import (
     CLEANED_SUFFIX,
     DURABLE_TRACE_SUFFIX,
     INDEX_SUFFIX,
     LOG_SUFFIX,
+    NO_SPACE_ERRNOS,
     TIMEINDEX_SUFFIX,
     Segment,
     fsync_directory,
@@ -353,7 +356,9 @@ class PartitionLog:
             position = segment.append_parts(
                 (_BASE_OFFSET.pack(base_offset), memoryview(batch)[8:]), header
             )
-        except OSError as exc:
+        except StorageWriteError:
+            raise  # undone: the log is as before this call, and takes writes again
+        except OSError as exc:  # the undo itself failed: the file's tail is unknown
             raise self._fail(f"write to {segment.log_path} failed: {exc}") from exc
         self._unflushed_records += header.record_count
         flushed = self._maybe_flush_after_append()
@@ -421,15 +426,37 @@ class PartitionLog:
         invariant(new_base >= self.log_end_offset, "a new segment may not overlap the last")
         old = self.active
         try:
+            old.flush()
+        except OSError as exc:  # a failed fsync is never retried (module README: "Faults")
+            raise self._fail(f"sealing {old.log_path} failed: {exc}") from exc
+        try:
             old.close_for_appends()
         except OSError as exc:
-            raise self._fail(f"sealing {old.log_path} failed: {exc}") from exc
+            # The index files could not be written (a full disk): the segment stays the
+            # active one, unchanged, and the roll is tried again by the next append.
+            raise StorageWriteError(
+                f"sealing {old.log_path} failed: {exc}", no_space=exc.errno in NO_SPACE_ERRNOS
+            ) from exc
         self._unflushed_records = 0
         self._last_flush_ms = self._clock_ms()
+        if old.is_empty and new_base == old.base_offset:
+            # Nothing to seal: the empty segment goes on as the active one, as a new one
+            # at the same base would (no file to create, so nothing to fail).
+            old.index_path.unlink(missing_ok=True)
+            old.timeindex_path.unlink(missing_ok=True)
+            old.closed = False
+            return
+        try:
+            segment = Segment(self.directory, new_base, self.config.index_interval_bytes)
+        except OSError as exc:  # no inode or directory block left: the old one stays active
+            raise StorageWriteError(
+                f"creating a segment in {self.directory} failed: {exc}",
+                no_space=exc.errno in NO_SPACE_ERRNOS,
+            ) from exc
         if old.is_empty:
             old.delete()
             self.segments.pop()
-        self.segments.append(Segment(self.directory, new_base, self.config.index_interval_bytes))
+        self.segments.append(segment)
         fsync_directory(self.directory)
 
     # ------------------------------------------------------------------ flush
@@ -708,7 +735,10 @@ class PartitionLog:
             and active.next_offset <= self._high_watermark
             and active.max_timestamp_ms < now_ms - retention_ms
         ):
-            self.roll()  # the active segment is all expired: seal it so it can go
+            # The active segment is all expired: seal it so it can go. On a full disk the
+            # seal may fail (StorageWriteError): the closed segments still go, this one later.
+            with contextlib.suppress(StorageWriteError):
+                self.roll()
         deleted = 0
         total = self.size_bytes
         while len(self.segments) > 1:

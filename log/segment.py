@@ -17,6 +17,7 @@ Index entry formats (big-endian):
 
 from __future__ import annotations
 
+import errno
 import os
 import struct
 from array import array
@@ -26,7 +27,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from log import records as fmt
-from log.errors import CorruptRecordError, CorruptSegmentError, InvalidOffsetError
+from log.errors import (
+    CorruptRecordError,
+    CorruptSegmentError,
+    InvalidOffsetError,
+    StorageWriteError,
+)
 
 LOG_SUFFIX = ".log"
 INDEX_SUFFIX = ".index"
@@ -43,6 +49,9 @@ _DURABLE_TRACE = os.environ.get("DMQ_DURABLE_TRACE") == "1"
 _INDEX_ENTRY = struct.Struct(">II")
 _TIME_ENTRY = struct.Struct(">qI")
 _SCAN_CHUNK_BYTES = 64 * 1024
+# The errnos that mean "no room" (a full disk, a quota, a file-size limit): StorageWriteError
+# says so, and the broker answers 507 rather than 503.
+NO_SPACE_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EFBIG})
 
 
 def segment_name(base_offset: int) -> str:
@@ -62,10 +71,15 @@ def write_durably(path: Path, data: bytes) -> None:
     """Replace `path` with `data` atomically and durably: write a temp file, fsync it,
     rename it over `path`. (Callers fsync the directory when the name is new.)"""
     tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "wb") as f:
-        f.write(data)
-        f.flush()
-        os.fsync(f.fileno())
+    try:
+        with open(tmp, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+    except OSError:
+        # A full disk: leave `path` as it was and no half-written temp file behind.
+        tmp.unlink(missing_ok=True)
+        raise
     os.replace(tmp, path)
 
 
@@ -154,13 +168,29 @@ class Segment:
         """Write one batch given as parts (one writev, no copy); returns its position."""
         position = self.size_bytes
         expected = header.size_bytes
-        written = os.writev(self.fd, parts)
+        try:
+            written = os.writev(self.fd, parts)
+        except OSError as exc:
+            self._undo_partial_write(position)
+            raise StorageWriteError(
+                f"write to {self.log_path} failed: {exc}", no_space=exc.errno in NO_SPACE_ERRNOS
+            ) from exc
         if written != expected:
-            # A short write leaves a torn tail: the caller marks the log failed, and
-            # recovery truncates the tail on the next open.
-            raise OSError(f"short write to {self.log_path}: {written} of {expected} bytes")
+            # A short write (the disk filled up mid-batch) leaves a torn tail: cut it
+            # back to the last good batch, so nothing half-written is ever served.
+            self._undo_partial_write(position)
+            raise StorageWriteError(
+                f"short write to {self.log_path}: {written} of {expected} bytes",
+                no_space=True,
+            )
         self._track(position, header)
         return position
+
+    def _undo_partial_write(self, position: int) -> None:
+        """Cut the file back to `position`, the end of the last good batch. An OSError
+        here (the disk is failing, not just full) propagates: the caller fails the log."""
+        if os.fstat(self.fd).st_size != position:
+            os.ftruncate(self.fd, position)
 
     def append(self, batch: bytes | memoryview, header: fmt.BatchHeader) -> int:
         """Write one batch (already stamped with its base offset); returns its position."""

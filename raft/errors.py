@@ -16,6 +16,11 @@ log/errors.py) and the Broker translates it into dmq/errors.py at its own border
     ├── ReplicaStopped              the node or group is shutting down (or crashed)
     │   └── StoppedInFlight         ... after the command reached pysyncobj: it may still
     │                               commit on the others (also an OutcomeUnknown)
+    ├── GroupStalled                the group's storage failed (a full disk): it takes no
+    │   │                           proposal, acknowledges nothing, and retries (`no_space`)
+    │   └── StalledInFlight         ... after the command reached pysyncobj (OutcomeUnknown)
+    ├── ApplyDeferred               raised by a state machine: this command cannot be applied
+    │                               now and nothing of it was; the group stalls and retries
     └── PeerRefused                 a peer's bytes were refused; its connection is closed
         ├── FrameError              (raft/transport.py) not a frame stream
         ├── WireError               (raft/wire.py) not a message of the protocol
@@ -121,3 +126,29 @@ class UnsafePickle(PeerRefused):
 
 class AuthFailed(PeerRefused):
     """A connection did not prove it knows the cluster secret (raft/auth.py)."""
+
+
+class GroupStalled(RaftError):
+    """The group's journal or state machine could not write (a full disk, an I/O error):
+    until a retry succeeds the group is not ticked, acknowledges nothing and refuses new
+    proposals (raft/README.md, "A full disk"). A proposal refused with it is not in the log.
+    `no_space` tells a full disk (ENOSPC) from another I/O error."""
+
+    def __init__(self, message: str, *, no_space: bool) -> None:
+        super().__init__(message)
+        self.no_space = no_space
+
+
+class StalledInFlight(GroupStalled, OutcomeUnknown):
+    """The group stalled after the command reached pysyncobj: it may still commit (here
+    after the retry, or on the others), so a retry could apply it twice."""
+
+
+class ApplyDeferred(RaftError):
+    """Raised by a state machine's apply: the command cannot be applied now (its storage
+    refused the write) and the machine's state is as before the call. The replica stalls
+    and applies the same command again later; apply must stay deterministic meanwhile."""
+
+    def __init__(self, message: str, *, no_space: bool) -> None:
+        super().__init__(message)
+        self.no_space = no_space

@@ -35,7 +35,9 @@ slot with the higher seq, so a torn meta write never loses both.
 
 from __future__ import annotations
 
+import errno
 import json
+import logging
 import os
 import struct
 import time
@@ -50,6 +52,8 @@ import pysyncobj.syncobj as _syncobj_module
 from pysyncobj.journal import Journal
 
 from raft.errors import RaftError
+
+logger = logging.getLogger(__name__)
 
 Entry = tuple[bytes, int, int]  # (command, idx, term), as pysyncobj stores them
 
@@ -77,6 +81,23 @@ DURABLE_TRACE_FILE = "journal.durable"
 
 class JournalCorrupt(RaftError):
     """The journal breaks an invariant that a torn write cannot explain; the node must stop."""
+
+
+class JournalWriteFailed(RaftError):
+    """A write or sync of the journal failed (a full disk, an I/O error) and was undone.
+
+    The file holds exactly the records it held before (a partial write is cut back to the
+    last whole record) and the unwritten records stay in memory: sync() tries them again.
+    Nothing the failed sync was to cover may be acknowledged: RaftNode stalls the group
+    (raft/README.md, "A full disk"). `no_space` tells ENOSPC (EDQUOT, EFBIG) from EIO.
+    """
+
+    def __init__(self, message: str, *, no_space: bool) -> None:
+        super().__init__(message)
+        self.no_space = no_space
+
+
+NO_SPACE_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EFBIG})
 
 
 def _invariant(condition: bool, message: str) -> None:
@@ -141,6 +162,10 @@ class DurableJournal(Journal):  # type: ignore[misc]  # pysyncobj is untyped
         self._commit_dirty = False
         self._commit_persisted_at = 0.0
         self.syncs = 0  # fdatasync calls on the journal file, for tests and metrics
+        # A write that failed in add() (raised by the next sync) and how many writes or
+        # syncs failed so far (a metric).
+        self._write_error: JournalWriteFailed | None = None
+        self.write_failures = 0
 
     # --- recovery -----------------------------------------------------------------------
 
@@ -214,8 +239,13 @@ class DurableJournal(Journal):  # type: ignore[misc]  # pysyncobj is untyped
         self._end += RECORD_OVERHEAD_BYTES + len(command)
         self._dirty = True
         self._cache_put(idx, command)
-        if len(self._pending) >= self._write_buffer_bytes_max:
-            self._write_pending()
+        if len(self._pending) >= self._write_buffer_bytes_max and self._write_error is None:
+            try:
+                self._write_pending()
+            except JournalWriteFailed as error:
+                # Inside pysyncobj's message handling: kept in memory, and raised by the
+                # round's sync(), which stalls the group before anything is acknowledged.
+                self._write_error = error
 
     def clear(self) -> None:
         # pysyncobj clears the journal right after installing or loading a snapshot: the
@@ -234,10 +264,18 @@ class DurableJournal(Journal):  # type: ignore[misc]  # pysyncobj is untyped
         if entryTo <= 0:
             return
         entryTo = min(entryTo, len(self._offsets))
-        self._sync_snapshot_file()
-        self._write_pending()
         cut = self._offsets[entryTo] if entryTo < len(self._offsets) else self._end
-        self._rewrite_from(cut)
+        try:
+            self._sync_snapshot_file()
+            self._write_pending()
+            self._rewrite_from(cut)
+        except (OSError, JournalWriteFailed) as exc:
+            # A full disk: keep the entries (the journal stays longer than it needs to be,
+            # which is safe) and let pysyncobj's next log compaction try again.
+            self.write_failures += 1
+            self.path.with_name(JOURNAL_FILE + ".tmp").unlink(missing_ok=True)
+            logger.warning("journal compaction of %s put off: %s", self.path, exc)
+            return
         shift = cut - HEADER_BYTES
         self._offsets = array("q", (offset - shift for offset in self._offsets[entryTo:]))
         self._terms = self._terms[entryTo:]
@@ -316,26 +354,51 @@ class DurableJournal(Journal):  # type: ignore[misc]  # pysyncobj is untyped
         Entries first, then the meta file: a persisted commit index never points past entries
         that are on disk.
         """
+        self._write_error = None
         self._write_pending()
         if self._dirty:
             if self._durability == "fsync":
-                os.fdatasync(self._fd)
+                try:
+                    os.fdatasync(self._fd)
+                except OSError as exc:
+                    # Written but not known durable. The page cache may still hold the
+                    # bytes (a retried fdatasync that succeeds makes them durable on Linux
+                    # filesystems that keep dirty pages, e.g. ext4 after ENOSPC); on an
+                    # EIO the tail is rewritten from memory before the next sync.
+                    self._rewind_unsynced()
+                    self.write_failures += 1
+                    raise JournalWriteFailed(
+                        f"fdatasync of {self.path} failed: {exc}",
+                        no_space=exc.errno in NO_SPACE_ERRNOS,
+                    ) from exc
                 self.syncs += 1
                 self._durable = self._written
                 if self._trace_fd is not None:
                     os.write(self._trace_fd, b"%d\n" % self._durable)
             self._dirty = False
         if self._vote_dirty or self._commit_dirty:
-            self._meta.store(
-                self._term, self._voted_for, self._commit_index, self._durability == "fsync"
-            )
+            try:
+                self._meta.store(
+                    self._term, self._voted_for, self._commit_index, self._durability == "fsync"
+                )
+            except OSError as exc:  # the other slot still holds the last durable vote
+                self.write_failures += 1
+                raise JournalWriteFailed(
+                    f"writing {self._meta.path} failed: {exc}",
+                    no_space=exc.errno in NO_SPACE_ERRNOS,
+                ) from exc
             self._vote_dirty = self._commit_dirty = False
             self._commit_persisted_at = time.monotonic()
 
     def close(self) -> None:
         if self._fd < 0:
             return
-        self.sync()
+        try:
+            self.sync()
+        except JournalWriteFailed as error:
+            # A full disk at close (a stalled group removed, or the node stopping): the
+            # records not written were never acknowledged by this node; close anyway.
+            logger.warning("closing %s with records not on disk: %s", self.path, error)
         os.close(self._fd)
         self._fd = -1
         self._meta.close()
@@ -424,10 +487,46 @@ class DurableJournal(Journal):  # type: ignore[misc]  # pysyncobj is untyped
     def _write_pending(self) -> None:
         if not self._pending:
             return
-        written = os.pwrite(self._fd, self._pending, self._written)
-        _invariant(written == len(self._pending), f"short write to {self.path}")
+        try:
+            written = os.pwrite(self._fd, self._pending, self._written)
+        except OSError as exc:
+            self._undo_partial_write()
+            self.write_failures += 1
+            raise JournalWriteFailed(
+                f"write to {self.path} failed: {exc}", no_space=exc.errno in NO_SPACE_ERRNOS
+            ) from exc
+        if written != len(self._pending):
+            # The disk filled up mid-write: cut the file back to the last whole record
+            # (recovery would too) and keep every record in memory for the next try.
+            self._undo_partial_write()
+            self.write_failures += 1
+            raise JournalWriteFailed(
+                f"short write to {self.path}: {written} of {len(self._pending)} bytes",
+                no_space=True,
+            )
         self._written += written
         self._pending.clear()
+
+    def _undo_partial_write(self) -> None:
+        """Cut the file back to _written (a record boundary). If even that fails the
+        file's tail is unknown: JournalCorrupt stops the node (recovery cuts a torn tail)."""
+        try:
+            if os.fstat(self._fd).st_size > self._written:
+                os.ftruncate(self._fd, self._written)
+        except OSError as exc:
+            raise JournalCorrupt(f"cannot undo a failed write to {self.path}: {exc}") from exc
+
+    def _rewind_unsynced(self) -> None:
+        """After a failed fdatasync: move the records written since the last durable point
+        back to the write buffer, so the next sync writes them again (a failed fsync may have
+        dropped dirty pages: never trust them, as PostgreSQL learned)."""
+        if self._written == self._durable:
+            return
+        tail = os.pread(self._fd, self._written - self._durable, self._durable)
+        _invariant(len(tail) == self._written - self._durable, f"short read of {self.path}")
+        self._pending[:0] = tail
+        self._written = self._durable
+        self._undo_partial_write()
 
     def _truncate_to(self, position: int) -> None:
         cut = self._offsets[position] if position < len(self._offsets) else self._end
@@ -542,7 +641,7 @@ class _MetaFile:
     """Term, vote and commit index in two alternating checksummed slots (module docstring)."""
 
     def __init__(self, path: Path) -> None:
-        self._path = path
+        self.path = path
         self._fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
         self._seq = 0
 

@@ -79,6 +79,7 @@ def balance(
     transfers_max: int,
     election_timeout_max_s: float,
     on_transfer: Callable[[Replica], None],
+    avoid: frozenset[str] = frozenset(),
 ) -> bool:
     """Ask for at most `transfers_max` transfers (module docstring), record them in
     `transfers`, and call `on_transfer` on each replica whose transfer pysyncobj accepted
@@ -89,7 +90,8 @@ def balance(
     for replica in sorted(mine, key=lambda r: r.group_id):
         if transfers_asked >= transfers_max:
             break
-        candidates = [m for m in replica.members if m != node_id]
+        # `avoid`: members the caller will not hand leadership to (a full disk).
+        candidates = [m for m in replica.members if m != node_id and m not in avoid]
         if not candidates:
             continue
         target = min(candidates, key=lambda m: (leads[m], m))

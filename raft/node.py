@@ -51,13 +51,15 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any, TypeVar
 
+from pysyncobj import FAIL_REASON
+
 from raft import leadership, membership, quiesce
 from raft.config import RaftConfig
-from raft.errors import ReplicaStopped, RequestDenied, Timeout
-from raft.journal import JournalCorrupt
+from raft.errors import ApplyDeferred, ReplicaStopped, RequestDenied, Timeout
+from raft.journal import JournalCorrupt, JournalWriteFailed
 from raft.messages import trim_append_entries
 from raft.proposals import Proposal, settle_batch
-from raft.replica import Replica
+from raft.replica import STALL_RETRY_S, Replica
 from raft.transport import GROUP_ID_MAX, Network
 from raft.types import ReplicaStatus, StateMachine
 
@@ -125,6 +127,11 @@ class RaftNode:
         self._due_seq = itertools.count()
         # Leadership transfers asked for and not yet seen done (raft/leadership.py).
         self._transfers: leadership.Transfers = {}
+        # Groups whose storage refused a write (raft/README.md, "A full disk"): not
+        # ticked, not delivered to, retried at their stall_retry_at.
+        self._stalled: set[Replica] = set()
+        self.frames_dropped_stalled = 0  # messages for a stalled group, dropped
+        self.entries_refused_full = 0  # append_entries a write gate refused
 
     def set_cluster_id(self, cluster_id: bytes) -> None:
         """Name this cluster in every hello from now on, and refuse hellos naming another
@@ -247,17 +254,21 @@ class RaftNode:
             shutil.rmtree(replica.directory)
 
     async def maybe_balance_leaders(
-        self, *, transfers_max: int = leadership.BALANCE_TRANSFERS_MAX
+        self,
+        *,
+        transfers_max: int = leadership.BALANCE_TRANSFERS_MAX,
+        avoid: frozenset[str] = frozenset(),
     ) -> bool:
         """Hand the leadership of groups this node leads to the member that leads the
         fewest, while that member leads at least two fewer; True if it asked for at least
         one transfer. At most `transfers_max` per call; raft/leadership.py has the rules.
 
-        Meant to run periodically on every node (each moves only what it leads).
+        Meant to run periodically on every node (each moves only what it leads). No
+        group is handed to a node in `avoid` (the caller's choice: a full disk).
         """
-        return await self._on_tick_thread(lambda: self._balance_leaders(transfers_max))
+        return await self._on_tick_thread(lambda: self._balance_leaders(transfers_max, avoid))
 
-    def _balance_leaders(self, transfers_max: int) -> bool:
+    def _balance_leaders(self, transfers_max: int, avoid: frozenset[str]) -> bool:
         return leadership.balance(
             self.node_id,
             self.peers,
@@ -267,6 +278,7 @@ class RaftNode:
             transfers_max=transfers_max,
             election_timeout_max_s=self.config.election_timeout_max_s,
             on_transfer=self._touch,  # its timeout_now leaves in this round
+            avoid=avoid,
         )
 
     # --- membership (raft/membership.py) ----------------------------------------------------
@@ -387,15 +399,26 @@ class RaftNode:
         while self._ready:
             replica = self._ready.popleft()
             replica._queued = False
-            if self.groups.get(replica.group_id) is not replica:
-                replica.fail_pending()  # removed: proposals that raced with its stop
+            if self.groups.get(replica.group_id) is not replica or replica.stall is not None:
+                replica.fail_pending()  # removed or stalled: proposals that raced with it
             elif replica.drain_proposals():
                 self._touch(replica)
         self._take_due(time.monotonic())
+        if self._stalled:
+            self._retry_stalled(time.monotonic())
         touched, self._touched = self._touched, set()
         appended: list[Proposal] = []
         for replica in touched:
-            replica.tick()
+            if replica.stall is not None:
+                continue  # stalled earlier in this round: its sync is still checked below
+            try:
+                replica.tick()
+            except ApplyDeferred as deferred:
+                self._stall(replica, str(deferred), no_space=deferred.no_space)
+                continue
+            if replica.stall_reported:  # the first tick after a stall went through
+                replica.stall_reported = False
+                logger.info("raft node %s: group %d resumes", self.node_id, replica.group_id)
             appended += replica.take_appended()
             self._after_tick(replica)
         self._sync_and_release(touched)
@@ -409,7 +432,11 @@ class RaftNode:
         """Round step 3's choice: groups whose idle tick is due (stale heap entries skipped)."""
         while self._due and self._due[0][0] <= now:
             due, _, replica = heapq.heappop(self._due)
-            if replica.next_due != due or self.groups.get(replica.group_id) is not replica:
+            if (
+                replica.next_due != due
+                or self.groups.get(replica.group_id) is not replica
+                or replica.stall is not None  # _retry_stalled looks after it
+            ):
                 continue
             if replica.quiesced:
                 wake_at = self._quiesced_wake_at(replica)
@@ -548,20 +575,72 @@ class RaftNode:
         # Steps 4 to 6 of the round. append_entries leave first, so a follower's fsync
         # overlaps the leader's; replies and votes leave only after the journals are durable.
         self.network.write_unheld()
+        failed = False
         for replica in touched:
-            if replica.journal.needs_sync():
-                replica.journal.sync()
-                self.syncs += 1
+            try:
+                if replica.journal.needs_sync():
+                    self.syncs += 1
+                    replica.journal.sync()
+            except JournalWriteFailed as error:
+                self._stall(replica, str(error), no_space=error.no_space)
+                failed = True
+                continue
             if not replica.journal.is_synced():
                 # Only touched groups change their journals; a miss here would let a reply
                 # out before what it acknowledges is durable. Stop rather than do that.
                 raise JournalCorrupt(f"group {replica.group_id}: journal changed but not synced")
+        if failed:
+            # Held frames are per peer, not per group: drop them all, so that nothing the
+            # failed sync was to cover is acknowledged. Raft tolerates lost messages; the
+            # other groups' leaders send again at their next heartbeat.
+            self.network.drop_held()
         self.network.release()
+
+    # --- a full disk (raft/README.md, "A full disk") ----------------------------------------
+
+    def _stall(self, replica: Replica, reason: str, *, no_space: bool) -> None:
+        if not replica.stall_reported:  # once per stall, however often the retry fails
+            replica.stall_reported = True
+            logger.warning(
+                "raft node %s: group %d stalls (retried every %.1f s): %s",
+                self.node_id,
+                replica.group_id,
+                STALL_RETRY_S,
+                reason,
+            )
+        replica.become_stalled(reason, no_space=no_space, now=time.monotonic())
+        self._stalled.add(replica)
+        self._touched.discard(replica)
+
+    def _retry_stalled(self, now: float) -> None:
+        """Sync each stalled group whose retry is due; on success tick it again this round
+        (a deferred apply is tried again by that tick, and may stall the group anew)."""
+        for replica in list(self._stalled):
+            if self.groups.get(replica.group_id) is not replica:
+                self._stalled.discard(replica)  # removed meanwhile
+                continue
+            if replica.stall_retry_at > now:
+                continue
+            try:
+                replica.journal.sync()
+            except JournalWriteFailed as error:
+                replica.become_stalled(str(error), no_space=error.no_space, now=now)
+                continue
+            replica.end_stall()
+            self._stalled.discard(replica)
+            self._touch(replica)
+
+    def stalled_groups(self) -> list[int]:
+        """Ids of the groups stalled now (any thread: a copy)."""
+        return sorted(r.group_id for r in tuple(self._stalled))
 
     def _on_message(self, group_id: int, peer_id: str, message: Any) -> None:
         replica = self.groups.get(group_id)
         if replica is None:
             self.network.stats.frames_unknown_group += 1
+            return
+        if replica.stall is not None:
+            self.frames_dropped_stalled += 1  # it acknowledges nothing until it resumes
             return
         kind = message.get("type") if isinstance(message, dict) else None
         if kind in quiesce.CONTROL_TYPES:
@@ -576,12 +655,55 @@ class RaftNode:
             self._touch(replica)  # un-quiesced, and ticked now: heartbeats resume at once
         journal = replica.journal
         message = trim_append_entries(message, journal.term_at, journal.last_index)
+        if self._refused_by_gate(replica, peer_id, kind, message):
+            return
         replica.transport.deliver(peer_id, message)
         # A snapshot from the leader is installed during deliver(); if its restore failed,
         # pysyncobj queued a success reply anyway: stop now, before the round releases it.
         replica.raise_failure()
         if replica.needs_tick_after(message):
             self._touched.add(replica)
+
+    def _refused_by_gate(self, replica: Replica, peer_id: str, kind: Any, message: Any) -> bool:
+        """A follower whose write gate is shut (its disk below the floor) takes no new
+        entries from the leader it follows: it does not acknowledge them, and the majority
+        commits without it. Its election deadline moves as if they had come (the leader is
+        alive), so it disrupts nobody; it catches up once the gate opens. As leader it
+        takes no command a follower forwards (_maybe_refuse_forwarded)."""
+        gate = replica.write_gate
+        if kind == "apply_command" and gate is not None and replica.status().is_leader:
+            return self._maybe_refuse_forwarded(replica, peer_id, message, gate)
+        if (
+            gate is None
+            or kind != "append_entries"
+            or not (message.get("entries") or "transmission" in message)
+            or not replica.follows(peer_id, message.get("term"))
+            or gate()
+        ):
+            return False
+        replica.hold_election(time.monotonic())
+        self.entries_refused_full += 1
+        return True
+
+    def _maybe_refuse_forwarded(
+        self, replica: Replica, peer_id: str, message: Any, gate: Callable[[], bool]
+    ) -> bool:
+        """A leader whose write gate is shut takes no command a follower forwards (the
+        follower's broker checked its own disk, not this one's): it answers NOT_LEADER,
+        which the follower's propose() retries until the leadership moved to a broker
+        with space (dmq/broker/storage.py hands it over) or its deadline."""
+        if gate():
+            return False
+        self.entries_refused_full += 1
+        node = next((n for n in replica.syncobj._SyncObj__otherNodes if n.id == peer_id), None)
+        if node is not None and "request_id" in message:
+            reply = {
+                "type": "apply_command_response",
+                "request_id": message["request_id"],
+                "error": FAIL_REASON.NOT_LEADER,
+            }
+            replica.transport.send(node, reply)
+        return True
 
     def _on_peer_up(self, peer_id: str) -> None:
         for replica in self.groups.values():

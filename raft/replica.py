@@ -33,10 +33,12 @@ from raft.config import RaftConfig, build_syncobj_conf
 from raft.errors import (
     CommandTooLarge,
     Discarded,
+    GroupStalled,
     NotLeader,
     QueueFull,
     RaftError,
     ReplicaStopped,
+    StalledInFlight,
     StoppedInFlight,
 )
 from raft.group_syncobj import (
@@ -58,6 +60,9 @@ PROPOSE_RETRY_S_MIN = 0.005
 PROPOSE_RETRY_S_MAX = 0.1
 # Proposals handed to pysyncobj per group per round, at most (each is one Raft entry).
 BATCHES_PER_ROUND_MAX = 8
+# A stalled group (its storage refused a write: raft/README.md, "A full disk") retries
+# this often: one sync (and one tick) per retry, so a full disk costs almost nothing.
+STALL_RETRY_S = 0.2
 # An idle follower that hears from its leader is ticked at least this often (pysyncobj's
 # once-a-second journal timer and time-based log compaction run in its tick).
 FOLLOWER_QUIET_MAX_S = 1.0
@@ -143,6 +148,17 @@ class Replica:
         self.quiesce_round = 0  # echoed by QUIESCED: an answer to an older QUIESCE is ignored
         self.quiesced_leader: str | None = None
         self.quiesce_timeout_s = 0.0  # the follower's election timeout while quiesced
+        # A full disk (raft/README.md): set while this group's journal or state machine
+        # cannot write. The node then neither ticks it nor delivers to it, and retries at
+        # stall_retry_at; proposals are refused with GroupStalled meanwhile.
+        self.stall: GroupStalled | None = None
+        self.stall_retry_at = 0.0
+        self.stalls = 0  # times this group stalled or failed a retry (a metric)
+        self.stall_reported = False  # logged as stalled, not yet as resumed (tick thread)
+        # write_gate() False: this node's disk is below its floor. As a follower the group
+        # then takes no new entries (it stops acknowledging; the majority carries on). The
+        # metadata group has none: it may use the reserve below the floor.
+        self.write_gate: Callable[[], bool] | None = None
         self._status = ReplicaStatus(group_id, node.node_id, False, None, 0, 0, 0, 0)
         self.journal = DurableJournal(
             directory,
@@ -234,6 +250,9 @@ class Replica:
     ) -> Any:
         if self.node.failed is not None or self.node.stopping or self.stopped:
             raise self._stopped_error()
+        stall = self.stall
+        if stall is not None:
+            raise GroupStalled(str(stall), no_space=stall.no_space)
         if len(command) > self._config.batch_bytes_max:
             raise CommandTooLarge(self.group_id, len(command), self._config.batch_bytes_max)
         if (
@@ -525,12 +544,57 @@ class Replica:
         self._append_batches.clear()
         self.fail_pending()
 
+    def become_stalled(self, reason: str, *, no_space: bool, now: float) -> None:
+        """Storage refused a write (tick thread): stop until the retry at stall_retry_at.
+
+        Proposals in pysyncobj's hands may still commit (here after the retry, or on the
+        others): they are answered StalledInFlight now, and their later commit callback
+        finds them answered. Proposals not handed over yet are refused."""
+        self.stall = GroupStalled(
+            f"group {self.group_id} on {self.node.node_id}: storage refused a write: {reason}",
+            no_space=no_space,
+        )
+        self.stall_retry_at = now + STALL_RETRY_S
+        self.stalls += 1
+        in_flight = StalledInFlight(str(self.stall), no_space=no_space)
+        for batch in list(self._submitted):
+            self.node.settle(batch, None, in_flight)
+        self._submitted.clear()
+        self._append_batches.clear()
+        self.fail_pending()
+
+    def end_stall(self) -> None:
+        self.stall = None
+
+    def follows(self, peer_id: str, term: Any) -> bool:
+        """Whether this replica follows `peer_id` as leader in `term` (its current term)."""
+        sync_obj = self.syncobj
+        leader = sync_obj._getLeader()
+        return (
+            not sync_obj._isLeader()
+            and leader is not None
+            and str(leader.id) == peer_id
+            and term == sync_obj.raftCurrentTerm
+        )
+
+    def hold_election(self, now: float) -> None:
+        """A message from the leader was refused (write_gate): its leader is alive all the
+        same, so the election deadline moves as if the message had been delivered."""
+        timeout = float(self.syncobj._SyncObj__generateRaftTimeout())
+        self.syncobj._SyncObj__raftElectionDeadline = now + timeout
+
     def fail_pending(self) -> None:
         """Fail proposals still waiting for the tick thread (a stopped or removed group)."""
         leftover = tuple(self._pending)
         self._pending.clear()
         if leftover:
-            self.node.settle(leftover, None, self._stopped_error())
+            stall = self.stall
+            error: RaftError = (
+                self._stopped_error()
+                if stall is None or self.stopped
+                else GroupStalled(str(stall), no_space=stall.no_space)
+            )
+            self.node.settle(leftover, None, error)
 
     def _stopped_error(self) -> ReplicaStopped:
         return ReplicaStopped(f"group {self.group_id}: stopped on node {self.node.node_id}")
@@ -540,7 +604,13 @@ class Replica:
     def _write_snapshot(self, path: str, data: Any) -> None:
         """pysyncobj's `serializer(fileName, data)`: state + its raft bookkeeping, fsynced."""
         fsync = self._config.durability == "fsync"
-        write_snapshot(path, data, self.machine.snapshot(), fsync=fsync)
+        try:
+            write_snapshot(path, data, self.machine.snapshot(), fsync=fsync)
+        except OSError:
+            # A full disk: pysyncobj logs it and tries at its next log compaction; the
+            # half-written file (pysyncobj's `.tmp`) must not hold the space meanwhile.
+            Path(path).unlink(missing_ok=True)
+            raise
         self.snapshots_written += 1
 
     def _read_snapshot(self, path: str) -> tuple[Any, ...]:

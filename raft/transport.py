@@ -325,6 +325,11 @@ class Network:
             if link.out:
                 self._write(link)
 
+    def drop_held(self) -> None:
+        """Drop every held frame (a journal failed to sync: see RaftNode._sync_and_release)."""
+        for link in self._outbound.values():
+            link.held.clear()
+
     def release(self) -> None:
         """Let every held frame go: the caller has made the journals durable."""
         for link in self._outbound.values():

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import resource
 import signal
 import socket
 import subprocess
@@ -11,6 +13,7 @@ import sys
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -133,3 +136,17 @@ class BrokerProcess:
     ) -> tuple[int, Any]:
         status, _, raw = self.request(method, path, body, content_type)
         return status, json.loads(raw) if raw else None
+
+
+@contextlib.contextmanager
+def file_size_cap(cap_bytes: int) -> Iterator[None]:
+    """Every file write of this process is cut at cap_bytes (EFBIG past it), as a full
+    disk cuts it; SIGXFSZ ignored so the write fails instead of the process."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_FSIZE)
+    old_handler = signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+    resource.setrlimit(resource.RLIMIT_FSIZE, (cap_bytes, hard))
+    try:
+        yield
+    finally:
+        resource.setrlimit(resource.RLIMIT_FSIZE, (soft, hard))
+        signal.signal(signal.SIGXFSZ, old_handler)

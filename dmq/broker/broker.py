@@ -9,6 +9,7 @@ Every request is one call on one service (dmq/README.md, "dmq/broker/"):
   `operations` (operations.py): reassignments,
   decommissions, metadata voters, balance;
 - `cluster` (cluster.py): the cluster view and status, heartbeats, leader reports;
+- `storage` (storage.py): the data directory's free-space level, hand-offs while full;
 - `routing` (routing.py) and `reconciler` (reconcile.py) serve the others: who leads
   what and where it listens; this broker's replicas made to match the catalogue;
 - `identity` (identity.py): the cluster id, checked before the data directory is
@@ -42,6 +43,7 @@ from dmq.broker.produce import ProduceService
 from dmq.broker.reconcile import Reconciler
 from dmq.broker.routing import Routing
 from dmq.broker.share import ShareService
+from dmq.broker.storage import StorageService
 from dmq.broker.strays import StrayData
 from dmq.broker.topics import TopicsService
 from dmq.broker.types import ForwardRequest
@@ -95,7 +97,8 @@ class Broker:
         self.topics = TopicsService(ctx, self.routing, self.reconciler)
         self.produce = ProduceService(ctx, self.routing, self.topics)
         self.fetch = FetchService(ctx, self.routing)
-        self.cluster = ClusterService(ctx)
+        self.storage = StorageService(ctx, lambda: self.produce.acks0_refused)
+        self.cluster = ClusterService(ctx, self.storage.report)
         self.groups = GroupsService(
             lambda: ctx.metadata,
             self.routing.http_addr_of,
@@ -241,6 +244,7 @@ class Broker:
             self.groups.expiry_loop,
             self.operations.run,
             self.share.run,
+            self.storage.storage_loop,
         ]
         loop = asyncio.get_running_loop()
         for duty in duties:

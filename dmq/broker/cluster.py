@@ -15,11 +15,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+from collections.abc import Callable
 from typing import Any
 
 from dmq import errors
 from dmq.broker.context import BrokerContext
-from dmq.metadata.machine import BrokerHeartbeat, ReportLeader
+from dmq.metadata.machine import BrokerHeartbeat, ReportLeader, ReportStorage
 from dmq.metadata.service import wall_ms
 from dmq.partition.replica import raft_status_fields
 
@@ -29,25 +30,49 @@ HEARTBEAT_INTERVAL_S = 2.5  # a quarter of the metadata's broker_session_ms (10 
 LEADER_REPORT_INTERVAL_S = 1.0  # partition leaders published to the catalogue
 LEADER_BALANCE_INTERVAL_S = 5.0  # raft maybe_balance_leaders on every broker
 STATUS_TIMEOUT_S = 2.0  # per broker, for cluster status
+# A storage report goes into the catalogue when the level changes or the free space moves
+# by this fraction of the disk (1%): a few commands an hour on a steady disk.
+STORAGE_REPORT_CHANGE = 0.01
 
 
 class ClusterService:
     """This broker's standing in the cluster (module docstring); no state of its own."""
 
-    def __init__(self, ctx: BrokerContext) -> None:
+    def __init__(
+        self, ctx: BrokerContext, storage_report: Callable[[], dict[str, Any]] | None = None
+    ) -> None:
         self._ctx = ctx
+        # dmq/broker/storage.py's report: this broker's disk, in status and heartbeats.
+        self._storage_report = storage_report or (lambda: {})
 
     # ------------------------------------------------------------------ duties
 
     async def heartbeat_loop(self) -> None:
+        reported: tuple[str, int] | None = None  # the last storage report committed
         while True:
             await asyncio.sleep(HEARTBEAT_INTERVAL_S)
             try:
                 await self._ctx.metadata.propose(
                     BrokerHeartbeat(self._ctx.config.node_id, wall_ms())
                 )
+                reported = await self._maybe_report_storage(reported)
             except errors.DmqError as exc:
                 _log.debug("heartbeat not committed: %s", exc)
+
+    async def _maybe_report_storage(self, reported: tuple[str, int] | None) -> tuple[str, int]:
+        """The disk's level and free bytes into the catalogue (ReportStorage) when the
+        level changed or the free space moved by STORAGE_REPORT_CHANGE of the disk."""
+        storage = self._storage_report()
+        level, free = str(storage.get("level", "")), int(storage.get("free_bytes", -1))
+        if level not in ("ok", "alert", "full") or free < 0:
+            return reported or ("", -1)
+        step = int(storage.get("total_bytes", 0) * STORAGE_REPORT_CHANGE)
+        if reported is not None and reported[0] == level and abs(reported[1] - free) <= step:
+            return reported
+        await self._ctx.metadata.propose(
+            ReportStorage(self._ctx.config.node_id, free, level, wall_ms())
+        )
+        return level, free
 
     async def leader_report_loop(self) -> None:
         """Publish the leaders of groups led here, so brokers without a replica can route."""
@@ -84,8 +109,14 @@ class ClusterService:
         assert self._ctx.raft_node is not None
         while True:
             await asyncio.sleep(LEADER_BALANCE_INTERVAL_S)
+            # Brokers whose disk is below its floor get no leadership (storage.py).
+            full = frozenset(
+                b.broker_id
+                for b in self._ctx.metadata.state.brokers.values()
+                if b.storage_level == "full"
+            )
             try:
-                await self._ctx.raft_node.maybe_balance_leaders()
+                await self._ctx.raft_node.maybe_balance_leaders(avoid=full)
             except Exception:
                 _log.exception("leader balancing failed")
 
@@ -105,6 +136,9 @@ class ClusterService:
                     "http_addr": b.http_addr,
                     "raft_addr": b.raft_addr,
                     "live": b.broker_id in live,
+                    # As of its last heartbeat (-1 / None: not reported yet).
+                    "free_bytes": b.free_bytes,
+                    "storage": b.storage_level or None,
                 }
                 for b in sorted(state.brokers.values(), key=lambda b: b.broker_id)
             ],
@@ -126,7 +160,12 @@ class ClusterService:
                 {**fields, "group_id": 0, "topic": None, "partition": None,
                  "members": metadata.members}
             )  # fmt: skip
-        return {"node_id": self._ctx.config.node_id, "ready": self._ctx.ready, "replicas": replicas}
+        return {
+            "node_id": self._ctx.config.node_id,
+            "ready": self._ctx.ready,
+            "storage": self._storage_report(),
+            "replicas": replicas,
+        }
 
     async def cluster_status(self) -> dict[str, Any]:
         """Every broker's view merged: brokers, and per group its leader, term, commit
@@ -149,6 +188,8 @@ class ClusterService:
         )
         for b in doc["brokers"]:
             b["reachable"] = b["node_id"] in answers
+            if b["reachable"]:  # its own view, fresher than its last heartbeat
+                b["storage_status"] = answers[b["node_id"]].get("storage")
         doc["groups"] = merge_group_status(answers)
         return doc
 

@@ -19,6 +19,7 @@ from dmq.config import BrokerConfig
 from dmq.internal_auth import read_secret_file
 from dmq.metadata.service import MetadataService
 from dmq.peers import PeerClient
+from log.space import SpaceGuard
 from raft.node import RaftNode
 
 _log = logging.getLogger("dmq.broker")
@@ -35,6 +36,16 @@ class BrokerContext:
         self.cluster_secret = read_secret_file(config.cluster_secret_file)
         self.peers = PeerClient(local_host=config.http_host, secret=self.cluster_secret)
         self.replicas = ReplicaSet()
+        # The data directory's free-space floor (log/space.py; dmq/broker/storage.py).
+        self.space = SpaceGuard(
+            self.data_dir,
+            floor_bytes=None
+            if config.storage_min_free_bytes < 0
+            else config.storage_min_free_bytes,
+            alert_bytes=(
+                None if config.storage_alert_free_bytes < 0 else config.storage_alert_free_bytes
+            ),
+        )
         self.raft_node: RaftNode | None = None  # set by Broker.start
         self.metadata_service: MetadataService | None = None  # set by Broker.start
         self.cluster_id = ""

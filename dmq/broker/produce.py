@@ -46,6 +46,7 @@ class ProduceService:
         self._topics = topics
         self._sticky = StickyPartitioner()
         self._fire_and_forget: set[asyncio.Task[Any]] = set()
+        self.acks0_refused = 0  # acks=0 appends a full disk refused after the answer
 
     async def produce(
         self,
@@ -232,6 +233,8 @@ class ProduceService:
         self._fire_and_forget.discard(task)
         if not task.cancelled() and task.exception() is not None:
             _log.warning("acks=0 append failed: %s", task.exception())
+            if isinstance(task.exception(), errors.InsufficientStorage):
+                self.acks0_refused += 1  # a full disk: counted, never silent (storage.py)
 
     async def _append_one(
         self, topic: TopicView, partition: int, batch: bytes, append_time: int | None, acks: Acks

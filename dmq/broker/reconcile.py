@@ -211,6 +211,7 @@ class Reconciler:
             queue_depth_max=c.produce_queue_depth_max,
             queue_bytes_max=c.produce_queue_bytes_max,
             timeout_s=self._ctx.timeout_s,
+            space=self._ctx.space,
         )
         await replica.open()
         self._ctx.replicas.add(replica)

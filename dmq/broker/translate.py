@@ -8,6 +8,7 @@ http_api and clients ever see.
 from __future__ import annotations
 
 from dmq import errors
+from dmq.metadata.service import storage_refusal
 from dmq.partition.producers import OutOfOrderSequenceError, ProducerFencedError
 from log import errors as log_errors
 
@@ -29,4 +30,6 @@ def translate(exc: log_errors.LogError) -> errors.DmqError:
             log_start_offset=exc.log_start_offset,
             log_end_offset=exc.log_end_offset,
         )
+    if isinstance(exc, log_errors.StorageWriteError):  # undone: the broker goes on
+        return storage_refusal(exc, "append", no_space=exc.no_space)
     return errors.StorageError(str(exc))

@@ -91,7 +91,9 @@ def _cmd_cluster_status(args: argparse.Namespace) -> int:
         print(json.dumps(doc, indent=2))
         return 0
     print(f"cluster {doc['cluster_id']}, metadata voters {','.join(doc['metadata_voters'])}")
-    rows: list[tuple[str, ...]] = [("BROKER", "HTTP", "RAFT", "LIVE", "REACHABLE")]
+    rows: list[tuple[str, ...]] = [
+        ("BROKER", "HTTP", "RAFT", "LIVE", "REACHABLE", "STORAGE", "FREE")
+    ]
     rows += [
         (
             b["node_id"],
@@ -99,6 +101,7 @@ def _cmd_cluster_status(args: argparse.Namespace) -> int:
             b["raft_addr"],
             "yes" if b["live"] else "no",
             "yes" if b.get("reachable") else "no",
+            *storage_columns(b),
         )
         for b in doc["brokers"]
     ]
@@ -125,6 +128,18 @@ def _cmd_cluster_status(args: argparse.Namespace) -> int:
     print()  # every running operation (or "no operation running"), as `cluster operations`
     render_operations(asyncio.run(operations_of(args.url)), sys.stdout)
     return 0
+
+
+def storage_columns(broker: dict[str, Any]) -> tuple[str, str]:
+    """Storage level and free space: the broker's own answer, else its last heartbeat."""
+    own = broker.get("storage_status") or {}
+    level = own.get("level") or broker.get("storage") or "-"
+    free = own.get("free_bytes", broker.get("free_bytes", -1))
+    if not isinstance(free, int) or free < 0:
+        return level, "-"
+    floor = own.get("floor_bytes")
+    shown = f"{free / 2**20:.1f} MiB"
+    return level, shown if floor is None else f"{shown} (floor {floor / 2**20:.1f} MiB)"
 
 
 def progress_bar(fraction: float, width: int = BAR_WIDTH) -> str:

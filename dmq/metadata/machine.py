@@ -19,7 +19,7 @@ from __future__ import annotations
 from typing import Any
 
 from dmq.metadata import shell
-from dmq.metadata.brokers import BrokerHeartbeat, RegisterBroker
+from dmq.metadata.brokers import BrokerHeartbeat, RegisterBroker, ReportStorage
 from dmq.metadata.catalogue import CATALOGUE, CatalogueCommand, Command
 from dmq.metadata.codec import CommandDecodeError
 from dmq.metadata.identity import REJECT_CLUSTER_FORMED, FormCluster, is_cluster_id
@@ -151,6 +151,7 @@ __all__ = [
     "PartitionInfo",
     "ReassignPartition",
     "RegisterBroker",
+    "ReportStorage",
     "Rejected",
     "RemovePartition",
     "ReportLeader",

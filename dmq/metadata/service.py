@@ -130,6 +130,8 @@ def translate_raft_error(exc: raft_errors.RaftError, what: str) -> errors.DmqErr
         return errors.Backpressure(f"{what}: too many proposals in flight", retry_after_ms=100)
     if isinstance(exc, raft_errors.CommandTooLarge):
         return errors.RecordTooLarge(f"{what}: {exc}", field="records")
+    if isinstance(exc, raft_errors.GroupStalled):  # a full disk, or a failing one
+        return storage_refusal(exc, what, no_space=exc.no_space)
     if isinstance(exc, raft_errors.StoppedInFlight):
         return errors.RequestTimeout(
             f"{what}: this broker stopped while the request was in flight; the outcome is unknown",
@@ -143,6 +145,24 @@ def translate_raft_error(exc: raft_errors.RaftError, what: str) -> errors.DmqErr
         )
     # Timeout, OutcomeUnknown: it may still commit. A retry may duplicate it.
     return errors.RequestTimeout(f"{what}: {exc}; the outcome is unknown", retry_after_ms=200)
+
+
+def storage_refusal(exc: Exception, what: str, *, no_space: bool) -> errors.DmqError:
+    """A write the disk refused (raft/ GroupStalled, log/ StorageWriteError): 507 when
+    the disk is full and nothing of the request is in the log, else 503; either way the
+    broker goes on, and the group retries. A request already in the group's log when it
+    stalled may still be applied after the retry: 503 with outcome "unknown" (as a
+    timeout, a blind retry may duplicate it; idempotent producers are safe)."""
+    if isinstance(exc, raft_errors.OutcomeUnknown):
+        return errors.BrokerUnavailable(
+            f"{what}: a write failed after the request was in the log (it may still be "
+            f"applied once the disk has room): {exc}",
+            outcome="unknown",
+            retry_after_ms=1000,
+        )
+    if no_space:
+        return errors.InsufficientStorage(f"{what}: the disk is full: {exc}", retry_after_ms=1000)
+    return errors.BrokerUnavailable(f"{what}: a write failed: {exc}", retry_after_ms=1000)
 
 
 class _NotifyingMachine(MetadataMachine):

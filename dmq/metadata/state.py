@@ -91,6 +91,11 @@ class BrokerInfo:
     last_heartbeat_ms: int
     # Set by the reassignment domain: takes no new replicas; its replicas are moved away.
     decommissioning: bool = False
+    # From its last heartbeat (log/space.py): free bytes of its data directory (-1: not
+    # reported) and "ok", "alert" or "full" ("": not reported). Not in repr, so the
+    # results of older journals read the same.
+    free_bytes: int = field(default=-1, repr=False)
+    storage_level: str = field(default="", repr=False)
 
 
 @dataclass(frozen=True, slots=True)

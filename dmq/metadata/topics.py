@@ -213,6 +213,11 @@ def _place(
     existing = {
         name: [p.replicas for p in topic.partitions] for name, topic in state.topics.items()
     }
+    # Brokers whose last heartbeat said their disk is below its floor get no new replicas
+    # while enough others can take them (a one-broker cluster still places on itself).
+    roomy = [b for b in live if state.brokers[b].storage_level != "full"]
+    if len(roomy) >= replication_factor:
+        live = roomy
     try:
         return assign_replicas(live, partitions, replication_factor, existing)
     except PlacementError as e:  # unreachable after the checks above; never raise in apply

@@ -72,8 +72,10 @@ import crc32c
 
 from dmq.partition.producers import ProducerStates
 from log import InvalidOffsetError, InvalidRecordError, LogError, PartitionLog, StorageError
+from log.errors import StorageWriteError
 from log.records import read_header
-from log.segment import fsync_directory, write_durably
+from log.segment import NO_SPACE_ERRNOS, fsync_directory, write_durably
+from raft.errors import ApplyDeferred
 
 PRODUCE_COMMAND_VERSION = 1
 # Batches one command carries, at most: bounds decode work (raft/ bounds the bytes).
@@ -243,9 +245,11 @@ class PartitionStateMachine:
 
     def close(self) -> None:
         """Flush the log and the checkpoint; the log itself stays open (its owner closes it)."""
-        self.checkpoint()
-        os.close(self._checkpoint_fd)
-        self._checkpoint_fd = -1
+        try:
+            self.checkpoint()
+        finally:
+            os.close(self._checkpoint_fd)
+            self._checkpoint_fd = -1
 
     # --- apply ------------------------------------------------------------------------------
 
@@ -255,15 +259,35 @@ class PartitionStateMachine:
     def apply_at(self, index: int, k: int, command: bytes) -> list[int | LogError] | None:
         """Append the command's batches at the log end; None if applied before a restart.
 
-        Returns each batch's base offset, or the InvalidRecordError that refused it (the
-        same on every replica: size and CRC). A StorageError propagates and stops the node.
-        An unknown command version raises too: this replica cannot follow the log.
+                Returns each batch's base offset, or the InvalidRecordError that refused it (the
+                same on every replica: size and CRC). A write the disk refused (StorageWriteError,
+        undone) raises ApplyDeferred: the replica retries this command later. Any other
+        StorageError propagates and stops the node.
+                An unknown command version raises too: this replica cannot follow the log.
         """
         position = (index, k)
         if position <= self.applied:
             self.replayed_commands += 1
             return None
         produce = ProduceCommand.decode(command)
+        start_offset = self.log.log_end_offset
+        undo = self.producers.save_for(produce.batches)
+        try:
+            return self._append_command(position, produce)
+        except StorageWriteError as error:
+            # A full disk (or an I/O error) mid-command: put the log and the producer
+            # state back as they were before it, so the retry applies it whole, the
+            # same as every other replica did (raft/README.md, "A full disk").
+            if self.log.log_end_offset > start_offset:
+                self.log.truncate_to(start_offset)
+            self.producers.restore_saved(undo)
+            raise ApplyDeferred(
+                f"partition {self.partition}: {error}", no_space=error.no_space
+            ) from error
+
+    def _append_command(
+        self, position: Position, produce: ProduceCommand
+    ) -> list[int | LogError] | None:
         results: list[int | LogError] = []
         touched = False  # a batch with a producer id: the checkpoint record says so
         for batch in produce.batches:
@@ -284,10 +308,27 @@ class PartitionStateMachine:
             self.producers.record(header, appended.base_offset, end_before)
             results.append(appended.base_offset)
         log_end_offset = self.log.log_end_offset
+        self._append_checkpoint(_checkpoint_record(position, log_end_offset, touched))
         self.log.set_high_watermark(log_end_offset)
-        os.write(self._checkpoint_fd, _checkpoint_record(position, log_end_offset, touched))
         self.applied = position
         return results
+
+    def _append_checkpoint(self, record: bytes) -> None:
+        """One checkpoint record; a failed or short write is cut back and raised as a
+        StorageWriteError (the caller undoes the command's appends)."""
+        fd = self._checkpoint_fd
+        size = os.fstat(fd).st_size
+        try:
+            written = os.write(fd, record)
+        except OSError as exc:
+            written = -1
+            reason = str(exc)
+            no_space = exc.errno in NO_SPACE_ERRNOS
+        else:
+            reason, no_space = f"short write: {written} of {len(record)} bytes", True
+        if written != len(record):
+            os.ftruncate(fd, size)
+            raise StorageWriteError(f"checkpoint record not written: {reason}", no_space=no_space)
 
     # --- snapshots --------------------------------------------------------------------------
 

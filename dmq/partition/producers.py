@@ -32,11 +32,12 @@ from __future__ import annotations
 
 import json
 from collections import deque
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Final
 
 from log import InvalidRecordError, PartitionLog
-from log.records import BatchHeader
+from log.records import BatchHeader, read_header
 
 PRODUCER_BATCHES_KEPT: Final = 5  # as Kafka: a producer has at most 5 batches in flight
 PRODUCER_WINDOW_OFFSETS: Final = 10_000_000  # how far back a retry is still recognised
@@ -114,6 +115,39 @@ class ProducerStates:
         if len(self._producers) > PRODUCERS_PER_PARTITION_MAX:
             oldest = min(self._producers, key=lambda p: (self._producers[p].last_offset, p))
             del self._producers[oldest]
+
+    def save_for(self, batches: Iterable[bytes]) -> dict[int, _Producer | None] | None:
+        """What `record` may change for these batches, to undo a command the disk refused
+        (restore_saved). None when no batch has a producer id (the usual case: free)."""
+        ids: set[int] = set()
+        for batch in batches:
+            try:
+                header = read_header(batch, 0)
+            except InvalidRecordError:  # refused at apply: it records nothing
+                continue
+            if header.producer_id >= 0:
+                ids.add(header.producer_id)
+        if not ids:
+            return None
+        saved: dict[int, _Producer | None] = {}
+        for producer_id in ids:
+            known = self._producers.get(producer_id)
+            saved[producer_id] = (
+                None
+                if known is None
+                else _Producer(known.epoch, deque(known.batches), known.last_offset)
+            )
+        return saved
+
+    def restore_saved(self, saved: dict[int, _Producer | None] | None) -> None:
+        """Undo `record` calls made since `save_for` returned `saved`. (A producer evicted
+        meanwhile by PRODUCERS_PER_PARTITION_MAX stays evicted, as a restart would leave it
+        had the window moved on: its next batch starts a new sequence history.)"""
+        for producer_id, state in (saved or {}).items():
+            if state is None:
+                self._producers.pop(producer_id, None)
+            else:
+                self._producers[producer_id] = state
 
     def _known(self, producer_id: int, log_end_offset: int) -> _Producer | None:
         known = self._producers.get(producer_id)

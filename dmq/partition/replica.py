@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Any, Literal, TypeVar
 
 from dmq import planted
-from dmq.errors import Backpressure, BrokerUnavailable
+from dmq.errors import Backpressure, BrokerUnavailable, InsufficientStorage
 from dmq.metadata.service import translate_raft_error
 from dmq.partition.machine import (
     PRODUCE_COMMAND_VERSION,
@@ -46,6 +46,7 @@ from log.config import LogConfig
 from log.errors import LogError
 from log.partition_log import PartitionLog, ReadResult
 from log.records import Record, iter_batches
+from log.space import SpaceGuard, StorageFull
 from raft import errors as raft_errors
 from raft.node import RaftNode, Replica
 
@@ -133,6 +134,7 @@ class PartitionReplica:
         queue_depth_max: int,
         queue_bytes_max: int,
         timeout_s: float,
+        space: SpaceGuard | None = None,
     ) -> None:
         self.topic = topic
         self.topic_id = topic_id
@@ -148,6 +150,9 @@ class PartitionReplica:
         self._queue_depth_max = queue_depth_max
         self._queue_bytes_max = queue_bytes_max
         self._timeout_s = timeout_s
+        # The data directory's floor (log/space.py): appends are refused below it, and
+        # this replica's Raft group takes no new entries as a follower (write gate).
+        self._space = space
         self._inflight = 0
         self._inflight_bytes = 0
         self._committed_advanced = asyncio.Event()
@@ -203,6 +208,14 @@ class PartitionReplica:
         except BaseException:
             await self.run(self._close_files)
             raise
+        if self._space is not None and len(self.members) > 1:
+            self.raft.write_gate = self._space_above_floor
+
+    def _space_above_floor(self) -> bool:
+        """The write gate (tick thread): False while the disk is below its floor, so this
+        replica, as a follower, stops taking (and acknowledging) new entries."""
+        assert self._space is not None
+        return self._space.report().level != "full"
 
     def _copy_from_leader(self, start_offset: int, end_offset: int) -> Iterator[CopiedChunk]:
         """Tick thread, inside a snapshot's restore: the leader's batches, chunk by chunk."""
@@ -216,11 +229,23 @@ class PartitionReplica:
 
     def _close_files(self) -> None:
         with self.lock:
-            if self._machine is not None:
-                self._machine.close()
+            try:
+                if self._machine is not None:
+                    self._machine.close()
+            except (OSError, LogError) as error:
+                # A full disk: the checkpoint at close is a shortcut for the next open
+                # (which replays from the Raft journal without it); the files still close,
+                # so that a topic deleted on a full disk frees its space.
+                _log.warning("partition %s: closing without a checkpoint: %s", self.name, error)
+            finally:
                 self._machine = None
             if self._log is not None:
-                self._log.close()
+                try:
+                    self._log.close()
+                except (OSError, LogError) as error:
+                    _log.warning("partition %s: closing its log: %s", self.name, error)
+                    for segment in self._log.segments:
+                        segment.close_files()
 
     async def close(self, *, leave_group: bool = True, delete_group: bool = False) -> None:
         """Leave the Raft group (unless the whole node already stopped; `delete_group`:
@@ -249,9 +274,22 @@ class PartitionReplica:
     # ------------------------------------------------------------------ produce
 
     def check_capacity(self, size_bytes: int) -> None:
-        """Raise what append would raise for a batch of this size, queueing nothing."""
+        """Raise what append would raise for a batch of this size, queueing nothing.
+
+        Below the data directory's free-space floor: InsufficientStorage, before anything
+        is written (log/space.py; the floor is the reserve of metadata and deletions)."""
         if self.closed:
             raise BrokerUnavailable("the partition is closing", retry_after_ms=1000)
+        if self._space is not None:
+            try:
+                self._space.check_append(size_bytes)
+            except StorageFull as full:
+                raise InsufficientStorage(
+                    f"partition {self.name}: {full}",
+                    free_bytes=full.free_bytes,
+                    floor_bytes=full.floor_bytes,
+                    retry_after_ms=1000,
+                ) from None
         if self._inflight >= self._queue_depth_max or (
             self._inflight and self._inflight_bytes + size_bytes > self._queue_bytes_max
         ):
