@@ -18,6 +18,7 @@ from dmq.broker import Acks, Broker, FetchResult, TopicDescription
 from dmq.types import PARTITION_COUNT_HEADER
 from http_api import codec
 from http_api.errors import REQUEST_BYTES_MAX, error_middleware
+from http_api.filtering import record_filter
 from http_api.forward import (
     BROKER,
     broker_of,
@@ -273,6 +274,9 @@ async def fetch(request: web.Request) -> web.StreamResponse:
     fmt = _format(request)
     encoding = codec.check_encoding(request.query.get("value_encoding"))
     max_records, max_bytes, wait_ms = codec.fetch_limits(request, c)
+    kept = record_filter(request, c)
+    if kept is not None and fmt == "binary":
+        raise errors.InvalidRequest("a filtered fetch answers json or ndjson", field="format")
     offset = await _fetch_offset(request, broker, topic, partition)
     result = await broker.fetch.fetch(
         topic,
@@ -283,6 +287,7 @@ async def fetch(request: web.Request) -> web.StreamResponse:
         wait_ms=wait_ms,
         raw=fmt == "binary",
         forwarded=is_forwarded(request),
+        record_filter=kept,
     )
     if fmt == "binary":
         return await _send_raw(request, result)

@@ -9,6 +9,7 @@ from typing import Any
 
 from dmq import limits
 from dmq.config import BrokerConfig
+from http_api.openapi_filtering import filter_parameters
 from http_api.openapi_schema import (
     BATCH,
     BATCHES,
@@ -296,4 +297,5 @@ def _fetch_parameters(config: BrokerConfig) -> list[dict[str, Any]]:
             ENCODING,
             "json/ndjson: how keys, values and header values are written",
         ),
+        *filter_parameters(config),
     ]

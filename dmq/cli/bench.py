@@ -71,6 +71,20 @@ def add_bench(commands: Subparsers) -> None:
     spark.add_argument("--runs", type=int, default=3, help="runs; medians are shown")
     spark.add_argument("--quick", action="store_true", help="CI-sized run")
     spark.set_defaults(handler=_cmd_bench_spark)
+    # Likewise bench/filter_bench.py's add_arguments.
+    filt = kinds.add_parser("filter", help="broker-side filtering against an unfiltered fetch")
+    filt.add_argument("--dir", help="data directory (default: a temp dir here, removed after)")
+    filt.add_argument("--records", type=int, default=200_000, help="records in the topic")
+    filt.add_argument("--runs", type=int, default=5, help="runs; medians are shown (5)")
+    filt.add_argument("--quick", action="store_true", help="one small run (CI)")
+    filt.set_defaults(handler=_cmd_bench_filter)
+
+
+def _cmd_bench_filter(args: argparse.Namespace) -> int:
+    from bench import filter_bench
+
+    filter_bench.run(args)
+    return 0
 
 
 def _cmd_bench_log(args: argparse.Namespace) -> int:

@@ -24,6 +24,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import contextlib
+import functools
 import logging
 import shutil
 import threading
@@ -385,6 +386,13 @@ class PartitionReplica:
             return records, next_offset, log.high_watermark, log.log_start_offset
 
         return await self.run(self._locked, _read)
+
+    async def read_with(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+        """fn(log, *args, **kwargs) on the storage thread under the lock (a read that
+        lives in its own module, e.g. dmq/partition/filtered_read.py)."""
+        log = self._log
+        assert log is not None
+        return await self.run(self._locked, functools.partial(fn, log, *args, **kwargs))
 
     async def offset_for_timestamp(self, timestamp_ms: int) -> int | None:
         assert self._log is not None
