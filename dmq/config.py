@@ -148,6 +148,13 @@ class BrokerConfig:
         default=limits.FILTER_SCAN_BYTES_MAX,
         metadata=_doc("log bytes one filtered fetch may read and decode, bytes"),
     )
+    max_delay_ms: int = field(
+        default=limits.MAX_DELAY_MS, metadata=_doc("longest delay of a delayed record, ms")
+    )
+    delay_pending_bytes_max: int = field(
+        default=limits.DELAY_PENDING_BYTES_MAX,
+        metadata=_doc("bytes of delayed records one partition may hold before 429"),
+    )
     replicas_per_broker_max: int = field(
         default=limits.REPLICAS_PER_BROKER_MAX,
         metadata=_doc("partition replicas per broker, on average (each holds ~6 files)"),

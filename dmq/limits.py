@@ -96,3 +96,8 @@ TRANSACTIONAL_ID_EXPIRATION_MS_DEFAULT: Final = 7 * 24 * 3600 * 1000
 # mostly do not match reads at most this much, then answers with next_offset past it).
 FILTER_CHARS_MAX: Final = 4_096
 FILTER_SCAN_BYTES_MAX: Final = 32 * MiB
+
+# Delayed records (dmq/broker/delay.py): the longest delay, and the bytes of delayed
+# records one partition may hold (its snapshot carries them whole: 429 beyond).
+MAX_DELAY_MS: Final = 7 * 24 * 3600 * 1000
+DELAY_PENDING_BYTES_MAX: Final = 256 * MiB

@@ -8,6 +8,7 @@ OpenAPI at /openapi.json.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from typing import Any, Literal
 
@@ -17,6 +18,7 @@ from dmq import errors
 from dmq.broker import Acks, Broker, FetchResult, TopicDescription
 from dmq.types import PARTITION_COUNT_HEADER
 from http_api import codec
+from http_api.delay import DELAY_ROUTES, delay_requested, produce_delayed
 from http_api.errors import REQUEST_BYTES_MAX, error_middleware
 from http_api.filtering import record_filter
 from http_api.forward import (
@@ -203,11 +205,11 @@ async def produce(request: web.Request) -> web.Response:
             )
         if partition is not None:
             records = [
-                r
-                if r.partition is not None
-                else type(r)(r.key, r.value, r.headers, partition, r.timestamp_ms)
+                r if r.partition is not None else dataclasses.replace(r, partition=partition)
                 for r in records
             ]
+        if delay_requested(request, records):  # delayed records: http_api/delay.py
+            return await produce_delayed(request, topic, records, acks, producer)
         offsets = await broker.produce.produce(topic, records, acks=acks, producer=producer)
     # Formatted by hand: json.dumps of 1000 small dicts costs more than the append.
     entries = []
@@ -447,6 +449,7 @@ ROUTES: tuple[tuple[str, str, Any], ...] = (
     ("GET", "/v1/topics/{topic}/partitions/{partition}/records", fetch),
     ("GET", "/v1/topics/{topic}/partitions/{partition}/offsets", list_offsets),
     *GROUP_ROUTES,
+    *DELAY_ROUTES,
     ("POST", "/v1/producers", init_producer),
     ("GET", "/v1/internal/status", internal_status),
     ("POST", "/v1/internal/partitions/{topic}/{partition}/append", internal_append),

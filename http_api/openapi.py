@@ -20,6 +20,7 @@ from typing import Any
 from dmq import __version__
 from dmq.config import BrokerConfig
 from http_api.openapi_cluster import cluster_paths, cluster_schemas, operations_paths
+from http_api.openapi_delay import delay_paths, delay_schemas
 from http_api.openapi_groups import group_paths, group_schemas
 from http_api.openapi_internal import internal_paths
 from http_api.openapi_records import record_paths, record_schemas
@@ -68,6 +69,7 @@ def _paths(config: BrokerConfig) -> dict[str, Any]:
         **operations_paths(),
         **topic_paths(),
         **record_paths(config),
+        **delay_paths(config),
     }
 
 
@@ -78,4 +80,5 @@ def _schemas(config: BrokerConfig) -> dict[str, Any]:
         **topic_schemas(config),
         **record_schemas(config),
         **group_schemas(config),
+        **delay_schemas(),
     }

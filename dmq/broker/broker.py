@@ -32,6 +32,7 @@ from typing import Any
 from dmq import errors, planted
 from dmq.broker.cluster import ClusterService
 from dmq.broker.context import BrokerContext
+from dmq.broker.delay import DelayService
 from dmq.broker.fetch import FetchService
 from dmq.broker.groups import GroupsService
 from dmq.broker.operations import OperationsService
@@ -90,6 +91,7 @@ class Broker:
         self.produce = ProduceService(ctx, self.routing, self.topics)
         self.fetch = FetchService(ctx, self.routing)
         self.cluster = ClusterService(ctx)
+        self.delay = DelayService(ctx, self.routing, self.topics, self.produce)
         self.groups = GroupsService(
             lambda: ctx.metadata,
             self.routing.http_addr_of,
@@ -230,6 +232,7 @@ class Broker:
             self.cluster.leader_balance_loop,
             self.groups.expiry_loop,
             self.operations.run,
+            self.delay.release_loop,
         ]
         loop = asyncio.get_running_loop()
         for duty in duties:

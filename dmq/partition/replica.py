@@ -293,6 +293,33 @@ class PartitionReplica:
             raise outcome
         return int(outcome)
 
+    async def propose_delay(self, command: bytes) -> list[int]:
+        """A delay command (dmq/partition/delay.py), answered after apply."""
+        self.check_capacity(len(command))
+        if self.raft is None:
+            raise BrokerUnavailable(f"partition {self.name} is opening", retry_after_ms=200)
+        try:
+            result = await self.raft.propose(command, timeout_s=self._timeout_s, wait="apply")
+        except raft_errors.RaftError as exc:
+            raise translate_raft_error(exc, f"partition {self.name}") from exc
+        return [int(r) for r in result or ()]
+
+    async def with_machine(self, fn: Callable[..., T], *args: Any) -> T:
+        """fn(machine, *args) on the storage thread under the lock."""
+        return await self.run(self._locked, lambda: fn(self._machine, *args))
+
+    @property
+    def delay_pending_bytes(self) -> int:
+        """Bytes of delayed records pending here (an int read without the lock)."""
+        machine = self._machine
+        return 0 if machine is None else machine.delay.pending_bytes
+
+    @property
+    def delay_due_hint_ms(self) -> int | None:
+        """No delayed record is due before this (an int read without the lock)."""
+        machine = self._machine
+        return None if machine is None else machine.delay.due_hint_ms
+
     @property
     def queue_depth(self) -> int:
         return self._inflight
