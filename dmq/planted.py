@@ -11,6 +11,7 @@ variable unset they change nothing. Never set it outside the harness.
 | `no-fsync` | dmq/broker/broker.py `raft_config_for` | the Raft journals are never fdatasync'ed (as `--raft-durability none`, whatever the flag says): a power loss drops acknowledged records |
 | `stale-read` | dmq/broker/routing.py `serving_replica` | any broker with a replica serves fetches from it, even a follower that is behind or cut off: reads miss acknowledged records |
 | `fetch-off-by-one` | dmq/broker/fetch.py `fetch` | a fetch from offset o > 0 reads from o + 1: one record is skipped |
+| `delay-early` | dmq/broker/delay.py `release_loop` | the release duty believes it is 2 s later than it is: delayed records are appended up to 2 s before their deliver_at |
 | `volatile-offsets` | dmq/broker/groups.py `commit`, `committed`, `fetch` | a commit is acknowledged once it is in the answering broker's memory (`volatile_commit`), never proposed to the metadata group: a restart or a new metadata leader forgets it |
 """
 
@@ -23,6 +24,7 @@ PLANTED_BUG_ENV = "DMQ_PLANTED_BUG"
 
 PLANTED_BUGS: tuple[str, ...] = (
     "ack-before-commit",
+    "delay-early",
     "fetch-off-by-one",
     "no-fsync",
     "stale-read",

@@ -29,7 +29,7 @@ import logging
 from dataclasses import dataclass
 from typing import Any
 
-from dmq import errors
+from dmq import errors, planted
 from dmq.broker.context import BrokerContext
 from dmq.broker.produce import ProduceService
 from dmq.broker.routing import Routing
@@ -45,6 +45,7 @@ _log = logging.getLogger("dmq.broker.delay")
 RELEASE_TICK_MS = 50  # how often the leader looks for due records: bounds lateness
 RELEASE_RECORDS_MAX = 2_000  # records one release command appends (one batch)
 RELEASE_BYTES_MAX = 1024 * 1024  # about this many bytes of records per release
+DELAY_EARLY_MS = 2_000  # the planted bug delay-early (dmq/planted.py)
 
 
 @dataclass(frozen=True, slots=True)
@@ -279,7 +280,7 @@ class DelayService:
         """Each tick, release what is due on the partitions this broker leads."""
         while True:
             await asyncio.sleep(RELEASE_TICK_MS / 1000)
-            now = wall_ms()
+            now = wall_ms() + (DELAY_EARLY_MS if planted.active("delay-early") else 0)
             for (topic, partition), replica in self._ctx.replicas.items():
                 hint = replica.delay_due_hint_ms
                 key = (topic, partition)
