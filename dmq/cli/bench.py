@@ -78,6 +78,21 @@ def add_bench(commands: Subparsers) -> None:
     filt.add_argument("--runs", type=int, default=5, help="runs; medians are shown (5)")
     filt.add_argument("--quick", action="store_true", help="one small run (CI)")
     filt.set_defaults(handler=_cmd_bench_filter)
+    # Likewise bench/delay_bench.py's add_arguments.
+    delay = kinds.add_parser("delay", help="delayed records: lateness, memory with many pending")
+    delay.add_argument("--dir", help="data directory (default: a temp dir here, removed after)")
+    delay.add_argument("--records", type=int, default=2_000, help="records per lateness run")
+    delay.add_argument("--pending", type=int, default=200_000, help="records left pending")
+    delay.add_argument("--runs", type=int, default=3, help="runs; medians are shown (3)")
+    delay.add_argument("--quick", action="store_true", help="one small run (CI)")
+    delay.set_defaults(handler=_cmd_bench_delay)
+
+
+def _cmd_bench_delay(args: argparse.Namespace) -> int:
+    from bench import delay_bench
+
+    delay_bench.run(args)
+    return 0
 
 
 def _cmd_bench_filter(args: argparse.Namespace) -> int:
