@@ -18,7 +18,12 @@ from dmq import errors
 from dmq.broker import Acks, Broker, FetchResult, TopicDescription
 from dmq.types import PARTITION_COUNT_HEADER
 from http_api import codec
-from http_api.delay import DELAY_ROUTES, delay_requested, produce_delayed
+from http_api.delay import (
+    DELAY_ROUTES,
+    delay_requested,
+    produce_delayed,
+    produce_delayed_batch,
+)
 from http_api.errors import REQUEST_BYTES_MAX, error_middleware
 from http_api.filtering import record_filter
 from http_api.forward import (
@@ -188,6 +193,8 @@ async def produce(request: web.Request) -> web.Response:
     records_max = broker.config.produce_records_max
     encoding = codec.check_encoding(request.query.get("value_encoding"))  # checked for every body
     producer = None
+    if content_type == BATCH_CONTENT_TYPE and delay_requested(request, []):  # http_api/delay.py
+        return await produce_delayed_batch(request, topic, body, partition, acks)
     if content_type == BATCH_CONTENT_TYPE:
         offsets = await broker.produce.produce_batch(topic, body, partition=partition, acks=acks)
     else:

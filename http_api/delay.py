@@ -16,15 +16,28 @@ from typing import Any
 from aiohttp import web
 
 from dmq import errors
+from dmq.broker.delay import records_of_batch
 from dmq.broker.types import Acks, ProduceRecord, ProducerSequence
 from http_api import codec
 from http_api.forward import broker_of
 
+# The binary path's headers: the same as the query parameters, for a whole batch.
+DELAY_HEADERS = {"delay_ms": "X-Dmq-Delay-Ms", "deliver_at": "X-Dmq-Deliver-At"}
+
 
 def _query_delay(request: web.Request) -> dict[str, int]:
+    """The request's delay for every record without its own: ?delay_ms= or
+    ?deliver_at=, or the X-Dmq-Delay-Ms / X-Dmq-Deliver-At header."""
     out = {}
     for name, field in (("delay_ms", "delay_ms"), ("deliver_at", "deliver_at_ms")):
         value = codec.int_param(request, name, None, 0, 2**63 - 1)
+        header = request.headers.get(DELAY_HEADERS[name])
+        if value is None and header is not None:
+            if not (header.isascii() and header.isdigit() and len(header) <= 19):
+                raise errors.InvalidRequest(
+                    f"{DELAY_HEADERS[name]} must be milliseconds", field=DELAY_HEADERS[name]
+                )
+            value = int(header)
         if value is not None:
             out[field] = value
     if len(out) > 1:
@@ -61,6 +74,15 @@ async def produce_delayed(
             entry |= {"deliver_at": p.deliver_at_ms, "id": p.schedule_id}
         out.append(entry)
     return codec.json_response({"offsets": out})
+
+
+async def produce_delayed_batch(
+    request: web.Request, topic: str, body: bytes, partition: int | None, acks: Acks
+) -> web.Response:
+    """A binary produce (one RecordBatch) with X-Dmq-Delay-Ms or ?delay_ms=: each of
+    its records scheduled, as the JSON path does."""
+    records = records_of_batch(body, partition)
+    return await produce_delayed(request, topic, records, acks, None)
 
 
 async def scheduled(request: web.Request) -> web.Response:

@@ -38,7 +38,8 @@ from dmq.broker.types import Acks, ProduceRecord, ProducerSequence, TopicView
 from dmq.metadata.service import wall_ms
 from dmq.partition.delay import KIND_CANCEL, KIND_RELEASE, KIND_SCHEDULE, DelayCommand
 from dmq.partition.replica import PartitionReplica
-from log.records import Record, encode_batch
+from log.errors import LogError
+from log.records import Record, decode_batch, encode_batch
 
 _log = logging.getLogger("dmq.broker.delay")
 
@@ -70,6 +71,25 @@ def parse_schedule_id(text: str) -> tuple[int, int, int]:
         )
     partition, at, sid = (int(p) for p in parts)
     return partition, at, sid
+
+
+def _chunks(
+    scheduled: tuple[tuple[int, bytes], ...], bytes_max: int
+) -> list[tuple[tuple[int, bytes], ...]]:
+    """Schedules of at most about bytes_max each (a Raft entry holds one produce batch's
+    worth, raft_config_for), one record at least."""
+    out: list[tuple[tuple[int, bytes], ...]] = []
+    current: list[tuple[int, bytes]] = []
+    size = 0
+    for item in scheduled:
+        cost = len(item[1]) + 12
+        if current and size + cost > bytes_max:
+            out.append(tuple(current))
+            current, size = [], 0
+        current.append(item)
+        size += cost
+    out.append(tuple(current))
+    return out
 
 
 class DelayService:
@@ -173,8 +193,10 @@ class DelayService:
                 f"records (delay_pending_bytes_max)",
                 limit=limit,
             )
-        command = DelayCommand(KIND_SCHEDULE, now, scheduled=scheduled).encode()
-        sids = await self.propose(topic, partition, command)
+        sids: list[int] = []
+        for chunk in _chunks(scheduled, self._ctx.config.batch_bytes_max):
+            command = DelayCommand(KIND_SCHEDULE, now, scheduled=chunk).encode()
+            sids += await self.propose(topic, partition, command)
         return [
             (i, Placed(partition, None, deliver_at[i], schedule_id_text(partition, deliver_at[i], sid)))
             for (i, _), sid in zip(items, sids, strict=True)
@@ -295,9 +317,10 @@ class DelayService:
                 task.add_done_callback(self._tasks.discard)
 
     async def _release(self, key: tuple[str, int], replica: PartitionReplica, now: int) -> None:
+        bytes_max = min(RELEASE_BYTES_MAX, self._ctx.config.batch_bytes_max)  # one batch
         try:
             targets = await replica.with_machine(
-                lambda m: m.delay.due(now, RELEASE_RECORDS_MAX, RELEASE_BYTES_MAX)
+                lambda m: m.delay.due(now, RELEASE_RECORDS_MAX, bytes_max)
             )
             if targets:
                 command = DelayCommand(KIND_RELEASE, now, targets=tuple(targets)).encode()
@@ -306,3 +329,19 @@ class DelayService:
             _log.debug("release on %s: %s", replica.name, exc)
         finally:
             self._releasing.discard(key)
+
+
+def records_of_batch(body: bytes, partition: int | None) -> list[ProduceRecord]:
+    """A binary produce's RecordBatch as records to schedule one by one."""
+    try:
+        batch = decode_batch(body, verify=True)
+    except LogError as exc:
+        raise errors.InvalidRequest(f"not a valid RecordBatch: {exc}", field="body") from exc
+    if batch.header.producer_id >= 0:
+        raise errors.InvalidRequest(
+            "delayed records cannot carry producer_id (each is scheduled on its own)",
+            field="producer_id",
+        )
+    return [
+        ProduceRecord(r.key, r.value, r.headers, partition, r.timestamp_ms) for r in batch.records
+    ]

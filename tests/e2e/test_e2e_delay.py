@@ -16,8 +16,10 @@ import os
 import subprocess
 import sys
 import time
+import urllib.request
 from typing import Any
 
+from log.records import Record, encode_batch
 from tests_support import ROOT, BrokerProcess
 
 
@@ -34,7 +36,9 @@ def values(broker: BrokerProcess, topic: str) -> list[str]:
 
 
 def test_cli_count_cancel_limits_and_restart(broker_factory: Any) -> None:
-    broker = broker_factory(extra_args=["--max-delay-ms", "60000"]).start()
+    broker = broker_factory(extra_args=[
+        "--max-delay-ms", "60000", "--batch-bytes-max", "65536", "--record-bytes-max", "65536",
+    ]).start()  # fmt: skip
     call(broker, "POST", "/v1/topics", {"name": "d", "partitions": 1}, expect=201)
     before_ms = time.time() * 1000
     cli = subprocess.run(
@@ -71,6 +75,26 @@ def test_cli_count_cancel_limits_and_restart(broker_factory: Any) -> None:
     assert doc["error"]["details"]["field"] == "acks"
     doc = call(broker, "DELETE", "/v1/topics/d/scheduled/nonsense", expect=400)
     assert doc["error"]["details"]["field"] == "id"
+
+    # A binary batch with X-Dmq-Delay-Ms; and 200 KB of delayed records in one request,
+    # more than one Raft entry holds (batch_bytes_max 64 KiB): scheduled in several.
+    batch = encode_batch([Record(None, b"bin-%d" % i, (), 0) for i in range(3)])
+    req = urllib.request.Request(
+        f"{broker.url}/v1/topics/b/records?partition=0", data=batch, method="POST",
+        headers={"Content-Type": "application/vnd.dmq.batch", "X-Dmq-Delay-Ms": "300"},
+    )  # fmt: skip
+    with urllib.request.urlopen(req, timeout=30) as resp:
+        assert [a["offset"] for a in json.loads(resp.read())["offsets"]] == [None] * 3
+    big = [{"value": f"{i:04d}" + "x" * 2000, "partition": 0, "delay_ms": 300} for i in range(100)]
+    answers = call(broker, "POST", "/v1/topics/big/records", {"records": big})["offsets"]
+    assert len({a["id"] for a in answers}) == 100
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and (
+        len(values(broker, "b")) < 3 or len(values(broker, "big")) < 100
+    ):
+        time.sleep(0.05)
+    assert values(broker, "b") == ["bin-0", "bin-1", "bin-2"]
+    assert [v[:4] for v in values(broker, "big")] == [f"{i:04d}" for i in range(100)]
 
     # Pending across a restart: delivered after it, once.
     deliver_at = int(time.time() * 1000) + 2500
