@@ -25,7 +25,7 @@ from http_api.delay import (
     produce_delayed_batch,
 )
 from http_api.errors import REQUEST_BYTES_MAX, error_middleware
-from http_api.filtering import record_filter
+from http_api.filtering import filtered_batch_response, record_filter
 from http_api.forward import (
     BROKER,
     broker_of,
@@ -284,8 +284,6 @@ async def fetch(request: web.Request) -> web.StreamResponse:
     encoding = codec.check_encoding(request.query.get("value_encoding"))
     max_records, max_bytes, wait_ms = codec.fetch_limits(request, c)
     kept = record_filter(request, c)
-    if kept is not None and fmt == "binary":
-        raise errors.InvalidRequest("a filtered fetch answers json or ndjson", field="format")
     offset = await _fetch_offset(request, broker, topic, partition)
     result = await broker.fetch.fetch(
         topic,
@@ -298,6 +296,8 @@ async def fetch(request: web.Request) -> web.StreamResponse:
         forwarded=is_forwarded(request),
         record_filter=kept,
     )
+    if fmt == "binary" and kept is not None:  # the kept records as one batch
+        return filtered_batch_response(result, _offset_headers(result))
     if fmt == "binary":
         return await _send_raw(request, result)
     records = [codec.record_to_json(r, encoding) for r in result.records]

@@ -11,8 +11,19 @@ from __future__ import annotations
 from aiohttp import web
 
 from dmq import errors
+from dmq.broker.filtering import encode_kept
+from dmq.broker.types import FetchResult
 from dmq.config import BrokerConfig
 from dmq.selector import FilterParamError, RecordFilter, SelectorLimits, compile_filter
+
+BATCHES_CONTENT_TYPE = "application/vnd.dmq.batches"
+
+
+def filtered_batch_response(result: FetchResult, headers: dict[str, str]) -> web.Response:
+    """A binary filtered fetch: the kept records as one batch (empty body: none kept)."""
+    return web.Response(
+        body=encode_kept(result.records), content_type=BATCHES_CONTENT_TYPE, headers=headers
+    )
 
 
 def record_filter(request: web.Request, config: BrokerConfig) -> RecordFilter | None:

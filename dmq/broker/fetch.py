@@ -93,7 +93,7 @@ class FetchService:
             )
         if planted.active("fetch-off-by-one") and 0 < offset < replica.high_watermark:
             offset += 1
-        if record_filter is not None and not raw:
+        if record_filter is not None:  # raw: the kept records as one batch (filtering.py)
             return await fetch_filtered(
                 replica, offset, record_filter, max_bytes=max_bytes, max_records=max_records,
                 wait_ms=wait_ms, scan_bytes_max=self._ctx.config.filter_scan_bytes_max,

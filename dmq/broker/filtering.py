@@ -12,6 +12,9 @@ loop (bounded in CPU and in time):
    event (as an unfiltered long-poll does: it counts in `waiting_fetches_max`) until
    `wait_ms` runs out, then scan only what was committed meanwhile. A long run of
    records that do not match therefore neither ends the long-poll early nor spins.
+
+A binary filtered fetch answers the kept records re-encoded as one batch (`encode_kept`)
+with the same X-Dmq-* headers: spark_io pushes its `tags`/`filter` options down this way.
 """
 
 from __future__ import annotations
@@ -24,6 +27,17 @@ from dmq.broker.types import FetchResult
 from dmq.partition.filtered_read import FilteredRead, read_matching
 from dmq.partition.replica import PartitionReplica
 from dmq.selector import RecordFilter
+from log.records import Record, encode_batch
+
+
+def encode_kept(records: list[Record]) -> bytes:
+    """The kept records as one uncompressed RecordBatch with their own offsets (gaps where
+    records were dropped, as compaction leaves them): the binary answer of a filtered
+    fetch, which a binary consumer decodes like any other (b"" when none were kept)."""
+    if not records:
+        return b""
+    base = records[0].offset
+    return encode_batch(records, base_offset=base, offset_deltas=[r.offset - base for r in records])
 
 
 async def fetch_filtered(
