@@ -24,8 +24,9 @@ Grammar (keywords case-insensitive, as RocketMQ's and JMS's message selectors)::
 header: its value as UTF-8 text (the first header of that name; absent or not UTF-8 is
 NULL). `$key` is the record key as text, `$timestamp` its timestamp in ms. Strings are
 single-quoted, '' is a quote. Comparing with a number reads the other side as a number
-(text that is not one makes the comparison UNKNOWN, as does NULL); two texts compare as
-text. Logic is SQL's three-valued logic: a record matches only if the selector is TRUE.
+(text that is not one makes the comparison UNKNOWN, as does NULL); two values read from
+the record that both spell numbers compare as numbers; otherwise two texts compare as
+text (a quoted literal is always text: `code = '007'`). Logic is SQL's three-valued logic: a record matches only if the selector is TRUE.
 
 Never eval: a hand-written tokenizer and recursive-descent parser build a small tree,
 compiled into closures. Every bound is explicit (`SelectorLimits`): the text's length,
@@ -505,6 +506,10 @@ def compare(op: str, a: Value, b: Value) -> bool | None:
             return None
         return (x == y) if op == "=" else (x != y)
     if isinstance(a, str) and isinstance(b, str):
+        if isinstance(a, HeaderText) and isinstance(b, HeaderText):
+            na, nb = as_number(a), as_number(b)  # two values that spell numbers: numbers
+            if na is not None and nb is not None:
+                return _ordered(op, na, nb)
         return _ordered(op, a, b)
     na, nb = as_number(a), as_number(b)
     if na is None or nb is None:
@@ -541,7 +546,9 @@ def like(text: str, pattern: str, escape: str | None) -> bool:
     i = 0
     while i < len(pattern):
         ch = pattern[i]
-        if escape is not None and ch == escape and i + 1 < len(pattern):
+        if escape is not None and ch == escape:
+            if i + 1 == len(pattern):
+                return False  # a dangling escape matches nothing (as SQLite)
             tokens.append(pattern[i + 1])
             i += 2
             continue
@@ -583,6 +590,13 @@ def not3(value: bool | None) -> bool | None:
     return None if value is None else not value
 
 
+class HeaderText(str):
+    """Text read from a record (a header, the key), as opposed to a quoted literal: two
+    of them that both spell numbers compare as numbers."""
+
+    __slots__ = ()
+
+
 def header_text(record: RecordLike, name: str) -> str | None:
     """The first header called `name` as UTF-8 text; None if absent or not UTF-8."""
     for h in record.headers:
@@ -590,7 +604,7 @@ def header_text(record: RecordLike, name: str) -> str | None:
             if h.value is None:
                 return None
             try:
-                return h.value.decode()
+                return HeaderText(h.value.decode())
             except UnicodeDecodeError:
                 return None
     return None
@@ -604,7 +618,7 @@ def name_value(record: RecordLike, node: Name) -> Value:
         if key is None:
             return None
         try:
-            return key.decode()
+            return HeaderText(key.decode())
         except UnicodeDecodeError:
             return None
     return header_text(record, node.name)
