@@ -165,6 +165,7 @@ class DelayStore:
     # No record is due before this (None: none pending). Read by the event loop without
     # the lock (one int): a lower bound, made exact by `due`, lowered by each schedule.
     due_hint_ms: int | None = None
+    last_now_ms: int = 0  # the latest command time applied: which buckets are due soon
 
     @classmethod
     def open(cls, partition_directory: Path, applied: Position) -> DelayStore:
@@ -225,6 +226,7 @@ class DelayStore:
         """Apply a delay command: the sids scheduled; the base offset of the released batch
         (or -1 if none was due) and the count released; [1] or [0] for a cancel."""
         touched: set[int] = set()
+        self.last_now_ms = max(self.last_now_ms, command.now_ms)
         if command.kind == KIND_SCHEDULE:
             sids = []
             for i, (at, batch) in enumerate(command.scheduled):
@@ -279,6 +281,11 @@ class DelayStore:
             self._path(start).unlink(missing_ok=True)
             del self._buckets[start]
         fsync_directory(self.directory)
+        soon = self.last_now_ms + 2 * BUCKET_MS
+        for start, bucket in self._buckets.items():
+            if start > soon and bucket.entries is not None:  # loaded by a cancel: drop
+                bucket.earliest_ms = min((e[0] for e in bucket.entries.values()), default=None)
+                bucket.entries = None
 
     def to_snapshot(self) -> str | None:
         """The pending records as JSON (None when there are none)."""
