@@ -141,6 +141,20 @@ class BrokerConfig:
     waiting_fetches_max: int = field(
         default=limits.WAITING_FETCHES_MAX, metadata=_doc("long-polls parked at once before 429")
     )
+    filter_chars_max: int = field(
+        default=limits.FILTER_CHARS_MAX, metadata=_doc("longest filter= selector, characters")
+    )
+    filter_scan_bytes_max: int = field(
+        default=limits.FILTER_SCAN_BYTES_MAX,
+        metadata=_doc("log bytes one filtered fetch may read and decode, bytes"),
+    )
+    max_delay_ms: int = field(
+        default=limits.MAX_DELAY_MS, metadata=_doc("longest delay of a delayed record, ms")
+    )
+    delay_pending_bytes_max: int = field(
+        default=limits.DELAY_PENDING_BYTES_MAX,
+        metadata=_doc("bytes of delayed records one partition may hold before 429"),
+    )
     replicas_per_broker_max: int = field(
         default=limits.REPLICAS_PER_BROKER_MAX,
         metadata=_doc("partition replicas per broker, on average (each holds ~6 files)"),

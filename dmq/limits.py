@@ -90,3 +90,14 @@ GROUP_OFFSETS_RETENTION_MS_DEFAULT: Final = 7 * 24 * 3600 * 1000
 # A transactional id not used (POST /v1/producers) for this long is forgotten (Kafka's
 # transactional.id.expiration.ms, 7 days): the next use starts at a new producer id.
 TRANSACTIONAL_ID_EXPIRATION_MS_DEFAULT: Final = 7 * 24 * 3600 * 1000
+
+# Broker-side filtering (dmq/selector.py): the longest filter= text, and the bytes of
+# log one filtered fetch may read and decode (its CPU bound: a fetch whose records
+# mostly do not match reads at most this much, then answers with next_offset past it).
+FILTER_CHARS_MAX: Final = 4_096
+FILTER_SCAN_BYTES_MAX: Final = 32 * MiB
+
+# Delayed records (dmq/broker/delay.py): the longest delay, and the bytes of delayed
+# records one partition may hold (its snapshot carries them whole: 429 beyond).
+MAX_DELAY_MS: Final = 7 * 24 * 3600 * 1000
+DELAY_PENDING_BYTES_MAX: Final = 256 * MiB

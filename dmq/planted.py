@@ -12,6 +12,7 @@ variable unset they change nothing. Never set it outside the harness.
 | `stale-read` | dmq/broker/routing.py `serving_replica` | any broker with a replica serves fetches from it, even a follower that is behind or cut off: reads miss acknowledged records |
 | `fetch-off-by-one` | dmq/broker/fetch.py `fetch` | a fetch from offset o > 0 reads from o + 1: one record is skipped |
 | `share-double-delivery` | dmq/broker/share.py `_deliveries` | a share-group poll answers every fresh record it read, not only those its AcquireRecords locked: two members get the same record at once |
+| `delay-early` | dmq/broker/delay.py `release_loop` | the release duty believes it is 2 s later than it is: delayed records are appended up to 2 s before their deliver_at |
 | `volatile-offsets` | dmq/broker/groups.py `commit`, `committed`, `fetch` | a commit is acknowledged once it is in the answering broker's memory (`volatile_commit`), never proposed to the metadata group: a restart or a new metadata leader forgets it |
 """
 
@@ -24,6 +25,7 @@ PLANTED_BUG_ENV = "DMQ_PLANTED_BUG"
 
 PLANTED_BUGS: tuple[str, ...] = (
     "ack-before-commit",
+    "delay-early",
     "fetch-off-by-one",
     "no-fsync",
     "share-double-delivery",

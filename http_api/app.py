@@ -8,6 +8,7 @@ OpenAPI at /openapi.json.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from typing import Any, Literal
 
@@ -17,7 +18,14 @@ from dmq import errors
 from dmq.broker import Acks, Broker, FetchResult, TopicDescription
 from dmq.types import PARTITION_COUNT_HEADER
 from http_api import codec
+from http_api.delay import (
+    DELAY_ROUTES,
+    delay_requested,
+    produce_delayed,
+    produce_delayed_batch,
+)
 from http_api.errors import REQUEST_BYTES_MAX, error_middleware
+from http_api.filtering import filtered_batch_response, record_filter
 from http_api.forward import (
     BROKER,
     broker_of,
@@ -189,6 +197,8 @@ async def produce(request: web.Request) -> web.Response:
     records_max = broker.config.produce_records_max
     encoding = codec.check_encoding(request.query.get("value_encoding"))  # checked for every body
     producer = None
+    if content_type == BATCH_CONTENT_TYPE and delay_requested(request, []):  # http_api/delay.py
+        return await produce_delayed_batch(request, topic, body, partition, acks)
     if content_type == BATCH_CONTENT_TYPE:
         offsets = await broker.produce.produce_batch(topic, body, partition=partition, acks=acks)
     else:
@@ -206,11 +216,11 @@ async def produce(request: web.Request) -> web.Response:
             )
         if partition is not None:
             records = [
-                r
-                if r.partition is not None
-                else type(r)(r.key, r.value, r.headers, partition, r.timestamp_ms)
+                r if r.partition is not None else dataclasses.replace(r, partition=partition)
                 for r in records
             ]
+        if delay_requested(request, records):  # delayed records: http_api/delay.py
+            return await produce_delayed(request, topic, records, acks, producer)
         offsets = await broker.produce.produce(topic, records, acks=acks, producer=producer)
     # Formatted by hand: json.dumps of 1000 small dicts costs more than the append.
     entries = []
@@ -277,6 +287,7 @@ async def fetch(request: web.Request) -> web.StreamResponse:
     fmt = _format(request)
     encoding = codec.check_encoding(request.query.get("value_encoding"))
     max_records, max_bytes, wait_ms = codec.fetch_limits(request, c)
+    kept = record_filter(request, c)
     offset = await _fetch_offset(request, broker, topic, partition)
     result = await broker.fetch.fetch(
         topic,
@@ -287,7 +298,10 @@ async def fetch(request: web.Request) -> web.StreamResponse:
         wait_ms=wait_ms,
         raw=fmt == "binary",
         forwarded=is_forwarded(request),
+        record_filter=kept,
     )
+    if fmt == "binary" and kept is not None:  # the kept records as one batch
+        return filtered_batch_response(result, _offset_headers(result))
     if fmt == "binary":
         return await _send_raw(request, result)
     records = [codec.record_to_json(r, encoding) for r in result.records]
@@ -447,6 +461,7 @@ ROUTES: tuple[tuple[str, str, Any], ...] = (
     ("GET", "/v1/topics/{topic}/partitions/{partition}/offsets", list_offsets),
     *GROUP_ROUTES,
     *SHARE_ROUTES,
+    *DELAY_ROUTES,
     ("POST", "/v1/producers", init_producer),
     ("GET", "/v1/internal/status", internal_status),
     ("POST", "/v1/internal/partitions/{topic}/{partition}/append", internal_append),

@@ -67,7 +67,7 @@ def _headers(raw: Any, where: str, encoding: str) -> tuple[Header, ...]:
     return tuple(out)
 
 
-_RECORD_FIELDS = {"key", "value", "headers", "partition", "timestamp"}
+_RECORD_FIELDS = {"key", "value", "headers", "partition", "timestamp", "deliver_at", "delay_ms"}
 
 
 def parse_record(raw: Any, i: int, encoding: str) -> ProduceRecord:
@@ -94,7 +94,19 @@ def parse_record(raw: Any, i: int, encoding: str) -> ProduceRecord:
             f"{where}.timestamp must be milliseconds since the epoch (integer >= 0)",
             field=f"{where}.timestamp",
         )
+    delays = {}
+    for name in ("deliver_at", "delay_ms"):  # delayed records: dmq/broker/delay.py
+        value = raw.get(name)
+        if value is not None and (
+            isinstance(value, bool) or not isinstance(value, int) or not 0 <= value < 2**63
+        ):
+            raise errors.InvalidRequest(
+                f"{where}.{name} must be an integer >= 0 (ms)", field=f"{where}.{name}"
+            )
+        delays[name] = value
     return ProduceRecord(
+        deliver_at_ms=delays["deliver_at"],
+        delay_ms=delays["delay_ms"],
         key=_bytes(raw.get("key"), f"{where}.key", encoding),
         value=_bytes(raw.get("value"), f"{where}.value", encoding),
         headers=_headers(raw.get("headers"), f"{where}.headers", encoding),

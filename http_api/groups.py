@@ -14,6 +14,7 @@ from dmq import errors, limits
 from dmq.broker import Broker
 from dmq.broker.groups import MemberView, PartitionFetch, group_summary
 from http_api import codec
+from http_api.filtering import record_filter
 from http_api.forward import BROKER, forwarded_hops
 
 ASSIGNOR_NAMES = ("range", "roundrobin", "sticky")
@@ -155,6 +156,7 @@ async def member_records(request: web.Request) -> web.Response:
     group = _name(request.match_info["group"], "group")
     member_id = _name(request.match_info["member_id"], "member_id")
     max_records, max_bytes, wait_ms = codec.fetch_limits(request, request.app[BROKER].config)
+    kept = record_filter(request, request.app[BROKER].config)
     encoding = codec.check_encoding(request.query.get("value_encoding"))
     auto_commit = request.query.get("auto_commit", "false")
     if auto_commit not in ("true", "false"):
@@ -163,21 +165,26 @@ async def member_records(request: web.Request) -> web.Response:
 
     async def read(topic: str, partition: int, offset: int, wait: int) -> Any:
         return await broker.fetch.partition_read(
-            topic, partition, offset, wait, max_records, max_bytes
+            topic, partition, offset, wait, max_records, max_bytes, kept
         )
 
     async def log_start(topic: str, partition: int) -> int:
         return int((await broker.fetch.partition_offsets(topic, partition)).log_start_offset)
 
-    view, found = await broker.groups.fetch(group, member_id, wait_ms, read, log_start)
+    view, found = await broker.groups.fetch(
+        group, member_id, wait_ms, read, log_start, report_skipped=kept is not None
+    )
     parts = []
     for f, records in _within_budget(found, max_records, max_bytes):
+        # All of the partition's records taken: its position is where the read stopped
+        # (past the records a filter dropped); else just past the last one taken.
+        whole = len(records) == len(f.result.records)
         parts.append(
             {
                 "topic": f.topic,
                 "partition": f.partition,
                 "offset": f.offset,
-                "next_offset": records[-1].offset + 1,
+                "next_offset": f.result.next_offset if whole else records[-1].offset + 1,
                 "high_watermark": f.result.high_watermark,
                 "records": [codec.record_to_json(r, encoding) for r in records],
             }
@@ -207,8 +214,8 @@ def _within_budget(
             taken.append(record)
             records_left -= 1
             bytes_left -= size
-        if taken:
-            out.append((f, taken))
+        if taken or (not f.result.records and f.result.next_offset > f.offset):
+            out.append((f, taken))  # (a filtered read that only skipped records: no taken)
         if records_left <= 0 or bytes_left <= 0:
             break
     return out

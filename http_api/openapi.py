@@ -9,9 +9,9 @@ schemathesis test then holds the running broker to it.
 Shape: `openapi_document(config)` is one dict literal assembled from one module per
 area: openapi_cluster (probes, cluster, operations), openapi_internal (broker to broker),
 openapi_topics, openapi_records, openapi_groups, openapi_identity (set-aside data),
-openapi_share. Each builds its paths and its named schemas with openapi_schema's helpers
-(parameters, bodies, operations, error responses); no area imports this module or another
-area.
+openapi_share, openapi_delay (scheduled records). Each builds its paths and its named
+schemas with openapi_schema's helpers (parameters, bodies, operations, error responses); no
+area imports this module or another area.
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ from typing import Any
 from dmq import __version__
 from dmq.config import BrokerConfig
 from http_api.openapi_cluster import cluster_paths, cluster_schemas, operations_paths
+from http_api.openapi_delay import delay_paths, delay_schemas
 from http_api.openapi_groups import group_paths, group_schemas
 from http_api.openapi_identity import identity_paths, identity_schemas
 from http_api.openapi_internal import internal_paths
@@ -73,6 +74,7 @@ def _paths(config: BrokerConfig) -> dict[str, Any]:
         **record_paths(config),
         **identity_paths(),
         **share_paths(config),
+        **delay_paths(config),
     }
 
 
@@ -85,4 +87,5 @@ def _schemas(config: BrokerConfig) -> dict[str, Any]:
         **group_schemas(config),
         **identity_schemas(),
         **share_schemas(config),
+        **delay_schemas(),
     }

@@ -7,6 +7,7 @@ from typing import Any
 
 from dmq import limits
 from dmq.config import BrokerConfig
+from http_api.openapi_filtering import filter_parameters
 from http_api.openapi_schema import (
     ENCODING,
     OFFSET,
@@ -132,6 +133,7 @@ def _group_fetch_paths(config: BrokerConfig) -> dict[str, Any]:
                         {"type": "string", "enum": ["true", "false"], "default": "false"},
                         "true: commit before answering (at-most-once)",
                     ),
+                    *filter_parameters(config),
                 ],
                 errors=(400, 404, 406, 409, 503),
             ),

@@ -9,6 +9,12 @@ from typing import Any
 
 from dmq import limits
 from dmq.config import BrokerConfig
+from http_api.openapi_delay import (
+    delay_answer_fields,
+    delay_produce_parameters,
+    delay_record_fields,
+)
+from http_api.openapi_filtering import filter_parameters
 from http_api.openapi_schema import (
     BATCH,
     BATCHES,
@@ -82,6 +88,7 @@ def record_schemas(config: BrokerConfig) -> dict[str, Any]:
                     "maximum": INT64_MAX,
                     "description": "ms since the epoch; default: now",
                 },
+                **delay_record_fields(config),
             }
         ),
         "ProduceRequest": object_schema(
@@ -109,6 +116,7 @@ def record_schemas(config: BrokerConfig) -> dict[str, Any]:
                         {
                             "partition": OFFSET,
                             "offset": {"type": ["integer", "null"], "minimum": 0},
+                            **delay_answer_fields(),
                         },
                         ("partition", "offset"),
                     ),
@@ -190,6 +198,7 @@ def _produce_op(config: BrokerConfig) -> dict[str, Any]:
                 ENCODING,
                 "application/x-ndjson only: how keys and values are written",
             ),
+            *delay_produce_parameters(config),
         ],
         body={
             "required": True,
@@ -296,4 +305,5 @@ def _fetch_parameters(config: BrokerConfig) -> list[dict[str, Any]]:
             ENCODING,
             "json/ndjson: how keys, values and header values are written",
         ),
+        *filter_parameters(config),
     ]

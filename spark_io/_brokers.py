@@ -105,11 +105,20 @@ class Brokers:
 
         return self.with_failover(call)
 
-    def fetch(self, topic: str, partition: int, offset: int, max_bytes: int) -> Fetched:
-        """GET .../records?format=binary from `offset`, without waiting for new records."""
+    def fetch(
+        self,
+        topic: str,
+        partition: int,
+        offset: int,
+        max_bytes: int,
+        record_filter: tuple[tuple[str, str], ...] = (),
+    ) -> Fetched:
+        """GET .../records?format=binary from `offset`, without waiting for new records;
+        with `record_filter` (tags=, filter=) only the records the broker keeps."""
         query = urllib.parse.urlencode(
-            {"offset": offset, "max_bytes": max_bytes, "wait_ms": 0, "format": "binary"}
-        )
+            [("offset", offset), ("max_bytes", max_bytes), ("wait_ms", 0), ("format", "binary"),
+             *record_filter]
+        )  # fmt: skip
         path = (
             f"/v1/topics/{urllib.parse.quote(topic, safe='')}/partitions/{partition}/records"
             f"?{query}"

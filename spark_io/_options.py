@@ -52,6 +52,9 @@ class ReadOptions:
     fail_on_data_loss: bool
     include_headers: bool
     fetch_bytes: int
+    # Pushed down to the broker (dmq/selector.py): the `tags` and `filter` options, as
+    # the fetch's query parameters; the broker drops what does not match before sending.
+    record_filter: tuple[tuple[str, str], ...] = ()
 
 
 def _lower(options: Mapping[str, str]) -> dict[str, str]:
@@ -159,6 +162,7 @@ def read_options(options: Mapping[str, str], streaming: bool) -> ReadOptions:
         fail_on_data_loss=_bool(opts, "failOnDataLoss", True),
         include_headers=_bool(opts, "includeHeaders", False),
         fetch_bytes=_int(opts, "fetchMaxBytes", FETCH_BYTES_MIN) or FETCH_BYTES_DEFAULT,
+        record_filter=tuple((k, opts[k]) for k in ("tags", "filter") if opts.get(k)),
     )
 
 

@@ -57,11 +57,12 @@ def read_range(
     fetch_bytes: int,
     include_headers: bool,
     fail_on_data_loss: bool,
+    record_filter: tuple[tuple[str, str], ...] = (),
 ) -> Iterator[pa.RecordBatch]:
     """Steps 1-3 for one task: the records of task.topic/partition in [start, end).
     Fetches run one answer ahead in a thread (`_prefetched`), so that the broker's work
     and the network overlap the decoding of the previous answer."""
-    fetches = _fetches(urls, task, fetch_bytes, fail_on_data_loss)
+    fetches = _fetches(urls, task, fetch_bytes, fail_on_data_loss, record_filter)
     for offset, body in _prefetched(fetches):
         columns = Columns(task.topic, task.partition, include_headers)
         decode_into(columns, body, offset, task.end)
@@ -70,7 +71,11 @@ def read_range(
 
 
 def _fetches(
-    urls: tuple[str, ...], task: OffsetRange, fetch_bytes: int, fail_on_data_loss: bool
+    urls: tuple[str, ...],
+    task: OffsetRange,
+    fetch_bytes: int,
+    fail_on_data_loss: bool,
+    record_filter: tuple[tuple[str, str], ...] = (),
 ) -> Iterator[tuple[int, bytes]]:
     """Steps 1 and 3: (fetch offset, answer) in order until the end of the range; the
     next offset is the answer's X-Dmq-Next-Offset (every binary answer has it)."""
@@ -78,7 +83,9 @@ def _fetches(
     with Brokers(urls) as brokers:
         while offset < task.end:
             try:
-                fetched = brokers.fetch(task.topic, task.partition, offset, fetch_bytes)
+                fetched = brokers.fetch(
+                    task.topic, task.partition, offset, fetch_bytes, record_filter
+                )
             except OffsetOutOfRange as error:
                 offset = _after_loss(task, offset, error, fail_on_data_loss)
                 continue

@@ -35,6 +35,7 @@ from typing import Any
 from dmq import errors, planted
 from dmq.broker.cluster import ClusterService
 from dmq.broker.context import BrokerContext
+from dmq.broker.delay import DelayService
 from dmq.broker.fetch import FetchService
 from dmq.broker.groups import GroupsService
 from dmq.broker.identity import IdentityService
@@ -99,6 +100,7 @@ class Broker:
         self.fetch = FetchService(ctx, self.routing)
         self.storage = StorageService(ctx, lambda: self.produce.acks0_refused)
         self.cluster = ClusterService(ctx, self.storage.report)
+        self.delay = DelayService(ctx, self.routing, self.topics, self.produce)
         self.groups = GroupsService(
             lambda: ctx.metadata,
             self.routing.http_addr_of,
@@ -245,6 +247,7 @@ class Broker:
             self.operations.run,
             self.share.run,
             self.storage.storage_loop,
+            self.delay.release_loop,
         ]
         loop = asyncio.get_running_loop()
         for duty in duties:

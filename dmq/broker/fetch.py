@@ -18,13 +18,17 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import contextlib
+from collections.abc import Iterator
 from typing import Any, Literal
 
 from dmq import errors, limits, planted
 from dmq.broker.context import BrokerContext
+from dmq.broker.filtering import fetch_filtered
 from dmq.broker.routing import Routing
 from dmq.broker.translate import translate
 from dmq.broker.types import FetchResult, ForwardRequest, OffsetsResult
+from dmq.selector import RecordFilter
 from log import errors as log_errors
 from log.records import Header, Record
 
@@ -75,8 +79,10 @@ class FetchService:
         wait_ms: int,
         raw: bool,
         forwarded: bool = False,
+        record_filter: RecordFilter | None = None,
     ) -> FetchResult:
-        """Committed records from `offset` (long-polls up to wait_ms when there are none)."""
+        """Committed records from `offset` (long-polls up to wait_ms when there are none);
+        with a filter, only the records it keeps (filtering.py)."""
         replica = self._routing.serving_replica(topic, partition, forwarded)
         if not replica.log_start_offset <= offset <= replica.log_end_offset:
             raise errors.OffsetOutOfRange(
@@ -87,17 +93,15 @@ class FetchService:
             )
         if planted.active("fetch-off-by-one") and 0 < offset < replica.high_watermark:
             offset += 1
+        if record_filter is not None:  # raw: the kept records as one batch (filtering.py)
+            return await fetch_filtered(
+                replica, offset, record_filter, max_bytes=max_bytes, max_records=max_records,
+                wait_ms=wait_ms, scan_bytes_max=self._ctx.config.filter_scan_bytes_max,
+                parked=self._parked,
+            )  # fmt: skip
         if offset >= replica.high_watermark and wait_ms > 0:
-            if self._waiting_fetches >= self._ctx.config.waiting_fetches_max:
-                raise errors.Backpressure(
-                    f"{self._waiting_fetches} fetches are waiting (waiting_fetches_max)",
-                    limit=self._ctx.config.waiting_fetches_max,
-                )
-            self._waiting_fetches += 1
-            try:
+            with self._parked():
                 await replica.wait_for_commit_past(offset, wait_ms / 1000)
-            finally:
-                self._waiting_fetches -= 1
         if replica.closed:
             # Shutting down (or the topic was altered or deleted): answer the waiting
             # fetch as if its wait had run out, rather than failing it.
@@ -120,6 +124,20 @@ class FetchService:
         except log_errors.LogError as exc:
             raise translate(exc) from exc
         return FetchResult(topic, partition, offset, next_offset, hw, lso, records=recs)
+
+    @contextlib.contextmanager
+    def _parked(self) -> Iterator[None]:
+        """A long-poll parked for its wait: at most waiting_fetches_max at once (429)."""
+        if self._waiting_fetches >= self._ctx.config.waiting_fetches_max:
+            raise errors.Backpressure(
+                f"{self._waiting_fetches} fetches are waiting (waiting_fetches_max)",
+                limit=self._ctx.config.waiting_fetches_max,
+            )
+        self._waiting_fetches += 1
+        try:
+            yield
+        finally:
+            self._waiting_fetches -= 1
 
     async def list_offsets(
         self, topic: str, partition: int, timestamp_ms: int | None, *, forwarded: bool = False
@@ -164,6 +182,7 @@ class FetchService:
         wait_ms: int,
         max_records: int,
         max_bytes: int = limits.FETCH_BYTES_DEFAULT,
+        record_filter: RecordFilter | None = None,
     ) -> FetchResult:
         """For the group fetch (dmq/broker/groups.py): records from `offset`, read here or
         at the partition leader's broker. A position below the log start (retention removed
@@ -175,7 +194,7 @@ class FetchService:
         max_bytes = min(max_bytes, self._ctx.config.fetch_bytes_max)
         try:
             return await self._read_here_or_there(
-                topic, partition, offset, wait_ms, max_records, max_bytes
+                topic, partition, offset, wait_ms, max_records, max_bytes, record_filter
             )
         except errors.OffsetOutOfRange as exc:
             start, end = exc.log_start_offset, exc.log_end_offset
@@ -183,21 +202,22 @@ class FetchService:
                 await asyncio.sleep(min(wait_ms, GROUP_AHEAD_OF_LOG_WAIT_MS) / 1000)
                 return FetchResult(topic, partition, offset, offset, end, start)
             return await self._read_here_or_there(
-                topic, partition, start, wait_ms, max_records, max_bytes
+                topic, partition, start, wait_ms, max_records, max_bytes, record_filter
             )
 
     async def _read_here_or_there(
         self, topic: str, partition: int, offset: int, wait_ms: int, max_records: int,
-        max_bytes: int,
+        max_bytes: int, record_filter: RecordFilter | None = None,
     ) -> FetchResult:  # fmt: skip
         try:
             return await self.fetch(
                 topic, partition, offset=offset, max_bytes=max_bytes,
-                max_records=max_records, wait_ms=wait_ms, raw=False,
+                max_records=max_records, wait_ms=wait_ms, raw=False, record_filter=record_filter,
             )  # fmt: skip
         except ForwardRequest as fwd:
             params = {"offset": str(offset), "wait_ms": str(wait_ms), "value_encoding": "base64"}
             params |= {"max_records": str(max_records), "max_bytes": str(max_bytes)}
+            params |= dict(record_filter.params if record_filter is not None else ())
             doc = await self._ctx.peers.call(
                 "GET", fwd.http_addr, f"/v1/topics/{topic}/partitions/{partition}/records",
                 params=params, timeout_s=wait_ms / 1000 + self._ctx.timeout_s,

@@ -429,13 +429,16 @@ class GroupsService:
         wait_ms: int,
         read: Callable[[str, int, int, int], Awaitable[Any]],
         log_start: Callable[[str, int], Awaitable[int]],
+        report_skipped: bool = False,
     ) -> tuple[MemberView, list[PartitionFetch]]:
         """Records of the member's assigned partitions from the group's committed offsets.
 
         `read(topic, partition, offset, wait_ms)` is the Broker's fetch. All partitions are
         read at once without waiting; if none has records, they long-poll together and the
         first to get records answers (the others are cancelled). A partition that cannot be
-        read now (no reachable leader) is left out of this answer, not the whole fetch."""
+        read now (no reachable leader) is left out of this answer, not the whole fetch.
+        `report_skipped` (a filtered fetch): a partition read past records the filter
+        dropped counts as found without records, so its new position can be committed."""
         g, m = self.touch_member(group, member_id)
         if m.revoking:
             # Fetching is acknowledging: the answer names the current generation and serves
@@ -462,16 +465,17 @@ class GroupsService:
                     _log.debug("group fetch: %s-%d left out: %s", topic, partition, exc)
                     continue
             positions.append((topic, partition, offset))
-        found = await self._read_all(positions, 0, read)
+        found = await self._read_all(positions, 0, read, report_skipped)
         if found or wait_ms == 0 or not positions:
             return view, found
-        return view, await self._read_all(positions, wait_ms, read)
+        return view, await self._read_all(positions, wait_ms, read, report_skipped)
 
     async def _read_all(
         self,
         positions: list[tuple[str, int, int]],
         wait_ms: int,
         read: Callable[[str, int, int, int], Awaitable[Any]],
+        report_skipped: bool = False,
     ) -> list[PartitionFetch]:
         async def one(topic: str, partition: int, offset: int) -> PartitionFetch | None:
             try:
@@ -482,7 +486,12 @@ class GroupsService:
             return PartitionFetch(topic, partition, offset, result)
 
         def with_records(fetches: Iterable[PartitionFetch | None]) -> list[PartitionFetch]:
-            return [f for f in fetches if f is not None and f.result.records]
+            return [
+                f
+                for f in fetches
+                if f is not None
+                and (f.result.records or (report_skipped and f.result.next_offset > f.offset))
+            ]
 
         tasks = [asyncio.ensure_future(one(*p)) for p in positions]
         try:

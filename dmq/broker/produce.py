@@ -75,6 +75,10 @@ class ProduceService:
         base_offsets = await self._append_batches(topic, batches, acks)
         return _offset_runs(len(records), by_partition, base_offsets)
 
+    def place_records(self, topic: TopicView, records: Sequence[ProduceRecord]) -> ByPartition:
+        """Partitions for records produced later (dmq/broker/delay.py), as produce does."""
+        return self._place_records(topic, records)
+
     def _place_records(self, topic: TopicView, records: Sequence[ProduceRecord]) -> ByPartition:
         """Each record checked, stamped and given its partition, in request order."""
         limit = topic.config["max_record_bytes"]

@@ -44,6 +44,8 @@ class ProduceRecord:
     headers: tuple[Header, ...] = ()
     partition: int | None = None
     timestamp_ms: int | None = None
+    deliver_at_ms: int | None = None  # delayed (dmq/broker/delay.py): appended at this time
+    delay_ms: int | None = None  # or this long after the broker receives it
 
 
 @dataclass(frozen=True, slots=True)

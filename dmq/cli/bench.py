@@ -84,6 +84,35 @@ def add_bench(commands: Subparsers) -> None:
     spark.add_argument("--runs", type=int, default=3, help="runs; medians are shown")
     spark.add_argument("--quick", action="store_true", help="CI-sized run")
     spark.set_defaults(handler=_cmd_bench_spark)
+    # Likewise bench/filter_bench.py's add_arguments.
+    filt = kinds.add_parser("filter", help="broker-side filtering against an unfiltered fetch")
+    filt.add_argument("--dir", help="data directory (default: a temp dir here, removed after)")
+    filt.add_argument("--records", type=int, default=200_000, help="records in the topic")
+    filt.add_argument("--runs", type=int, default=5, help="runs; medians are shown (5)")
+    filt.add_argument("--quick", action="store_true", help="one small run (CI)")
+    filt.set_defaults(handler=_cmd_bench_filter)
+    # Likewise bench/delay_bench.py's add_arguments.
+    delay = kinds.add_parser("delay", help="delayed records: lateness, memory with many pending")
+    delay.add_argument("--dir", help="data directory (default: a temp dir here, removed after)")
+    delay.add_argument("--records", type=int, default=2_000, help="records per lateness run")
+    delay.add_argument("--pending", type=int, default=200_000, help="records left pending")
+    delay.add_argument("--runs", type=int, default=3, help="runs; medians are shown (3)")
+    delay.add_argument("--quick", action="store_true", help="one small run (CI)")
+    delay.set_defaults(handler=_cmd_bench_delay)
+
+
+def _cmd_bench_delay(args: argparse.Namespace) -> int:
+    from bench import delay_bench
+
+    delay_bench.run(args)
+    return 0
+
+
+def _cmd_bench_filter(args: argparse.Namespace) -> int:
+    from bench import filter_bench
+
+    filter_bench.run(args)
+    return 0
 
 
 def _cmd_bench_log(args: argparse.Namespace) -> int:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import os
 import sys
 import threading
@@ -18,7 +19,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, BinaryIO, TextIO
 
+from dmq.cli import delay
 from dmq.cli._common import Subparsers, UsageError, _non_negative_int, _separator
+from dmq.cli.delay import duration_ms
 from dmq.client import AsyncProducer, RecordMetadata
 from dmq.client._limits import LINGER_MS_DEFAULT
 from dmq.errors import DmqError, InvalidRequest
@@ -65,6 +68,11 @@ def add_produce(commands: Subparsers, url: argparse.ArgumentParser) -> None:
         default=None,
         help="progress bar on stderr (default: with --file on a terminal)",
     )
+    produce.add_argument(
+        "--delay",
+        type=duration_ms,
+        help="deliver each record this long from now (30s, 500ms, 2m, 1h; dmq/cli/delay.py)",
+    )
     produce.set_defaults(handler=_cmd_produce)
 
 
@@ -77,6 +85,9 @@ def _cmd_produce(args: argparse.Namespace) -> int:
         total = os.fstat(stream.fileno()).st_size
     else:
         stream, total = sys.stdin.buffer, 0
+    if args.delay is not None:  # delayed records: the JSON route (dmq/cli/delay.py)
+        with stream if stream is not sys.stdin.buffer else contextlib.nullcontext(stream):
+            return delay.run(args, stream)
     show = args.progress if args.progress is not None else bool(args.file and sys.stderr.isatty())
     bar = ProgressBar(total, sys.stderr) if show and total > 0 else None
     try:

@@ -70,6 +70,7 @@ from pathlib import Path
 
 import crc32c
 
+from dmq.partition.delay import DelayCommand, DelayStore, is_delay_command
 from dmq.partition.producers import ProducerStates
 from log import InvalidOffsetError, InvalidRecordError, LogError, PartitionLog, StorageError
 from log.errors import StorageWriteError
@@ -193,6 +194,7 @@ class PartitionSnapshot:
     log_end_offset: int
     applied: Position
     producers: str | None = None  # ProducerStates.to_json() at `applied`; None from version 1
+    delayed: str | None = None  # DelayStore.to_snapshot(): pending delayed records, if any
 
     def encode(self) -> bytes:
         fields: dict[str, object] = {
@@ -204,6 +206,8 @@ class PartitionSnapshot:
             "applied_k": self.applied[1],
             "producers": self.producers,
         }
+        if self.delayed is not None:  # absent when none are pending: older nodes read it
+            fields["delayed"] = self.delayed
         return json.dumps(fields, sort_keys=True, separators=(",", ":")).encode()
 
     @classmethod
@@ -217,6 +221,7 @@ class PartitionSnapshot:
             int(fields["log_end_offset"]),
             (int(fields["applied_index"]), int(fields["applied_k"])),
             None if fields.get("producers") is None else str(fields["producers"]),
+            None if fields.get("delayed") is None else str(fields["delayed"]),
         )
 
 
@@ -242,6 +247,7 @@ class PartitionStateMachine:
         self.replayed_commands = 0  # skipped as already applied (a metric, and for tests)
         self._checkpoint_fd = -1  # appends one record per applied command
         self._reconcile()
+        self.delay = DelayStore.open(log.directory, self.applied)  # dmq/partition/delay.py
 
     def close(self) -> None:
         """Flush the log and the checkpoint; the log itself stays open (its owner closes it)."""
@@ -269,6 +275,12 @@ class PartitionStateMachine:
         if position <= self.applied:
             self.replayed_commands += 1
             return None
+        if is_delay_command(command):  # schedule, release, cancel: dmq/partition/delay.py
+            delayed = self.delay.apply(position, DelayCommand.decode(command), self.log)
+            self.log.set_high_watermark(self.log.log_end_offset)
+            os.write(self._checkpoint_fd, _checkpoint_record(position, self.log.log_end_offset))
+            self.applied = position
+            return list(delayed)
         produce = ProduceCommand.decode(command)
         start_offset = self.log.log_end_offset
         undo = self.producers.save_for(produce.batches)
@@ -342,6 +354,7 @@ class PartitionStateMachine:
             self.log.log_end_offset,
             self.applied,
             self.producers.to_json(),
+            self.delay.to_snapshot(),
         ).encode()
 
     def checkpoint(self) -> None:
@@ -349,6 +362,7 @@ class PartitionStateMachine:
         checkpoint as one record, both at the applied position."""
         self.log.flush()
         self._save(self.applied, self.log.log_end_offset)
+        self.delay.after_checkpoint()
 
     def _save(self, position: Position, log_end_offset: int) -> None:
         """The producer state first: once durable it vouches for `position` on its own."""
@@ -397,6 +411,7 @@ class PartitionStateMachine:
             self.producers.rebuild(log)
         else:
             self.producers = ProducerStates.from_json(wanted.producers)
+        self.delay.restore(wanted.delayed, wanted.applied)
         self.applied = wanted.applied
         self._save(wanted.applied, log.log_end_offset)
 

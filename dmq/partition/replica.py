@@ -24,6 +24,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import contextlib
+import functools
 import logging
 import shutil
 import threading
@@ -330,6 +331,33 @@ class PartitionReplica:
             raise outcome
         return int(outcome)
 
+    async def propose_delay(self, command: bytes) -> list[int]:
+        """A delay command (dmq/partition/delay.py), answered after apply."""
+        self.check_capacity(len(command))
+        if self.raft is None:
+            raise BrokerUnavailable(f"partition {self.name} is opening", retry_after_ms=200)
+        try:
+            result = await self.raft.propose(command, timeout_s=self._timeout_s, wait="apply")
+        except raft_errors.RaftError as exc:
+            raise translate_raft_error(exc, f"partition {self.name}") from exc
+        return [int(r) for r in result or ()]
+
+    async def with_machine(self, fn: Callable[..., T], *args: Any) -> T:
+        """fn(machine, *args) on the storage thread under the lock."""
+        return await self.run(self._locked, lambda: fn(self._machine, *args))
+
+    @property
+    def delay_pending_bytes(self) -> int:
+        """Bytes of delayed records pending here (an int read without the lock)."""
+        machine = self._machine
+        return 0 if machine is None else machine.delay.pending_bytes
+
+    @property
+    def delay_due_hint_ms(self) -> int | None:
+        """No delayed record is due before this (an int read without the lock)."""
+        machine = self._machine
+        return None if machine is None else machine.delay.due_hint_ms
+
     @property
     def queue_depth(self) -> int:
         return self._inflight
@@ -423,6 +451,13 @@ class PartitionReplica:
             return records, next_offset, log.high_watermark, log.log_start_offset
 
         return await self.run(self._locked, _read)
+
+    async def read_with(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+        """fn(log, *args, **kwargs) on the storage thread under the lock (a read that
+        lives in its own module, e.g. dmq/partition/filtered_read.py)."""
+        log = self._log
+        assert log is not None
+        return await self.run(self._locked, functools.partial(fn, log, *args, **kwargs))
 
     async def offset_for_timestamp(self, timestamp_ms: int) -> int | None:
         assert self._log is not None

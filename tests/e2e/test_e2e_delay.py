@@ -1,0 +1,109 @@
+"""Delayed records on one real broker process: the CLI, the HTTP answers, the limits, a
+restart with records pending.
+
+Proves that `dmq produce --delay` schedules each line (printing its id), that nothing is
+fetchable before its time and each record is after it, exactly once; that
+`GET .../scheduled` counts pending records and names the next due time, a cancelled
+record never arrives and a second cancel is a 404; that a delay over max_delay_ms, both
+deliver_at and delay_ms, and acks other than all are 400s naming the field; and that
+records still pending when the broker stops are delivered after it restarts.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+import urllib.request
+from typing import Any
+
+from log.records import Record, encode_batch
+from tests_support import ROOT, BrokerProcess
+
+
+def call(broker: BrokerProcess, method: str, path: str, body: dict[str, Any] | None = None,
+         expect: int = 200) -> Any:  # fmt: skip
+    status, doc = broker.json(method, path, body)
+    assert status == expect, (method, path, status, doc)
+    return doc
+
+
+def values(broker: BrokerProcess, topic: str) -> list[str]:
+    doc = call(broker, "GET", f"/v1/topics/{topic}/partitions/0/records?max_records=1000")
+    return [r["value"] for r in doc["records"]]
+
+
+def test_cli_count_cancel_limits_and_restart(broker_factory: Any) -> None:
+    broker = broker_factory(extra_args=[
+        "--max-delay-ms", "60000", "--batch-bytes-max", "65536", "--record-bytes-max", "65536",
+    ]).start()  # fmt: skip
+    call(broker, "POST", "/v1/topics", {"name": "d", "partitions": 1}, expect=201)
+    before_ms = time.time() * 1000
+    cli = subprocess.run(
+        [sys.executable, "-m", "dmq", "--url", broker.url, "produce", "d", "--delay", "1500ms"],
+        input=b"one\ntwo\nthree\n", capture_output=True, cwd=ROOT, timeout=30,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )  # fmt: skip
+    assert cli.returncode == 0, cli.stderr
+    answers = [json.loads(line) for line in cli.stdout.decode().splitlines()]
+    assert [a["offset"] for a in answers] == [None] * 3
+    assert all(before_ms + 1500 <= a["deliver_at"] <= time.time() * 1000 + 1500 for a in answers)
+    summary = call(broker, "GET", "/v1/topics/d/scheduled")
+    assert summary["count"] == 3 and summary["next_deliver_at"] == answers[0]["deliver_at"]
+    call(broker, "DELETE", f"/v1/topics/d/scheduled/{answers[1]['id']}")
+    assert call(broker, "GET", "/v1/topics/d/scheduled")["count"] == 2
+    doc = call(broker, "DELETE", f"/v1/topics/d/scheduled/{answers[1]['id']}", expect=404)
+    assert doc["error"]["details"]["field"] == "id"
+    assert values(broker, "d") == []  # nothing before its time
+    while time.time() * 1000 < answers[2]["deliver_at"] + 3000 and len(values(broker, "d")) < 2:
+        time.sleep(0.05)
+    assert time.time() * 1000 >= answers[2]["deliver_at"]
+    assert values(broker, "d") == ["one", "three"]
+    assert call(broker, "GET", "/v1/topics/d/scheduled")["count"] == 0
+
+    # Limits and bad input: 400 naming the field.
+    doc = call(broker, "POST", "/v1/topics/d/records",
+               {"records": [{"value": "x", "delay_ms": 60_001}]}, expect=400)  # fmt: skip
+    assert doc["error"]["details"] == {"field": "records[0].delay_ms", "limit": 60_000}
+    doc = call(broker, "POST", "/v1/topics/d/records",
+               {"records": [{"value": "x", "delay_ms": 1, "deliver_at": 1}]}, expect=400)  # fmt: skip
+    assert doc["error"]["details"]["field"] == "records[0].delay_ms"
+    doc = call(broker, "POST", "/v1/topics/d/records?acks=1&delay_ms=1000",
+               {"records": [{"value": "x"}]}, expect=400)  # fmt: skip
+    assert doc["error"]["details"]["field"] == "acks"
+    doc = call(broker, "DELETE", "/v1/topics/d/scheduled/nonsense", expect=400)
+    assert doc["error"]["details"]["field"] == "id"
+
+    # A binary batch with X-Dmq-Delay-Ms; and 200 KB of delayed records in one request,
+    # more than one Raft entry holds (batch_bytes_max 64 KiB): scheduled in several.
+    batch = encode_batch([Record(None, b"bin-%d" % i, (), 0) for i in range(3)])
+    req = urllib.request.Request(
+        f"{broker.url}/v1/topics/b/records?partition=0", data=batch, method="POST",
+        headers={"Content-Type": "application/vnd.dmq.batch", "X-Dmq-Delay-Ms": "300"},
+    )  # fmt: skip
+    with urllib.request.urlopen(req, timeout=30) as resp:
+        assert [a["offset"] for a in json.loads(resp.read())["offsets"]] == [None] * 3
+    big = [{"value": f"{i:04d}" + "x" * 2000, "partition": 0, "delay_ms": 300} for i in range(100)]
+    answers = call(broker, "POST", "/v1/topics/big/records", {"records": big})["offsets"]
+    assert len({a["id"] for a in answers}) == 100
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and (
+        len(values(broker, "b")) < 3 or len(values(broker, "big")) < 100
+    ):
+        time.sleep(0.05)
+    assert values(broker, "b") == ["bin-0", "bin-1", "bin-2"]
+    assert [v[:4] for v in values(broker, "big")] == [f"{i:04d}" for i in range(100)]
+
+    # Pending across a restart: delivered after it, once.
+    deliver_at = int(time.time() * 1000) + 2500
+    call(broker, "POST", "/v1/topics/d/records",
+         {"records": [{"value": "after", "deliver_at": deliver_at}]})  # fmt: skip
+    broker.stop()
+    broker.start()
+    assert call(broker, "GET", "/v1/topics/d/scheduled")["count"] == 1
+    while time.time() * 1000 < deliver_at + 5000 and "after" not in values(broker, "d"):
+        time.sleep(0.05)
+    assert time.time() * 1000 >= deliver_at
+    assert values(broker, "d") == ["one", "three", "after"]

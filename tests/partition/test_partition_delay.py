@@ -1,0 +1,233 @@
+"""Proves dmq/partition/delay.py through the partition machine (dmq/partition/machine.py).
+
+- Delay commands round-trip their binary encoding; decode refuses cut or padded frames.
+- Property: over arbitrary interleavings of schedule, release (due ones, re-proposed old
+  ones, ones proposed before their time), cancel, snapshot, clean restart, crash restart
+  that loses the tail of the applied checkpoint (the store and the log are cut back and
+  the journal replays), and a new replica restored from the last snapshot plus the
+  journal after it: every scheduled record that is not cancelled reaches the log exactly
+  once, none before its time (the releasing command's now_ms), a cancelled one never;
+  the restored replica holds the same log records and the same pending set.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from dmq.partition.delay import (
+    KIND_CANCEL,
+    KIND_RELEASE,
+    KIND_SCHEDULE,
+    DelayCommand,
+    DelayCommandError,
+)
+from dmq.partition.machine import APPLIED_CHECKPOINT, CopiedChunk, PartitionStateMachine
+from log import FlushPolicy, LogConfig, PartitionLog, Record, encode_batch
+
+CONFIG = LogConfig(segment_bytes=2_000, flush=FlushPolicy(interval_records=None))
+CHECKPOINT_RECORD_BYTES = 24
+
+
+def one(value: str) -> bytes:
+    return encode_batch([Record(b"k", value.encode(), (), 1_000)])
+
+
+@given(
+    st.lists(st.tuples(st.integers(0, 2**62), st.binary(max_size=30)), min_size=1, max_size=5),
+    st.lists(st.tuples(st.integers(0, 2**63 - 1), st.integers(0, 2**62)), max_size=5),
+    st.integers(0, 2**62),
+)
+def test_delay_commands_round_trip(
+    scheduled: list[tuple[int, bytes]], targets: list[tuple[int, int]], now: int
+) -> None:
+    s = DelayCommand(KIND_SCHEDULE, now, scheduled=tuple(scheduled))
+    assert DelayCommand.decode(s.encode()) == s
+    for kind in (KIND_RELEASE, KIND_CANCEL):
+        c = DelayCommand(kind, now, targets=tuple(targets))
+        assert DelayCommand.decode(c.encode()) == c
+    data = s.encode()
+    for bad in (data[:-1], data + b"x", data[:5]):
+        with pytest.raises(DelayCommandError):
+            DelayCommand.decode(bad)
+
+
+# ------------------------------------------------------------------ the property
+
+ops = st.lists(
+    st.one_of(
+        st.tuples(st.just("schedule"), st.lists(st.integers(0, 25_000), min_size=1, max_size=4)),
+        st.tuples(st.just("advance"), st.integers(0, 9_000)),
+        st.tuples(st.just("release"), st.integers(1, 5)),
+        st.tuples(st.just("release_again"), st.integers(0, 10)),
+        st.tuples(st.just("release_early"), st.integers(1, 3)),
+        st.tuples(st.just("cancel"), st.integers(0, 50)),
+        st.tuples(st.just("snapshot"), st.just(0)),
+        st.tuples(st.just("restart"), st.just(0)),
+        st.tuples(st.just("crash"), st.integers(0, 6)),
+    ),
+    max_size=30,
+)
+
+
+class Cluster:
+    """One replica driven through its Raft positions, with the journal kept for replay."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self.dir = root / "primary"
+        self.machine = self.open(self.dir)
+        self.journal: list[tuple[tuple[int, int], bytes]] = []
+        self.index = 0
+        self.now = 1_000_000
+        self.snap: tuple[bytes, int] | None = None  # (snapshot, journal length at it)
+        self.deliver_at: dict[str, int] = {}  # value -> deliver_at
+        self.sid_of: dict[str, int] = {}
+        self.cancelled: set[str] = set()
+        self.releases: list[DelayCommand] = []
+        self.counter = 0
+
+    def open(self, directory: Path, fetch: object = None) -> PartitionStateMachine:
+        return PartitionStateMachine("t-0", PartitionLog.open(directory, CONFIG), fetch)  # type: ignore[arg-type]
+
+    def propose(self, command: DelayCommand) -> list[int] | None:
+        self.index += 1
+        data = command.encode()
+        self.journal.append(((self.index, 0), data))
+        return self.machine.apply_at(self.index, 0, data)  # type: ignore[return-value]
+
+    def schedule(self, delays: list[int]) -> None:
+        values = []
+        for delay in delays:
+            self.counter += 1
+            value = f"r{self.counter}"
+            self.deliver_at[value] = self.now + delay
+            values.append(value)
+        cmd = DelayCommand(
+            KIND_SCHEDULE, self.now, scheduled=tuple((self.deliver_at[v], one(v)) for v in values)
+        )
+        sids = self.propose(cmd)
+        assert sids is not None and len(sids) == len(values)
+        self.sid_of.update(zip(values, sids, strict=True))
+
+    def release(self, targets: list[tuple[int, int]]) -> None:
+        cmd = DelayCommand(KIND_RELEASE, self.now, targets=tuple(targets))
+        self.releases.append(cmd)
+        self.propose(cmd)
+
+    def restart(self, lose_records: int = 0) -> None:
+        """Reopen; a crash first drops the last checkpoint records (never the durable
+        first one), then the whole journal is replayed (applied positions are skipped)."""
+        if lose_records:
+            path = self.dir / APPLIED_CHECKPOINT
+            raw = path.read_bytes()
+            keep = max(CHECKPOINT_RECORD_BYTES, len(raw) - lose_records * CHECKPOINT_RECORD_BYTES)
+            path.write_bytes(raw[:keep])
+            self.machine.log.close()
+        else:
+            self.machine.close()
+            self.machine.log.close()
+        self.machine = self.open(self.dir)
+        for (index, k), data in self.journal:
+            self.machine.apply_at(index, k, data)
+
+    def values_in_log(self, machine: PartitionStateMachine) -> list[str]:
+        log = machine.log
+        return [
+            (r.value or b"").decode()
+            for r in log.read_records(log.log_start_offset, 1 << 30, end_offset=log.log_end_offset)
+        ]
+
+    def fetch_from_primary(self, start: int, end: int) -> Iterator[CopiedChunk]:
+        data, covered = self.machine.log.read_for_copy(start, end, 1 << 30)
+        from log.records import iter_batches
+
+        view = memoryview(data)
+        batches = tuple(bytes(view[p : p + h.size_bytes]) for p, h in iter_batches(view))
+        yield CopiedChunk(batches, covered)
+
+
+def pending_of(machine: PartitionStateMachine) -> set[tuple[int, int, bytes]]:
+    return set(machine.delay.pending())
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(ops)
+def test_each_record_released_once_never_early_across_restarts_and_restores(
+    tmp_path_factory: pytest.TempPathFactory, plan: list[tuple[str, object]]
+) -> None:
+    c = Cluster(tmp_path_factory.mktemp("delay"))
+    for op, arg in plan:
+        if op == "schedule":
+            c.schedule(arg)  # type: ignore[arg-type]
+        elif op == "advance":
+            c.now += arg  # type: ignore[operator]
+        elif op == "release":
+            c.release(c.machine.delay.due(c.now, arg, 1 << 20))  # type: ignore[arg-type]
+        elif op == "release_again" and c.releases:
+            old = c.releases[arg % len(c.releases)]  # type: ignore[operator]
+            c.release(list(old.targets))  # a new leader proposes what an old one did
+        elif op == "release_early":
+            future = sorted(
+                (at, v) for v, at in c.deliver_at.items() if at > c.now and v not in c.cancelled
+            )[: int(arg)]  # type: ignore[call-overload]
+            c.release([(c.sid_of[v], at) for at, v in future])  # a leader whose clock lags
+        elif op == "cancel" and c.sid_of:
+            value = sorted(c.sid_of)[arg % len(c.sid_of)]  # type: ignore[operator]
+            cmd = DelayCommand(
+                KIND_CANCEL, c.now, targets=((c.sid_of[value], c.deliver_at[value]),)
+            )
+            result = c.propose(cmd)
+            assert result is not None
+            if result == [1]:
+                assert value not in c.values_in_log(c.machine)
+                c.cancelled.add(value)
+            else:  # not pending: released before, or cancelled before
+                assert value in c.cancelled or value in c.values_in_log(c.machine)
+        elif op == "snapshot":
+            c.snap = (c.machine.snapshot(), len(c.journal))
+        elif op == "restart":
+            c.restart()
+        elif op == "crash":
+            c.restart(lose_records=int(arg))  # type: ignore[call-overload]
+        check_never_early_and_once(c)
+    # Everything due at the end is released exactly once; a replica restored from the
+    # last snapshot and the journal after it agrees.
+    c.now += 100_000
+    for _ in range(len(c.deliver_at)):
+        if c.machine.delay.pending_count:
+            c.release(c.machine.delay.due(c.now, 3, 1 << 20))
+    check_never_early_and_once(c)
+    delivered = c.values_in_log(c.machine)
+    assert sorted(delivered) == sorted(set(c.deliver_at) - c.cancelled)
+    if c.snap is not None:
+        snapshot, at = c.snap
+        replica = c.open(c.root / "replica", c.fetch_from_primary)
+        replica.restore(snapshot)
+        for (index, k), data in c.journal[at:]:
+            replica.apply_at(index, k, data)
+        assert c.values_in_log(replica) == delivered
+        assert pending_of(replica) == pending_of(c.machine) == set()
+
+
+def check_never_early_and_once(c: Cluster) -> None:
+    values = c.values_in_log(c.machine)
+    assert len(values) == len(set(values)), "a record delivered twice"
+    assert not set(values) & c.cancelled, "a cancelled record delivered"
+    released_by: dict[str, int] = {}
+    for cmd in c.releases:
+        for sid, at in cmd.targets:
+            if at <= cmd.now_ms:
+                released_by.setdefault(str(sid), cmd.now_ms)
+    for v in values:
+        first_legal = released_by.get(str(c.sid_of[v]))
+        assert first_legal is not None and c.deliver_at[v] <= first_legal, f"{v} released early"
+    pending = {sid for sid, _, _ in c.machine.delay.pending()}
+    assert c.machine.delay.pending_count == len(pending)
+    expected = {c.sid_of[v] for v in c.deliver_at} - {c.sid_of[v] for v in c.cancelled}
+    expected -= {c.sid_of[v] for v in values}
+    assert pending == expected
