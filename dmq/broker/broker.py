@@ -187,6 +187,7 @@ class Broker:
             timeout_s=ctx.timeout_s,
             on_change=self.reconciler.wanted.set,
             left_marker=ctx.data_dir / "meta" / METADATA_LEFT_MARKER,
+            own_cluster_id=lambda: ctx.cluster_id,  # the data directory's, then adopted
         )
         await ctx.metadata_service.start()
         await self._register()
