@@ -256,6 +256,7 @@ class Broker:
         attempts = 0
         while True:
             await self.operations.add_known_peers()
+            self.identity.check_catalogue()  # never register in another cluster's
             try:
                 await self.metadata.propose(
                     RegisterBroker(c.node_id, c.http_addr, c.raft_addr, wall_ms())

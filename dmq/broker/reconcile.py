@@ -352,13 +352,16 @@ class Reconciler:
             _log.info("removing orphan %s directory %s", what, path)
             shutil.rmtree(path)
 
-        # Partitions set aside as stray, by (topic id, partition), for a topic id this
-        # cluster never handed out: their Raft directories go with them (one the catalogue
-        # gives to another name, or a directory another cluster wrote under an id handed
-        # out here, keeps its group id's directory: that is this cluster's group's).
-        # Registered, so the catalogue is this cluster's and as new as the registration's
-        # commit: every kind came from elsewhere.
+        # Partitions set aside as stray, by (topic id, partition). Their Raft directories
+        # go with them when no group of this cluster has that id: a topic id never handed
+        # out here, or another cluster's directory under the id of a topic this cluster
+        # deleted. Else (an id the catalogue gives to another name, or another cluster's
+        # directory under the id of a partition that exists here) that group id's
+        # directory is this cluster's, judged as any other. Registered, so the catalogue
+        # is this cluster's and as new as the registration's commit: every kind came from
+        # elsewhere.
         strays: dict[tuple[int, int], str] = {}
+        with_raft: dict[tuple[int, int], str] = {}  # their Raft directories set aside too
         root = self._ctx.data_dir / "partitions"
         for path in sorted(root.iterdir()) if root.exists() else []:
             try:
@@ -371,15 +374,17 @@ class Reconciler:
             foreign = self._judge_cluster(path)
             if foreign is not None:
                 self._strays.set_aside(path, topic_id, partition, foreign)
-                if topic_id >= state.next_topic_id:  # its Raft directory goes with it
-                    strays[key] = foreign
-                continue  # else that group id's directory is this cluster's: judged below
+                if key not in placed and key not in existing:  # no group of ours
+                    with_raft[key] = foreign
+                continue
             if topic_id >= state.next_topic_id:
                 strays[key] = f"topic id {topic_id} was never created in this cluster"
             elif topic_id in names and names[topic_id] != topic:
                 strays[key] = f"topic id {topic_id} is {names[topic_id]!r} here, not {topic!r}"
             if key in strays:
                 self._strays.set_aside(path, topic_id, partition, strays[key])
+                if topic_id >= state.next_topic_id:
+                    with_raft[key] = strays[key]
             elif key not in placed and topic_id < state.next_topic_id:
                 remove(key, path, "partition")
             self._stamp(path)  # kept (placed here, or until its leader's word): ours
@@ -388,7 +393,7 @@ class Reconciler:
             if not path.name.isdigit() or int(path.name) == 0:
                 continue
             key = divmod(int(path.name), GROUPS_PER_TOPIC)
-            if key in strays and key[0] >= state.next_topic_id:
-                self._strays.set_aside(path, key[0], key[1], strays[key])
+            if key in with_raft:
+                self._strays.set_aside(path, key[0], key[1], with_raft[key])
             elif key not in placed and key[0] < state.next_topic_id:
                 remove(key, path, "raft group")  # a newer id alone: not judged

@@ -16,8 +16,9 @@ handed out ids below 6 (ids 1, 2 and 5 were deleted):
 - a directory another cluster wrote (its `cluster_id` file) is set aside whatever its
   topic id says, at start-up and before a replica opens: every cluster numbers topics
   from 1, so cluster A's `orders` may carry the id of this cluster's `orders` (it would
-  be opened), of `moved` (kept, then deleted) or of a deleted topic (deleted); a directory
-  without the file (from before it) is this broker's own and gets this cluster's id.
+  be opened), of `moved` (kept, then deleted) or of a deleted topic (deleted), with its
+  Raft directory when no group of this cluster has that id; a directory without the file
+  (from before it) is this broker's own and gets this cluster's id.
 """
 
 from __future__ import annotations
@@ -123,18 +124,27 @@ def test_a_directory_another_cluster_wrote_is_set_aside_whatever_its_topic_id(
         for name, topic_id in [("orders-1", 3), ("moved-1", 4), ("gone-0", 2), ("new-0", 7)]
     }
     ids_in_a = {"orders-1": 3, "moved-1": 4, "gone-0": 2, "new-0": 7}
-    for name in foreign:  # copied in by hand: only the partition directories
+    for name in foreign:  # copied in by hand
         (tmp_path / "a" / "partitions" / name).rename(tmp_path / "partitions" / name)
+    for group in (2 * GROUPS_PER_TOPIC, 7 * GROUPS_PER_TOPIC):  # and two Raft directories
+        (tmp_path / "a" / "raft" / "groups" / str(group)).rename(
+            tmp_path / "raft" / "groups" / str(group)
+        )
     reconciler, strays = _reconciler(tmp_path)
 
     reconciler.remove_orphans()
 
     remaining = sorted(p.name for p in (tmp_path / "partitions").iterdir())
     assert remaining == ["moved-0", "orders-0"]
+    groups = sorted(int(p.name) for p in (tmp_path / "raft" / "groups").iterdir())
+    assert groups == [3 * GROUPS_PER_TOPIC, 4 * GROUPS_PER_TOPIC]  # this cluster's own
     assert (legacy / CLUSTER_ID_FILE).read_text() == f"{OURS}\n"  # stamped as ours
     assert (ours["moved-0"] / CLUSTER_ID_FILE).read_text() == f"{OURS}\n"
     by_origin = {entry["original"]: entry for entry in strays.report()["set_aside"]}
-    assert sorted(by_origin) == sorted(f"partitions/{name}" for name in foreign)
+    # Id 2 (a topic this cluster deleted) and id 7 (never handed out): no group of this
+    # cluster has them, so their Raft directories are set aside with them, not deleted.
+    raft_dirs = [f"raft/groups/{g * GROUPS_PER_TOPIC}" for g in (2, 7)]
+    assert sorted(by_origin) == sorted([*(f"partitions/{n}" for n in foreign), *raft_dirs])
     for name, files in foreign.items():
         entry = by_origin[f"partitions/{name}"]
         assert entry["reason"] == f"written by cluster aaaaaaaa, this is cluster {OURS}"
