@@ -13,6 +13,8 @@ identity"):
 - a broker whose own metadata group names another cluster than its `meta.properties`
   stops (exit 1, both ids) with its partition data unchanged, and serves it again once
   its own file is back;
+- `--join` with a directory that holds data but no identity (from before cluster ids)
+  is refused, nothing changed;
 - `dmq storage reset` refuses while the broker runs, and once it is stopped empties the
   directory, which then joins cluster B as a new broker (the explicit move);
 - stray partition data (A's partition copied into a broker of B, under the name and
@@ -249,3 +251,22 @@ def test_a_broker_whose_catalogue_names_another_cluster_stops_and_keeps_its_data
     n1.start()
     cluster.wait_ready()
     assert fetch_all(n1, "ledger", 0) == [(i, f"k{i}", f"v{i}") for i in range(3)]
+
+
+def test_join_refuses_a_directory_with_data_and_no_identity(tmp_path: Path) -> None:
+    """A directory from before cluster ids (records, no meta.properties) of a broker that
+    never joined (no meta/joined_cluster.json) is refused by `--join`, before any broker
+    is asked: its cluster is unknown. Nothing changes."""
+    data_dir = tmp_path / "old"
+    (data_dir / "partitions" / "ledger-0").mkdir(parents=True)
+    (data_dir / "partitions" / "ledger-0" / "topic_id").write_text("1\n")
+    (data_dir / "meta").mkdir()
+    (data_dir / "meta" / "cluster_id").write_text("0123456789abcdef0123456789abcdef\n")
+    before = _files(data_dir)
+    result = _dmq(
+        "serve", "--data-dir", str(data_dir), "--node-id", "n1", "--join", "http://127.0.0.1:9"
+    )
+    line = _one_error_line(result)
+    assert f"data directory {data_dir} holds data" in line, line
+    assert "start it once without --join" in line and "dmq storage reset" in line, line
+    assert _files(data_dir) == before
