@@ -329,7 +329,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
             flag,
             dest=f.name,
             default=None,
-            help=f"{f.metadata.get('help', '')} [env {env}; default {f.default!r}]",
+            # argparse %-formats help: a literal % ("5% of the filesystem") is doubled
+            help=f"{f.metadata.get('help', '')} [env {env}; default {f.default!r}]".replace(
+                "%", "%%"
+            ),
         )
 
 

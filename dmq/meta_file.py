@@ -18,7 +18,8 @@ edited file. A broker then refuses to start rather than guess whose directory it
 The file is written once per data directory, when the broker first learns its cluster's id
 from the metadata group (dmq/broker/identity.py), atomically and durably: a temp file,
 fsync, rename, fsync of the directory. A directory without it is fresh (or from a dmq
-before cluster ids): it joins any cluster, and gets the file when it does.
+before cluster ids): it gets the file from the cluster it starts in (with `--join` only
+if it holds no data or joined that way before: dmq/cli/serve.py).
 
 What a broker refuses at start, before it changes anything in the directory
 (`check_start`; each a one-line error naming both ids and the remedy):

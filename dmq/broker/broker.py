@@ -189,6 +189,7 @@ class Broker:
             timeout_s=ctx.timeout_s,
             on_change=self.reconciler.wanted.set,
             left_marker=ctx.data_dir / "meta" / METADATA_LEFT_MARKER,
+            own_cluster_id=lambda: ctx.cluster_id,  # the data directory's, then adopted
         )
         await ctx.metadata_service.start()
         await self._register()
@@ -258,6 +259,7 @@ class Broker:
         attempts = 0
         while True:
             await self.operations.add_known_peers()
+            self.identity.check_catalogue()  # never register in another cluster's
             try:
                 await self.metadata.propose(
                     RegisterBroker(c.node_id, c.http_addr, c.raft_addr, wall_ms())

@@ -8,7 +8,10 @@ directory (`<data-dir>/meta.properties`, dmq/meta_file.py). The Broker calls, in
    changed); a directory that names a cluster makes this broker speak for it from the
    first Raft hello and HTTP call on (`_use`), so that brokers of another cluster refuse
    it and it refuses them;
-2. `adopt()` once its registration committed: if the catalogue has no id yet (a new
+2. `check_catalogue()` before each attempt to register: a catalogue (its own group 0's,
+   on a voter) that names another cluster than the directory is refused
+   (ClusterIdMismatch: the broker stops) before it registers there;
+3. `adopt()` once its registration committed: if the catalogue has no id yet (a new
    cluster, or one from before cluster ids) it proposes one, `FormCluster` with the id
    its directory already holds (meta.properties, else the per-broker id an older dmq kept
    in `meta/cluster_id`), else a new random one; the first committed wins and every
@@ -48,16 +51,27 @@ class IdentityService:
         if meta is not None:
             self._use(meta.cluster_id)
 
+    def check_catalogue(self) -> None:
+        """Before each registration attempt (and in `adopt`): a catalogue that names
+        another cluster than the data directory is refused (ClusterIdMismatch) before this
+        broker registers in it. An observer never holds one (the metadata service does
+        not take it, and the other cluster's brokers answer its calls 409): this catches
+        a voter whose own group 0 names another cluster than its `meta.properties`."""
+        ctx = self._ctx
+        theirs = ctx.metadata.state.cluster_id
+        if ctx.cluster_id and theirs and theirs != ctx.cluster_id:
+            raise errors.ClusterIdMismatch(
+                meta_file.mismatch_message(
+                    ctx.data_dir, ctx.cluster_id, theirs, "the metadata group it reached"
+                )
+            )
+
     async def adopt(self) -> None:
         """Step 2: the catalogue's id (proposed first if it has none), in the data dir."""
         ctx = self._ctx
-        cluster_id = await self._catalogue_id()
-        if ctx.cluster_id and ctx.cluster_id != cluster_id:
-            raise errors.ClusterIdMismatch(
-                meta_file.mismatch_message(
-                    ctx.data_dir, ctx.cluster_id, cluster_id, "the metadata group it reached"
-                )
-            )
+        await self._catalogue_id()
+        self.check_catalogue()
+        cluster_id = ctx.metadata.state.cluster_id
         if meta_file.read(ctx.data_dir) is None:
             meta_file.write(ctx.data_dir, meta_file.DataDirMeta(cluster_id, ctx.config.node_id))
             _log.info("data directory %s is now of cluster %s", ctx.data_dir, cluster_id)

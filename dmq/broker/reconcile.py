@@ -14,9 +14,18 @@ After every change of the catalogue (`metadata_version`) the metadata service se
 
 A replica's directory is removed only when the catalogue no longer places it here and its
 topic id is below the catalogue's `next_topic_id` (a lagging catalogue never deletes a
-topic it has not heard of). Data the catalogue does not know at all (a topic id never
-handed out in this cluster, or one its catalogue gives to a topic of another name) is
-stray: set aside by strays.py, never opened as a replica nor deleted.
+topic it has not heard of). Data the catalogue does not know at all (a directory another
+cluster wrote, a topic id never handed out in this cluster, or one its catalogue gives to
+a topic of another name) is stray: set aside by strays.py, never opened as a replica nor
+deleted.
+
+Which cluster wrote a partition directory: its `cluster_id` file (CLUSTER_ID_FILE, beside
+`topic_id`), written when the replica opens. Topic ids alone cannot tell (every cluster
+numbers its topics from 1: cluster A's `ledger` and cluster B's `ledger` are both id 1).
+A directory without the file was written by a dmq from before it (this broker's own: the
+data directory's `meta.properties` names this cluster once `IdentityService.adopt` ran),
+so start-up writes this cluster's id into each one it keeps (`_stamp`); a directory copied from
+such an older dmq of another cluster cannot be told apart (dmq/README.md says so).
 """
 
 from __future__ import annotations
@@ -34,7 +43,12 @@ from dmq.broker.routing import Routing
 from dmq.broker.strays import StrayData
 from dmq.metadata.machine import PARTITION_GONE, MetadataState, TopicInfo
 from dmq.metadata.reassignment import hosts_replica
-from dmq.partition.replica import GROUPS_PER_TOPIC, TOPIC_ID_FILE, PartitionReplica
+from dmq.partition.replica import (
+    CLUSTER_ID_FILE,
+    GROUPS_PER_TOPIC,
+    TOPIC_ID_FILE,
+    PartitionReplica,
+)
 from dmq.peers import fetch_batches_blocking
 from dmq.topics import log_config_for
 from log import errors as log_errors
@@ -212,6 +226,7 @@ class Reconciler:
             queue_bytes_max=c.produce_queue_bytes_max,
             timeout_s=self._ctx.timeout_s,
             space=self._ctx.space,
+            cluster_id=self._ctx.cluster_id,
         )
         await replica.open()
         self._ctx.replicas.add(replica)
@@ -220,15 +235,42 @@ class Reconciler:
     def _partition_dir(self, topic: str, partition: int) -> Path:
         return self._ctx.data_dir / "partitions" / f"{topic}-{partition}"
 
+    def _judge_cluster(self, path: Path) -> str | None:
+        """Why the partition directory `path` is another cluster's (None if it is this
+        one's). One without a `cluster_id` file (written before it existed, or by a first
+        open that stopped before writing it) is this broker's (module docstring)."""
+        ours = self._ctx.cluster_id
+        if not ours:  # not adopted yet (never so once started): nothing to compare
+            return None
+        try:
+            found = (path / CLUSTER_ID_FILE).read_text().strip()
+        except FileNotFoundError:
+            return None
+        except (OSError, UnicodeDecodeError) as exc:
+            return f"its {CLUSTER_ID_FILE} file cannot be read ({exc}), this is cluster {ours}"
+        if found and found != ours:
+            return f"written by cluster {found}, this is cluster {ours}"
+        return None
+
+    def _stamp(self, path: Path) -> None:
+        """This cluster's id into a directory kept at start-up that has none yet."""
+        stamp = path / CLUSTER_ID_FILE
+        if self._ctx.cluster_id and path.is_dir() and not stamp.exists():
+            stamp.write_text(f"{self._ctx.cluster_id}\n")
+
     def _set_aside_if_foreign(self, info: TopicInfo, partition: int) -> None:
-        """A directory under this replica's name that holds another topic id's data is
-        never opened as this replica: it is set aside first (strays.py)."""
+        """A directory under this replica's name that another cluster wrote, or that
+        holds another topic id's data, is never opened as this replica: it is set aside
+        first (strays.py)."""
         path = self._partition_dir(info.name, partition)
         try:
             found = int((path / TOPIC_ID_FILE).read_text())
         except (OSError, ValueError):
             return  # none yet, or a replica whose first open stopped before writing it
-        if found != info.topic_id:
+        foreign = self._judge_cluster(path)
+        if foreign is not None:
+            self._strays.set_aside(path, found, partition, foreign)
+        elif found != info.topic_id:
             self._strays.set_aside(
                 path,
                 found,
@@ -310,12 +352,16 @@ class Reconciler:
             _log.info("removing orphan %s directory %s", what, path)
             shutil.rmtree(path)
 
-        # Partitions set aside as stray, by (topic id, partition), for a topic id this
-        # cluster never handed out: their Raft directories go with them (one the catalogue
-        # gives to another name keeps its group id's directory: that is the catalogue
-        # topic's). Registered, so the catalogue is this cluster's and as new as the
-        # registration's commit: either kind came from elsewhere.
+        # Partitions set aside as stray, by (topic id, partition). Their Raft directories
+        # go with them when no group of this cluster has that id: a topic id never handed
+        # out here, or another cluster's directory under the id of a topic this cluster
+        # deleted. Else (an id the catalogue gives to another name, or another cluster's
+        # directory under the id of a partition that exists here) that group id's
+        # directory is this cluster's, judged as any other. Registered, so the catalogue
+        # is this cluster's and as new as the registration's commit: every kind came from
+        # elsewhere.
         strays: dict[tuple[int, int], str] = {}
+        with_raft: dict[tuple[int, int], str] = {}  # their Raft directories set aside too
         root = self._ctx.data_dir / "partitions"
         for path in sorted(root.iterdir()) if root.exists() else []:
             try:
@@ -325,20 +371,29 @@ class Reconciler:
             except (OSError, ValueError):
                 continue  # not ours to judge
             key = (topic_id, partition)
+            foreign = self._judge_cluster(path)
+            if foreign is not None:
+                self._strays.set_aside(path, topic_id, partition, foreign)
+                if key not in placed and key not in existing:  # no group of ours
+                    with_raft[key] = foreign
+                continue
             if topic_id >= state.next_topic_id:
                 strays[key] = f"topic id {topic_id} was never created in this cluster"
             elif topic_id in names and names[topic_id] != topic:
                 strays[key] = f"topic id {topic_id} is {names[topic_id]!r} here, not {topic!r}"
             if key in strays:
                 self._strays.set_aside(path, topic_id, partition, strays[key])
+                if topic_id >= state.next_topic_id:
+                    with_raft[key] = strays[key]
             elif key not in placed and topic_id < state.next_topic_id:
                 remove(key, path, "partition")
+            self._stamp(path)  # kept (placed here, or until its leader's word): ours
         groups = self._ctx.data_dir / "raft" / "groups"
         for path in sorted(groups.iterdir()) if groups.exists() else []:
             if not path.name.isdigit() or int(path.name) == 0:
                 continue
             key = divmod(int(path.name), GROUPS_PER_TOPIC)
-            if key in strays and key[0] >= state.next_topic_id:
-                self._strays.set_aside(path, key[0], key[1], strays[key])
+            if key in with_raft:
+                self._strays.set_aside(path, key[0], key[1], with_raft[key])
             elif key not in placed and key[0] < state.next_topic_id:
                 remove(key, path, "raft group")  # a newer id alone: not judged

@@ -1,7 +1,8 @@
 """Stray partition data: set aside, reported, never opened as a replica nor deleted.
 
-A partition directory (`partitions/<topic>-<n>`) is stray when this cluster's catalogue
-does not know it: its topic id was never handed out here (at or above the catalogue's
+A partition directory (`partitions/<topic>-<n>`) is stray when another cluster wrote it
+(its `cluster_id` file names another cluster: reconcile.py, `_judge_cluster`), or when
+this cluster's catalogue does not know it: its topic id was never handed out here (at or above the catalogue's
 `next_topic_id` once this broker has registered, so the catalogue is not lagging), or the
 catalogue gives that id to a topic of another name. Its Raft directory
 (`raft/groups/<group id>`) goes with it when the topic id was never handed out (else that

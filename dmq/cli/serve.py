@@ -6,8 +6,9 @@ the metadata voters) and starts as a new, non-voting broker of it (`resolve_join
 Before either, the data directory's identity is checked (dmq/meta_file.py), changing
 nothing: another broker's directory is refused, and so is `--join` of a cluster other than
 the one the directory belongs to (the request names it: the brokers asked answer 409, and
-the id they report is compared too). A broker never changes cluster as a side effect of a
-flag: `dmq storage reset` (dmq/cli/storage.py) is the explicit way.
+the id they report is compared too), and so is `--join` with a directory that holds data
+but names no cluster and never joined one (`_refuse_unidentified_data`). A broker never
+changes cluster as a side effect of a flag: `dmq storage reset` (dmq/cli/storage.py) is the explicit way.
 """
 
 from __future__ import annotations
@@ -127,6 +128,29 @@ def _ask_cluster(
         pause = min(2 * pause, JOIN_RETRY_MAX_S)
 
 
+def _refuse_unidentified_data(data_dir: Path) -> None:
+    """`--join` with a data directory that holds data (a partition or a Raft group) but no
+    `meta.properties` and no `meta/joined_cluster.json`: a directory of a dmq from before
+    cluster ids, of a broker started with `--peers`. Which cluster it belongs to is
+    unknown, so it is refused (nothing changed) instead of joining whichever cluster the
+    URLs name. One with `joined_cluster.json` is a restart of a broker that joined: it
+    goes on (its catalogue is compared with the cluster's once registered)."""
+    held = [
+        sub
+        for sub in (data_dir / "partitions", data_dir / "raft" / "groups")
+        if sub.is_dir() and any(sub.iterdir())
+    ]
+    if held:
+        raise ClusterIdMismatch(
+            f"data directory {data_dir} holds data ({', '.join(str(p) for p in held)}) but no "
+            f"{meta_file.META_FILE}: it is from a dmq before cluster ids and which cluster it "
+            f"belongs to is unknown; start it once without --join (with its --peers) so that "
+            f"it adopts its cluster's id, or empty it with `dmq storage reset --data-dir "
+            f"{data_dir}` (deletes its data) to join as a new broker (nothing was changed)",
+            cluster_id="",
+        )
+
+
 def resolve_join(config: BrokerConfig) -> BrokerConfig:
     """`--join URL,URL,...`: the running cluster's peers and voters, with this broker added.
 
@@ -145,6 +169,8 @@ def resolve_join(config: BrokerConfig) -> BrokerConfig:
     saved = config.data_path / "meta" / JOINED_FILE
     patience_s = 0.0 if saved.exists() else config.join_timeout_ms / 1000
     identity = meta_file.read(config.data_path)
+    if identity is None and not saved.exists():
+        _refuse_unidentified_data(config.data_path)
     own_cluster_id = identity.cluster_id if identity is not None else ""
     try:
         peers, voters = _ask_cluster(urls, patience_s, config.data_path, own_cluster_id)

@@ -12,6 +12,9 @@ cluster as a side effect of `--join`: dmq/README.md, "Cluster identity"). It del
 everything in the directory, records included, so it wants `--yes`, and it refuses while a
 broker runs on the directory: it takes the directory's lock (`<DIR>/.lock`, the flock a
 running broker holds) for the whole deletion, so no broker can start on it meanwhile.
+`meta.properties` is deleted last, once the deletion of everything else is durable: a reset
+interrupted halfway (a crash, a full disk, a permission error) leaves data that still names
+its cluster, so it is never joined to another one by mistake; run the reset again.
 """
 
 from __future__ import annotations
@@ -91,20 +94,34 @@ def cmd_storage_reset(args: argparse.Namespace) -> int:
                 f"a broker (pid {pid or '?'}) runs on {data_dir}: stop it first; nothing "
                 f"was deleted"
             ) from None
-        for path in sorted(p for p in data_dir.iterdir() if p.name != LOCK_FILE):
-            if path.is_dir() and not path.is_symlink():
-                shutil.rmtree(path)
-            else:
-                path.unlink()
-        dir_fd = os.open(data_dir, os.O_RDONLY)
-        try:
-            os.fsync(dir_fd)
-        finally:
-            os.close(dir_fd)
+        # The identity goes last, after the rest is deleted and that deletion is durable:
+        # a reset interrupted halfway leaves records that still name their cluster (the
+        # broker then refuses to join another one with them), never records without one.
+        keep = (LOCK_FILE, meta_file.META_FILE)
+        for path in sorted(p for p in data_dir.iterdir() if p.name not in keep):
+            _delete(path)
+        _fsync_dir(data_dir)
+        _delete(data_dir / meta_file.META_FILE)
+        _fsync_dir(data_dir)
     finally:
         os.close(fd)  # releases the lock
     print(f"reset {data_dir} ({owner}): it is empty, and joins a cluster as a new broker")
     return 0
+
+
+def _delete(path: Path) -> None:
+    if path.is_dir() and not path.is_symlink():
+        shutil.rmtree(path)
+    elif path.exists() or path.is_symlink():
+        path.unlink()
+
+
+def _fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
 
 
 def cmd_storage_set_aside(args: argparse.Namespace) -> int:

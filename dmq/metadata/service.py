@@ -200,8 +200,14 @@ class MetadataService:
         timeout_s: float,
         on_change: Callable[[], None],
         left_marker: Path,
+        own_cluster_id: Callable[[], str] = lambda: "",
     ) -> None:
         self.node_id = node_id
+        # The cluster this broker's data directory belongs to ("" while it names none: a
+        # new directory, or one from before cluster ids): `_same_cluster` compares every
+        # catalogue with it first, also before this service has seen any catalogue (a
+        # restarted observer starts with an empty `_observed`).
+        self._own_cluster_id = own_cluster_id
         self.config_voters = voters  # the bootstrap set (`metadata_voters`)
         self._raft_node = raft_node
         self._peers = peers
@@ -431,9 +437,12 @@ class MetadataService:
 
     def _same_cluster(self, other: MetadataState, what: str) -> bool:
         """False (and one error line) if `other` is another cluster's catalogue than ours
-        (both formed): nothing is taken from it. The cluster id is checked on every call
-        between brokers (http_api/identity.py); this holds even if that were bypassed."""
-        ours = self.state.cluster_id or self._observed.cluster_id
+        (both formed): nothing is taken from it. Ours is the data directory's (so a
+        restarted observer, or a voter whose machine has not replayed its id yet, never
+        takes a first catalogue from another cluster), else the catalogue's. The cluster
+        id is checked on every call between brokers (http_api/identity.py); this holds
+        even if that were bypassed."""
+        ours = self._own_cluster_id() or self.state.cluster_id or self._observed.cluster_id
         if not ours or not other.cluster_id or other.cluster_id == ours:
             return True
         _log.error(

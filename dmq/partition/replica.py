@@ -59,6 +59,9 @@ Acks = Literal["0", "1", "all"]
 # offset the source vouches for up to: dmq.partition.machine.CopiedChunk), one per response
 FetchMissing = Callable[[int, int], Iterator[tuple[bytes, int]]]
 TOPIC_ID_FILE = "topic_id"
+# Beside it: the cluster id of the broker that created the directory (dmq/README.md,
+# "Cluster identity"): a directory of another cluster is never opened as a replica.
+CLUSTER_ID_FILE = "cluster_id"
 
 
 def _close_read_result(future: asyncio.Future[ReadResult]) -> None:
@@ -136,8 +139,10 @@ class PartitionReplica:
         queue_bytes_max: int,
         timeout_s: float,
         space: SpaceGuard | None = None,
+        cluster_id: str = "",
     ) -> None:
         self.topic = topic
+        self.cluster_id = cluster_id  # written into the directory (CLUSTER_ID_FILE)
         self.topic_id = topic_id
         self.partition = partition
         self.directory = directory
@@ -189,6 +194,8 @@ class PartitionReplica:
         def _open() -> tuple[PartitionLog, PartitionStateMachine]:
             self.directory.mkdir(parents=True, exist_ok=True)
             (self.directory / TOPIC_ID_FILE).write_text(f"{self.topic_id}\n")
+            if self.cluster_id:
+                (self.directory / CLUSTER_ID_FILE).write_text(f"{self.cluster_id}\n")
             log = PartitionLog.open(self.directory, self.log_config)
             if log.recovered_bytes_truncated:
                 _log.warning(

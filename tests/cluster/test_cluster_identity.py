@@ -10,11 +10,17 @@ identity"):
   with another --node-id; asked to --join cluster B (B answers its request 409 and logs
   it); and, started with B's brokers as Raft peers, each side drops the other's Raft
   connection (logged with both ids) while it serves its own records on its own;
+- a broker whose own metadata group names another cluster than its `meta.properties`
+  stops (exit 1, both ids) with its partition data unchanged, and serves it again once
+  its own file is back;
+- `--join` with a directory that holds data but no identity (from before cluster ids)
+  is refused, nothing changed;
 - `dmq storage reset` refuses while the broker runs, and once it is stopped empties the
   directory, which then joins cluster B as a new broker (the explicit move);
-- stray partition data (A's partition copied into a broker of B) is set aside at start,
-  listed by `GET /v1/storage/set-aside` byte for byte, and never opened: a topic of the
-  same name and id created in B afterwards starts empty.
+- stray partition data (A's partition copied into a broker of B, under the name and
+  topic id of a topic B deleted) is set aside at start with its Raft directory, listed by
+  `GET /v1/storage/set-aside` byte for byte, never deleted nor opened: a topic of the
+  same name created in B afterwards starts empty.
 """
 
 from __future__ import annotations
@@ -175,7 +181,12 @@ def test_a_broker_of_another_cluster_is_refused_and_keeps_its_data(dmq_cluster: 
     a_copy = n1.data_dir.parent / "a-copy"
     shutil.copytree(n2.data_dir, a_copy)
 
-    # 5. A's partition copied into B's broker: set aside at start, never opened.
+    # 5. A's partition copied into B's broker: set aside at start, never opened nor
+    #    deleted, although B's own `ledger` had the same name and topic id 1 (every
+    #    cluster numbers topics from 1) and B deleted it: judged by topic id alone, the
+    #    copy would be removed as the orphan of B's deleted topic.
+    cluster.create_topic("ledger", 1, 1, via=n1)  # topic id 1 in B too
+    n1.json("DELETE", "/v1/topics/ledger")
     _stop(n1)
     shutil.copytree(a_copy / "partitions" / "ledger-0", n1.partition_dir("ledger", 0))
     shutil.copytree(a_copy / "raft" / "groups" / "1024", n1.group_dir(1024))
@@ -183,13 +194,14 @@ def test_a_broker_of_another_cluster_is_refused_and_keeps_its_data(dmq_cluster: 
     cluster.wait_ready([n1])
     aside = n1.json("GET", "/v1/storage/set-aside")["set_aside"]
     assert sorted(e["original"] for e in aside) == ["partitions/ledger-0", "raft/groups/1024"]
+    reason = f"written by cluster {a_id}, this is cluster {b_id}"
     for entry in aside:
-        assert entry["reason"] == "topic id 1 was never created in this cluster"
+        assert entry["reason"] == reason
         expected = a_partition if entry["original"].startswith("partitions") else a_group
         assert _files(Path(entry["path"])) == expected
     listed = _dmq("storage", "set-aside", "--url", n1.url)
-    assert listed.stdout.count("topic id 1 was never created in this cluster") == 2, listed
-    cluster.create_topic("ledger", 1, 1, via=n1)  # topic id 1 in B too: starts empty
+    assert listed.stdout.count(reason) == 2, listed
+    cluster.create_topic("ledger", 1, 1, via=n1)  # topic id 2 in B: starts empty
     assert fetch_all(n1, "ledger", 0) == []
 
     # 6. The explicit move: reset, then join B as a new broker.
@@ -203,3 +215,58 @@ def test_a_broker_of_another_cluster_is_refused_and_keeps_its_data(dmq_cluster: 
     assert meta_file.read(n2.data_dir) == meta_file.DataDirMeta(b_id, "n2")
     shown = _dmq("storage", "show", "--data-dir", str(n2.data_dir))
     assert shown.stdout == f"{n2.data_dir}: cluster {b_id}, broker n2\n", shown
+
+
+def test_a_broker_whose_catalogue_names_another_cluster_stops_and_keeps_its_data(
+    dmq_cluster: Any,
+) -> None:
+    """A voter whose own group 0 names another cluster than its `meta.properties` (a meta
+    file copied from another broker's directory): refused, exit 1, with both ids (before
+    it registers: `IdentityService.check_catalogue`); no partition directory nor
+    `meta.properties` changed (its group-0 Raft journal
+    may: Raft writes its term as it opens, before any catalogue can be read). With its
+    own file back it serves its records."""
+    cluster: DmqCluster = dmq_cluster(1)
+    (n1,) = cluster.nodes.values()
+    n1.start()
+    cluster.wait_ready()
+    cluster.create_topic("ledger", 1, 1, via=n1)
+    assert produce(n1, "ledger", RECORDS) == [(0, 0), (0, 1), (0, 2)]
+    own_id = _cluster_id(n1)
+    _stop(n1)
+    own_meta = (n1.data_dir / meta_file.META_FILE).read_bytes()
+    other_id = "f" * 32
+    meta_file.write(n1.data_dir, meta_file.DataDirMeta(other_id, "n1"))
+    before = {k: v for k, v in _files(n1.data_dir).items() if not k.startswith("raft/")}
+
+    refused = _dmq("serve", *n1.args)
+    assert refused.returncode == 1, refused.stderr
+    line = f"belongs to cluster {other_id}, the metadata group it reached is cluster {own_id}"
+    assert line in refused.stderr, refused.stderr
+    after = {k: v for k, v in _files(n1.data_dir).items() if not k.startswith("raft/")}
+    before.pop(".lock"), after.pop(".lock")  # it holds the pid of the last broker
+    assert after == before
+
+    (n1.data_dir / meta_file.META_FILE).write_bytes(own_meta)
+    n1.start()
+    cluster.wait_ready()
+    assert fetch_all(n1, "ledger", 0) == [(i, f"k{i}", f"v{i}") for i in range(3)]
+
+
+def test_join_refuses_a_directory_with_data_and_no_identity(tmp_path: Path) -> None:
+    """A directory from before cluster ids (records, no meta.properties) of a broker that
+    never joined (no meta/joined_cluster.json) is refused by `--join`, before any broker
+    is asked: its cluster is unknown. Nothing changes."""
+    data_dir = tmp_path / "old"
+    (data_dir / "partitions" / "ledger-0").mkdir(parents=True)
+    (data_dir / "partitions" / "ledger-0" / "topic_id").write_text("1\n")
+    (data_dir / "meta").mkdir()
+    (data_dir / "meta" / "cluster_id").write_text("0123456789abcdef0123456789abcdef\n")
+    before = _files(data_dir)
+    result = _dmq(
+        "serve", "--data-dir", str(data_dir), "--node-id", "n1", "--join", "http://127.0.0.1:9"
+    )
+    line = _one_error_line(result)
+    assert f"data directory {data_dir} holds data" in line, line
+    assert "start it once without --join" in line and "dmq storage reset" in line, line
+    assert _files(data_dir) == before

@@ -9,7 +9,9 @@ arrive, FormCluster ones among the golden scenario's:
   written back byte for byte, and a FormCluster then sets it (the upgrade adopts one id);
 - the broker's metadata service never adopts a catalogue of another cluster, nor deletes
   its group 0 on the word of another cluster's leader (the path by which a --join used to
-  cost a broker its topics).
+  cost a broker its topics): also when it has seen no catalogue yet (a restarted observer,
+  a voter whose machine holds no id), by its data directory's id; a new directory (no
+  id) takes the first catalogue it reaches, as a joining broker should.
 """
 
 from __future__ import annotations
@@ -118,10 +120,12 @@ class _Replica:
         return type("Status", (), {"is_leader": False, "leader_id": None})()
 
 
-def _service(state: MetadataState) -> MetadataService:
+def _service(state: MetadataState, own: str = "") -> MetadataService:
+    """A service whose data directory names cluster `own` ("" for none)."""
     service = MetadataService(
         "n1", ["n1"], None, None, lambda: [], timeout_s=1.0,  # type: ignore[arg-type]
         on_change=lambda: None, left_marker=Path("/nonexistent/metadata_left"),
+        own_cluster_id=lambda: own,
     )  # fmt: skip
     service._observed = state
     return service
@@ -141,6 +145,25 @@ def test_an_observer_never_adopts_another_clusters_catalogue() -> None:
 
 def test_a_voter_never_leaves_group_0_on_another_clusters_word() -> None:
     service = _service(_formed("aaa", 3))
+    service._replica = _Replica()  # type: ignore[assignment]
+    service._call_voters = _Voters(_formed("bbb", 99))  # type: ignore[method-assign]
+    assert asyncio.run(service._maybe_become_observer()) is False
+    assert service._replica is not None  # group 0 kept: nothing deleted
+
+
+def test_a_restarted_observer_compares_its_first_catalogue_with_its_data_directory() -> None:
+    service = _service(MetadataState(), own="aaa")  # nothing observed since the restart
+    service._adopt({"state": state_to_json(_formed("bbb", 99))})
+    assert service.state == MetadataState()  # another cluster's: not taken
+    service._adopt({"state": state_to_json(_formed("aaa", 5))})
+    assert service.state == _formed("aaa", 5)
+    fresh = _service(MetadataState())  # a new data directory: joins whichever it reaches
+    fresh._adopt({"state": state_to_json(_formed("bbb", 99))})
+    assert fresh.state == _formed("bbb", 99)
+
+
+def test_a_voter_whose_state_has_no_id_never_leaves_on_another_clusters_word() -> None:
+    service = _service(MetadataState(), own="aaa")
     service._replica = _Replica()  # type: ignore[assignment]
     service._call_voters = _Voters(_formed("bbb", 99))  # type: ignore[method-assign]
     assert asyncio.run(service._maybe_become_observer()) is False
