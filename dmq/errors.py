@@ -11,7 +11,8 @@
     │   │   ├── TopicNotFound
     │   │   ├── PartitionNotFound
     │   │   │   └── PartitionGone    410  decommissioned and removed (the number stays taken)
-    │   │   └── GroupNotFound
+    │   │   ├── GroupNotFound
+    │   │   └── TransactionNotFound  unknown transactional id
     │   ├── TopicAlreadyExists       409
     │   ├── GroupConflict            409  consumer groups: the member must act first
     │   │   ├── UnknownMember        409  not (or no longer) a member: join again
@@ -21,6 +22,7 @@
     │   ├── PartitionDecommissioned  409  the partition takes no new records (still readable)
     │   ├── OperationConflict        409  another cluster operation of that kind is running
     │   ├── ProducerFenced           409  a newer instance of this transactional id wrote
+    │   ├── InvalidTxnState          409  (under OperationConflict) commit/abort in another state
     │   ├── OutOfOrderSequence       409  an idempotent producer's batch skips a sequence
     │   ├── RecordTooLarge           413  a record, batch or body over its limit
     │   ├── UnsupportedMediaType     415
@@ -30,7 +32,8 @@
     │   ├── NotLeader                503  this broker does not lead the partition now
     │   ├── BrokerUnavailable        503  shutting down, or no leader could be found
     │   ├── Backpressure             429  a bounded queue is full
-    │   └── RequestTimeout           504  the operation did not complete in time
+    │   ├── RequestTimeout           504  the operation did not complete in time
+    │   └── ConcurrentTransactions   503  the previous transaction is writing its markers
     └── StorageError                 500  the broker's data or disk is broken (node stops)
 
 The storage engine (log/) cannot import this module; its errors (log/errors.py) are
@@ -138,6 +141,16 @@ class ProducerFenced(ClientError):
     code = "producer_fenced"
 
 
+class TransactionNotFound(NotFound):
+    code = "transaction_not_found"
+
+
+class InvalidTxnState(OperationConflict):
+    """A commit, abort or add that the transaction's state does not allow now."""
+
+    code = "invalid_txn_state"
+
+
 class OutOfOrderSequence(ClientError):
     code = "out_of_order_sequence"
 
@@ -187,6 +200,13 @@ class RequestTimeout(RetriableError):
     code = "request_timeout"
 
 
+class ConcurrentTransactions(RetriableError):
+    """The transactional id's previous transaction is still writing its markers."""
+
+    code = "concurrent_transactions"
+    retry_after_ms = 50
+
+
 class StorageError(DmqError):
     code = "storage_error"
 
@@ -209,6 +229,9 @@ _ALL: tuple[type[DmqError], ...] = (
     InconsistentAssignor,
     ProducerFenced,
     OutOfOrderSequence,
+    TransactionNotFound,
+    InvalidTxnState,
+    ConcurrentTransactions,
     RecordTooLarge,
     UnsupportedMediaType,
     NotAcceptable,

@@ -11,6 +11,8 @@ variable unset they change nothing. Never set it outside the harness.
 | `no-fsync` | dmq/broker/broker.py `raft_config_for` | the Raft journals are never fdatasync'ed (as `--raft-durability none`, whatever the flag says): a power loss drops acknowledged records |
 | `stale-read` | dmq/broker/routing.py `serving_replica` | any broker with a replica serves fetches from it, even a follower that is behind or cut off: reads miss acknowledged records |
 | `fetch-off-by-one` | dmq/broker/fetch.py `fetch` | a fetch from offset o > 0 reads from o + 1: one record is skipped |
+| `txn-partial-markers` | dmq/broker/transactions.py `_finish` | a commit's marker is written to the transaction's first partition only, yet the transaction is completed: the others keep its records open (never visible to read_committed), a non-atomic commit |
+| `read-committed-leak` | dmq/broker/transactions.py `read_committed` | read_committed reads up to the high watermark, ignoring the LSO: records of open transactions (later aborted, or not yet committed) are served |
 | `volatile-offsets` | dmq/broker/groups.py `commit`, `committed`, `fetch` | a commit is acknowledged once it is in the answering broker's memory (`volatile_commit`), never proposed to the metadata group: a restart or a new metadata leader forgets it |
 """
 
@@ -25,7 +27,9 @@ PLANTED_BUGS: tuple[str, ...] = (
     "ack-before-commit",
     "fetch-off-by-one",
     "no-fsync",
+    "read-committed-leak",
     "stale-read",
+    "txn-partial-markers",
     "volatile-offsets",
 )
 

@@ -16,7 +16,7 @@ from aiohttp import web
 from dmq import errors
 from dmq.broker import Acks, Broker, FetchResult, TopicDescription
 from dmq.types import PARTITION_COUNT_HEADER
-from http_api import codec
+from http_api import codec, transactions
 from http_api.errors import REQUEST_BYTES_MAX, error_middleware
 from http_api.forward import (
     BROKER,
@@ -185,8 +185,11 @@ async def produce(request: web.Request) -> web.Response:
     records_max = broker.config.produce_records_max
     encoding = codec.check_encoding(request.query.get("value_encoding"))  # checked for every body
     producer = None
+    txn = transactions.produce_hook(request, broker)  # ?transactional_id=
     if content_type == BATCH_CONTENT_TYPE:
-        offsets = await broker.produce.produce_batch(topic, body, partition=partition, acks=acks)
+        offsets = await broker.produce.produce_batch(
+            topic, body, partition=partition, acks=acks, before_append=txn
+        )
     else:
         if content_type == "application/json":
             records, producer = codec.parse_json_produce(body, records_max, encoding)
@@ -207,7 +210,9 @@ async def produce(request: web.Request) -> web.Response:
                 else type(r)(r.key, r.value, r.headers, partition, r.timestamp_ms)
                 for r in records
             ]
-        offsets = await broker.produce.produce(topic, records, acks=acks, producer=producer)
+        offsets = await broker.produce.produce(
+            topic, records, acks=acks, producer=producer, before_append=txn
+        )
     # Formatted by hand: json.dumps of 1000 small dicts costs more than the append.
     entries = []
     for run in offsets:
@@ -283,6 +288,7 @@ async def fetch(request: web.Request) -> web.StreamResponse:
         wait_ms=wait_ms,
         raw=fmt == "binary",
         forwarded=is_forwarded(request),
+        isolation=transactions.isolation_param(request),
     )
     if fmt == "binary":
         return await _send_raw(request, result)
@@ -290,7 +296,9 @@ async def fetch(request: web.Request) -> web.StreamResponse:
     if fmt == "ndjson":
         text = "".join(json.dumps(r, separators=(",", ":")) + "\n" for r in records)
         return web.Response(
-            text=text, content_type="application/x-ndjson", headers=_offset_headers(result)
+            text=text,
+            content_type="application/x-ndjson",
+            headers=_offset_headers(result) | transactions.isolation_headers(result),
         )
     return codec.json_response(
         {
@@ -299,6 +307,7 @@ async def fetch(request: web.Request) -> web.StreamResponse:
             "next_offset": result.next_offset,
             "high_watermark": result.high_watermark,
             "log_start_offset": result.log_start_offset,
+            "last_stable_offset": result.last_stable_offset,
             "records": records,
         }
     )
@@ -320,7 +329,7 @@ async def _send_raw(request: web.Request, result: FetchResult) -> web.StreamResp
     return FileRangesResponse(
         raw.ranges,
         content_type=BATCHES_CONTENT_TYPE,
-        headers=_offset_headers(result),
+        headers=_offset_headers(result) | transactions.isolation_headers(result),
         on_done=raw.close,
     )
 
@@ -442,6 +451,7 @@ ROUTES: tuple[tuple[str, str, Any], ...] = (
     ("GET", "/v1/topics/{topic}/partitions/{partition}/records", fetch),
     ("GET", "/v1/topics/{topic}/partitions/{partition}/offsets", list_offsets),
     *GROUP_ROUTES,
+    *transactions.TRANSACTION_ROUTES,
     ("POST", "/v1/producers", init_producer),
     ("GET", "/v1/internal/status", internal_status),
     ("POST", "/v1/internal/partitions/{topic}/{partition}/append", internal_append),

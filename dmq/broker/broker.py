@@ -5,7 +5,8 @@ Every request is one call on one service (dmq/README.md, "dmq/broker/"):
 - `topics` (topics.py): topic admin and the topic list;
 - `produce` (produce.py): partition choice, record checks, append or forward, acks;
 - `fetch` (fetch.py): records, offsets, offset lookups, the catch-up copy;
-- `groups` (groups.py): consumer groups; `operations` (operations.py): reassignments,
+- `groups` (groups.py): consumer groups; `transactions` (transactions.py): the
+  transaction coordinator's driver and calls; `operations` (operations.py): reassignments,
   decommissions, metadata voters, balance;
 - `cluster` (cluster.py): the cluster view and status, heartbeats, leader reports;
 - `routing` (routing.py) and `reconciler` (reconcile.py) serve the others: who leads
@@ -39,6 +40,7 @@ from dmq.broker.produce import ProduceService
 from dmq.broker.reconcile import Reconciler
 from dmq.broker.routing import Routing
 from dmq.broker.topics import TopicsService
+from dmq.broker.transactions import TransactionsService
 from dmq.broker.types import ForwardRequest
 from dmq.config import BrokerConfig
 from dmq.metadata.machine import RegisterBroker
@@ -89,6 +91,7 @@ class Broker:
         self.topics = TopicsService(ctx, self.routing, self.reconciler)
         self.produce = ProduceService(ctx, self.routing, self.topics)
         self.fetch = FetchService(ctx, self.routing)
+        self.transactions = TransactionsService(ctx, self.produce)  # transactions.py
         self.cluster = ClusterService(ctx)
         self.groups = GroupsService(
             lambda: ctx.metadata,
@@ -230,6 +233,7 @@ class Broker:
             self.cluster.leader_balance_loop,
             self.groups.expiry_loop,
             self.operations.run,
+            self.transactions.loop,
         ]
         loop = asyncio.get_running_loop()
         for duty in duties:

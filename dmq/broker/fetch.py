@@ -23,6 +23,7 @@ from typing import Any, Literal
 from dmq import errors, limits, planted
 from dmq.broker.context import BrokerContext
 from dmq.broker.routing import Routing
+from dmq.broker.transactions import Isolation, read_committed
 from dmq.broker.translate import translate
 from dmq.broker.types import FetchResult, ForwardRequest, OffsetsResult
 from log import errors as log_errors
@@ -75,8 +76,11 @@ class FetchService:
         wait_ms: int,
         raw: bool,
         forwarded: bool = False,
+        isolation: Isolation = "read_uncommitted",
     ) -> FetchResult:
-        """Committed records from `offset` (long-polls up to wait_ms when there are none)."""
+        """Committed records from `offset` (long-polls up to wait_ms when there are none);
+        read_committed: below the LSO, aborted records left out (transactions.py)."""
+        stable = isolation == "read_committed"
         replica = self._routing.serving_replica(topic, partition, forwarded)
         if not replica.log_start_offset <= offset <= replica.log_end_offset:
             raise errors.OffsetOutOfRange(
@@ -87,7 +91,9 @@ class FetchService:
             )
         if planted.active("fetch-off-by-one") and 0 < offset < replica.high_watermark:
             offset += 1
-        if offset >= replica.high_watermark and wait_ms > 0:
+        if offset >= (replica.last_stable_offset if stable else replica.high_watermark) and (
+            wait_ms > 0
+        ):
             if self._waiting_fetches >= self._ctx.config.waiting_fetches_max:
                 raise errors.Backpressure(
                     f"{self._waiting_fetches} fetches are waiting (waiting_fetches_max)",
@@ -95,7 +101,7 @@ class FetchService:
                 )
             self._waiting_fetches += 1
             try:
-                await replica.wait_for_commit_past(offset, wait_ms / 1000)
+                await replica.wait_for_commit_past(offset, wait_ms / 1000, stable=stable)
             finally:
                 self._waiting_fetches -= 1
         if replica.closed:
@@ -105,6 +111,8 @@ class FetchService:
                 topic, partition, offset, offset, replica.high_watermark, replica.log_start_offset
             )
         try:
+            if stable:
+                return await read_committed(replica, topic, partition, offset, max_bytes, max_records, raw)
             if raw:
                 result = await replica.read(offset, max_bytes)
                 return FetchResult(
@@ -115,11 +123,15 @@ class FetchService:
                     result.high_watermark,
                     result.log_start_offset,
                     raw=result,
+                    last_stable_offset=replica.last_stable_offset,
                 )
             recs, next_offset, hw, lso = await replica.read_records(offset, max_bytes, max_records)
         except log_errors.LogError as exc:
             raise translate(exc) from exc
-        return FetchResult(topic, partition, offset, next_offset, hw, lso, records=recs)
+        return FetchResult(
+            topic, partition, offset, next_offset, hw, lso, records=recs,
+            last_stable_offset=replica.last_stable_offset,
+        )  # fmt: skip
 
     async def list_offsets(
         self, topic: str, partition: int, timestamp_ms: int | None, *, forwarded: bool = False

@@ -14,7 +14,15 @@ from __future__ import annotations
 
 from typing import Final
 
-from dmq.metadata import brokers, consumer_groups, producers, reassignment, topics, voters
+from dmq.metadata import (
+    brokers,
+    consumer_groups,
+    producers,
+    reassignment,
+    topics,
+    transactions,
+    voters,
+)
 from dmq.metadata.registry import Registry
 from groups.commands import GroupCommand
 
@@ -26,6 +34,7 @@ CATALOGUE: Final = Registry(
         voters.DOMAIN,
         producers.DOMAIN,
         consumer_groups.DOMAIN,
+        transactions.DOMAIN,
     )
 )
 
@@ -36,5 +45,6 @@ CatalogueCommand = (
     | reassignment.ReassignmentCommand
     | voters.VotersCommand
     | producers.ProducerCommand
+    | transactions.TransactionCommand
 )
 Command = CatalogueCommand | GroupCommand

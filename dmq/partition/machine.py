@@ -71,8 +71,10 @@ from pathlib import Path
 import crc32c
 
 from dmq.partition.producers import ProducerStates
+from dmq.partition.transactions import TransactionStates, marker_type
 from log import InvalidOffsetError, InvalidRecordError, LogError, PartitionLog, StorageError
-from log.records import read_header
+from log.errors import CorruptRecordError
+from log.records import BatchHeader, read_header
 from log.segment import fsync_directory, write_durably
 
 PRODUCE_COMMAND_VERSION = 1
@@ -100,6 +102,8 @@ POSITION_NONE: Position = (0, 0)
 # The checkpoint while restore() changes the log: its data is vouched for by no position.
 # Above (0, 0) and below every real position, so it makes replay skip nothing.
 POSITION_RESTORING: Position = (0, 0xFFFF_FFFF)
+# What `raft-producers` holds: position, log_end_offset, producer and transaction states.
+StoredState = tuple[Position, int, ProducerStates, TransactionStates]
 
 
 @dataclass(frozen=True, slots=True)
@@ -191,6 +195,8 @@ class PartitionSnapshot:
     log_end_offset: int
     applied: Position
     producers: str | None = None  # ProducerStates.to_json() at `applied`; None from version 1
+    # json of TransactionStates.to_doc() at `applied`; None when written before transactions
+    transactions: str | None = None
 
     def encode(self) -> bytes:
         fields: dict[str, object] = {
@@ -202,6 +208,8 @@ class PartitionSnapshot:
             "applied_k": self.applied[1],
             "producers": self.producers,
         }
+        if self.transactions is not None:
+            fields["transactions"] = self.transactions
         return json.dumps(fields, sort_keys=True, separators=(",", ":")).encode()
 
     @classmethod
@@ -215,6 +223,7 @@ class PartitionSnapshot:
             int(fields["log_end_offset"]),
             (int(fields["applied_index"]), int(fields["applied_k"])),
             None if fields.get("producers") is None else str(fields["producers"]),
+            None if fields.get("transactions") is None else str(fields["transactions"]),
         )
 
 
@@ -236,6 +245,10 @@ class PartitionStateMachine:
         self.checkpoint_path = log.directory / APPLIED_CHECKPOINT
         self.producers_path = log.directory / PRODUCER_STATE
         self.producers = ProducerStates()  # set by _reconcile (dmq/partition/producers.py)
+        # Open and aborted transactions (dmq/partition/transactions.py), stored with the
+        # producer states; last_stable_offset is read by other threads (an int).
+        self.transactions = TransactionStates()
+        self.last_stable_offset = 0
         self.applied: Position = POSITION_NONE
         self.replayed_commands = 0  # skipped as already applied (a metric, and for tests)
         self._checkpoint_fd = -1  # appends one record per applied command
@@ -271,6 +284,9 @@ class PartitionStateMachine:
             try:
                 header = read_header(batch, 0)
                 touched = touched or header.producer_id >= 0
+                if header.is_control:  # a transaction marker (dmq/partition/transactions.py)
+                    results.append(self._apply_marker(batch, header, produce))
+                    continue
                 duplicate = self.producers.check(header, end_before)
                 if duplicate is not None:  # a producer's retry: answered, not written again
                     results.append(duplicate)
@@ -282,12 +298,30 @@ class PartitionStateMachine:
                 results.append(error)
                 continue
             self.producers.record(header, appended.base_offset, end_before)
+            self.transactions.on_data(header, appended.base_offset)
             results.append(appended.base_offset)
         log_end_offset = self.log.log_end_offset
         self.log.set_high_watermark(log_end_offset)
+        self.transactions.forget_before(self.log.log_start_offset)
+        self.last_stable_offset = self.transactions.last_stable_offset(log_end_offset)
         os.write(self._checkpoint_fd, _checkpoint_record(position, log_end_offset, touched))
         self.applied = position
         return results
+
+    def _apply_marker(self, batch: bytes, header: BatchHeader, produce: ProduceCommand) -> int:
+        """Append a marker and close its producer's open transaction; raises the
+        InvalidRecordError that refuses it (fenced, malformed), the same on every replica."""
+        end_before = self.log.log_end_offset
+        kind = marker_type(batch)
+        if header.producer_id < 0 or not header.is_transactional:
+            raise CorruptRecordError("a marker names its producer", field="producer_id")
+        self.producers.check_marker(header, end_before)
+        appended = self.log.append(
+            batch, assign_offsets=True, log_append_time_ms=produce.log_append_time_ms
+        )
+        self.producers.record_marker(header, appended.base_offset, end_before)
+        self.transactions.on_marker(header.producer_id, kind, appended.base_offset)
+        return appended.base_offset
 
     # --- snapshots --------------------------------------------------------------------------
 
@@ -301,7 +335,15 @@ class PartitionStateMachine:
             self.log.log_end_offset,
             self.applied,
             self.producers.to_json(),
+            self._transactions_text(),
         ).encode()
+
+    def _transactions_text(self) -> str | None:
+        """The transaction state for a snapshot; None (left out) when there is none."""
+        t = self.transactions
+        if not t.open_transactions and not t.aborted:
+            return None
+        return json.dumps(t.to_doc(), separators=(",", ":"))
 
     def checkpoint(self) -> None:
         """fdatasync the log, then durably store the producer state and rewrite the
@@ -312,7 +354,12 @@ class PartitionStateMachine:
     def _save(self, position: Position, log_end_offset: int) -> None:
         """The producer state first: once durable it vouches for `position` on its own."""
         body = json.dumps(
-            {"index": position[0], "k": position[1], "log_end_offset": log_end_offset}
+            {
+                "index": position[0],
+                "k": position[1],
+                "log_end_offset": log_end_offset,
+                "transactions": self.transactions.to_doc(),
+            }
         ).encode()
         state = self.producers.to_json().encode()
         payload = body + b"\n" + state
@@ -356,6 +403,10 @@ class PartitionStateMachine:
             self.producers.rebuild(log)
         else:
             self.producers = ProducerStates.from_json(wanted.producers)
+        self.transactions = TransactionStates.from_doc(
+            None if wanted.transactions is None else json.loads(wanted.transactions)
+        )
+        self.last_stable_offset = self.transactions.last_stable_offset(log.log_end_offset)
         self.applied = wanted.applied
         self._save(wanted.applied, log.log_end_offset)
 
@@ -435,9 +486,10 @@ class PartitionStateMachine:
             if log.log_end_offset < end_offset:  # cut in a gap compaction left: keep the end
                 log.roll(end_offset)
         if stored is not None:
-            self.producers = stored[2]
+            self.producers, self.transactions = stored[2], stored[3]
         elif position != POSITION_NONE:  # written before the state was stored
             self.producers.rebuild(log)
+        self.last_stable_offset = self.transactions.last_stable_offset(end_offset)
         self.applied = position
         self._save(position, end_offset)
         log.set_high_watermark(log.log_end_offset)
@@ -445,7 +497,7 @@ class PartitionStateMachine:
     def _choose_record(
         self,
         records: list[tuple[Position, int, bool]],
-        stored: tuple[Position, int, ProducerStates] | None,
+        stored: StoredState | None,
     ) -> tuple[Position, int]:
         """The applied position to reopen at: the last one the log holds, or the stored
         producer state's if a command after it changed producer state."""
@@ -512,8 +564,9 @@ def _read_checkpoint(path: Path) -> list[tuple[Position, int, bool]]:
     return records
 
 
-def _read_producer_state(path: Path) -> tuple[Position, int, ProducerStates] | None:
-    """The stored producer state: (position, log_end_offset, state); None if absent. A
+def _read_producer_state(path: Path) -> StoredState | None:
+    """The stored producer state: (position, log_end_offset, producers, transactions);
+    None if absent. A
     file that fails its CRC stops the node: it is written durably, so it cannot be torn."""
     try:
         raw = path.read_bytes()
@@ -527,4 +580,9 @@ def _read_producer_state(path: Path) -> tuple[Position, int, ProducerStates] | N
     head, _, state = payload.partition(b"\n")
     doc = json.loads(head)
     position = (int(doc["index"]), int(doc["k"]))
-    return position, int(doc["log_end_offset"]), ProducerStates.from_json(state.decode())
+    return (
+        position,
+        int(doc["log_end_offset"]),
+        ProducerStates.from_json(state.decode()),
+        TransactionStates.from_doc(doc.get("transactions")),
+    )

@@ -21,7 +21,7 @@ import pytest
 PACKAGE: Final = Path(__file__).resolve().parents[2] / "dmq" / "metadata"
 FOUNDATION: Final = frozenset({"state", "codec", "registry", "placement"})
 DOMAINS: Final = frozenset(
-    {"brokers", "topics", "reassignment", "voters", "producers", "consumer_groups"}
+    {"brokers", "topics", "reassignment", "voters", "producers", "consumer_groups", "transactions"}
 )
 # module -> the dmq.metadata modules it may import
 ALLOWED: Final = {

@@ -35,6 +35,7 @@ from dmq.metadata import (
     reassignment,
     shell,
     topics,
+    transactions,
     voters,
 )
 from dmq.metadata.catalogue import CATALOGUE
@@ -43,7 +44,10 @@ from dmq.metadata.registry import SHELL_JSON_KEYS, CommandSpec, Domain, Registry
 from dmq.metadata.state import COMMAND_VERSION, Applied, MetadataState, Outcome, config_items
 from groups import commands as group_commands
 
-DOMAIN_MODULES: Final = (brokers, topics, reassignment, voters, producers, consumer_groups)
+DOMAIN_MODULES: Final = (
+    brokers, topics, reassignment, voters, producers, consumer_groups, transactions,
+)  # fmt: skip
+OMITTED_WHILE_EMPTY: Final = frozenset({"transactions"})
 GOLDEN = [
     json.loads(line)
     for line in (Path(__file__).parent / "data" / "wire_golden.jsonl").read_text().splitlines()
@@ -70,6 +74,7 @@ def test_every_command_class_is_registered_exactly_once_under_its_name() -> None
     assert all(CATALOGUE.spec_named(c.__name__).cls is c for c in defined)  # type: ignore[union-attr]
     assert [d.name for d in CATALOGUE.domains] == [
         "brokers", "topics", "reassignment", "voters", "producers", "consumer_groups",
+        "transactions",
     ]  # fmt: skip
 
 
@@ -149,8 +154,14 @@ def test_each_domain_writes_exactly_its_keys(steps: list[int]) -> None:
     keys: set[str] = set(SHELL_JSON_KEYS)
     for domain in CATALOGUE.domains:
         if domain.to_json is not None:
-            assert set(domain.to_json(machine.state)) == set(domain.json_keys), domain.name
-        keys |= set(domain.json_keys)
+            written = set(domain.to_json(machine.state))
+            # A domain added after the golden files leaves its key out while it holds
+            # nothing, so that the snapshots of older code keep their bytes.
+            omitted = domain.name in OMITTED_WHILE_EMPTY and not written
+            assert written == set(domain.json_keys) or omitted, domain.name
+            keys |= written
+        else:
+            keys |= set(domain.json_keys)
     assert set(json.loads(machine.snapshot())) == keys
     in_catalogue = {k for d in CATALOGUE.domains if d.in_catalogue for k in d.json_keys}
     assert set(shell.state_to_json(CATALOGUE, machine.state)) == SHELL_JSON_KEYS | in_catalogue
