@@ -112,7 +112,9 @@ class FetchService:
             )
         try:
             if stable:
-                return await read_committed(replica, topic, partition, offset, max_bytes, max_records, raw)
+                return await read_committed(
+                    replica, topic, partition, offset, max_bytes, max_records, raw
+                )
             if raw:
                 result = await replica.read(offset, max_bytes)
                 return FetchResult(

@@ -78,8 +78,7 @@ class ProduceService:
         if before_append is not None:
             if producer is None:
                 raise errors.InvalidRequest(
-                    "a transactional produce needs producer_id, producer_epoch and "
-                    "base_sequence",
+                    "a transactional produce needs producer_id, producer_epoch and base_sequence",
                     field="producer_id",
                 )
             await before_append(

@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import os
 from dataclasses import replace
@@ -169,7 +170,10 @@ class TransactionsService:
             if tid not in self._finishing:
                 task = asyncio.get_running_loop().create_task(self._finish(tid, txn))
                 self._finishing[tid] = task
-                task.add_done_callback(lambda _, tid=tid: self._finishing.pop(tid, None))
+                task.add_done_callback(functools.partial(self._finished, tid))
+
+    def _finished(self, tid: str, _: asyncio.Task[None]) -> None:
+        self._finishing.pop(tid, None)
 
     async def loop(self) -> None:
         """Background duty: on the metadata leader, finish decided transactions and abort
@@ -247,11 +251,11 @@ async def read_committed(
     lso = replica.last_stable_offset
     end = replica.high_watermark if planted.active("read-committed-leak") else lso
     if raw:
-        result = await replica.read(offset, max_bytes, end_offset=end)
-        aborted = await replica.aborted_between(offset, result.next_offset)
+        chunk = await replica.read(offset, max_bytes, end_offset=end)
+        aborted = await replica.aborted_between(offset, chunk.next_offset)
         return FetchResult(
-            topic, partition, offset, result.next_offset, result.high_watermark,
-            result.log_start_offset, raw=result, last_stable_offset=lso,
+            topic, partition, offset, chunk.next_offset, chunk.high_watermark,
+            chunk.log_start_offset, raw=chunk, last_stable_offset=lso,
             aborted=tuple(aborted),
         )  # fmt: skip
     records, next_offset, hw, start = await replica.read_committed_records(

@@ -65,6 +65,7 @@ from dmq.metadata.state import (
     Rejected,
     Result,
     TopicInfo,
+    Transaction,
     bump,
     config_items,
     topic_of,
@@ -95,7 +96,6 @@ from dmq.metadata.transactions import (
     AddPartitionsToTxn,
     CompleteTxn,
     EndTxn,
-    Transaction,
     transactions_to_abort,
     transactions_to_finish,
 )

@@ -357,9 +357,7 @@ class PartitionReplica:
                 raise BrokerUnavailable(f"partition {self.name} is closing", retry_after_ms=200)
             return fn(*args)
 
-    async def read(
-        self, offset: int, max_bytes: int, end_offset: int | None = None
-    ) -> ReadResult:
+    async def read(self, offset: int, max_bytes: int, end_offset: int | None = None) -> ReadResult:
         """Raw ranges below end_offset (None: the high watermark); the caller closes the
         result. If the caller is cancelled while the read runs, the result is closed when
         it arrives (its descriptors never leak)."""
