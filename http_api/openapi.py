@@ -8,7 +8,7 @@ schemathesis test then holds the running broker to it.
 
 Shape: `openapi_document(config)` is one dict literal assembled from one module per
 area: openapi_cluster (probes, cluster, operations), openapi_internal (broker to broker),
-openapi_topics, openapi_records, openapi_groups. Each builds its paths and its named
+openapi_topics, openapi_records, openapi_groups, openapi_transactions. Each builds its paths and its named
 schemas with openapi_schema's helpers (parameters, bodies, operations, error responses);
 no area imports this module or another area.
 """
@@ -31,11 +31,18 @@ from http_api.openapi_schema import (
     offset_header,
 )
 from http_api.openapi_topics import topic_paths, topic_schemas
+from http_api.openapi_transactions import (
+    extend_record_operations,
+    transaction_paths,
+    transaction_schemas,
+)
 
 __all__ = ["ERROR_STATUSES", "openapi_document"]
 
 
 def openapi_document(config: BrokerConfig) -> dict[str, Any]:
+    paths, schemas = _paths(config), _schemas(config)
+    extend_record_operations(paths, schemas)  # transactional produce and fetch
     return {
         "openapi": "3.1.0",
         "info": {
@@ -44,9 +51,9 @@ def openapi_document(config: BrokerConfig) -> dict[str, Any]:
             "description": "A distributed message queue: partitioned, replicated logs over "
             "HTTP/JSON. See http_api/README.md.",
         },
-        "paths": _paths(config),
+        "paths": paths,
         "components": {
-            "schemas": _schemas(config),
+            "schemas": schemas,
             "responses": {f"Error{status}": error_response(status) for status in ERROR_STATUSES},
             "headers": {
                 "Retry-After": {
@@ -68,6 +75,7 @@ def _paths(config: BrokerConfig) -> dict[str, Any]:
         **operations_paths(),
         **topic_paths(),
         **record_paths(config),
+        **transaction_paths(),
     }
 
 
@@ -78,4 +86,5 @@ def _schemas(config: BrokerConfig) -> dict[str, Any]:
         **topic_schemas(config),
         **record_schemas(config),
         **group_schemas(config),
+        **transaction_schemas(),
     }

@@ -53,7 +53,13 @@ ERROR_STATUSES: dict[int, tuple[str, tuple[str, ...], bool]] = {
     ),
     404: (
         "no such topic, partition, group or route",
-        ("topic_not_found", "partition_not_found", "group_not_found", "not_found"),
+        (
+            "topic_not_found",
+            "partition_not_found",
+            "group_not_found",
+            "not_found",
+            "transaction_not_found",
+        ),
         False,
     ),
     401: (
@@ -77,6 +83,7 @@ ERROR_STATUSES: dict[int, tuple[str, tuple[str, ...], bool]] = {
             "out_of_order_sequence",
             "partition_decommissioned",
             "operation_conflict",
+            "invalid_txn_state",
         ),
         False,
     ),
@@ -96,7 +103,7 @@ ERROR_STATUSES: dict[int, tuple[str, tuple[str, ...], bool]] = {
     500: ("the broker's data is broken, or a bug", ("storage_error", "internal_error"), False),
     503: (
         "not leader, starting or stopping",
-        ("not_leader", "broker_unavailable", "retriable"),
+        ("not_leader", "broker_unavailable", "retriable", "concurrent_transactions"),
         True,
     ),
     504: ("the operation did not complete in time", ("request_timeout",), True),

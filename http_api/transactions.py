@@ -18,12 +18,12 @@ from dmq.broker import Broker
 from dmq.broker.produce import BeforeAppend
 from dmq.broker.transactions import ISOLATIONS, TRANSACTION_TIMEOUT_MS_DEFAULT, Isolation
 from dmq.broker.types import FetchResult
-from dmq.metadata.machine import TOPIC_NAME_CHARS_MAX
 from http_api import codec
 from http_api.forward import BROKER, forwarded_hops
 from http_api.groups import _int, _name, _offsets
 
 TRANSACTION_TIMEOUT_MS_MAX = 900_000  # dmq/metadata/transactions.py TXN_TIMEOUT_MS_MAX
+TRANSACTIONAL_ID_CHARS_MAX = 249  # as topic names (dmq/metadata/state.py)
 ABORTED_HEADER = "X-Dmq-Aborted-Transactions"  # binary read_committed: [[pid, first, marker]]
 LSO_HEADER = "X-Dmq-Last-Stable-Offset"
 
@@ -37,7 +37,9 @@ def _routed(request: web.Request) -> Broker:
 
 
 def _tid(request: web.Request) -> str:
-    return _name(request.match_info["transactional_id"], "transactional_id", TOPIC_NAME_CHARS_MAX)
+    return _name(
+        request.match_info["transactional_id"], "transactional_id", TRANSACTIONAL_ID_CHARS_MAX
+    )
 
 
 def _producer(doc: dict[str, Any]) -> tuple[int, int]:
@@ -113,7 +115,7 @@ def produce_hook(request: web.Request, broker: Broker) -> BeforeAppend | None:
                 "transaction_timeout_ms needs transactional_id", field="transaction_timeout_ms"
             )
         return None
-    _name(tid, "transactional_id", TOPIC_NAME_CHARS_MAX)
+    _name(tid, "transactional_id", TRANSACTIONAL_ID_CHARS_MAX)
     timeout_ms = codec.int_param(
         request, "transaction_timeout_ms", TRANSACTION_TIMEOUT_MS_DEFAULT, 1,
         TRANSACTION_TIMEOUT_MS_MAX,

@@ -12,6 +12,7 @@
     dmq cluster status [--json]                   brokers, Raft groups, leaders, lag
     dmq cluster operations | reassign | decommission-broker | metadata-voters ...
     dmq group list | describe NAME | reset NAME ... | delete NAME
+    dmq txn list [--json]                          transactions: state, age, partitions
     dmq bench --nodes 3 [--quick] [--runs N]       a 3-node cluster against one node
     dmq bench log [--quick] [--dir DIR] [--total-mb MB] [--runs N] ...
     dmq bench broker [--quick] [--runs N] [--total-mb MB] [--rate N] ...
@@ -25,7 +26,7 @@ with the code of `dmq.errors`; 2 on a usage error; 130 when interrupted.
 
 One module per command area, each with an `add_<area>(commands, ...)` that registers its
 parser and handlers: `serve.py` (and `--join`), `topic.py`, `produce.py`, `consume.py`
-(and `--group`), `cluster.py`, `group.py`, `bench.py`; `_common.py` holds the argument
+(and `--group`), `cluster.py`, `group.py`, `txn.py`, `bench.py`; `_common.py` holds the argument
 types, `UsageError` and the table printer they share. This module only builds the parser
 (`build_parser`) and runs a command (`main`); it imports no area's internals, and no area
 imports it.
@@ -49,6 +50,7 @@ from dmq.cli.group import add_group
 from dmq.cli.produce import add_produce
 from dmq.cli.serve import add_serve
 from dmq.cli.topic import add_topic
+from dmq.cli.txn import add_txn
 from dmq.errors import DmqError
 
 URL_DEFAULT = "http://127.0.0.1:8080"
@@ -73,6 +75,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_consume(commands, url)
     add_cluster(commands, url)
     add_group(commands, url)
+    add_txn(commands, url)
     add_bench(commands)
     return parser
 

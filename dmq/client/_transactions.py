@@ -28,6 +28,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any, Protocol
 from urllib.parse import quote
 
+from dmq.client import _limits
 from dmq.client._http import Transport
 from dmq.client._types import TopicPartition
 from dmq.errors import DmqError
@@ -134,3 +135,19 @@ def offsets_of(records: Iterable[Any]) -> dict[TopicPartition, int]:
         tp = TopicPartition(r.topic, r.partition)
         out[tp] = max(out.get(tp, 0), r.offset + 1)
     return out
+
+
+async def list_transactions(url: str) -> list[dict[str, Any]]:
+    """Every transactional id's current or last transaction (`GET /v1/transactions`):
+    state, age, partitions, pending offsets; for operators (`dmq txn list`)."""
+    transport = Transport(
+        url,
+        request_timeout_ms=_limits.REQUEST_TIMEOUT_MS_DEFAULT,
+        retries=_limits.RETRIES_DEFAULT,
+        retry_backoff_ms=_limits.RETRY_BACKOFF_MS_DEFAULT,
+    )
+    try:
+        doc = (await transport.request("GET", "/v1/transactions")).json()
+    finally:
+        await transport.close()
+    return list(doc["transactions"])
