@@ -27,6 +27,7 @@ from jepsen import final
 from jepsen.checker import UNKNOWN, Verdict, merge
 from jepsen.checker.groups import check_groups
 from jepsen.checker.log import check_log
+from jepsen.checker.txn import check_txn
 from jepsen.cluster import RETRIABLE, Cluster, HarnessError, http
 from jepsen.focus import Focus
 from jepsen.groups import GroupClient, GroupWorker, final_drain
@@ -34,6 +35,7 @@ from jepsen.history import NEMESIS, History
 from jepsen.nemesis import BACKGROUND, FAULTS, MEMBERSHIP, VOTERS_SMALL, Nemesis
 from jepsen.report import plot, results, summary_line
 from jepsen.schedule import Window, describe, draw
+from jepsen.txn import TxnClient, TxnWorker, create_txn_topic, final_txn_read
 from jepsen.workload import Client, Worker
 
 TOPIC = "jepsen"
@@ -74,6 +76,12 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
         default=None,
         help="consumer-group members (default: --nodes; 0: none)",
     )
+    p.add_argument(
+        "--txn-workers",
+        type=int,
+        default=0,
+        help="transactional workers on their own topic (jepsen/txn.py; default 0: none)",
+    )
     p.add_argument("--dir", type=Path, default=None, help="default: jepsen/store/<time>-seed<seed>")
     args = p.parse_args(argv)
     args.nemesis = [] if args.nemesis in ("", "none") else args.nemesis.split(",")
@@ -112,7 +120,9 @@ def run_phases(
     final.wait_for_leaders(cluster)
     processes = itertools.count()
     stop = threading.Event()
-    workers: list[Worker | GroupWorker] = [
+    if args.txn_workers:
+        create_txn_topic(cluster, min(args.replication_factor, args.nodes))
+    workers: list[Worker | GroupWorker | TxnWorker] = [
         Worker(
             Client(cluster, history, TOPIC, k, idempotent=args.idempotent),
             processes,
@@ -128,6 +138,10 @@ def run_phases(
             GroupClient(cluster, history, TOPIC, k), processes, args.seed * 1000 + 500 + k, stop
         )
         for k in range(args.group_workers)
+    ]
+    workers += [
+        TxnWorker(TxnClient(cluster, history, k), processes, args.seed * 1000 + 700 + k, stop)
+        for k in range(args.txn_workers)
     ]
     for worker in workers:
         worker.start()
@@ -155,6 +169,8 @@ def run_phases(
     final.final_reads(cluster, history, TOPIC, args.partitions, processes)
     if args.group_workers:
         final_drain(cluster, history, TOPIC, final.read_ends(history, args.partitions), processes)
+    if args.txn_workers:
+        final_txn_read(cluster, history, processes)
     final.wait_caught_up(cluster)
     final.replica_reads(cluster, history, TOPIC, args.partitions, processes)
 
@@ -233,12 +249,14 @@ def report(
     verdicts: dict[str, Verdict] = {"log": check_log(ops)}
     if args.group_workers:
         verdicts.update(check_groups(ops))
+    if args.txn_workers:
+        verdicts["txn"] = check_txn(ops)
     valid = merge(verdicts)
     if harness_error is not None:
         # An interrupted run proves nothing valid, and without its final reads and group
         # drain an unread ack proves nothing lost (log "unseen", group-queue "lost"): only
         # the other anomalies make it invalid.
-        unproven = {("log", "unseen"), ("group-queue", "lost")}
+        unproven = {("log", "unseen"), ("group-queue", "lost"), ("txn", "lost-committed-write")}
         proven = [
             k for name, v in verdicts.items() for k in v.anomalies if (name, k) not in unproven
         ]
@@ -252,6 +270,7 @@ def report(
         "partitions": args.partitions,
         "group_workers": args.group_workers,
         "idempotent": args.idempotent,
+        "txn_workers": args.txn_workers,
         "schedule": [
             {"start_s": w.start_s, "stop_s": w.stop_s, "faults": [f"{k}/{v}" for k, v in w.faults]}
             for w in args.schedule
