@@ -277,6 +277,8 @@ class AsyncProducer:
             raise ValueError("topic must be a non-empty str")
         if partition is not None and (not isinstance(partition, int) or partition < 0):
             raise ValueError(f"partition must be an int >= 0, got {partition!r}")
+        if self._txn is not None:
+            self._txn.check_open()
         return Record(
             key=to_bytes(key, "key"),
             value=to_bytes(value, "value"),

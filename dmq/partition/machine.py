@@ -56,6 +56,16 @@ stored state's log_end_offset and the journal replays the commands after it: the
 is then rebuilt by apply itself, the same on every replica whatever its compaction or
 retention did. Commands without producer ids are still skipped on replay.
 
+**Transactions.** A transactional batch opens its producer's transaction in the
+partition; a control batch (a marker the coordinator writes) closes it, commit or abort,
+and moves the producer to the marker's epoch (dmq/partition/transactions.py). The open
+transactions and aborted ranges are replicated state like the producer states: stored
+in the same `raft-producers` file (its head's `transactions` key) and in the snapshot
+(`PartitionSnapshot.transactions`, left out while empty); every batch of either kind has
+a producer id, so the replay rule above rebuilds them too. `last_stable_offset` (the
+first offset of the oldest open transaction, else the log end) is recomputed after each
+command and read by other threads as one int.
+
 Threading: every method runs on the RaftNode's tick thread, the one writer of the log.
 """
 
