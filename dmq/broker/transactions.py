@@ -63,7 +63,7 @@ Isolation = Literal["read_uncommitted", "read_committed"]
 ISOLATIONS: Final = ("read_uncommitted", "read_committed")
 TRANSACTION_TIMEOUT_MS_DEFAULT: Final = 60_000  # Kafka's transaction.timeout.ms default
 DRIVER_INTERVAL_S: Final = 0.05  # how often the leader looks for work (decided, timed out)
-COMMIT_POLL_S: Final = 0.005  # how often a commit call looks whether its markers are done
+COMMIT_POLL_S: Final = 0.02  # a commit call's look at the state when no local driver runs it
 MARKER_DELAY_ENV: Final = "DMQ_TXN_MARKER_DELAY_MS"  # tests: a window before the markers
 
 
@@ -138,7 +138,13 @@ class TransactionsService:
             txn = self._ctx.metadata.state.transactions.get(transactional_id)
             if txn is None or txn.producer_epoch != epoch or not txn.is_open:
                 break
-            await asyncio.sleep(COMMIT_POLL_S)
+            task = self._finishing.get(transactional_id)
+            if task is None:  # not (or no longer) the leader's driver: look again soon
+                await asyncio.sleep(COMMIT_POLL_S)
+                self._kick()
+                continue
+            with contextlib.suppress(TimeoutError):  # the markers, then CompleteTxn
+                await asyncio.wait_for(asyncio.shield(task), deadline - loop.time())
         return self.describe(transactional_id)
 
     def describe(self, transactional_id: str) -> dict[str, Any]:
