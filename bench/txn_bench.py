@@ -62,7 +62,7 @@ async def _produce(
     async def one(k: int) -> None:
         nonlocal sent
         kwargs = {"transactional_id": f"bench-{run}-{k}"} if transactional else {"idempotent": True}
-        async with AsyncProducer(url, linger_ms=5, **kwargs) as producer:  # type: ignore[arg-type]
+        async with AsyncProducer(url, linger_ms=5, **kwargs) as producer:
             while time.perf_counter() < deadline:
                 if transactional:
                     await producer.begin_transaction()

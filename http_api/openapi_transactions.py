@@ -33,11 +33,8 @@ _STATE = {
 
 def transaction_paths() -> dict[str, Any]:
     """List, describe, commit, abort, add offsets."""
-    end = {
-        "parameters": [_TID_PARAMETER],
-        "post": None,
-    }
-    commit, abort = dict(end), dict(end)
+    commit: dict[str, Any] = {"parameters": [_TID_PARAMETER]}
+    abort: dict[str, Any] = {"parameters": [_TID_PARAMETER]}
     commit["post"] = operation(
         "commit_transaction",
         "Commit: durable decision, then a commit marker in every partition of the "

@@ -232,6 +232,10 @@ class Producer:
         if task is not None and not task.done():
             await asyncio.wait([task])
 
+    def producer_identity(self) -> tuple[int, int]:
+        """(producer_id, producer_epoch), asked of the broker on first use."""
+        return self._runner.run(self._inner.producer_identity())
+
     def begin_transaction(self) -> None:
         """See `AsyncProducer.begin_transaction` (dmq/client/_transactions.py)."""
         self._runner.run(self._inner.begin_transaction())

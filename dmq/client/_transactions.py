@@ -151,3 +151,24 @@ async def list_transactions(url: str) -> list[dict[str, Any]]:
     finally:
         await transport.close()
     return list(doc["transactions"])
+
+
+async def end_transaction(
+    url: str, transactional_id: str, producer: tuple[int, int], *, commit: bool
+) -> dict[str, Any]:
+    """Commit or abort a transaction another process left open (its producer id and
+    epoch): spark_io's exactly-once writer commits its tasks' transactions this way."""
+    transport = Transport(
+        url,
+        request_timeout_ms=_limits.REQUEST_TIMEOUT_MS_DEFAULT,
+        retries=_limits.RETRIES_DEFAULT,
+        retry_backoff_ms=_limits.RETRY_BACKOFF_MS_DEFAULT,
+    )
+    path = f"/v1/transactions/{quote(transactional_id, safe='')}/" + (
+        "commit" if commit else "abort"
+    )
+    body = {"producer_id": producer[0], "producer_epoch": producer[1]}
+    try:
+        return dict((await transport.request("POST", path, json_body=body)).json())
+    finally:
+        await transport.close()
