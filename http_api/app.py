@@ -288,7 +288,7 @@ async def fetch(request: web.Request) -> web.StreamResponse:
         wait_ms=wait_ms,
         raw=fmt == "binary",
         forwarded=is_forwarded(request),
-        isolation=transactions.isolation_param(request),
+        isolation=codec.isolation_param(request),
     )
     if fmt == "binary":
         return await _send_raw(request, result)

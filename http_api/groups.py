@@ -159,11 +159,12 @@ async def member_records(request: web.Request) -> web.Response:
     auto_commit = request.query.get("auto_commit", "false")
     if auto_commit not in ("true", "false"):
         raise errors.InvalidRequest("auto_commit must be true or false", field="auto_commit")
+    isolation = codec.isolation_param(request)  # read_committed stops at the LSO
     broker = _routed(request)
 
     async def read(topic: str, partition: int, offset: int, wait: int) -> Any:
         return await broker.fetch.partition_read(
-            topic, partition, offset, wait, max_records, max_bytes
+            topic, partition, offset, wait, max_records, max_bytes, isolation
         )
 
     async def log_start(topic: str, partition: int) -> int:

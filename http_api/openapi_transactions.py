@@ -133,7 +133,8 @@ def transaction_schemas() -> dict[str, Any]:
 
 
 def extend_record_operations(paths: dict[str, Any], schemas: dict[str, Any]) -> None:
-    """Produce takes `transactional_id`; fetch takes `isolation` and answers the LSO."""
+    """Produce takes `transactional_id`; fetch and the group fetch take `isolation`; the
+    fetch answers the LSO."""
     produce = paths["/v1/topics/{topic}/records"]["post"]
     produce["parameters"] = [
         *produce.get("parameters", []),
@@ -142,17 +143,19 @@ def extend_record_operations(paths: dict[str, Any], schemas: dict[str, Any]) -> 
         query("transaction_timeout_ms", _TIMEOUT, "with transactional_id: after this the "
               "coordinator aborts the transaction"),
     ]  # fmt: skip
-    fetch = paths["/v1/topics/{topic}/partitions/{partition}/records"]["get"]
-    fetch["parameters"] = [
-        *fetch.get("parameters", []),
-        query(
-            "isolation",
-            {"type": "string", "enum": ["read_uncommitted", "read_committed"],
-             "default": "read_uncommitted"},
-            "read_committed: only committed transactions' records, never at or past the "
-            "last stable offset",
-        ),
-    ]  # fmt: skip
+    isolation = query(
+        "isolation",
+        {"type": "string", "enum": ["read_uncommitted", "read_committed"],
+         "default": "read_uncommitted"},
+        "read_committed: only committed transactions' records, never at or past the "
+        "last stable offset",
+    )  # fmt: skip
+    for path in (
+        "/v1/topics/{topic}/partitions/{partition}/records",
+        "/v1/groups/{group}/members/{member_id}/records",
+    ):
+        fetch = paths[path]["get"]
+        fetch["parameters"] = [*fetch.get("parameters", []), isolation]
     schemas["FetchResponse"]["properties"]["last_stable_offset"] = {
         "type": ["integer", "null"],
         "minimum": 0,

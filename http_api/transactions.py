@@ -16,9 +16,10 @@ from aiohttp import web
 from dmq import errors, limits
 from dmq.broker import Broker
 from dmq.broker.produce import BeforeAppend
-from dmq.broker.transactions import ISOLATIONS, TRANSACTION_TIMEOUT_MS_DEFAULT, Isolation
+from dmq.broker.transactions import TRANSACTION_TIMEOUT_MS_DEFAULT
 from dmq.broker.types import FetchResult
 from http_api import codec
+from http_api.codec import isolation_param
 from http_api.forward import BROKER, forwarded_hops
 from http_api.groups import _int, _name, _offsets
 
@@ -124,13 +125,7 @@ def produce_hook(request: web.Request, broker: Broker) -> BeforeAppend | None:
     return broker.transactions.before_append(tid, timeout_ms)
 
 
-def isolation_param(request: web.Request) -> Isolation:
-    value = request.query.get("isolation") or "read_uncommitted"
-    if value not in ISOLATIONS:
-        raise errors.InvalidRequest(
-            f"isolation must be one of {', '.join(ISOLATIONS)}", field="isolation"
-        )
-    return value  # type: ignore[return-value]
+__all__ = ["TRANSACTION_ROUTES", "isolation_headers", "isolation_param", "produce_hook"]
 
 
 def isolation_headers(result: FetchResult) -> dict[str, str]:

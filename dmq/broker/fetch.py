@@ -178,6 +178,7 @@ class FetchService:
         wait_ms: int,
         max_records: int,
         max_bytes: int = limits.FETCH_BYTES_DEFAULT,
+        isolation: Isolation = "read_uncommitted",
     ) -> FetchResult:
         """For the group fetch (dmq/broker/groups.py): records from `offset`, read here or
         at the partition leader's broker. A position below the log start (retention removed
@@ -189,7 +190,7 @@ class FetchService:
         max_bytes = min(max_bytes, self._ctx.config.fetch_bytes_max)
         try:
             return await self._read_here_or_there(
-                topic, partition, offset, wait_ms, max_records, max_bytes
+                topic, partition, offset, wait_ms, max_records, max_bytes, isolation
             )
         except errors.OffsetOutOfRange as exc:
             start, end = exc.log_start_offset, exc.log_end_offset
@@ -197,20 +198,21 @@ class FetchService:
                 await asyncio.sleep(min(wait_ms, GROUP_AHEAD_OF_LOG_WAIT_MS) / 1000)
                 return FetchResult(topic, partition, offset, offset, end, start)
             return await self._read_here_or_there(
-                topic, partition, start, wait_ms, max_records, max_bytes
+                topic, partition, start, wait_ms, max_records, max_bytes, isolation
             )
 
     async def _read_here_or_there(
         self, topic: str, partition: int, offset: int, wait_ms: int, max_records: int,
-        max_bytes: int,
+        max_bytes: int, isolation: Isolation = "read_uncommitted",
     ) -> FetchResult:  # fmt: skip
         try:
             return await self.fetch(
                 topic, partition, offset=offset, max_bytes=max_bytes,
-                max_records=max_records, wait_ms=wait_ms, raw=False,
+                max_records=max_records, wait_ms=wait_ms, raw=False, isolation=isolation,
             )  # fmt: skip
         except ForwardRequest as fwd:
             params = {"offset": str(offset), "wait_ms": str(wait_ms), "value_encoding": "base64"}
+            params["isolation"] = isolation
             params |= {"max_records": str(max_records), "max_bytes": str(max_bytes)}
             doc = await self._ctx.peers.call(
                 "GET", fwd.http_addr, f"/v1/topics/{topic}/partitions/{partition}/records",

@@ -3,7 +3,8 @@
 Proves: a transaction over three partitions is invisible to read_committed until it
 commits and then visible in every partition at once (read_uncommitted sees it at once);
 an aborted one is never visible to read_committed, and read_committed stops at the last
-stable offset while a transaction is open; markers are never served; a new instance of
+stable offset while a transaction is open (the group fetch too); markers are never
+served; a new instance of
 the transactional id fences the old one and aborts its open transaction; transactional
 offsets commit only with the transaction; bad input is a 4xx naming the field, and
 changes nothing; all of it holds after kill -9 and a restart (the partition's open and
@@ -86,6 +87,12 @@ def test_commit_abort_fence_and_offsets_on_one_broker(broker_factory: Any) -> No
     )
     values, doc = read(broker, 0, "read_committed")
     assert values == ["a0"] and doc["last_stable_offset"] == first
+    # The group fetch takes the same isolation.
+    member = call(broker, "POST", "/v1/groups/readers/members", {"topics": [TOPIC]}, 201)
+    path = f"/v1/groups/readers/members/{member['member_id']}/records?isolation=read_committed"
+    parts = call(broker, "GET", path)["partitions"]
+    assert sorted(r["value"] for p in parts for r in p["records"]) == ["a0", "a1", "a2"]
+    call(broker, "DELETE", f"/v1/groups/readers/members/{member['member_id']}", None, 204)
 
     # A new instance fences the old one and aborts its open transaction.
     p2 = call(broker, "POST", "/v1/producers", {"transactional_id": "t1"}, 201)
