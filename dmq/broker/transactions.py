@@ -36,6 +36,7 @@ import contextlib
 import functools
 import logging
 import os
+import time
 from dataclasses import replace
 from typing import Any, Final, Literal
 
@@ -63,6 +64,7 @@ Isolation = Literal["read_uncommitted", "read_committed"]
 ISOLATIONS: Final = ("read_uncommitted", "read_committed")
 TRANSACTION_TIMEOUT_MS_DEFAULT: Final = 60_000  # Kafka's transaction.timeout.ms default
 DRIVER_INTERVAL_S: Final = 0.05  # how often the leader looks for work (decided, timed out)
+SCAN_INTERVAL_S: Final = 1.0  # with an unchanged state: timeouts and marker retries
 COMMIT_POLL_S: Final = 0.02  # a commit call's look at the state when no local driver runs it
 MARKER_DELAY_ENV: Final = "DMQ_TXN_MARKER_DELAY_MS"  # tests: a window before the markers
 
@@ -75,6 +77,8 @@ class TransactionsService:
         self._produce = produce
         self._finishing: dict[str, asyncio.Task[None]] = {}  # transactional id -> its markers
         self._marker_delay_s = int(os.environ.get(MARKER_DELAY_ENV, "0") or 0) / 1000
+        self._scanned: object = None  # the metadata state the driver last scanned
+        self._next_scan = 0.0  # monotonic time of the next scan of an unchanged state
 
     # --- producer-facing ------------------------------------------------------------------
 
@@ -189,7 +193,13 @@ class TransactionsService:
             try:
                 if not self._ctx.ready or not self._is_leader():
                     continue
-                for tid, reason in transactions_to_abort(self._ctx.metadata.state, wall_ms()):
+                # A scan walks every transactional id: only when the state changed, or
+                # for timeouts and retries of failed markers, once per SCAN_INTERVAL_S.
+                state, now = self._ctx.metadata.state, time.monotonic()
+                if state is self._scanned and now < self._next_scan:
+                    continue
+                self._scanned, self._next_scan = state, now + SCAN_INTERVAL_S
+                for tid, reason in transactions_to_abort(state, wall_ms()):
                     txn = self._ctx.metadata.state.transactions[tid]
                     with contextlib.suppress(errors.ClientError):  # moved on meanwhile
                         await self._ctx.metadata.propose(
