@@ -228,7 +228,9 @@ async def commit_offsets(request: web.Request) -> web.Response:
 
 async def read_offsets(request: web.Request) -> web.Response:
     group = _name(request.match_info["group"], "group")
-    return _offsets_response(group, await _routed(request).groups.committed(group))
+    broker = _routed(request)
+    broker.transactions.check_stable(group)  # no transaction pending offsets for it
+    return _offsets_response(group, await broker.groups.committed(group))
 
 
 def _offsets_response(group: str, offsets: dict[tuple[str, int], int]) -> web.Response:

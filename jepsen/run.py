@@ -27,7 +27,7 @@ from jepsen import final
 from jepsen.checker import UNKNOWN, Verdict, merge
 from jepsen.checker.groups import check_groups
 from jepsen.checker.log import check_log
-from jepsen.checker.txn import check_txn
+from jepsen.checker.txn import check_ctp, check_txn
 from jepsen.cluster import RETRIABLE, Cluster, HarnessError, http
 from jepsen.focus import Focus
 from jepsen.groups import GroupClient, GroupWorker, final_drain
@@ -35,7 +35,16 @@ from jepsen.history import NEMESIS, History
 from jepsen.nemesis import BACKGROUND, FAULTS, MEMBERSHIP, VOTERS_SMALL, Nemesis
 from jepsen.report import plot, results, summary_line
 from jepsen.schedule import Window, describe, draw
-from jepsen.txn import TxnClient, TxnWorker, create_txn_topic, final_txn_read
+from jepsen.txn import (
+    CtpClient,
+    CtpWorker,
+    TxnClient,
+    TxnWorker,
+    create_txn_topic,
+    final_ctp_read,
+    final_txn_read,
+    setup_ctp,
+)
 from jepsen.workload import Client, Worker
 
 TOPIC = "jepsen"
@@ -82,6 +91,11 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
         default=0,
         help="transactional workers on their own topic (jepsen/txn.py; default 0: none)",
     )
+    p.add_argument(
+        "--ctp",
+        action="store_true",
+        help="one consume-transform-produce worker (jepsen/txn.py CtpWorker)",
+    )
     p.add_argument("--dir", type=Path, default=None, help="default: jepsen/store/<time>-seed<seed>")
     args = p.parse_args(argv)
     args.nemesis = [] if args.nemesis in ("", "none") else args.nemesis.split(",")
@@ -122,6 +136,8 @@ def run_phases(
     stop = threading.Event()
     if args.txn_workers:
         create_txn_topic(cluster, min(args.replication_factor, args.nodes))
+    if args.ctp:
+        setup_ctp(cluster, min(args.replication_factor, args.nodes))
     workers: list[Worker | GroupWorker | TxnWorker] = [
         Worker(
             Client(cluster, history, TOPIC, k, idempotent=args.idempotent),
@@ -143,6 +159,9 @@ def run_phases(
         TxnWorker(TxnClient(cluster, history, k), processes, args.seed * 1000 + 700 + k, stop)
         for k in range(args.txn_workers)
     ]
+    if args.ctp:
+        ctp = CtpClient(cluster, history, 0)
+        workers.append(CtpWorker(ctp, processes, args.seed * 1000 + 900, stop))
     for worker in workers:
         worker.start()
     began = time.monotonic()
@@ -169,8 +188,10 @@ def run_phases(
     final.final_reads(cluster, history, TOPIC, args.partitions, processes)
     if args.group_workers:
         final_drain(cluster, history, TOPIC, final.read_ends(history, args.partitions), processes)
-    if args.txn_workers:
+    if args.txn_workers or args.ctp:
         final_txn_read(cluster, history, processes)
+    if args.ctp:
+        final_ctp_read(cluster, history, processes)
     final.wait_caught_up(cluster)
     final.replica_reads(cluster, history, TOPIC, args.partitions, processes)
 
@@ -251,6 +272,8 @@ def report(
         verdicts.update(check_groups(ops))
     if args.txn_workers:
         verdicts["txn"] = check_txn(ops)
+    if args.ctp:
+        verdicts["ctp"] = check_ctp(ops)
     valid = merge(verdicts)
     if harness_error is not None:
         # An interrupted run proves nothing valid, and without its final reads and group
@@ -271,6 +294,7 @@ def report(
         "group_workers": args.group_workers,
         "idempotent": args.idempotent,
         "txn_workers": args.txn_workers,
+        "ctp": args.ctp,
         "schedule": [
             {"start_s": w.start_s, "stop_s": w.stop_s, "faults": [f"{k}/{v}" for k, v in w.faults]}
             for w in args.schedule

@@ -198,8 +198,11 @@ class TxnWorker(threading.Thread):
             self.error = error
 
 
-def create_txn_topic(cluster: Cluster, rf: int, timeout_s: float = 60.0) -> None:
-    body = {"name": TXN_TOPIC, "partitions": TXN_PARTITIONS, "replication_factor": rf}
+def create_txn_topic(
+    cluster: Cluster, rf: int, timeout_s: float = 60.0, *, name: str = TXN_TOPIC,
+    partitions: int = TXN_PARTITIONS,
+) -> None:  # fmt: skip
+    body = {"name": name, "partitions": partitions, "replication_factor": rf}
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         for broker in cluster.brokers.values():
@@ -210,7 +213,7 @@ def create_txn_topic(cluster: Cluster, rf: int, timeout_s: float = 60.0) -> None
             if answer.status in (201, 409):
                 return
         time.sleep(0.5)
-    raise HarnessError(f"create {TXN_TOPIC}: not within {timeout_s} s")
+    raise HarnessError(f"create {name}: not within {timeout_s} s")
 
 
 def final_txn_read(cluster: Cluster, history: History, processes: itertools.count[int]) -> None:
@@ -237,3 +240,150 @@ def final_txn_read(cluster: Cluster, history: History, processes: itertools.coun
             return
         time.sleep(0.5)
     raise HarnessError("final txn read: no broker answered")
+
+
+# --- consume-transform-produce -----------------------------------------------------------
+
+CTP_IN = "jepsen-ctp-in"  # 1 partition, CTP_INPUTS records written before the run
+CTP_OUT = "jepsen-ctp-out"  # 2 partitions
+CTP_GROUP = "jepsen-ctp"
+CTP_INPUTS = 2_000
+CTP_BATCH = 5  # input records per transaction
+
+
+class CtpClient(TxnClient):
+    """Reads the input from the group's committed offset, writes one output record per
+    input (`o:<input>`) and the group's next offset in one transaction (the group has no
+    members: member "" and generation -1). Operation `ctp`: invoke {from}; ok {from,
+    to, inputs} once committed, fail / info as for `txn`."""
+
+    def __init__(self, cluster: Cluster, history: History, k: int) -> None:
+        super().__init__(cluster, history, k)
+        self.tid = f"jepsen-ctp{k}"
+
+    def step(self) -> None:
+        node = self.url
+        try:
+            answer = http(f"{node}/v1/groups/{CTP_GROUP}/offsets", timeout_s=REQUEST_TIMEOUT_S)
+        except OSError:
+            self.node_ix += 1
+            return
+        if answer.status not in (200, 404):
+            self.node_ix += 1
+            return
+        start = 0
+        if answer.status == 200:
+            start = next((o["offset"] for o in answer.json()["offsets"]), 0)
+        try:
+            got = http(
+                f"{node}/v1/topics/{CTP_IN}/partitions/0/records?offset={start}"
+                f"&max_records={CTP_BATCH}", timeout_s=REQUEST_TIMEOUT_S,
+            )  # fmt: skip
+        except OSError:
+            self.node_ix += 1
+            return
+        if got.status != 200 or not got.json()["records"]:
+            self.node_ix += 1 if got.status != 200 else 0
+            return
+        records = got.json()["records"]
+        inputs = [r["value"] for r in records]
+        end = records[-1]["offset"] + 1
+        value = {"from": start, "to": end, "inputs": inputs}
+        self.history.add(self.process, "invoke", "ctp", node, value)
+        done = self._transform(inputs, start, end)
+        self.history.add(self.process, done, "ctp", node, value)
+        if done != "ok":
+            self.producer = None
+
+    def _transform(self, inputs: list[str], start: int, end: int) -> str:
+        if self.producer is None and not self.init():
+            return "fail"
+        assert self.producer is not None
+        params = f"transactional_id={self.tid}&transaction_timeout_ms={TXN_TIMEOUT_MS}"
+        for i, value in enumerate(inputs):
+            p = (start + i) % 2
+            seq = self.sequences.get(p, 0)
+            body = {**self.producer, "base_sequence": seq, "records": [{"value": f"o:{value}"}]}
+            kind, _, _ = self._post(f"/v1/topics/{CTP_OUT}/records?partition={p}&{params}", body)
+            if kind != "ok":
+                self._post(f"/v1/transactions/{self.tid}/abort", self.producer)
+                return "fail" if kind == "fail" else "info"
+            self.sequences[p] = seq + 1
+        offsets = {
+            **self.producer, "group": CTP_GROUP, "member_id": "", "generation": -1,
+            "offsets": [{"topic": CTP_IN, "partition": 0, "offset": end}],
+            "transaction_timeout_ms": TXN_TIMEOUT_MS,
+        }  # fmt: skip
+        kind, _, _ = self._post(f"/v1/transactions/{self.tid}/offsets", offsets)
+        if kind != "ok":
+            self._post(f"/v1/transactions/{self.tid}/abort", self.producer)
+            return "fail" if kind == "fail" else "info"
+        kind, _, _ = self._post(f"/v1/transactions/{self.tid}/commit", self.producer)
+        return kind
+
+
+class CtpWorker(TxnWorker):
+    """Consume-transform-produce steps until stopped."""
+
+    def run(self) -> None:
+        assert isinstance(self.client, CtpClient)
+        try:
+            self.client.process = next(self.processes)
+            while not self.stop.is_set():
+                self.client.step()
+                time.sleep(THINK_S)
+        except BaseException as error:  # noqa: BLE001 - the run reports it
+            traceback.print_exc()
+            self.error = error
+
+
+def setup_ctp(cluster: Cluster, rf: int) -> None:
+    """The input topic, filled with CTP_INPUTS records `i<n>`, and the output topic."""
+    for name, partitions in ((CTP_IN, 1), (CTP_OUT, 2)):
+        create_txn_topic(cluster, rf, name=name, partitions=partitions)
+    url = next(iter(cluster.brokers.values())).url
+    for first in range(0, CTP_INPUTS, 500):
+        body = {"records": [{"value": f"i{n}"} for n in range(first, first + 500)]}
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                answer = http(f"{url}/v1/topics/{CTP_IN}/records?partition=0", "POST", body, 10.0)
+                if answer.status == 200:
+                    break
+            except OSError:
+                pass
+            if time.monotonic() > deadline:
+                raise HarnessError("could not fill the consume-transform-produce input")
+            time.sleep(0.5)
+
+
+def final_ctp_read(cluster: Cluster, history: History, processes: itertools.count[int]) -> None:
+    """After final_txn_read: the group's committed offset and the whole output, read
+    with read_committed, as one `ctp-final` operation."""
+    client = TxnClient(cluster, history, 10_001)
+    client.process = next(processes)
+    node = client.url
+    history.add(client.process, "invoke", "ctp-final", node, {})
+    try:
+        answer = http(f"{node}/v1/groups/{CTP_GROUP}/offsets", timeout_s=REQUEST_TIMEOUT_S)
+        committed = 0
+        if answer.status == 200:
+            committed = next((o["offset"] for o in answer.json()["offsets"]), 0)
+        outputs: list[str] = []
+        for p in range(2):
+            offset = 0
+            while True:
+                got = http(
+                    f"{node}/v1/topics/{CTP_OUT}/partitions/{p}/records?offset={offset}"
+                    "&isolation=read_committed&max_records=1000", timeout_s=REQUEST_TIMEOUT_S,
+                ).json()  # fmt: skip
+                outputs += [r["value"] for r in got["records"]]
+                if got["next_offset"] <= offset:
+                    break
+                offset = got["next_offset"]
+    except (OSError, TypeError, KeyError) as error:
+        history.add(client.process, "fail", "ctp-final", node, {"error": repr(error)})
+        return
+    history.add(
+        client.process, "ok", "ctp-final", node, {"committed": committed, "outputs": outputs}
+    )

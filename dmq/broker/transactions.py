@@ -151,6 +151,20 @@ class TransactionsService:
                 await asyncio.wait_for(asyncio.shield(task), deadline - loop.time())
         return self.describe(transactional_id)
 
+    def check_stable(self, group: str) -> None:
+        """Refuse (retriable) a read of `group`'s committed offsets while an open
+        transaction carries offsets for it (Kafka's UNSTABLE_OFFSET_COMMIT, KIP-447): a
+        consume-transform-produce restarting from them would process its input again if
+        that transaction then commits."""
+        prefix = f"{group}:"
+        for tid, txn in self._ctx.metadata.state.transactions.items():
+            if txn.is_open and any(o.startswith(prefix) for o in txn.offsets):
+                raise errors.ConcurrentTransactions(
+                    f"the transaction of {tid!r} ({txn.state}) carries offsets of group "
+                    f"{group!r}: read them again once it ends",
+                    field="group",
+                )
+
     def describe(self, transactional_id: str) -> dict[str, Any]:
         txn = self._ctx.metadata.state.transactions.get(transactional_id)
         if txn is None:

@@ -8,15 +8,18 @@ unknown (info). Anomalies:
 - `aborted-read`: a read saw a record of a transaction that was never committed;
 - `dirty-read`: a read that completed before T's decision was even asked for saw T's
   record: read_committed served an open transaction (past the last stable offset);
-- `non-atomic-commit`: a read that began after T's commit was answered saw T in some of
-  its partitions but not all; or the final read shows an unknown T in part of them;
+- `non-atomic-commit`: the final read (after heal, once no transaction is open) shows T
+  in some of its partitions only;
 - `lost-committed-write`: the final read (after heal, once no transaction is open) lacks
   a committed T in one of its partitions;
 - `duplicate`: one read saw the same record twice in one partition.
 
-A read reads its partitions one after the other, so a read that overlaps T's commit may
-see T in some partitions only: that is not flagged (only reads that began after the
-commit was answered must see all of it).
+Before the end, a read may see a committed T in some of its partitions only, and that
+is not flagged: a read reads its partitions one after the other, and in each it stops
+at the last stable offset, so an older transaction still open in one partition hides T
+there until it ends (Kafka's read_committed behaves the same). The first version of this
+checker flagged that after the commit's answer; a run under kill -9 (seed 4) showed it
+is legitimate. Only the final read, with nothing open, must show every transaction whole.
 """
 
 from __future__ import annotations
@@ -92,12 +95,6 @@ def _check_read(verdict: Verdict, read: Pair, txns: dict[str, Pair], never: set[
         decide_at = done.get("decide_at")
         if decide_at is not None and read.end < decide_at:
             verdict.flag("dirty-read", example)
-        if (
-            txn.type == "ok"
-            and read.invoke.time > txn.end
-            and parts != set(txn.invoke.value["partitions"])
-        ):
-            verdict.flag("non-atomic-commit", example)
 
 
 def _check_final(verdict: Verdict, final: Pair, txns: dict[str, Pair], committed: set[str]) -> None:
@@ -121,3 +118,39 @@ def _example(read: Pair, txn: Pair, parts: set[int]) -> dict[str, Any]:
         "seen_in": sorted(parts),
         "outcome": txn.type,
     }
+
+
+def check_ctp(ops: Iterable[Op]) -> Verdict:
+    """Consume-transform-produce (jepsen/txn.py CtpClient), from the final read: with the
+    group's committed input offset C, every input below C has exactly one output and none
+    at or above C has any. Anomalies: `ctp-duplicate-output` (an input transformed twice:
+    not exactly-once), `ctp-lost-output` (an input the group committed past without its
+    output), `ctp-output-beyond-offset` (an output committed without its input offset)."""
+    verdict = Verdict()
+    all_pairs = list(pairs(ops))
+    steps = [p for p in all_pairs if p.invoke.f == "ctp"]
+    finals = [p for p in all_pairs if p.invoke.f == "ctp-final" and p.type == "ok"]
+    verdict.stats = {
+        "steps": len(steps),
+        "steps_ok": sum(p.type == "ok" for p in steps),
+        "steps_unknown": sum(p.type == "info" for p in steps),
+    }
+    if not finals:
+        verdict.valid = UNKNOWN
+        return verdict
+    done = finals[-1].complete
+    assert done is not None
+    committed = int(done.value["committed"])
+    counts: dict[int, int] = {}
+    for value in done.value["outputs"]:
+        counts[int(value.removeprefix("o:i"))] = counts.get(int(value.removeprefix("o:i")), 0) + 1
+    verdict.stats |= {"committed_offset": committed, "outputs": sum(counts.values())}
+    for n, count in sorted(counts.items()):
+        if count > 1:
+            verdict.flag("ctp-duplicate-output", {"input": n, "outputs": count})
+        if n >= committed:
+            verdict.flag("ctp-output-beyond-offset", {"input": n, "committed": committed})
+    lost = [n for n in range(committed) if n not in counts]
+    if lost:
+        verdict.flag("ctp-lost-output", {"inputs": lost[:20], "count": len(lost)})
+    return verdict
