@@ -32,6 +32,12 @@ may or may not have been written; the producer then takes a new epoch (a new id 
 transactional id) so that its next batches start a fresh sequence instead of being
 refused as out of order. Another producer started with the same transactional id fences
 this one: its batches then fail with `ProducerFenced`.
+
+Transactions (a `transactional_id`, as Kafka's transactional producer): every send is
+inside a transaction (`begin_transaction` ... `commit_transaction` or
+`abort_transaction`; a send outside one raises RuntimeError), batches carry the
+transactional attribute and each request names the transactional id, so that the broker
+adds the partition to the transaction first. `_transactions.py` has the steps.
 """
 
 from __future__ import annotations
