@@ -361,6 +361,7 @@ async def list_offsets(request: web.Request) -> web.Response:
             "log_start_offset": result.log_start_offset,
             "high_watermark": result.high_watermark,
             "offset": result.offset,
+            "last_stable_offset": result.last_stable_offset,
         }
     )
 

@@ -156,7 +156,8 @@ def extend_record_operations(paths: dict[str, Any], schemas: dict[str, Any]) -> 
     ):
         fetch = paths[path]["get"]
         fetch["parameters"] = [*fetch.get("parameters", []), isolation]
-    schemas["FetchResponse"]["properties"]["last_stable_offset"] = {
-        "type": ["integer", "null"],
-        "minimum": 0,
-    }
+    for name in ("FetchResponse", "Offsets"):
+        schemas[name]["properties"]["last_stable_offset"] = {
+            "type": ["integer", "null"],
+            "minimum": 0,
+        }

@@ -52,6 +52,9 @@ class ReadOptions:
     fail_on_data_loss: bool
     include_headers: bool
     fetch_bytes: int
+    # read_committed (the default, unlike Kafka's source): only committed transactions'
+    # records, up to each partition's last stable offset; read_uncommitted: everything.
+    isolation: str = "read_committed"
 
 
 def _lower(options: Mapping[str, str]) -> dict[str, str]:
@@ -159,7 +162,17 @@ def read_options(options: Mapping[str, str], streaming: bool) -> ReadOptions:
         fail_on_data_loss=_bool(opts, "failOnDataLoss", True),
         include_headers=_bool(opts, "includeHeaders", False),
         fetch_bytes=_int(opts, "fetchMaxBytes", FETCH_BYTES_MIN) or FETCH_BYTES_DEFAULT,
+        isolation=_isolation(opts),
     )
+
+
+def _isolation(opts: Mapping[str, str]) -> str:
+    value = opts.get("isolation", "read_committed")
+    if value not in ("read_committed", "read_uncommitted"):
+        raise OptionError(
+            f"option isolation must be read_committed or read_uncommitted, got {value!r}"
+        )
+    return value
 
 
 def matching_topics(admin: Admin, options: ReadOptions) -> list[str]:

@@ -109,6 +109,7 @@ class _RangeReader:
             fetch_bytes=self.options.fetch_bytes,
             include_headers=self.options.include_headers,
             fail_on_data_loss=self.options.fail_on_data_loss,
+            isolation=self.options.isolation,
         )
 
 

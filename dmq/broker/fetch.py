@@ -142,7 +142,10 @@ class FetchService:
         found = None
         if timestamp_ms is not None:
             found = await replica.offset_for_timestamp(timestamp_ms)
-        return OffsetsResult(partition, replica.log_start_offset, replica.high_watermark, found)
+        return OffsetsResult(
+            partition, replica.log_start_offset, replica.high_watermark, found,
+            replica.last_stable_offset,
+        )  # fmt: skip
 
     async def read_batches(
         self, topic: str, partition: int, start_offset: int, end_offset: int
@@ -233,8 +236,9 @@ class FetchService:
                 params=params, timeout_s=self._ctx.timeout_s,
             )  # fmt: skip
             return OffsetsResult(
-                partition, doc["log_start_offset"], doc["high_watermark"], doc["offset"]
-            )
+                partition, doc["log_start_offset"], doc["high_watermark"], doc["offset"],
+                doc.get("last_stable_offset"),
+            )  # fmt: skip
 
 
 def fetch_result_from_json(

@@ -127,3 +127,4 @@ class OffsetsResult:
     log_start_offset: int
     high_watermark: int
     offset: int | None
+    last_stable_offset: int | None = None  # transactions.py: read_committed's end

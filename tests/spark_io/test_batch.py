@@ -11,7 +11,8 @@ idempotent producers); and that the example
 pipeline of spark_io/README.md runs as written and produces the per-key totals; and that
 the exactly-once writer (`exactlyOnce=true`) commits each row once through the driver's
 commit, while a job whose task fails shows read_committed readers nothing (its rows are
-in the log, aborted), and leaves no transaction open.
+in the log, aborted), and leaves no transaction open; and that the reader reads
+read_committed by default (aborted rows filtered), read_uncommitted when asked.
 """
 
 from __future__ import annotations
@@ -309,6 +310,12 @@ def test_each_row_is_committed_once_and_a_failed_job_shows_nothing(
     assert eo_values(url, "eo", "read_committed") == sorted(f"v{i}" for i in range(200))
     assert any(v.startswith("x") for v in eo_values(url, "eo", "read_uncommitted"))
     assert not open_transactions(url)
+    # spark_io's reader reads read_committed by default: the aborted rows are filtered.
+    committed = reader(spark, url, topic="eo").load().selectExpr("cast(value as string) v")
+    assert sorted(r.v for r in committed.collect()) == sorted(f"v{i}" for i in range(200))
+    everything = reader(spark, url, topic="eo", isolation="read_uncommitted").load()
+    seen = [r.v for r in everything.selectExpr("cast(value as string) v").collect()]
+    assert len(seen) > 200 and any(v.startswith("x") for v in seen)
 
     with pytest.raises(Exception, match="exactlyOnce"):
         df.write.format("dmq").option("url", url).option("exactlyOnce", "maybe").mode(
