@@ -11,7 +11,8 @@
     │   │   ├── TopicNotFound
     │   │   ├── PartitionNotFound
     │   │   │   └── PartitionGone    410  decommissioned and removed (the number stays taken)
-    │   │   └── GroupNotFound
+    │   │   ├── GroupNotFound
+    │   │   └── TransactionNotFound  unknown transactional id
     │   ├── TopicAlreadyExists       409
     │   ├── GroupConflict            409  consumer groups: the member must act first
     │   │   ├── UnknownMember        409  not (or no longer) a member: join again
@@ -23,6 +24,7 @@
     │   ├── OperationConflict        409  another cluster operation of that kind is running
     │   ├── ClusterIdMismatch        409  a broker, data directory or message of another cluster
     │   ├── ProducerFenced           409  a newer instance of this transactional id wrote
+    │   ├── InvalidTxnState          409  (under OperationConflict) commit/abort in another state
     │   ├── OutOfOrderSequence       409  an idempotent producer's batch skips a sequence
     │   ├── RecordTooLarge           413  a record, batch or body over its limit
     │   ├── UnsupportedMediaType     415
@@ -35,7 +37,8 @@
     │   ├── InsufficientStorage      507  the disk is below its free-space floor: produce is
     │   │                                 refused before anything is written (reads go on);
     │   │                                 `free_bytes` and `floor_bytes` say how far
-    │   └── RequestTimeout           504  the operation did not complete in time
+    │   ├── RequestTimeout           504  the operation did not complete in time
+    │   └── ConcurrentTransactions   503  the previous transaction is writing its markers
     └── StorageError                 500  the broker's data or disk is broken (node stops)
         ├── MetaFileCorrupt               the data directory's meta.properties is not valid
         └── DataDirMismatch               the data directory is another broker's (start refused)
@@ -158,6 +161,16 @@ class ProducerFenced(ClientError):
     code = "producer_fenced"
 
 
+class TransactionNotFound(NotFound):
+    code = "transaction_not_found"
+
+
+class InvalidTxnState(OperationConflict):
+    """A commit, abort or add that the transaction's state does not allow now."""
+
+    code = "invalid_txn_state"
+
+
 class OutOfOrderSequence(ClientError):
     code = "out_of_order_sequence"
 
@@ -213,6 +226,11 @@ class InsufficientStorage(RetriableError):
 
     code = "insufficient_storage"
     retry_after_ms = 1000
+class ConcurrentTransactions(RetriableError):
+    """The transactional id's previous transaction is still writing its markers."""
+
+    code = "concurrent_transactions"
+    retry_after_ms = 50
 
 
 class StorageError(DmqError):
@@ -250,6 +268,9 @@ _ALL: tuple[type[DmqError], ...] = (
     LockNotHeld,
     ProducerFenced,
     OutOfOrderSequence,
+    TransactionNotFound,
+    InvalidTxnState,
+    ConcurrentTransactions,
     RecordTooLarge,
     UnsupportedMediaType,
     NotAcceptable,

@@ -13,6 +13,8 @@ variable unset they change nothing. Never set it outside the harness.
 | `fetch-off-by-one` | dmq/broker/fetch.py `fetch` | a fetch from offset o > 0 reads from o + 1: one record is skipped |
 | `share-double-delivery` | dmq/broker/share.py `_deliveries` | a share-group poll answers every fresh record it read, not only those its AcquireRecords locked: two members get the same record at once |
 | `delay-early` | dmq/broker/delay.py `release_loop` | the release duty believes it is 2 s later than it is: delayed records are appended up to 2 s before their deliver_at |
+| `txn-partial-markers` | dmq/broker/transactions.py `_finish` | a commit's marker is written to the transaction's first partition only, yet the transaction is completed: the others keep its records open (never visible to read_committed), a non-atomic commit |
+| `read-committed-leak` | dmq/broker/transactions.py `read_committed` | read_committed reads up to the high watermark, ignoring the LSO: records of open transactions (later aborted, or not yet committed) are served |
 | `volatile-offsets` | dmq/broker/groups.py `commit`, `committed`, `fetch` | a commit is acknowledged once it is in the answering broker's memory (`volatile_commit`), never proposed to the metadata group: a restart or a new metadata leader forgets it |
 """
 
@@ -28,8 +30,10 @@ PLANTED_BUGS: tuple[str, ...] = (
     "delay-early",
     "fetch-off-by-one",
     "no-fsync",
+    "read-committed-leak",
     "share-double-delivery",
     "stale-read",
+    "txn-partial-markers",
     "volatile-offsets",
 )
 

@@ -630,6 +630,21 @@ def _store_offsets(
     return _with_group(state, updated), (OffsetsCommitted(group.name, len(offsets)),)
 
 
+def store_transactional_offsets(
+    state: GroupsState, group_name: str, offsets: list[OffsetItem], now_ms: int
+) -> GroupsState:
+    """A committed transaction's offsets (dmq/metadata/transactions.py): checked against
+    the member's generation when they joined the transaction, stored now whatever the
+    group's generation has become, as Kafka does at its commit marker. A group forgotten
+    meanwhile is created again with them; the per-group limit was checked when they joined
+    the transaction and is not applied again (the decision is already durable)."""
+    group = state.groups.get(group_name) or Group(group_name)
+    committed = dict(group.committed)
+    committed.update(((t, p), o) for t, p, o in offsets if (t, p) not in state.gone)
+    updated = replace(group, committed=dict(sorted(committed.items())), changed_ms=now_ms)
+    return _with_group(state, updated)
+
+
 def _reset(state: GroupsState, cmd: ResetOffsets) -> Result:
     bad = _check_offsets(state, cmd.offsets) or _check_name(
         cmd.group, "group", state.config.name_chars_max

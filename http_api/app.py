@@ -17,7 +17,7 @@ from aiohttp import web
 from dmq import errors
 from dmq.broker import Acks, Broker, FetchResult, TopicDescription
 from dmq.types import PARTITION_COUNT_HEADER
-from http_api import codec
+from http_api import codec, transactions
 from http_api.delay import (
     DELAY_ROUTES,
     delay_requested,
@@ -187,6 +187,15 @@ def _acks(request: web.Request) -> Acks:
     return "all" if acks == "-1" else acks  # type: ignore[return-value]
 
 
+def _no_delay_in_transaction(txn: object) -> None:
+    """A delayed record is appended at its time, outside any transaction: refused."""
+    if txn is not None:
+        raise errors.InvalidRequest(
+            "delayed records (deliver_at, delay_ms) cannot be part of a transaction",
+            field="transactional_id",
+        )
+
+
 async def produce(request: web.Request) -> web.Response:
     broker = broker_of(request)
     topic = request.match_info["topic"]
@@ -197,10 +206,14 @@ async def produce(request: web.Request) -> web.Response:
     records_max = broker.config.produce_records_max
     encoding = codec.check_encoding(request.query.get("value_encoding"))  # checked for every body
     producer = None
+    txn = transactions.produce_hook(request, broker)  # ?transactional_id=
     if content_type == BATCH_CONTENT_TYPE and delay_requested(request, []):  # http_api/delay.py
+        _no_delay_in_transaction(txn)
         return await produce_delayed_batch(request, topic, body, partition, acks)
     if content_type == BATCH_CONTENT_TYPE:
-        offsets = await broker.produce.produce_batch(topic, body, partition=partition, acks=acks)
+        offsets = await broker.produce.produce_batch(
+            topic, body, partition=partition, acks=acks, before_append=txn
+        )
     else:
         if content_type == "application/json":
             records, producer = codec.parse_json_produce(body, records_max, encoding)
@@ -220,8 +233,11 @@ async def produce(request: web.Request) -> web.Response:
                 for r in records
             ]
         if delay_requested(request, records):  # delayed records: http_api/delay.py
+            _no_delay_in_transaction(txn)
             return await produce_delayed(request, topic, records, acks, producer)
-        offsets = await broker.produce.produce(topic, records, acks=acks, producer=producer)
+        offsets = await broker.produce.produce(
+            topic, records, acks=acks, producer=producer, before_append=txn
+        )
     # Formatted by hand: json.dumps of 1000 small dicts costs more than the append.
     entries = []
     for run in offsets:
@@ -299,6 +315,7 @@ async def fetch(request: web.Request) -> web.StreamResponse:
         raw=fmt == "binary",
         forwarded=is_forwarded(request),
         record_filter=kept,
+        isolation=codec.isolation_param(request),
     )
     if fmt == "binary" and kept is not None:  # the kept records as one batch
         return filtered_batch_response(result, _offset_headers(result))
@@ -308,7 +325,9 @@ async def fetch(request: web.Request) -> web.StreamResponse:
     if fmt == "ndjson":
         text = "".join(json.dumps(r, separators=(",", ":")) + "\n" for r in records)
         return web.Response(
-            text=text, content_type="application/x-ndjson", headers=_offset_headers(result)
+            text=text,
+            content_type="application/x-ndjson",
+            headers=_offset_headers(result) | transactions.isolation_headers(result),
         )
     return codec.json_response(
         {
@@ -317,6 +336,7 @@ async def fetch(request: web.Request) -> web.StreamResponse:
             "next_offset": result.next_offset,
             "high_watermark": result.high_watermark,
             "log_start_offset": result.log_start_offset,
+            "last_stable_offset": result.last_stable_offset,
             "records": records,
         }
     )
@@ -338,7 +358,7 @@ async def _send_raw(request: web.Request, result: FetchResult) -> web.StreamResp
     return FileRangesResponse(
         raw.ranges,
         content_type=BATCHES_CONTENT_TYPE,
-        headers=_offset_headers(result),
+        headers=_offset_headers(result) | transactions.isolation_headers(result),
         on_done=raw.close,
     )
 
@@ -370,6 +390,7 @@ async def list_offsets(request: web.Request) -> web.Response:
             "log_start_offset": result.log_start_offset,
             "high_watermark": result.high_watermark,
             "offset": result.offset,
+            "last_stable_offset": result.last_stable_offset,
         }
     )
 
@@ -462,6 +483,7 @@ ROUTES: tuple[tuple[str, str, Any], ...] = (
     *GROUP_ROUTES,
     *SHARE_ROUTES,
     *DELAY_ROUTES,
+    *transactions.TRANSACTION_ROUTES,
     ("POST", "/v1/producers", init_producer),
     ("GET", "/v1/internal/status", internal_status),
     ("POST", "/v1/internal/partitions/{topic}/{partition}/append", internal_append),

@@ -15,6 +15,7 @@ from aiohttp import web
 
 from dmq import errors, limits
 from dmq.broker import ProduceRecord, ProducerSequence
+from dmq.broker.transactions import ISOLATIONS, Isolation
 from dmq.config import BrokerConfig
 from dmq.types import Header, Record
 
@@ -301,3 +302,14 @@ def fetch_limits(request: web.Request, config: BrokerConfig) -> tuple[int, int, 
     wait_ms = int_param(request, "wait_ms", 0, 0, config.fetch_wait_ms_max)
     assert max_records is not None and max_bytes is not None and wait_ms is not None
     return max_records, max_bytes, wait_ms
+
+
+def isolation_param(request: web.Request) -> Isolation:
+    """`?isolation=read_uncommitted|read_committed` of a fetch (default read_uncommitted,
+    as Kafka's): dmq/broker/transactions.py."""
+    value = request.query.get("isolation") or "read_uncommitted"
+    if value not in ISOLATIONS:
+        raise errors.InvalidRequest(
+            f"isolation must be one of {', '.join(ISOLATIONS)}", field="isolation"
+        )
+    return value  # type: ignore[return-value]

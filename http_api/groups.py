@@ -161,11 +161,12 @@ async def member_records(request: web.Request) -> web.Response:
     auto_commit = request.query.get("auto_commit", "false")
     if auto_commit not in ("true", "false"):
         raise errors.InvalidRequest("auto_commit must be true or false", field="auto_commit")
+    isolation = codec.isolation_param(request)  # read_committed stops at the LSO
     broker = _routed(request)
 
     async def read(topic: str, partition: int, offset: int, wait: int) -> Any:
         return await broker.fetch.partition_read(
-            topic, partition, offset, wait, max_records, max_bytes, kept
+            topic, partition, offset, wait, max_records, max_bytes, kept, isolation
         )
 
     async def log_start(topic: str, partition: int) -> int:
@@ -234,7 +235,9 @@ async def commit_offsets(request: web.Request) -> web.Response:
 
 async def read_offsets(request: web.Request) -> web.Response:
     group = _name(request.match_info["group"], "group")
-    return _offsets_response(group, await _routed(request).groups.committed(group))
+    broker = _routed(request)
+    broker.transactions.check_stable(group)  # no transaction pending offsets for it
+    return _offsets_response(group, await broker.groups.committed(group))
 
 
 def _offsets_response(group: str, offsets: dict[tuple[str, int], int]) -> web.Response:

@@ -9,9 +9,9 @@ schemathesis test then holds the running broker to it.
 Shape: `openapi_document(config)` is one dict literal assembled from one module per
 area: openapi_cluster (probes, cluster, operations), openapi_internal (broker to broker),
 openapi_topics, openapi_records, openapi_groups, openapi_identity (set-aside data),
-openapi_share, openapi_delay (scheduled records). Each builds its paths and its named
-schemas with openapi_schema's helpers (parameters, bodies, operations, error responses); no
-area imports this module or another area.
+openapi_share, openapi_delay (scheduled records), openapi_transactions. Each builds its
+paths and its named schemas with openapi_schema's helpers (parameters, bodies, operations,
+error responses); no area imports this module or another area.
 """
 
 from __future__ import annotations
@@ -35,11 +35,18 @@ from http_api.openapi_schema import (
 )
 from http_api.openapi_share import share_paths, share_schemas
 from http_api.openapi_topics import topic_paths, topic_schemas
+from http_api.openapi_transactions import (
+    extend_record_operations,
+    transaction_paths,
+    transaction_schemas,
+)
 
 __all__ = ["ERROR_STATUSES", "openapi_document"]
 
 
 def openapi_document(config: BrokerConfig) -> dict[str, Any]:
+    paths, schemas = _paths(config), _schemas(config)
+    extend_record_operations(paths, schemas)  # transactional produce and fetch
     return {
         "openapi": "3.1.0",
         "info": {
@@ -48,9 +55,9 @@ def openapi_document(config: BrokerConfig) -> dict[str, Any]:
             "description": "A distributed message queue: partitioned, replicated logs over "
             "HTTP/JSON. See http_api/README.md.",
         },
-        "paths": _paths(config),
+        "paths": paths,
         "components": {
-            "schemas": _schemas(config),
+            "schemas": schemas,
             "responses": {f"Error{status}": error_response(status) for status in ERROR_STATUSES},
             "headers": {
                 "Retry-After": {
@@ -75,6 +82,7 @@ def _paths(config: BrokerConfig) -> dict[str, Any]:
         **identity_paths(),
         **share_paths(config),
         **delay_paths(config),
+        **transaction_paths(),
     }
 
 
@@ -88,4 +96,5 @@ def _schemas(config: BrokerConfig) -> dict[str, Any]:
         **identity_schemas(),
         **share_schemas(config),
         **delay_schemas(),
+        **transaction_schemas(),
     }

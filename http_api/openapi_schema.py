@@ -54,7 +54,13 @@ ERROR_STATUSES: dict[int, tuple[str, tuple[str, ...], bool]] = {
     ),
     404: (
         "no such topic, partition, group or route",
-        ("topic_not_found", "partition_not_found", "group_not_found", "not_found"),
+        (
+            "topic_not_found",
+            "partition_not_found",
+            "group_not_found",
+            "not_found",
+            "transaction_not_found",
+        ),
         False,
     ),
     401: (
@@ -81,6 +87,7 @@ ERROR_STATUSES: dict[int, tuple[str, tuple[str, ...], bool]] = {
             "partition_decommissioned",
             "operation_conflict",
             "cluster_id_mismatch",
+            "invalid_txn_state",
         ),
         False,
     ),
@@ -104,7 +111,7 @@ ERROR_STATUSES: dict[int, tuple[str, tuple[str, ...], bool]] = {
     ),
     503: (
         "not leader, starting or stopping",
-        ("not_leader", "broker_unavailable", "retriable"),
+        ("not_leader", "broker_unavailable", "retriable", "concurrent_transactions"),
         True,
     ),
     504: ("the operation did not complete in time", ("request_timeout",), True),

@@ -28,6 +28,7 @@ from jepsen.checker import UNKNOWN, Verdict, merge
 from jepsen.checker.groups import check_groups
 from jepsen.checker.log import check_log
 from jepsen.checker.share import check_share
+from jepsen.checker.txn import check_ctp, check_txn
 from jepsen.cluster import RETRIABLE, Cluster, HarnessError, http
 from jepsen.focus import Focus
 from jepsen.groups import GroupClient, GroupWorker, final_drain
@@ -37,6 +38,16 @@ from jepsen.report import plot, results, summary_line
 from jepsen.schedule import Window, describe, draw
 from jepsen.share import ShareClient, ShareWorker, configure
 from jepsen.share import final_drain as share_drain
+from jepsen.txn import (
+    CtpClient,
+    CtpWorker,
+    TxnClient,
+    TxnWorker,
+    create_txn_topic,
+    final_ctp_read,
+    final_txn_read,
+    setup_ctp,
+)
 from jepsen.workload import Client, Worker
 
 TOPIC = "jepsen"
@@ -79,6 +90,17 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     )
     p.add_argument("--share-workers", type=int, default=0,
                    help="share-group members (jepsen/share.py; default 0: none)")  # fmt: skip
+    p.add_argument(
+        "--txn-workers",
+        type=int,
+        default=0,
+        help="transactional workers on their own topic (jepsen/txn.py; default 0: none)",
+    )
+    p.add_argument(
+        "--ctp",
+        action="store_true",
+        help="one consume-transform-produce worker (jepsen/txn.py CtpWorker)",
+    )
     p.add_argument("--dir", type=Path, default=None, help="default: jepsen/store/<time>-seed<seed>")
     args = p.parse_args(argv)
     args.nemesis = [] if args.nemesis in ("", "none") else args.nemesis.split(",")
@@ -119,7 +141,11 @@ def run_phases(
     stop = threading.Event()
     if args.share_workers:
         configure(cluster)
-    workers: list[Worker | GroupWorker | ShareWorker] = [
+    if args.txn_workers:
+        create_txn_topic(cluster, min(args.replication_factor, args.nodes))
+    if args.ctp:
+        setup_ctp(cluster, min(args.replication_factor, args.nodes))
+    workers: list[Worker | GroupWorker | ShareWorker | TxnWorker] = [
         Worker(
             Client(cluster, history, TOPIC, k, idempotent=args.idempotent),
             processes,
@@ -142,6 +168,13 @@ def run_phases(
         )
         for k in range(args.share_workers)
     ]
+    workers += [
+        TxnWorker(TxnClient(cluster, history, k), processes, args.seed * 1000 + 700 + k, stop)
+        for k in range(args.txn_workers)
+    ]
+    if args.ctp:
+        ctp = CtpClient(cluster, history, 0)
+        workers.append(CtpWorker(ctp, processes, args.seed * 1000 + 900, stop))
     for worker in workers:
         worker.start()
     began = time.monotonic()
@@ -170,6 +203,10 @@ def run_phases(
         final_drain(cluster, history, TOPIC, final.read_ends(history, args.partitions), processes)
     if args.share_workers:
         share_drain(cluster, history, TOPIC, final.read_ends(history, args.partitions), processes)
+    if args.txn_workers or args.ctp:
+        final_txn_read(cluster, history, processes)
+    if args.ctp:
+        final_ctp_read(cluster, history, processes)
     final.wait_caught_up(cluster)
     final.replica_reads(cluster, history, TOPIC, args.partitions, processes)
 
@@ -250,12 +287,19 @@ def report(
         verdicts.update(check_groups(ops))
     if args.share_workers:
         verdicts.update(check_share(ops))
+    if args.txn_workers:
+        verdicts["txn"] = check_txn(ops)
+    if args.ctp:
+        verdicts["ctp"] = check_ctp(ops)
     valid = merge(verdicts)
     if harness_error is not None:
         # An interrupted run proves nothing valid, and without its final reads and group
         # drain an unread ack proves nothing lost (log "unseen", group-queue "lost"): only
         # the other anomalies make it invalid.
-        unproven = {("log", "unseen"), ("group-queue", "lost"), ("share", "lost")}
+        unproven = {
+            ("log", "unseen"), ("group-queue", "lost"), ("share", "lost"),
+            ("txn", "lost-committed-write"),
+        }  # fmt: skip
         proven = [
             k for name, v in verdicts.items() for k in v.anomalies if (name, k) not in unproven
         ]
@@ -270,6 +314,8 @@ def report(
         "group_workers": args.group_workers,
         "share_workers": args.share_workers,
         "idempotent": args.idempotent,
+        "txn_workers": args.txn_workers,
+        "ctp": args.ctp,
         "schedule": [
             {"start_s": w.start_s, "stop_s": w.stop_s, "faults": [f"{k}/{v}" for k, v in w.faults]}
             for w in args.schedule

@@ -38,6 +38,7 @@ CODEC_MASK = 0x07
 CODEC_NONE, CODEC_ZSTD = 0, 4
 TIMESTAMP_TYPE_BIT = 0x08
 CONTROL_BIT = 0x20
+TRANSACTIONAL_BIT = 0x10  # log/records.py: a batch of a transaction
 # The broker refuses batches that decompress to more (log/limits.py
 # BATCH_UNCOMPRESSED_BYTES_MAX); the same bound keeps a corrupt frame from allocating more.
 UNCOMPRESSED_BYTES_MAX = 64 * 1024 * 1024
@@ -132,7 +133,13 @@ class Columns:
         return pa.RecordBatch.from_arrays(arrays, schema=schema)
 
 
-def decode_into(columns: Columns, body: bytes, start_offset: int, end_offset: int) -> int:
+def decode_into(
+    columns: Columns,
+    body: bytes,
+    start_offset: int,
+    end_offset: int,
+    aborted: tuple[tuple[int, int, int], ...] = (),
+) -> int:
     """Fill `columns` (new, empty) with the records of a binary fetch answer whose offsets
     are in [start_offset, end_offset); return the offset after the last batch walked
     (start_offset if the answer holds none).
@@ -143,7 +150,7 @@ def decode_into(columns: Columns, body: bytes, start_offset: int, end_offset: in
     if columns.body or len(columns):
         raise ValueError("decode_into fills a new Columns")
     try:
-        batches, next_offset = _checked_batches(body, start_offset, end_offset)
+        batches, next_offset = _checked_batches(body, start_offset, end_offset, aborted)
         # Spans must increase through the data buffer: with a compressed batch in the
         # answer, every section is copied into `extra` in order and the body left out.
         copy = any(header[4] & CODEC_MASK != CODEC_NONE for _, _, header in batches)
@@ -168,7 +175,7 @@ def decode_into(columns: Columns, body: bytes, start_offset: int, end_offset: in
 
 
 def _checked_batches(
-    body: bytes, start_offset: int, end_offset: int
+    body: bytes, start_offset: int, end_offset: int, aborted: tuple[tuple[int, int, int], ...] = ()
 ) -> tuple[list[tuple[int, int, tuple[int, ...]]], int]:
     """Step 1 of the module docstring: the (section start, section end, header) of each
     data batch holding offsets in [start_offset, end_offset), framing and CRC checked,
@@ -200,6 +207,10 @@ def _checked_batches(
         # otherwise hide a data batch.
         if crc32c.crc32c(view[batch_pos + CRC_START : pos]) != crc:
             raise ValueError(f"CRC-32C mismatch in the batch at offset {base_offset}")
+        if attributes & TRANSACTIONAL_BIT and any(
+            p == header[8] and f <= base_offset <= m for p, f, m in aborted
+        ):
+            continue  # read_committed: a batch of an aborted transaction
         if not attributes & CONTROL_BIT:
             batches.append((batch_pos + HEADER_BYTES, pos, header))
     return batches, next_offset

@@ -51,6 +51,9 @@ class Fetched:
     next_offset: int | None  # X-Dmq-Next-Offset
     high_watermark: int | None
     log_start_offset: int | None
+    # read_committed: (producer_id, first_offset, marker_offset) of the aborted
+    # transactions the answer overlaps (X-Dmq-Aborted-Transactions)
+    aborted: tuple[tuple[int, int, int], ...] = ()
 
 
 class Brokers:
@@ -112,12 +115,13 @@ class Brokers:
         offset: int,
         max_bytes: int,
         record_filter: tuple[tuple[str, str], ...] = (),
+        isolation: str = "read_uncommitted",
     ) -> Fetched:
         """GET .../records?format=binary from `offset`, without waiting for new records;
         with `record_filter` (tags=, filter=) only the records the broker keeps."""
         query = urllib.parse.urlencode(
             [("offset", offset), ("max_bytes", max_bytes), ("wait_ms", 0), ("format", "binary"),
-             *record_filter]
+             ("isolation", isolation), *record_filter]
         )  # fmt: skip
         path = (
             f"/v1/topics/{urllib.parse.quote(topic, safe='')}/partitions/{partition}/records"
@@ -141,18 +145,24 @@ class Brokers:
             value = response.getheader(name)
             return None if value is None else int(value)
 
+        aborted = response.getheader("X-Dmq-Aborted-Transactions")
         return Fetched(
             body,
             number("X-Dmq-Next-Offset"),
             number("X-Dmq-High-Watermark"),
             number("X-Dmq-Log-Start-Offset"),
+            ()
+            if aborted is None
+            else tuple((int(p), int(f), int(m)) for p, f, m in json.loads(aborted)),
         )
 
     def _connect(self, url: str) -> http.client.HTTPConnection:
         if self._connection is None:
             parts = urllib.parse.urlsplit(url)
             kind = (
-                http.client.HTTPSConnection if parts.scheme == "https" else http.client.HTTPConnection
+                http.client.HTTPSConnection
+                if parts.scheme == "https"
+                else http.client.HTTPConnection
             )
             self._connection = kind(parts.netloc, timeout=REQUEST_TIMEOUT_S)
         return self._connection
@@ -167,7 +177,9 @@ def _error(status: int, body: bytes) -> DmqError:
     """The dmq.errors class of a broker's error answer ({"error": {"code", ...}})."""
     try:
         error = json.loads(body)["error"]
-        return error_for_code(str(error["code"]), str(error.get("message", "")), error.get("details"))
+        return error_for_code(
+            str(error["code"]), str(error.get("message", "")), error.get("details")
+        )
     except (ValueError, KeyError, TypeError):
         if status in (429, 502, 503, 504):
             return BrokerUnavailable(f"the broker answered HTTP {status}")

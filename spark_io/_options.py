@@ -55,6 +55,9 @@ class ReadOptions:
     # Pushed down to the broker (dmq/selector.py): the `tags` and `filter` options, as
     # the fetch's query parameters; the broker drops what does not match before sending.
     record_filter: tuple[tuple[str, str], ...] = ()
+    # read_committed (the default, unlike Kafka's source): only committed transactions'
+    # records, up to each partition's last stable offset; read_uncommitted: everything.
+    isolation: str = "read_committed"
 
 
 def _lower(options: Mapping[str, str]) -> dict[str, str]:
@@ -163,7 +166,17 @@ def read_options(options: Mapping[str, str], streaming: bool) -> ReadOptions:
         include_headers=_bool(opts, "includeHeaders", False),
         fetch_bytes=_int(opts, "fetchMaxBytes", FETCH_BYTES_MIN) or FETCH_BYTES_DEFAULT,
         record_filter=tuple((k, opts[k]) for k in ("tags", "filter") if opts.get(k)),
+        isolation=_isolation(opts),
     )
+
+
+def _isolation(opts: Mapping[str, str]) -> str:
+    value = opts.get("isolation", "read_committed")
+    if value not in ("read_committed", "read_uncommitted"):
+        raise OptionError(
+            f"option isolation must be read_committed or read_uncommitted, got {value!r}"
+        )
+    return value
 
 
 def matching_topics(admin: Admin, options: ReadOptions) -> list[str]:

@@ -61,9 +61,10 @@ def partition_states(brokers: Brokers, options: ReadOptions) -> list[PartitionSt
         count = brokers.admin(partial(_describe, topic=topic)).partition_count
         for partition in range(count):
             offsets = brokers.admin(partial(_offsets, topic=topic, partition=partition))
-            states.append(
-                PartitionState(topic, partition, offsets.log_start_offset, offsets.high_watermark)
-            )
+            end = offsets.high_watermark  # read_committed reads up to the LSO only
+            if options.isolation == "read_committed" and offsets.last_stable_offset is not None:
+                end = min(end, offsets.last_stable_offset)
+            states.append(PartitionState(topic, partition, offsets.log_start_offset, end))
     return states
 
 

@@ -58,14 +58,15 @@ def read_range(
     include_headers: bool,
     fail_on_data_loss: bool,
     record_filter: tuple[tuple[str, str], ...] = (),
+    isolation: str = "read_uncommitted",
 ) -> Iterator[pa.RecordBatch]:
     """Steps 1-3 for one task: the records of task.topic/partition in [start, end).
     Fetches run one answer ahead in a thread (`_prefetched`), so that the broker's work
     and the network overlap the decoding of the previous answer."""
-    fetches = _fetches(urls, task, fetch_bytes, fail_on_data_loss, record_filter)
-    for offset, body in _prefetched(fetches):
+    fetches = _fetches(urls, task, fetch_bytes, fail_on_data_loss, record_filter, isolation)
+    for offset, body, aborted in _prefetched(fetches):
         columns = Columns(task.topic, task.partition, include_headers)
-        decode_into(columns, body, offset, task.end)
+        decode_into(columns, body, offset, task.end, aborted)
         if len(columns):
             yield columns.to_record_batch(schema)
 
@@ -76,7 +77,8 @@ def _fetches(
     fetch_bytes: int,
     fail_on_data_loss: bool,
     record_filter: tuple[tuple[str, str], ...] = (),
-) -> Iterator[tuple[int, bytes]]:
+    isolation: str = "read_uncommitted",
+) -> Iterator[tuple[int, bytes, tuple[tuple[int, int, int], ...]]]:
     """Steps 1 and 3: (fetch offset, answer) in order until the end of the range; the
     next offset is the answer's X-Dmq-Next-Offset (every binary answer has it)."""
     offset = task.start
@@ -84,7 +86,7 @@ def _fetches(
         while offset < task.end:
             try:
                 fetched = brokers.fetch(
-                    task.topic, task.partition, offset, fetch_bytes, record_filter
+                    task.topic, task.partition, offset, fetch_bytes, record_filter, isolation
                 )
             except OffsetOutOfRange as error:
                 offset = _after_loss(task, offset, error, fail_on_data_loss)
@@ -99,7 +101,7 @@ def _fetches(
                     fail_on_data_loss,
                 )
                 return
-            yield offset, fetched.body
+            yield offset, fetched.body, fetched.aborted
             offset = after
 
 

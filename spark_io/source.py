@@ -38,7 +38,7 @@ from spark_io._plan import OffsetRange, PartitionState, batch_ranges, offset_map
 from spark_io._plan import partition_states as _partition_states
 from spark_io._plan import resolve as _resolve
 from spark_io._read import data_loss, read_range
-from spark_io._write import DmqWriteMessage, WriteOptions, write_batches
+from spark_io._write import DmqWriteMessage, WriteOptions, finish_transactions, write_batches
 
 NAME = "dmq"
 # Spark's Kafka source schema; headers only with includeHeaders=true.
@@ -110,6 +110,7 @@ class _RangeReader:
             include_headers=self.options.include_headers,
             fail_on_data_loss=self.options.fail_on_data_loss,
             record_filter=self.options.record_filter,
+            isolation=self.options.isolation,
         )
 
 
@@ -135,7 +136,9 @@ class DmqStreamReader(_RangeReader, DataSourceStreamReader):
     def initialOffset(self) -> OffsetMap:
         with Brokers(self.options.urls) as brokers:
             states = _partition_states(brokers, self.options)
-            offsets = [_resolve(brokers, self.options.starting, s, "startingOffsets") for s in states]
+            offsets = [
+                _resolve(brokers, self.options.starting, s, "startingOffsets") for s in states
+            ]
             return offset_map(states, offsets)
 
     def getDefaultReadLimit(self) -> ReadLimit:
@@ -232,10 +235,14 @@ class DmqBatchWriter(DataSourceArrowWriter):
         return write_batches(self.options, iterator)
 
     def commit(self, messages: list[Any]) -> None:
-        """The records are visible as soon as each task's produce is acknowledged."""
+        """Without exactlyOnce the records are visible as soon as each task's produce is
+        acknowledged; with it, every task's transaction is committed now."""
+        finish_transactions(messages, commit=True)
 
     def abort(self, messages: list[Any]) -> None:
-        """dmq has no transactions: what the tasks wrote stays (spark_io/README.md)."""
+        """Without exactlyOnce what the tasks wrote stays (spark_io/README.md); with it,
+        every task's transaction is aborted."""
+        finish_transactions([m for m in messages if m is not None], commit=False)
 
 
 class DmqStreamWriter(DataSourceStreamArrowWriter):
@@ -248,7 +255,9 @@ class DmqStreamWriter(DataSourceStreamArrowWriter):
         return write_batches(self.options, iterator)
 
     def commit(self, messages: list[Any], batchId: int) -> None:  # noqa: N803 - Spark's name
-        """Nothing to do, as for the batch writer."""
+        """As for the batch writer (exactlyOnce: the micro-batch's transactions)."""
+        finish_transactions(messages, commit=True)
 
     def abort(self, messages: list[Any], batchId: int) -> None:  # noqa: N803 - Spark's name
-        """Nothing can be undone, as for the batch writer."""
+        """As for the batch writer."""
+        finish_transactions([m for m in messages if m is not None], commit=False)

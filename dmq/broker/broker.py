@@ -6,6 +6,7 @@ Every request is one call on one service (dmq/README.md, "dmq/broker/"):
 - `produce` (produce.py): partition choice, record checks, append or forward, acks;
 - `fetch` (fetch.py): records, offsets, offset lookups, the catch-up copy;
 - `groups` (groups.py): consumer groups; `share` (share.py): share groups (queues);
+  `transactions` (transactions.py): the transaction coordinator's driver and calls;
   `operations` (operations.py): reassignments,
   decommissions, metadata voters, balance;
 - `cluster` (cluster.py): the cluster view and status, heartbeats, leader reports;
@@ -47,6 +48,7 @@ from dmq.broker.share import ShareService
 from dmq.broker.storage import StorageService
 from dmq.broker.strays import StrayData
 from dmq.broker.topics import TopicsService
+from dmq.broker.transactions import TransactionsService
 from dmq.broker.types import ForwardRequest
 from dmq.config import BrokerConfig
 from dmq.metadata.machine import RegisterBroker
@@ -101,6 +103,7 @@ class Broker:
         self.storage = StorageService(ctx, lambda: self.produce.acks0_refused)
         self.cluster = ClusterService(ctx, self.storage.report)
         self.delay = DelayService(ctx, self.routing, self.topics, self.produce)
+        self.transactions = TransactionsService(ctx, self.produce)  # transactions.py
         self.groups = GroupsService(
             lambda: ctx.metadata,
             self.routing.http_addr_of,
@@ -249,6 +252,7 @@ class Broker:
             self.share.run,
             self.storage.storage_loop,
             self.delay.release_loop,
+            self.transactions.loop,
         ]
         loop = asyncio.get_running_loop()
         for duty in duties:

@@ -26,6 +26,7 @@ from dmq import errors, limits, planted
 from dmq.broker.context import BrokerContext
 from dmq.broker.filtering import fetch_filtered
 from dmq.broker.routing import Routing
+from dmq.broker.transactions import Isolation, read_committed
 from dmq.broker.translate import translate
 from dmq.broker.types import FetchResult, ForwardRequest, OffsetsResult
 from dmq.selector import RecordFilter
@@ -80,9 +81,12 @@ class FetchService:
         raw: bool,
         forwarded: bool = False,
         record_filter: RecordFilter | None = None,
+        isolation: Isolation = "read_uncommitted",
     ) -> FetchResult:
         """Committed records from `offset` (long-polls up to wait_ms when there are none);
-        with a filter, only the records it keeps (filtering.py)."""
+        with a filter, only the records it keeps (filtering.py); read_committed: below the
+        LSO, aborted records left out (transactions.py)."""
+        stable = isolation == "read_committed"
         replica = self._routing.serving_replica(topic, partition, forwarded)
         if not replica.log_start_offset <= offset <= replica.log_end_offset:
             raise errors.OffsetOutOfRange(
@@ -97,11 +101,12 @@ class FetchService:
             return await fetch_filtered(
                 replica, offset, record_filter, max_bytes=max_bytes, max_records=max_records,
                 wait_ms=wait_ms, scan_bytes_max=self._ctx.config.filter_scan_bytes_max,
-                parked=self._parked,
+                parked=self._parked, stable=stable,
             )  # fmt: skip
-        if offset >= replica.high_watermark and wait_ms > 0:
+        end = replica.last_stable_offset if stable else replica.high_watermark
+        if offset >= end and wait_ms > 0:
             with self._parked():
-                await replica.wait_for_commit_past(offset, wait_ms / 1000)
+                await replica.wait_for_commit_past(offset, wait_ms / 1000, stable=stable)
         if replica.closed:
             # Shutting down (or the topic was altered or deleted): answer the waiting
             # fetch as if its wait had run out, rather than failing it.
@@ -109,6 +114,10 @@ class FetchService:
                 topic, partition, offset, offset, replica.high_watermark, replica.log_start_offset
             )
         try:
+            if stable:
+                return await read_committed(
+                    replica, topic, partition, offset, max_bytes, max_records, raw
+                )
             if raw:
                 result = await replica.read(offset, max_bytes)
                 return FetchResult(
@@ -119,11 +128,15 @@ class FetchService:
                     result.high_watermark,
                     result.log_start_offset,
                     raw=result,
+                    last_stable_offset=replica.last_stable_offset,
                 )
             recs, next_offset, hw, lso = await replica.read_records(offset, max_bytes, max_records)
         except log_errors.LogError as exc:
             raise translate(exc) from exc
-        return FetchResult(topic, partition, offset, next_offset, hw, lso, records=recs)
+        return FetchResult(
+            topic, partition, offset, next_offset, hw, lso, records=recs,
+            last_stable_offset=replica.last_stable_offset,
+        )  # fmt: skip
 
     @contextlib.contextmanager
     def _parked(self) -> Iterator[None]:
@@ -146,7 +159,10 @@ class FetchService:
         found = None
         if timestamp_ms is not None:
             found = await replica.offset_for_timestamp(timestamp_ms)
-        return OffsetsResult(partition, replica.log_start_offset, replica.high_watermark, found)
+        return OffsetsResult(
+            partition, replica.log_start_offset, replica.high_watermark, found,
+            replica.last_stable_offset,
+        )  # fmt: skip
 
     async def read_batches(
         self, topic: str, partition: int, start_offset: int, end_offset: int
@@ -183,6 +199,7 @@ class FetchService:
         max_records: int,
         max_bytes: int = limits.FETCH_BYTES_DEFAULT,
         record_filter: RecordFilter | None = None,
+        isolation: Isolation = "read_uncommitted",
     ) -> FetchResult:
         """For the group fetch (dmq/broker/groups.py): records from `offset`, read here or
         at the partition leader's broker. A position below the log start (retention removed
@@ -194,28 +211,33 @@ class FetchService:
         max_bytes = min(max_bytes, self._ctx.config.fetch_bytes_max)
         try:
             return await self._read_here_or_there(
-                topic, partition, offset, wait_ms, max_records, max_bytes, record_filter
-            )
+                topic, partition, offset, wait_ms, max_records, max_bytes, record_filter,
+                isolation,
+            )  # fmt: skip
         except errors.OffsetOutOfRange as exc:
             start, end = exc.log_start_offset, exc.log_end_offset
             if offset > end:
                 await asyncio.sleep(min(wait_ms, GROUP_AHEAD_OF_LOG_WAIT_MS) / 1000)
                 return FetchResult(topic, partition, offset, offset, end, start)
             return await self._read_here_or_there(
-                topic, partition, start, wait_ms, max_records, max_bytes, record_filter
-            )
+                topic, partition, start, wait_ms, max_records, max_bytes, record_filter,
+                isolation,
+            )  # fmt: skip
 
     async def _read_here_or_there(
         self, topic: str, partition: int, offset: int, wait_ms: int, max_records: int,
         max_bytes: int, record_filter: RecordFilter | None = None,
+        isolation: Isolation = "read_uncommitted",
     ) -> FetchResult:  # fmt: skip
         try:
             return await self.fetch(
                 topic, partition, offset=offset, max_bytes=max_bytes,
                 max_records=max_records, wait_ms=wait_ms, raw=False, record_filter=record_filter,
+                isolation=isolation,
             )  # fmt: skip
         except ForwardRequest as fwd:
             params = {"offset": str(offset), "wait_ms": str(wait_ms), "value_encoding": "base64"}
+            params["isolation"] = isolation
             params |= {"max_records": str(max_records), "max_bytes": str(max_bytes)}
             params |= dict(record_filter.params if record_filter is not None else ())
             doc = await self._ctx.peers.call(
@@ -237,8 +259,9 @@ class FetchService:
                 params=params, timeout_s=self._ctx.timeout_s,
             )  # fmt: skip
             return OffsetsResult(
-                partition, doc["log_start_offset"], doc["high_watermark"], doc["offset"]
-            )
+                partition, doc["log_start_offset"], doc["high_watermark"], doc["offset"],
+                doc.get("last_stable_offset"),
+            )  # fmt: skip
 
 
 def fetch_result_from_json(

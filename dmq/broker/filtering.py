@@ -50,13 +50,23 @@ async def fetch_filtered(
     wait_ms: int,
     scan_bytes_max: int,
     parked: Callable[[], AbstractContextManager[None]],
+    stable: bool = False,
 ) -> FetchResult:
-    """Kept records from `offset` (module docstring); `parked()` counts a parked wait."""
+    """Kept records from `offset` (module docstring); `parked()` counts a parked wait.
+    `stable` (read_committed): the scan ends at the last stable offset and leaves out the
+    records of aborted transactions. Their ranges are read before the scan: every
+    transaction below the LSO read first is decided, and its abort recorded, by then."""
     loop = asyncio.get_running_loop()
     deadline = loop.time() + wait_ms / 1000
     position = offset
     scanned = 0
+
+    def readable_end() -> int:
+        return replica.last_stable_offset if stable else replica.high_watermark
+
     while True:
+        end = readable_end()
+        aborted = await replica.aborted_between(position, end) if stable else []
         read: FilteredRead = await replica.read_with(
             read_matching,
             position,
@@ -64,13 +74,15 @@ async def fetch_filtered(
             max_bytes=max_bytes,
             max_records=max_records,
             scan_bytes_max=max(1, scan_bytes_max - scanned),
+            end_offset=end,
+            aborted=aborted,
         )
         scanned += read.scanned_bytes
-        # Below the high watermark yet no step forward: nothing readable lies ahead.
-        stuck = not read.records and position == read.next_offset < read.high_watermark
+        # Below the end yet no step forward: nothing readable lies ahead.
+        stuck = not read.records and position == read.next_offset < min(end, read.high_watermark)
         position = read.next_offset
         done = bool(read.records) or scanned >= scan_bytes_max or replica.closed or stuck
-        if not done and position < replica.high_watermark:
+        if not done and position < readable_end():
             continue  # committed meanwhile: scan on (the budget still bounds it)
         remaining_s = deadline - loop.time()
         if done or remaining_s <= 0:
@@ -82,6 +94,7 @@ async def fetch_filtered(
                 read.high_watermark,
                 read.log_start_offset,
                 records=read.records,
+                last_stable_offset=replica.last_stable_offset,
             )
         with parked():
-            await replica.wait_for_commit_past(position, remaining_s)
+            await replica.wait_for_commit_past(position, remaining_s, stable=stable)

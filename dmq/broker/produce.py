@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Coroutine, Iterable, Sequence
+from collections.abc import Awaitable, Callable, Coroutine, Iterable, Sequence
 from typing import Any
 
 from dmq import errors
@@ -35,6 +35,10 @@ _log = logging.getLogger("dmq.broker")
 
 # Records of one request by partition, each with its index in the request.
 ByPartition = dict[int, list[tuple[int, Record]]]
+# A transactional produce (dmq/broker/transactions.py): called with the topic, the
+# partitions and the producer (id, epoch) before any batch is appended; its batches carry
+# the transactional attribute.
+BeforeAppend = Callable[[str, list[int], int, int], Awaitable[None]]
 
 
 class ProduceService:
@@ -55,6 +59,7 @@ class ProduceService:
         *,
         acks: Acks = "all",
         producer: ProducerSequence | None = None,
+        before_append: BeforeAppend | None = None,
     ) -> list[OffsetRun]:
         """Append records (JSON/text paths): choose partitions, build one batch per
         partition, commit them, answer one offset per record in request order.
@@ -71,7 +76,19 @@ class ProduceService:
                 "give ?partition= or one key",
                 field="producer_id",
             )
-        batches = {p: self._encode(p, items, producer) for p, items in by_partition.items()}
+        if before_append is not None:
+            if producer is None:
+                raise errors.InvalidRequest(
+                    "a transactional produce needs producer_id, producer_epoch and base_sequence",
+                    field="producer_id",
+                )
+            await before_append(
+                topic.name, sorted(by_partition), producer.producer_id, producer.producer_epoch
+            )
+        batches = {
+            p: self._encode(p, items, producer, transactional=before_append is not None)
+            for p, items in by_partition.items()
+        }
         base_offsets = await self._append_batches(topic, batches, acks)
         return _offset_runs(len(records), by_partition, base_offsets)
 
@@ -94,7 +111,12 @@ class ProduceService:
         return by_partition
 
     def _encode(
-        self, partition: int, items: list[tuple[int, Record]], producer: ProducerSequence | None
+        self,
+        partition: int,
+        items: list[tuple[int, Record]],
+        producer: ProducerSequence | None,
+        *,
+        transactional: bool = False,
     ) -> bytes:
         batch = (
             encode_batch([rec for _, rec in items])
@@ -104,6 +126,7 @@ class ProduceService:
                 producer_id=producer.producer_id,
                 producer_epoch=producer.producer_epoch,
                 base_sequence=producer.base_sequence,
+                is_transactional=transactional,
             )
         )
         batch_bytes_max = self._ctx.config.batch_bytes_max
@@ -117,14 +140,29 @@ class ProduceService:
         return batch
 
     async def produce_batch(
-        self, topic_name: str, batch: bytes, *, partition: int | None, acks: Acks = "all"
+        self,
+        topic_name: str,
+        batch: bytes,
+        *,
+        partition: int | None,
+        acks: Acks = "all",
+        before_append: BeforeAppend | None = None,
     ) -> list[OffsetRun]:
-        """Append a ready RecordBatch from a client (the binary fast path), as is."""
+        """Append a ready RecordBatch from a client (the binary fast path), as is. A
+        transactional batch needs `before_append` (its transactional id); control
+        batches (transaction markers) are written by the coordinator only."""
         topic = await self._topics.topic_for_produce(topic_name)
         try:
             header = validate_batch(batch, self._record_limits(topic))
         except log_errors.LogError as exc:
             raise translate(exc) from exc
+        if header.is_control or header.is_transactional != (before_append is not None):
+            raise errors.InvalidRequest(
+                "control batches are written by the transaction coordinator only; a "
+                "transactional batch needs ?transactional_id= and the transactional "
+                "attribute, a plain one neither",
+                field="batch.attributes",
+            )
         if partition is None:
             partition = self._sticky_partition(topic)
             self._sticky.next_batch()
@@ -135,6 +173,8 @@ class ProduceService:
                 limit=topic.partitions - 1,
             )
         _check_writable(topic, partition, "partition")
+        if before_append is not None:
+            await before_append(topic.name, [partition], header.producer_id, header.producer_epoch)
         base = (await self._append_batches(topic, {partition: batch}, acks))[partition]
         return [OffsetRun(partition, base, header.record_count)]
 
@@ -163,6 +203,14 @@ class ProduceService:
                 retry_after_ms=200,
             )
         return await replica.append(batch, log_append_time_ms, acks)
+
+    async def append_marker(self, topic_name: str, partition: int, marker: bytes) -> None:
+        """A transaction marker (dmq/broker/transactions.py) to one partition, acks=all,
+        here or at a broker hosting a replica; a topic deleted meanwhile needs none."""
+        view = self._routing.view(topic_name)
+        if view is None or not 0 <= partition < view.partitions:
+            return
+        await self._append_batches(view, {partition: marker}, "all")
 
     async def init_producer(self, transactional_id: str) -> tuple[int, int]:
         """A producer id and epoch from the metadata group (idempotent producers); the same

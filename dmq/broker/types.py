@@ -117,6 +117,10 @@ class FetchResult:
     log_start_offset: int
     records: list[Record] = field(default_factory=list)
     raw: ReadResult | None = None
+    # dmq/broker/transactions.py: the partition's LSO, and for a raw read_committed read
+    # the aborted transactions (producer_id, first_offset, marker_offset) it overlaps.
+    last_stable_offset: int | None = None
+    aborted: tuple[tuple[int, int, int], ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -125,3 +129,4 @@ class OffsetsResult:
     log_start_offset: int
     high_watermark: int
     offset: int | None
+    last_stable_offset: int | None = None  # transactions.py: read_committed's end

@@ -15,6 +15,7 @@
     dmq storage show|reset --data-dir DIR | set-aside   a data directory and its identity
     dmq share consume GROUP TOPIC [--ack accept|release|reject] [--follow]
     dmq share configure GROUP [--lock-duration-ms N] ... | describe GROUP | list
+    dmq txn list [--json]                          transactions: state, age, partitions
     dmq bench --nodes 3 [--quick] [--runs N]       a 3-node cluster against one node
     dmq bench log [--quick] [--dir DIR] [--total-mb MB] [--runs N] ...
     dmq bench broker [--quick] [--runs N] [--total-mb MB] [--rate N] ...
@@ -28,7 +29,7 @@ with the code of `dmq.errors`; 2 on a usage error; 130 when interrupted.
 
 One module per command area, each with an `add_<area>(commands, ...)` that registers its
 parser and handlers: `serve.py` (and `--join`), `topic.py`, `produce.py`, `consume.py`
-(and `--group`), `cluster.py`, `group.py`, `storage.py`, `share.py`, `bench.py`;
+(and `--group`), `cluster.py`, `group.py`, `storage.py`, `share.py`, `txn.py`, `bench.py`;
 `_common.py` holds the argument types, `UsageError` and the table printer they share. This
 module only builds the parser (`build_parser`) and runs a command (`main`); it imports no
 area's internals, and no area imports it.
@@ -54,6 +55,7 @@ from dmq.cli.serve import add_serve
 from dmq.cli.share import add_share
 from dmq.cli.storage import add_storage
 from dmq.cli.topic import add_topic
+from dmq.cli.txn import add_txn
 from dmq.errors import DmqError
 
 URL_DEFAULT = "http://127.0.0.1:8080"
@@ -80,6 +82,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_group(commands, url)
     add_storage(commands, url)
     add_share(commands, url)
+    add_txn(commands, url)
     add_bench(commands)
     return parser
 

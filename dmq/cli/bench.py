@@ -72,6 +72,16 @@ def add_bench(commands: Subparsers) -> None:
     share.add_argument("--in-flight", type=int, default=16, help="concurrent acks (16)")
     share.add_argument("--quick", action="store_true", help="one small run (CI)")
     share.set_defaults(handler=_cmd_bench_share)
+    # Likewise bench/txn_bench.py's add_arguments.
+    txn = kinds.add_parser("txn", help="transactions over 3 partitions against idempotent produce")
+    txn.add_argument("--nodes", type=int, default=3, help="brokers of the cluster (3)")
+    txn.add_argument("--runs", type=int, default=3, help="runs; medians are shown (3)")
+    txn.add_argument("--seconds", type=float, default=5.0, help="per measure (5)")
+    txn.add_argument("--producers", type=int, default=4, help="concurrent producers (4)")
+    txn.add_argument("--records", type=int, default=100, help="records per transaction (100)")
+    txn.add_argument("--record-bytes", type=int, default=1024, help="value size (1024)")
+    txn.add_argument("--quick", action="store_true", help="one small run (CI)")
+    txn.set_defaults(handler=_cmd_bench_txn)
     # Likewise bench/spark_bench.py's add_arguments (needs the spark extra).
     spark = kinds.add_parser(
         "spark", help="Spark reading a topic through spark_io, against a Parquet file"
@@ -147,6 +157,13 @@ def _cmd_bench_share(args: argparse.Namespace) -> int:
     from bench import share_bench
 
     share_bench.run(args)
+    return 0
+
+
+def _cmd_bench_txn(args: argparse.Namespace) -> int:
+    from bench import txn_bench
+
+    txn_bench.run(args)
     return 0
 
 

@@ -25,6 +25,12 @@ class (`error_for_code`), connection failures become `BrokerUnavailable` and tim
 unless the producer is idempotent (`Producer(url, idempotent=True)` or a
 `transactional_id`): then the partition writes a retried batch once.
 
+`Producer(url, transactional_id="t1")` writes transactions across partitions
+(`begin_transaction`, `send`, `send_offsets_to_transaction`, `commit_transaction`,
+`abort_transaction`; a newer instance raises `ProducerFenced`), and
+`Consumer(url, isolation="read_committed")` reads only committed transactions
+(`_transactions.py`).
+
 `Consumer(url, group="g", topics=[...])` (`AsyncGroupConsumer`) is a member of a consumer
 group: the broker assigns its partitions, it heartbeats in the background and commits
 after each poll (at-least-once); see `_group.py` and groups/README.md.

@@ -29,6 +29,7 @@ partition (`auto_offset_reset` where the group has none).
 from __future__ import annotations
 
 import asyncio
+import json
 from collections import deque
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -43,6 +44,9 @@ from log.errors import LogError
 from log.records import decode_batch, iter_batches
 
 OffsetReset = Literal["earliest", "latest", "none"]
+# read_committed: only committed transactions' records, never past the last stable offset
+# (the broker stops there and names the aborted transactions; this consumer drops them).
+Isolation = Literal["read_uncommitted", "read_committed"]
 SeekTo = int | Literal["earliest", "latest"]
 
 
@@ -73,7 +77,11 @@ class _Partition:
 
 
 def decode_fetched(
-    body: bytes, topic: str, partition: int, start_offset: int
+    body: bytes,
+    topic: str,
+    partition: int,
+    start_offset: int,
+    aborted: list[tuple[int, int, int]] | None = None,
 ) -> tuple[list[ConsumerRecord], int]:
     """The records at or after `start_offset` in a binary fetch answer, and the offset
     that follows its last batch (`start_offset` if it holds none).
@@ -89,6 +97,15 @@ def decode_fetched(
             end = max(end, batch_header.next_offset)
             if batch_header.next_offset <= start_offset or batch_header.is_control:
                 continue
+            if (
+                aborted
+                and batch_header.is_transactional
+                and any(
+                    p == batch_header.producer_id and f <= batch_header.base_offset <= m
+                    for p, f, m in aborted
+                )
+            ):
+                continue  # read_committed: a batch of an aborted transaction
             batch = decode_batch(view[pos : pos + batch_header.size_bytes])
             for r in batch.records:
                 if r.offset < start_offset:
@@ -129,7 +146,13 @@ class AsyncConsumer:
         retries: int = _limits.RETRIES_DEFAULT,
         retry_backoff_ms: int = _limits.RETRY_BACKOFF_MS_DEFAULT,
         request_timeout_ms: int = _limits.REQUEST_TIMEOUT_MS_DEFAULT,
+        isolation: Isolation = "read_uncommitted",
     ) -> None:
+        if isolation not in ("read_uncommitted", "read_committed"):
+            raise ValueError(
+                f"isolation must be read_uncommitted or read_committed, not {isolation!r}"
+            )
+        self._isolation = isolation
         if auto_offset_reset not in ("earliest", "latest", "none"):
             raise ValueError(
                 f"auto_offset_reset must be earliest, latest or none, not {auto_offset_reset!r}"
@@ -315,6 +338,7 @@ class AsyncConsumer:
                 "max_bytes": str(self._fetch_bytes_max),
                 "wait_ms": str(wait_ms),
                 "format": "binary",
+                "isolation": self._isolation,
             }
             try:
                 response = await self._transport.request(
@@ -331,7 +355,13 @@ class AsyncConsumer:
         content_type = (header(response.headers, "Content-Type") or "").split(";")[0].strip()
         if content_type and content_type != BATCHES:
             raise DmqError(f"asked for {BATCHES}, the broker answered {content_type}")
-        records, end = decode_fetched(response.body, tp.topic, tp.partition, offset)
+        aborted_text = header(response.headers, "X-Dmq-Aborted-Transactions")
+        aborted = (
+            None
+            if aborted_text is None
+            else [(int(p), int(f), int(m)) for p, f, m in json.loads(aborted_text)]
+        )
+        records, end = decode_fetched(response.body, tp.topic, tp.partition, offset, aborted)
         next_offset = response.header_int("X-Dmq-Next-Offset")
         return _Fetched(offset, records, max(offset, end if next_offset is None else next_offset))
 

@@ -36,7 +36,7 @@ from typing import Any
 from urllib.parse import quote
 
 from dmq.client import _limits
-from dmq.client._consumer import AsyncConsumer
+from dmq.client._consumer import AsyncConsumer, Isolation
 from dmq.client._http import Transport, group_path
 from dmq.client._types import ConsumerRecord, TopicPartition
 from dmq.errors import DmqError, UnknownMember
@@ -68,6 +68,7 @@ class AsyncGroupConsumer:
         on_revoke: Callback | None = None,
         request_timeout_ms: int = _limits.REQUEST_TIMEOUT_MS_DEFAULT,
         max_poll_interval_ms: int = _limits.MAX_POLL_INTERVAL_MS_DEFAULT,
+        isolation: Isolation = "read_uncommitted",
     ) -> None:
         if (topics is None) == (topic_pattern is None):
             raise ValueError("give either topics or topic_pattern")
@@ -89,7 +90,7 @@ class AsyncGroupConsumer:
             retries=_limits.RETRIES_DEFAULT,
             retry_backoff_ms=_limits.RETRY_BACKOFF_MS_DEFAULT,
         )
-        self._inner = AsyncConsumer(url, request_timeout_ms=request_timeout_ms)
+        self._inner = AsyncConsumer(url, request_timeout_ms=request_timeout_ms, isolation=isolation)
         self._member_id: str | None = None
         self._generation = 0  # the generation whose assignment is applied
         self._latest: dict[str, Any] | None = None  # the last heartbeat/join answer
@@ -109,6 +110,10 @@ class AsyncGroupConsumer:
 
     def assignment(self) -> list[TopicPartition]:
         return list(self._assigned)
+
+    def group_metadata(self) -> tuple[str, str, int]:
+        """(group, member id, generation): what a transactional offset commit carries."""
+        return self._group, self._member_id or "", self._generation
 
     async def __aenter__(self) -> AsyncGroupConsumer:
         return self

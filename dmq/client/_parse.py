@@ -78,6 +78,7 @@ def parse_offsets(obj: Any, topic: str) -> PartitionOffsets:
         log_start_offset=_field(obj, "log_start_offset", int, "offsets"),
         high_watermark=_field(obj, "high_watermark", int, "offsets"),
         offset=_optional_int(obj, "offset", "offsets"),
+        last_stable_offset=_optional_int(obj, "last_stable_offset", "offsets"),
     )
 
 

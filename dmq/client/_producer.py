@@ -32,6 +32,12 @@ may or may not have been written; the producer then takes a new epoch (a new id 
 transactional id) so that its next batches start a fresh sequence instead of being
 refused as out of order. Another producer started with the same transactional id fences
 this one: its batches then fail with `ProducerFenced`.
+
+Transactions (a `transactional_id`, as Kafka's transactional producer): every send is
+inside a transaction (`begin_transaction` ... `commit_transaction` or
+`abort_transaction`; a send outside one raises RuntimeError), batches carry the
+transactional attribute and each request names the transactional id, so that the broker
+adds the partition to the transaction first. `_transactions.py` has the steps.
 """
 
 from __future__ import annotations
@@ -45,7 +51,7 @@ from collections.abc import Coroutine, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from dmq.client import _limits
+from dmq.client import _limits, _transactions
 from dmq.client._accumulator import ProducerBatch, RecordAccumulator, record_size_bytes
 from dmq.client._http import BATCH, Transport, topic_path
 from dmq.client._parse import parse_description
@@ -135,6 +141,7 @@ class AsyncProducer:
         buffer_bytes: int = _limits.BUFFER_BYTES_DEFAULT,
         idempotent: bool = False,
         transactional_id: str | None = None,
+        transaction_timeout_ms: int = _transactions.TRANSACTION_TIMEOUT_MS_DEFAULT,
     ) -> None:
         if not 1 <= batch_bytes <= _limits.BATCH_BYTES_MAX:
             raise ValueError(f"batch_bytes must be in 1..{_limits.BATCH_BYTES_MAX}")
@@ -176,6 +183,14 @@ class AsyncProducer:
         self._producer: tuple[int, int] | None = None  # (producer_id, epoch) once known
         self._producer_lock = asyncio.Lock()
         self._sequences: dict[TopicPartition, int] = {}  # the next sequence per partition
+        # With a transactional_id, every send is inside a transaction (_transactions.py).
+        self._txn = (
+            None
+            if transactional_id is None
+            else _transactions.Transaction(
+                self._transport, transactional_id, transaction_timeout_ms
+            )
+        )
 
     @property
     def url(self) -> str:
@@ -207,6 +222,50 @@ class AsyncProducer:
         record = self._prepare(topic, value, key, headers, partition, timestamp_ms)
         return await self._enqueue(topic, record, partition)
 
+    # ------------------------------------------------------------------ transactions
+
+    async def begin_transaction(self) -> None:
+        """Open a transaction (local: the broker learns of it with the first send)."""
+        if self._txn is None:
+            raise RuntimeError("transactions need Producer(url, transactional_id=...)")
+        await self.producer_identity()  # fences older instances now, as init_transactions
+        self._txn.begin()
+
+    async def send_offsets_to_transaction(
+        self,
+        offsets: Mapping[TopicPartition | tuple[str, int], int],
+        consumer: _transactions.GroupMember | str,
+    ) -> None:
+        """Commit a consumer group's offsets (the next offset to read per partition) only
+        if this transaction commits; `consumer` is the group consumer (its member id and
+        generation are checked), or a group name for a group without members."""
+        if self._txn is None:
+            raise RuntimeError("transactions need Producer(url, transactional_id=...)")
+        await self._txn.send_offsets(await self.producer_identity(), offsets, consumer)
+
+    async def commit_transaction(self) -> None:
+        """Flush, then commit: every record sent since begin_transaction becomes visible
+        to read_committed consumers in every partition at once. Raises the error of a
+        failed send (then abort_transaction) or ProducerFenced."""
+        if self._txn is None:
+            raise RuntimeError("transactions need Producer(url, transactional_id=...)")
+        self._txn.check_open()
+        await self.flush()
+        await self._txn.end(await self.producer_identity(), commit=True)
+
+    async def abort_transaction(self) -> None:
+        """Flush, then abort: no record sent since begin_transaction is ever visible to
+        read_committed consumers."""
+        if self._txn is None:
+            raise RuntimeError("transactions need Producer(url, transactional_id=...)")
+        self._txn.check_open()
+        await self.flush()
+        failed = self._txn.error is not None
+        await self._txn.end(await self.producer_identity(), commit=False)
+        if failed:  # sequences unknown after a failed send: a new epoch starts them over
+            async with self._producer_lock:
+                self._producer = None
+
     def _prepare(
         self,
         topic: str,
@@ -224,6 +283,8 @@ class AsyncProducer:
             raise ValueError("topic must be a non-empty str")
         if partition is not None and (not isinstance(partition, int) or partition < 0):
             raise ValueError(f"partition must be an int >= 0, got {partition!r}")
+        if self._txn is not None:
+            self._txn.check_open()
         return Record(
             key=to_bytes(key, "key"),
             value=to_bytes(value, "value"),
@@ -238,6 +299,8 @@ class AsyncProducer:
         the sync `Producer`) join their batches in call order, whatever they wait for."""
         if self._closed:
             raise RuntimeError("the producer is closed")
+        if self._txn is not None:
+            self._txn.check_open()
         future: asyncio.Future[RecordMetadata] = asyncio.get_running_loop().create_future()
         # Tracked from now, so that a flush also waits for records still waiting for
         # metadata or buffer room.
@@ -398,11 +461,18 @@ class AsyncProducer:
             body |= {"producer_id": producer_id, "producer_epoch": epoch, "base_sequence": sequence}
         if partition is not None:
             item["partition"] = partition
+        params = {"acks": self._acks}
+        if self._txn is not None:
+            params |= self._txn.params()
+            self._txn.added = True
         try:
             response = await self._transport.request(
-                "POST", topic_path(topic) + "/records", params={"acks": self._acks}, json_body=body
+                "POST", topic_path(topic) + "/records", params=params, json_body=body
             )
-        except DmqError:
+        except DmqError as error:
+            if self._txn is not None:
+                self._txn.failed(error)
+                raise
             if self._idempotent and partition is None:
                 # It may have been written to a partition we cannot name: a new identity
                 # (new id, or the next epoch) starts every sequence over, so a later
@@ -511,6 +581,7 @@ class AsyncProducer:
             return encode_batch(
                 batch.records, codec=self._codec, producer_id=producer_id,
                 producer_epoch=epoch, base_sequence=sequence,
+                is_transactional=self._txn is not None,
             )  # fmt: skip
         except LogError as exc:
             raise InvalidRequest(f"cannot encode the batch: {exc}", field="records") from exc
@@ -528,10 +599,14 @@ class AsyncProducer:
         tp = batch.topic_partition
         try:
             body = await self._encode(batch)
+            params = {"partition": str(tp.partition), "acks": self._acks}
+            if self._txn is not None:
+                params |= self._txn.params()
+                self._txn.added = True
             response = await self._transport.request(
                 "POST",
                 topic_path(tp.topic) + "/records",
-                params={"partition": str(tp.partition), "acks": self._acks},
+                params=params,
                 body=body,
                 content_type=BATCH,
             )
@@ -545,7 +620,9 @@ class AsyncProducer:
         except DmqError as error:
             if isinstance(error, TopicNotFound | PartitionNotFound | PartitionDecommissioned):
                 self._metadata.pop(tp.topic, None)  # deleted, shrunk or retired: look again
-            if self._idempotent and not isinstance(error, ProducerFenced):
+            if self._txn is not None:
+                self._txn.failed(error)  # the transaction must abort; then a new epoch
+            elif self._idempotent and not isinstance(error, ProducerFenced):
                 self._producer = None  # its sequence is now unknown: start a new epoch
             for future in batch.waiters:
                 if not future.done():

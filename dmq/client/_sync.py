@@ -22,9 +22,10 @@ from typing import Any, TypeVar
 
 from dmq.client import _limits
 from dmq.client._admin import AsyncAdmin
-from dmq.client._consumer import AsyncConsumer, OffsetReset, SeekTo
+from dmq.client._consumer import AsyncConsumer, Isolation, OffsetReset, SeekTo
 from dmq.client._group import AsyncGroupConsumer, Callback
 from dmq.client._producer import Acks, AsyncProducer, Bytesish, Compression, HeadersArg
+from dmq.client._transactions import TRANSACTION_TIMEOUT_MS_DEFAULT
 from dmq.client._types import (
     ClusterInfo,
     ConsumerRecord,
@@ -149,6 +150,7 @@ class Producer:
         buffer_bytes: int = _limits.BUFFER_BYTES_DEFAULT,
         idempotent: bool = False,
         transactional_id: str | None = None,
+        transaction_timeout_ms: int = TRANSACTION_TIMEOUT_MS_DEFAULT,
     ) -> None:
         self._inner = AsyncProducer(
             url,
@@ -162,6 +164,7 @@ class Producer:
             buffer_bytes=buffer_bytes,
             idempotent=idempotent,
             transactional_id=transactional_id,
+            transaction_timeout_ms=transaction_timeout_ms,
         )
         self._runner = _LoopThread("dmq-producer")
         self._room = threading.BoundedSemaphore(_limits.SYNC_SENDS_PENDING_MAX)
@@ -229,6 +232,44 @@ class Producer:
         if task is not None and not task.done():
             await asyncio.wait([task])
 
+    def producer_identity(self) -> tuple[int, int]:
+        """(producer_id, producer_epoch), asked of the broker on first use."""
+        return self._runner.run(self._inner.producer_identity())
+
+    def begin_transaction(self) -> None:
+        """See `AsyncProducer.begin_transaction` (dmq/client/_transactions.py)."""
+        self._runner.run(self._inner.begin_transaction())
+
+    def send_offsets_to_transaction(
+        self, offsets: Mapping[TopicPartition | tuple[str, int], int], consumer: Any
+    ) -> None:
+        """See `AsyncProducer.send_offsets_to_transaction`; `consumer` is a group
+        `Consumer` (or a group name)."""
+
+        async def send() -> None:
+            await self._handed_off()
+            await self._inner.send_offsets_to_transaction(offsets, consumer)
+
+        self._runner.run(send())
+
+    def commit_transaction(self) -> None:
+        """See `AsyncProducer.commit_transaction`."""
+
+        async def commit() -> None:
+            await self._handed_off()
+            await self._inner.commit_transaction()
+
+        self._runner.run(commit())
+
+    def abort_transaction(self) -> None:
+        """See `AsyncProducer.abort_transaction`."""
+
+        async def abort() -> None:
+            await self._handed_off()
+            await self._inner.abort_transaction()
+
+        self._runner.run(abort())
+
     def flush(self) -> None:
         """Send everything queued and wait until each record is acknowledged or failed."""
 
@@ -294,6 +335,7 @@ class Consumer:
         on_assign: Callback | None = None,
         on_revoke: Callback | None = None,
         max_poll_interval_ms: int = _limits.MAX_POLL_INTERVAL_MS_DEFAULT,
+        isolation: Isolation = "read_uncommitted",
     ) -> None:
         self._group: AsyncGroupConsumer | None = None
         if group is not None:
@@ -302,6 +344,7 @@ class Consumer:
                 session_timeout_ms=session_timeout_ms, auto_commit=auto_commit,
                 instance_id=instance_id, on_assign=on_assign, on_revoke=on_revoke,
                 request_timeout_ms=request_timeout_ms, max_poll_interval_ms=max_poll_interval_ms,
+                isolation=isolation,
             )  # fmt: skip
         self._inner = AsyncConsumer(
             url,
@@ -311,6 +354,7 @@ class Consumer:
             retries=retries,
             retry_backoff_ms=retry_backoff_ms,
             request_timeout_ms=request_timeout_ms,
+            isolation=isolation,
         )
         self._runner = _LoopThread("dmq-consumer")
 
@@ -350,6 +394,13 @@ class Consumer:
         if self._group is None:
             raise RuntimeError("commit needs a group consumer (group=...)")
         self._runner.run(self._group.commit())
+
+    def group_metadata(self) -> tuple[str, str, int]:
+        """(group, member id, generation), for `Producer.send_offsets_to_transaction`."""
+        if self._group is None:
+            raise RuntimeError("group_metadata needs a group consumer (group=...)")
+        group = self._group
+        return self._runner.call(group.group_metadata)
 
     def group_assignment(self) -> list[TopicPartition]:
         """Group consumers: the partitions the group gave this member."""

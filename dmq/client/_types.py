@@ -85,6 +85,9 @@ class PartitionOffsets:
     log_start_offset: int
     high_watermark: int
     offset: int | None = None
+    # The first offset of the oldest open transaction (else the high watermark): where
+    # read_committed readers stop. None from brokers without transactions.
+    last_stable_offset: int | None = None
 
 
 @dataclass(frozen=True, slots=True)

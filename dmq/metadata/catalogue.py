@@ -22,6 +22,7 @@ from dmq.metadata import (
     reassignment,
     share_groups,
     topics,
+    transactions,
     voters,
 )
 from dmq.metadata.registry import Registry
@@ -38,6 +39,7 @@ CATALOGUE: Final = Registry(
         consumer_groups.DOMAIN,
         identity.DOMAIN,
         share_groups.DOMAIN,
+        transactions.DOMAIN,
     )
 )
 
@@ -49,5 +51,6 @@ CatalogueCommand = (
     | voters.VotersCommand
     | producers.ProducerCommand
     | identity.IdentityCommand
+    | transactions.TransactionCommand
 )
 Command = CatalogueCommand | GroupCommand | ShareCommand

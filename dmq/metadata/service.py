@@ -97,6 +97,14 @@ GROUP_REJECT_ERRORS: dict[str, type[errors.DmqError]] = {
 }
 
 
+TXN_REJECT_ERRORS: dict[str, type[errors.DmqError]] = {
+    "unknown_transactional_id": errors.TransactionNotFound,
+    "producer_fenced": errors.ProducerFenced,
+    "invalid_txn_state": errors.InvalidTxnState,
+    "concurrent_transactions": errors.ConcurrentTransactions,
+}
+
+
 def error_for_rejected(rejected: Rejected) -> errors.DmqError:
     """A metadata command's refusal as the user's error (the field names the input)."""
     field = rejected.field
@@ -118,6 +126,9 @@ def error_for_rejected(rejected: Rejected) -> errors.DmqError:
         return errors.BrokerUnavailable(rejected.message, retry_after_ms=500)
     if rejected.code == REJECT_TOO_MANY_TOPICS:
         return errors.InvalidRequest(rejected.message, field="name")
+    txn_error = TXN_REJECT_ERRORS.get(rejected.code)
+    if txn_error is not None:  # transactions (dmq/metadata/transactions.py)
+        return txn_error(rejected.message, field=field)
     group_error = GROUP_REJECT_ERRORS.get(rejected.code)
     if group_error is not None:  # consumer-group refusals (groups/state.py)
         return group_error(rejected.message, field=field)

@@ -130,6 +130,30 @@ class TopicInfo:
 
 
 @dataclass(frozen=True, slots=True)
+class Transaction:
+    """The transactions domain's record of one transactional id's current (or last)
+    transaction; its states and rules are in dmq/metadata/transactions.py."""
+
+    producer_id: int
+    producer_epoch: int
+    state: str  # empty, ongoing, prepare_commit, prepare_abort, complete_commit/abort
+    # "topic:partition", sorted, distinct: every partition that may hold its batches.
+    partitions: tuple[str, ...] = ()
+    # "group:topic:partition:offset", sorted: offsets committed with the transaction.
+    offsets: tuple[str, ...] = ()
+    started_ms: int = 0  # when it became ongoing
+    updated_ms: int = 0  # the last change of state
+    timeout_ms: int = 60_000
+    marker_epoch: int = 0  # the epoch its markers carry (producer_epoch, +1 if fenced)
+    fenced: bool = False  # aborted by the coordinator: producer_epoch may do nothing more
+
+    @property
+    def is_open(self) -> bool:
+        """Ongoing or deciding: its partitions hold its batches without a marker yet."""
+        return self.state in ("ongoing", "prepare_commit", "prepare_abort")
+
+
+@dataclass(frozen=True, slots=True)
 class MetadataState:
     # Field order is the one older code had (repr, positional construction). Each field
     # names its domain; the first, and metadata_version and clock_ms, are the shell's.
@@ -159,6 +183,9 @@ class MetadataState:
     cluster_id: str = ""
     # share_groups.py: share groups (queues) and their in-flight records; snapshot only.
     share_groups: ShareGroupsState = field(default_factory=ShareGroupsState)
+    # transactions.py: transactional id -> its current or last transaction (the
+    # coordinator's state), out of the catalogue observers follow, like producers.
+    transactions: dict[str, Transaction] = field(default_factory=dict)  # read-only once built
 
     def eligible_brokers(self, now_ms: int) -> list[str]:
         """Live brokers that may take new replicas (not decommissioning), sorted."""

@@ -5,7 +5,8 @@ decoded, CRC-checked batches, before anything is encoded for the wire: a record 
 filter drops costs its decode and one call of the filter, never its JSON or base64.
 
 It reads forward from `start_offset` batch by batch and stops at the first of:
-`max_records` or `max_bytes` of kept records, the high watermark, or `scan_bytes_max`
+`max_records` or `max_bytes` of kept records, the high watermark (or `end_offset`, the
+last stable offset of a read_committed fetch, if lower), or `scan_bytes_max`
 bytes of batches read (the cost bound of one fetch: a long run of records that do not
 match is read in slices, never in one go). `next_offset` is where the scan stopped, so a
 consumer that resumes there never reads the skipped records again.
@@ -13,7 +14,7 @@ consumer that resumes there never reads the skipped records again.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from log.partition_log import PartitionLog
@@ -40,13 +41,20 @@ def read_matching(
     max_bytes: int,
     max_records: int,
     scan_bytes_max: int,
+    end_offset: int | None = None,
+    aborted: Sequence[tuple[int, int, int]] = (),
 ) -> FilteredRead:
-    """Kept records from start_offset (module docstring); the caller holds the lock."""
+    """Kept records from start_offset (module docstring); the caller holds the lock.
+    `aborted`: (producer_id, first_offset, marker_offset) of aborted transactions, whose
+    transactional batches are skipped as markers are (dmq/partition/transactions.py)."""
     kept: list[Record] = []
     kept_bytes = 0
     scanned = 0
     offset = start_offset
-    end = log.high_watermark
+    end = log.high_watermark if end_offset is None else min(end_offset, log.high_watermark)
+    by_producer: dict[int, list[tuple[int, int]]] = {}
+    for producer_id, first, last in aborted:
+        by_producer.setdefault(producer_id, []).append((first, last))
     while offset < end and scanned < scan_bytes_max:
         step = min(SCAN_STEP_BYTES, scan_bytes_max - scanned)
         batches = list(log.read_batches(offset, step, end_offset=end))
@@ -59,7 +67,8 @@ def read_matching(
         for batch in batches:
             header = batch.header
             scanned += header.size_bytes
-            if not header.is_control:
+            ranges = by_producer.get(header.producer_id, ()) if header.is_transactional else ()
+            if not header.is_control and not any(f <= header.base_offset <= m for f, m in ranges):
                 for record in batch.records:
                     if record.offset < offset or record.offset >= end:
                         continue

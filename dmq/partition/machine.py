@@ -56,6 +56,16 @@ stored state's log_end_offset and the journal replays the commands after it: the
 is then rebuilt by apply itself, the same on every replica whatever its compaction or
 retention did. Commands without producer ids are still skipped on replay.
 
+**Transactions.** A transactional batch opens its producer's transaction in the
+partition; a control batch (a marker the coordinator writes) closes it, commit or abort,
+and moves the producer to the marker's epoch (dmq/partition/transactions.py). The open
+transactions and aborted ranges are replicated state like the producer states: stored
+in the same `raft-producers` file (its head's `transactions` key) and in the snapshot
+(`PartitionSnapshot.transactions`, left out while empty); every batch of either kind has
+a producer id, so the replay rule above rebuilds them too. `last_stable_offset` (the
+first offset of the oldest open transaction, else the log end) is recomputed after each
+command and read by other threads as one int.
+
 Threading: every method runs on the RaftNode's tick thread, the one writer of the log.
 """
 
@@ -72,9 +82,10 @@ import crc32c
 
 from dmq.partition.delay import DelayCommand, DelayStore, is_delay_command
 from dmq.partition.producers import ProducerStates
+from dmq.partition.transactions import TransactionStates, marker_type
 from log import InvalidOffsetError, InvalidRecordError, LogError, PartitionLog, StorageError
-from log.errors import StorageWriteError
-from log.records import read_header
+from log.errors import CorruptRecordError, StorageWriteError
+from log.records import BatchHeader, read_header
 from log.segment import NO_SPACE_ERRNOS, fsync_directory, write_durably
 from raft.errors import ApplyDeferred
 
@@ -103,6 +114,8 @@ POSITION_NONE: Position = (0, 0)
 # The checkpoint while restore() changes the log: its data is vouched for by no position.
 # Above (0, 0) and below every real position, so it makes replay skip nothing.
 POSITION_RESTORING: Position = (0, 0xFFFF_FFFF)
+# What `raft-producers` holds: position, log_end_offset, producer and transaction states.
+StoredState = tuple[Position, int, ProducerStates, TransactionStates]
 
 
 @dataclass(frozen=True, slots=True)
@@ -195,6 +208,8 @@ class PartitionSnapshot:
     applied: Position
     producers: str | None = None  # ProducerStates.to_json() at `applied`; None from version 1
     delayed: str | None = None  # DelayStore.to_snapshot(): pending delayed records, if any
+    # json of TransactionStates.to_doc() at `applied`; None when written before transactions
+    transactions: str | None = None
 
     def encode(self) -> bytes:
         fields: dict[str, object] = {
@@ -208,6 +223,8 @@ class PartitionSnapshot:
         }
         if self.delayed is not None:  # absent when none are pending: older nodes read it
             fields["delayed"] = self.delayed
+        if self.transactions is not None:
+            fields["transactions"] = self.transactions
         return json.dumps(fields, sort_keys=True, separators=(",", ":")).encode()
 
     @classmethod
@@ -222,6 +239,7 @@ class PartitionSnapshot:
             (int(fields["applied_index"]), int(fields["applied_k"])),
             None if fields.get("producers") is None else str(fields["producers"]),
             None if fields.get("delayed") is None else str(fields["delayed"]),
+            None if fields.get("transactions") is None else str(fields["transactions"]),
         )
 
 
@@ -243,6 +261,10 @@ class PartitionStateMachine:
         self.checkpoint_path = log.directory / APPLIED_CHECKPOINT
         self.producers_path = log.directory / PRODUCER_STATE
         self.producers = ProducerStates()  # set by _reconcile (dmq/partition/producers.py)
+        # Open and aborted transactions (dmq/partition/transactions.py), stored with the
+        # producer states; last_stable_offset is read by other threads (an int).
+        self.transactions = TransactionStates()
+        self.last_stable_offset = 0
         self.applied: Position = POSITION_NONE
         self.replayed_commands = 0  # skipped as already applied (a metric, and for tests)
         self._checkpoint_fd = -1  # appends one record per applied command
@@ -265,11 +287,11 @@ class PartitionStateMachine:
     def apply_at(self, index: int, k: int, command: bytes) -> list[int | LogError] | None:
         """Append the command's batches at the log end; None if applied before a restart.
 
-                Returns each batch's base offset, or the InvalidRecordError that refused it (the
-                same on every replica: size and CRC). A write the disk refused (StorageWriteError,
+        Returns each batch's base offset, or the InvalidRecordError that refused it (the
+        same on every replica: size and CRC). A write the disk refused (StorageWriteError,
         undone) raises ApplyDeferred: the replica retries this command later. Any other
-        StorageError propagates and stops the node.
-                An unknown command version raises too: this replica cannot follow the log.
+        StorageError propagates and stops the node. An unknown command version raises
+        too: this replica cannot follow the log.
         """
         position = (index, k)
         if position <= self.applied:
@@ -284,15 +306,18 @@ class PartitionStateMachine:
         produce = ProduceCommand.decode(command)
         start_offset = self.log.log_end_offset
         undo = self.producers.save_for(produce.batches)
+        transactions_before = self._transactions_before(produce.batches)
         try:
             return self._append_command(position, produce)
         except StorageWriteError as error:
-            # A full disk (or an I/O error) mid-command: put the log and the producer
-            # state back as they were before it, so the retry applies it whole, the
-            # same as every other replica did (raft/README.md, "A full disk").
+            # A full disk (or an I/O error) mid-command: put the log, the producer and
+            # the transaction state back as they were before it, so the retry applies it
+            # whole, the same as every other replica did (raft/README.md, "A full disk").
             if self.log.log_end_offset > start_offset:
                 self.log.truncate_to(start_offset)
             self.producers.restore_saved(undo)
+            if transactions_before is not None:
+                self.transactions = transactions_before
             raise ApplyDeferred(
                 f"partition {self.partition}: {error}", no_space=error.no_space
             ) from error
@@ -307,6 +332,9 @@ class PartitionStateMachine:
             try:
                 header = read_header(batch, 0)
                 touched = touched or header.producer_id >= 0
+                if header.is_control:  # a transaction marker (dmq/partition/transactions.py)
+                    results.append(self._apply_marker(batch, header, produce))
+                    continue
                 duplicate = self.producers.check(header, end_before)
                 if duplicate is not None:  # a producer's retry: answered, not written again
                     results.append(duplicate)
@@ -318,10 +346,13 @@ class PartitionStateMachine:
                 results.append(error)
                 continue
             self.producers.record(header, appended.base_offset, end_before)
+            self.transactions.on_data(header, appended.base_offset)
             results.append(appended.base_offset)
         log_end_offset = self.log.log_end_offset
         self._append_checkpoint(_checkpoint_record(position, log_end_offset, touched))
         self.log.set_high_watermark(log_end_offset)
+        self.transactions.forget_before(self.log.log_start_offset)
+        self.last_stable_offset = self.transactions.last_stable_offset(log_end_offset)
         self.applied = position
         return results
 
@@ -342,6 +373,33 @@ class PartitionStateMachine:
             os.ftruncate(fd, size)
             raise StorageWriteError(f"checkpoint record not written: {reason}", no_space=no_space)
 
+    def _apply_marker(self, batch: bytes, header: BatchHeader, produce: ProduceCommand) -> int:
+        """Append a marker and close its producer's open transaction; raises the
+        InvalidRecordError that refuses it (fenced, malformed), the same on every replica."""
+        end_before = self.log.log_end_offset
+        kind = marker_type(batch)
+        if header.producer_id < 0 or not header.is_transactional:
+            raise CorruptRecordError("a marker names its producer", field="producer_id")
+        self.producers.check_marker(header, end_before)
+        appended = self.log.append(
+            batch, assign_offsets=True, log_append_time_ms=produce.log_append_time_ms
+        )
+        self.producers.record_marker(header, appended.base_offset, end_before)
+        self.transactions.on_marker(header.producer_id, kind, appended.base_offset)
+        return appended.base_offset
+
+    def _transactions_before(self, batches: tuple[bytes, ...]) -> TransactionStates | None:
+        """A copy of the transaction state to put back if the disk refuses this command
+        (apply_at); None when no batch is transactional (the usual case: free)."""
+        for batch in batches:
+            try:
+                transactional = read_header(batch, 0).is_transactional
+            except InvalidRecordError:  # refused at apply: it changes nothing
+                continue
+            if transactional:
+                return TransactionStates.from_doc(self.transactions.to_doc())
+        return None
+
     # --- snapshots --------------------------------------------------------------------------
 
     def snapshot(self) -> bytes:
@@ -355,7 +413,15 @@ class PartitionStateMachine:
             self.applied,
             self.producers.to_json(),
             self.delay.to_snapshot(),
+            self._transactions_text(),
         ).encode()
+
+    def _transactions_text(self) -> str | None:
+        """The transaction state for a snapshot; None (left out) when there is none."""
+        t = self.transactions
+        if not t.open_transactions and not t.aborted:
+            return None
+        return json.dumps(t.to_doc(), separators=(",", ":"))
 
     def checkpoint(self) -> None:
         """fdatasync the log, then durably store the producer state and rewrite the
@@ -367,7 +433,12 @@ class PartitionStateMachine:
     def _save(self, position: Position, log_end_offset: int) -> None:
         """The producer state first: once durable it vouches for `position` on its own."""
         body = json.dumps(
-            {"index": position[0], "k": position[1], "log_end_offset": log_end_offset}
+            {
+                "index": position[0],
+                "k": position[1],
+                "log_end_offset": log_end_offset,
+                "transactions": self.transactions.to_doc(),
+            }
         ).encode()
         state = self.producers.to_json().encode()
         payload = body + b"\n" + state
@@ -412,6 +483,10 @@ class PartitionStateMachine:
         else:
             self.producers = ProducerStates.from_json(wanted.producers)
         self.delay.restore(wanted.delayed, wanted.applied)
+        self.transactions = TransactionStates.from_doc(
+            None if wanted.transactions is None else json.loads(wanted.transactions)
+        )
+        self.last_stable_offset = self.transactions.last_stable_offset(log.log_end_offset)
         self.applied = wanted.applied
         self._save(wanted.applied, log.log_end_offset)
 
@@ -491,9 +566,10 @@ class PartitionStateMachine:
             if log.log_end_offset < end_offset:  # cut in a gap compaction left: keep the end
                 log.roll(end_offset)
         if stored is not None:
-            self.producers = stored[2]
+            self.producers, self.transactions = stored[2], stored[3]
         elif position != POSITION_NONE:  # written before the state was stored
             self.producers.rebuild(log)
+        self.last_stable_offset = self.transactions.last_stable_offset(end_offset)
         self.applied = position
         self._save(position, end_offset)
         log.set_high_watermark(log.log_end_offset)
@@ -501,7 +577,7 @@ class PartitionStateMachine:
     def _choose_record(
         self,
         records: list[tuple[Position, int, bool]],
-        stored: tuple[Position, int, ProducerStates] | None,
+        stored: StoredState | None,
     ) -> tuple[Position, int]:
         """The applied position to reopen at: the last one the log holds, or the stored
         producer state's if a command after it changed producer state."""
@@ -568,8 +644,9 @@ def _read_checkpoint(path: Path) -> list[tuple[Position, int, bool]]:
     return records
 
 
-def _read_producer_state(path: Path) -> tuple[Position, int, ProducerStates] | None:
-    """The stored producer state: (position, log_end_offset, state); None if absent. A
+def _read_producer_state(path: Path) -> StoredState | None:
+    """The stored producer state: (position, log_end_offset, producers, transactions);
+    None if absent. A
     file that fails its CRC stops the node: it is written durably, so it cannot be torn."""
     try:
         raw = path.read_bytes()
@@ -583,4 +660,9 @@ def _read_producer_state(path: Path) -> tuple[Position, int, ProducerStates] | N
     head, _, state = payload.partition(b"\n")
     doc = json.loads(head)
     position = (int(doc["index"]), int(doc["k"]))
-    return position, int(doc["log_end_offset"]), ProducerStates.from_json(state.decode())
+    return (
+        position,
+        int(doc["log_end_offset"]),
+        ProducerStates.from_json(state.decode()),
+        TransactionStates.from_doc(doc.get("transactions")),
+    )

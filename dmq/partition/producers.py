@@ -149,6 +149,29 @@ class ProducerStates:
             else:
                 self._producers[producer_id] = state
 
+    def check_marker(self, header: BatchHeader, log_end_offset: int) -> None:
+        """Before appending a transaction marker (dmq/partition/transactions.py): one
+        older than the producer's known epoch is refused. Changes nothing."""
+        known = self._known(header.producer_id, log_end_offset)
+        if known is not None and header.producer_epoch < known.epoch:
+            raise ProducerFencedError(
+                f"marker of producer {header.producer_id} epoch {header.producer_epoch} is "
+                f"fenced by epoch {known.epoch}",
+                field="producer_epoch",
+            )
+
+    def record_marker(self, header: BatchHeader, offset: int, log_end_offset: int) -> None:
+        """After appending a marker at `offset`: a newer epoch becomes the producer's (its
+        older batches are refused from now on), starting its sequences afresh."""
+        known = self._known(header.producer_id, log_end_offset)
+        if known is None or header.producer_epoch > known.epoch:
+            self._producers[header.producer_id] = _Producer(header.producer_epoch)
+            known = self._producers[header.producer_id]
+        known.last_offset = offset
+        if len(self._producers) > PRODUCERS_PER_PARTITION_MAX:
+            oldest = min(self._producers, key=lambda p: (self._producers[p].last_offset, p))
+            del self._producers[oldest]
+
     def _known(self, producer_id: int, log_end_offset: int) -> _Producer | None:
         known = self._producers.get(producer_id)
         if known is not None and known.last_offset < log_end_offset - PRODUCER_WINDOW_OFFSETS:

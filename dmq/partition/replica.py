@@ -42,6 +42,7 @@ from dmq.partition.machine import (
     PartitionStateMachine,
     ProduceCommand,
 )
+from dmq.partition.transactions import AbortedRange, visible_records
 from log import compaction
 from log.config import LogConfig
 from log.errors import LogError
@@ -175,6 +176,7 @@ class PartitionReplica:
         self.log_start_offset = 0
         self.high_watermark = 0
         self.log_end_offset = 0
+        self.last_stable_offset = 0  # dmq/partition/transactions.py: read_committed's end
 
     @property
     def name(self) -> str:
@@ -393,15 +395,26 @@ class PartitionReplica:
         self.log_start_offset = log.log_start_offset
         self.high_watermark = log.high_watermark
         self.log_end_offset = log.log_end_offset
+        machine = self._machine
+        self.last_stable_offset = (
+            self.high_watermark
+            if machine is None
+            else min(machine.last_stable_offset, self.high_watermark)
+        )
 
     def _notify_committed(self) -> None:
         self._committed_advanced.set()
         self._committed_advanced = asyncio.Event()
 
-    async def wait_for_commit_past(self, offset: int, timeout_s: float) -> None:
-        """Return when high_watermark > offset, the replica closes, or the time is up."""
+    async def wait_for_commit_past(
+        self, offset: int, timeout_s: float, *, stable: bool = False
+    ) -> None:
+        """Return when high_watermark (`stable`: last_stable_offset) > offset, the replica
+        closes, or the time is up."""
         deadline = asyncio.get_running_loop().time() + timeout_s
-        while self.high_watermark <= offset and not self.closed:
+        while (
+            self.last_stable_offset if stable else self.high_watermark
+        ) <= offset and not self.closed:
             remaining = deadline - asyncio.get_running_loop().time()
             if remaining <= 0:
                 return
@@ -417,13 +430,17 @@ class PartitionReplica:
                 raise BrokerUnavailable(f"partition {self.name} is closing", retry_after_ms=200)
             return fn(*args)
 
-    async def read(self, offset: int, max_bytes: int) -> ReadResult:
-        """Raw ranges; the caller closes the result. If the caller is cancelled while the
-        read runs, the result is closed when it arrives (its descriptors never leak)."""
+    async def read(self, offset: int, max_bytes: int, end_offset: int | None = None) -> ReadResult:
+        """Raw ranges below end_offset (None: the high watermark); the caller closes the
+        result. If the caller is cancelled while the read runs, the result is closed when
+        it arrives (its descriptors never leak)."""
         assert self._log is not None
+        log = self._log
         loop = asyncio.get_running_loop()
         future = loop.run_in_executor(
-            self._executor, self._locked, self._log.read, offset, max_bytes
+            self._executor,
+            self._locked,
+            lambda: log.read(offset, max_bytes, end_offset=end_offset),
         )
         try:
             return await asyncio.shield(future)
@@ -465,6 +482,33 @@ class PartitionReplica:
         log = self._log
         assert log is not None
         return await self.run(self._locked, functools.partial(fn, log, *args, **kwargs))
+
+    async def read_committed_records(
+        self, offset: int, end_offset: int, max_bytes: int, max_records: int
+    ) -> tuple[list[Record], int, int, int]:
+        """read_records for a read_committed reader: below end_offset (the LSO), without
+        the records of aborted transactions (dmq/partition/transactions.py)."""
+        log = self._log
+        assert log is not None
+
+        def _read() -> tuple[list[Record], int, int, int]:
+            assert self._machine is not None
+            end = min(end_offset, log.high_watermark)
+            aborted = self._machine.transactions.aborted_between(offset, end)
+            batches = log.read_batches(offset, max_bytes, end_offset=end)
+            records, next_offset = visible_records(batches, offset, end, aborted, max_records)
+            return records, next_offset, log.high_watermark, log.log_start_offset
+
+        return await self.run(self._locked, _read)
+
+    async def aborted_between(self, start_offset: int, end_offset: int) -> list[AbortedRange]:
+        """The aborted transactions overlapping [start_offset, end_offset)."""
+
+        def _aborted() -> list[AbortedRange]:
+            assert self._machine is not None
+            return self._machine.transactions.aborted_between(start_offset, end_offset)
+
+        return await self.run(self._locked, _aborted)
 
     async def offset_for_timestamp(self, timestamp_ms: int) -> int | None:
         assert self._log is not None

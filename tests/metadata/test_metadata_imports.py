@@ -23,9 +23,9 @@ FOUNDATION: Final = frozenset({"state", "codec", "registry", "placement"})
 DOMAINS: Final = frozenset(
     {
         "brokers", "topics", "reassignment", "voters", "producers", "consumer_groups",
-        "identity", "share_groups",
-    }  # fmt: skip
-)
+        "identity", "share_groups", "transactions",
+    }
+)  # fmt: skip
 # module -> the dmq.metadata modules it may import
 ALLOWED: Final = {
     **{name: FOUNDATION for name in FOUNDATION},

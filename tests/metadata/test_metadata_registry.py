@@ -36,6 +36,7 @@ from dmq.metadata import (
     reassignment,
     shell,
     topics,
+    transactions,
     voters,
 )
 from dmq.metadata.catalogue import CATALOGUE
@@ -46,7 +47,7 @@ from groups import commands as group_commands
 from groups import share_commands
 
 DOMAIN_MODULES: Final = (
-    brokers, topics, reassignment, voters, producers, consumer_groups, identity,
+    brokers, topics, reassignment, voters, producers, consumer_groups, identity, transactions,
 )  # fmt: skip
 GOLDEN = [
     json.loads(line)
@@ -77,6 +78,7 @@ def test_every_command_class_is_registered_exactly_once_under_its_name() -> None
     assert [d.name for d in CATALOGUE.domains] == [
         "brokers", "topics", "reassignment", "voters", "producers", "consumer_groups",
         "identity", "share_groups",
+        "transactions",
     ]  # fmt: skip
 
 

@@ -8,7 +8,11 @@ filter pushdown to go stale); that a dead URL before a live one is skipped; that
 topicPattern picks topics; that bad options fail with a message naming them; that a
 DataFrame written with `df.write.format("dmq")` reads back exactly (written by
 idempotent producers); and that the example
-pipeline of spark_io/README.md runs as written and produces the per-key totals.
+pipeline of spark_io/README.md runs as written and produces the per-key totals; and that
+the exactly-once writer (`exactlyOnce=true`) commits each row once through the driver's
+commit, while a job whose task fails shows read_committed readers nothing (its rows are
+in the log, aborted), and leaves no transaction open; and that the reader reads
+read_committed by default (aborted rows filtered), read_uncommitted when asked.
 """
 
 from __future__ import annotations
@@ -88,14 +92,10 @@ def test_latest_to_latest_is_empty_and_a_partition_left_out_takes_the_default(
 ) -> None:
     assert reader(spark, dmq_broker.url, topic=TOPIC, startingOffsets="latest").load().count() == 0
     df = reader(spark, dmq_broker.url, topic=TOPIC, endingOffsets=json.dumps({TOPIC: {"1": 2}}))
-    assert rows(df.load()) == {
-        k: v for k, v in events.items() if k[1] != 1 or k[2] < 2
-    }
+    assert rows(df.load()) == {k: v for k, v in events.items() if k[1] != 1 or k[2] < 2}
 
 
-def test_timestamps_bound_the_read(
-    spark: Any, dmq_broker: BrokerProcess, events: Produced
-) -> None:
+def test_timestamps_bound_the_read(spark: Any, dmq_broker: BrokerProcess, events: Produced) -> None:
     first = min(v[3] for v in events.values())
     start_ms, end_ms = first + 10 * 50 + 3, first + 10 * 150  # records 51..149
     df = reader(
@@ -154,7 +154,10 @@ def test_a_dead_url_is_skipped_and_topic_pattern_picks_topics(
         ({"topic": TOPIC, "startingOffsets": "{not json"}, "startingOffsets"),
         ({"topic": TOPIC, "endingOffsets": json.dumps({TOPIC: {"0": -2}})}, "endingOffsets"),
         ({"topic": TOPIC, "minPartitions": "0"}, "minPartitions must be at least 1"),
-        ({"topic": TOPIC, "startingOffsets": json.dumps({TOPIC: {"0": 10**9}})}, "beyond the high watermark"),
+        (
+            {"topic": TOPIC, "startingOffsets": json.dumps({TOPIC: {"0": 10**9}})},
+            "beyond the high watermark",
+        ),
         ({"topic": "no-such-topic"}, "no-such-topic"),
     ],
 )
@@ -173,7 +176,9 @@ WRITE_SCHEMA = StructType(
         StructField("partition", IntegerType()),
         StructField(
             "headers",
-            ArrayType(StructType([StructField("key", StringType()), StructField("value", BinaryType())])),
+            ArrayType(
+                StructType([StructField("key", StringType()), StructField("value", BinaryType())])
+            ),
         ),
     ]
 )
@@ -201,8 +206,7 @@ def test_write_then_read_round_trip_is_exact(spark: Any, dmq_broker: BrokerProce
         (p, k or b"", v or b"", k is None, v is None, h) for (_, p, _), (k, v, h, _) in back.items()
     )
     want = sorted(
-        (p, k or b"", v or b"", k is None, v is None, tuple(h or ()))
-        for k, v, p, h in data
+        (p, k or b"", v or b"", k is None, v is None, tuple(h or ())) for k, v, p, h in data
     )
     assert got == want
     for p in (0, 1):  # offsets are dense from 0 in each partition
@@ -228,8 +232,10 @@ def test_string_columns_and_a_topic_column_route_rows(
     df.write.format("dmq").option("url", dmq_broker.url).mode("append").save()
 
     for topic, parity in (("left", 1), ("right", 0)):
-        got = reader(spark, dmq_broker.url, topic=topic).load().selectExpr(
-            "cast(key as string) k", "cast(value as string) v"
+        got = (
+            reader(spark, dmq_broker.url, topic=topic)
+            .load()
+            .selectExpr("cast(key as string) k", "cast(value as string) v")
         )
         assert sorted((r.k, r.v) for r in got.collect()) == sorted(
             (f"k{i}", f"v{i}") for i in range(40) if i % 2 == parity
@@ -248,8 +254,10 @@ def test_readme_pipeline_runs_and_writes_per_key_totals(
 
     exec(compile(code, str(README), "exec"), {"spark": spark, "url": url})
 
-    totals = reader(spark, url, topic="order-totals").load().selectExpr(
-        "cast(key as string) k", "cast(value as string) v"
+    totals = (
+        reader(spark, url, topic="order-totals")
+        .load()
+        .selectExpr("cast(key as string) k", "cast(value as string) v")
     )
     got = {r.k: json.loads(r.v) for r in totals.collect()}
     want: dict[str | None, dict[str, int]] = {}
@@ -258,3 +266,58 @@ def test_readme_pipeline_runs_and_writes_per_key_totals(
         total["orders"] += 1
         total["bytes"] += len(value or b"")
     assert got == want
+
+
+# --- exactlyOnce: the writer's transactions (spark_io/_write.py) ----------------------
+
+
+def eo_values(url: str, topic: str, isolation: str, partitions: int = 2) -> list[str]:
+    out: list[str] = []
+    for p in range(partitions):
+        path = f"{url}/v1/topics/{topic}/partitions/{p}/records?offset=0&max_records=10000"
+        with urllib.request.urlopen(f"{path}&isolation={isolation}") as answer:
+            out += [r["value"] for r in json.loads(answer.read())["records"]]
+    return sorted(out)
+
+
+def open_transactions(url: str) -> list[str]:
+    with urllib.request.urlopen(f"{url}/v1/transactions") as answer:
+        doc = json.loads(answer.read())
+    return [t["transactional_id"] for t in doc["transactions"] if t["state"] in
+            ("ongoing", "prepare_commit", "prepare_abort")]  # fmt: skip
+
+
+def test_each_row_is_committed_once_and_a_failed_job_shows_nothing(
+    spark: Any, dmq_broker: BrokerProcess
+) -> None:
+    url = dmq_broker.url
+    create_topic(url, "eo", 2)
+    rows = [(f"k{i}", f"v{i}", i % 2) for i in range(200)]
+    df = spark.createDataFrame(rows, "key string, value string, partition int").repartition(3)
+    df.write.format("dmq").option("url", url).option("topic", "eo").option(
+        "exactlyOnce", "true"
+    ).mode("append").save()
+    assert eo_values(url, "eo", "read_committed") == sorted(f"v{i}" for i in range(200))
+    assert not open_transactions(url)
+
+    # One task meets a row without a topic and fails; the job aborts the other's.
+    bad = [("eo" if i != 57 else None, f"x{i}", i % 2) for i in range(100)]
+    df = spark.createDataFrame(bad, "topic string, value string, partition int").repartition(2)
+    with pytest.raises(Exception, match="null topic"):
+        df.write.format("dmq").option("url", url).option("exactlyOnce", "true").mode(
+            "append"
+        ).save()
+    assert eo_values(url, "eo", "read_committed") == sorted(f"v{i}" for i in range(200))
+    assert any(v.startswith("x") for v in eo_values(url, "eo", "read_uncommitted"))
+    assert not open_transactions(url)
+    # spark_io's reader reads read_committed by default: the aborted rows are filtered.
+    committed = reader(spark, url, topic="eo").load().selectExpr("cast(value as string) v")
+    assert sorted(r.v for r in committed.collect()) == sorted(f"v{i}" for i in range(200))
+    everything = reader(spark, url, topic="eo", isolation="read_uncommitted").load()
+    seen = [r.v for r in everything.selectExpr("cast(value as string) v").collect()]
+    assert len(seen) > 200 and any(v.startswith("x") for v in seen)
+
+    with pytest.raises(Exception, match="exactlyOnce"):
+        df.write.format("dmq").option("url", url).option("exactlyOnce", "maybe").mode(
+            "append"
+        ).save()

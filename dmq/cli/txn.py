@@ -1,0 +1,42 @@
+"""`dmq txn list` (registered by dmq/cli/__init__.py): the transaction coordinator's view."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+
+from dmq.cli._common import Subparsers, print_table
+from dmq.client._transactions import list_transactions
+
+
+def add_txn(commands: Subparsers, url: argparse.ArgumentParser) -> None:
+    txn = commands.add_parser("txn", help="transactions: state, age, partitions")
+    actions = txn.add_subparsers(dest="txn_command", metavar="ACTION", required=True)
+    listing = actions.add_parser(
+        "list", parents=[url], help="every transactional id's current or last transaction"
+    )
+    listing.add_argument("--json", action="store_true", help="print the answer as JSON")
+    listing.set_defaults(handler=cmd_txn_list)
+
+
+def cmd_txn_list(args: argparse.Namespace) -> int:
+    transactions = asyncio.run(list_transactions(args.url))
+    if args.json:
+        print(json.dumps({"transactions": transactions}, indent=2))
+        return 0
+    rows = [("TRANSACTIONAL_ID", "STATE", "PRODUCER", "EPOCH", "AGE_MS", "PARTITIONS", "OFFSETS")]
+    rows += [
+        (
+            t["transactional_id"],
+            t["state"],
+            str(t["producer_id"]),
+            str(t["producer_epoch"]),
+            str(t["age_ms"]),
+            ",".join(t["partitions"]) or "-",
+            str(len(t["offsets"])),
+        )  # fmt: skip
+        for t in transactions
+    ]
+    print_table(rows)
+    return 0

@@ -1,0 +1,163 @@
+"""Proves the transactions domain (dmq/metadata/transactions.py) of the catalogue.
+
+- a hypothesis property over random command sequences (adds, offsets, commit, abort,
+  coordinator aborts, completes, new producer epochs, time): a rejection leaves the whole
+  state unchanged; a transaction only moves along empty/complete -> ongoing -> prepare ->
+  its own complete; a prepare never changes its decision; partitions only grow while
+  ongoing; pending offsets reach the groups only at complete_commit; snapshot and restore
+  give the same bytes;
+- the refusals a client meets, each naming its field: unknown transactional id, stale
+  epoch, commit in another state, offsets of a member that holds no such partition.
+"""
+
+from __future__ import annotations
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from dmq.metadata.machine import (
+    REJECT_CONCURRENT_TRANSACTIONS,
+    REJECT_INVALID_TXN_STATE,
+    REJECT_PRODUCER_FENCED,
+    REJECT_UNKNOWN_TRANSACTIONAL_ID,
+    AbortTxn,
+    AddOffsetsToTxn,
+    AddPartitionsToTxn,
+    Applied,
+    CompleteTxn,
+    CreateTopic,
+    EndTxn,
+    InitProducer,
+    MetadataMachine,
+    MetadataState,
+    RegisterBroker,
+    Rejected,
+    apply,
+)
+from groups.commands import JoinGroup
+
+ALLOWED = {
+    "ongoing": {"ongoing", "prepare_commit", "prepare_abort"},
+    "prepare_commit": {"prepare_commit", "complete_commit"},
+    "prepare_abort": {"prepare_abort", "complete_abort"},
+    "complete_commit": {"complete_commit", "ongoing"},
+    "complete_abort": {"complete_abort", "ongoing"},
+}
+
+
+def base() -> MetadataState:
+    state = MetadataState()
+    for command in (
+        RegisterBroker("n1", "127.0.0.1:1", "127.0.0.1:2", 1),
+        CreateTopic("a", 3, 1, (), 2),
+        InitProducer("t1", 3),
+    ):
+        state, result = apply(state, command)
+        assert isinstance(result, Applied), result
+    return state
+
+
+TID = st.sampled_from(["t1", "t2"])
+EPOCH = st.integers(0, 2)
+COMMANDS = st.one_of(
+    st.builds(InitProducer, TID, st.just(0)),
+    st.builds(
+        AddPartitionsToTxn,
+        TID,
+        st.just(0),
+        EPOCH,
+        st.lists(st.sampled_from(["a:0", "a:1", "a:2", "a:9", "b:0"]), min_size=0, max_size=2).map(
+            tuple
+        ),
+        st.sampled_from([0, 100, 60_000]),
+        st.just(0),
+    ),  # fmt: skip
+    st.builds(
+        AddOffsetsToTxn,
+        TID,
+        st.just(0),
+        EPOCH,
+        st.just("g"),
+        st.just(""),
+        st.just(-1),
+        st.lists(st.sampled_from(["a:0:5", "a:1:7", "x"]), min_size=1, max_size=2).map(tuple),
+        st.just(1_000),
+        st.just(0),
+    ),  # fmt: skip
+    st.builds(EndTxn, TID, st.just(0), EPOCH, st.integers(0, 2), st.just(0)),
+    st.builds(AbortTxn, TID, EPOCH, st.sampled_from(["timeout", "fenced", "x"]), st.just(0)),
+    st.builds(
+        CompleteTxn,
+        TID,
+        EPOCH,
+        st.sampled_from(["prepare_commit", "prepare_abort", "ongoing"]),
+        st.just(0),
+    ),  # fmt: skip
+)
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(st.tuples(COMMANDS, st.integers(0, 2_000)), max_size=30))
+def test_transactions_move_only_forward_and_rejections_change_nothing(steps: list) -> None:  # type: ignore[type-arg]
+    state = base()
+    now = 10
+    for command, advance in steps:
+        now += advance
+        command = type(command)(**{**_fields(command), "now_ms": now})
+        new, result = apply(state, command)
+        if isinstance(result, Rejected):
+            assert new == state, result
+            continue
+        for tid, txn in new.transactions.items():
+            old = state.transactions.get(tid)
+            if old is not None and old.producer_epoch == txn.producer_epoch:
+                assert txn.state in ALLOWED[old.state], (old.state, txn.state, command)
+                if old.state == "ongoing" and txn.state == "ongoing":
+                    assert set(old.partitions) <= set(txn.partitions)
+            if txn.state.startswith("complete"):
+                assert not txn.partitions and not txn.offsets
+            if txn.state.startswith("prepare") and old is not None and old.state == txn.state:
+                assert txn == old or txn.producer_epoch != old.producer_epoch
+        committed = new.groups.groups.get("g")
+        if committed is not None and committed != state.groups.groups.get("g"):
+            assert isinstance(command, CompleteTxn) and command.state == "prepare_commit"
+        state = new
+    machine = MetadataMachine()
+    machine.state = state
+    again = MetadataMachine()
+    again.restore(machine.snapshot())
+    assert again.snapshot() == machine.snapshot() and again.state == state
+
+
+def _fields(command: object) -> dict[str, object]:
+    return {f: getattr(command, f) for f in command.__slots__ if f != "version"}  # type: ignore[attr-defined]
+
+
+def reject(state: MetadataState, command: object) -> Rejected:
+    new, result = apply(state, command)  # type: ignore[arg-type]
+    assert isinstance(result, Rejected) and new == state, result
+    return result
+
+
+def test_refusals_name_what_is_wrong() -> None:
+    state = base()
+    pid, epoch = state.transactional_ids["t1"][:2]
+    r = reject(state, AddPartitionsToTxn("nope", pid, 0, ("a:0",), 1_000, 10))
+    assert (r.code, r.field) == (REJECT_UNKNOWN_TRANSACTIONAL_ID, "transactional_id")
+    state, _ = apply(state, AddPartitionsToTxn("t1", pid, epoch, ("a:0",), 1_000, 10))
+    state, _ = apply(state, InitProducer("t1", 11))  # epoch + 1 fences the open transaction
+    r = reject(state, EndTxn("t1", pid, epoch, 1, 12))
+    assert (r.code, r.field) == (REJECT_PRODUCER_FENCED, "producer_epoch")
+    r = reject(state, AddPartitionsToTxn("t1", pid, epoch + 1, ("a:1",), 1_000, 12))
+    assert r.code == REJECT_CONCURRENT_TRANSACTIONS  # until the old one is aborted
+    state, result = apply(state, AbortTxn("t1", epoch, "fenced", 13))
+    assert isinstance(result, Applied) and state.transactions["t1"].marker_epoch == epoch + 1
+    r = reject(state, EndTxn("t1", pid, epoch + 1, 1, 14))
+    assert (r.code, r.field) == (REJECT_INVALID_TXN_STATE, "transactional_id")
+    state, _ = apply(state, CompleteTxn("t1", epoch, "prepare_abort", 15))
+    # Offsets of a member that is not in the group (it holds no partition).
+    state, _ = apply(state, JoinGroup("g", "m1", "", ("a",), "", 10_000, "range", 16))
+    r = reject(state, AddOffsetsToTxn("t1", pid, epoch + 1, "g", "m2", 1, ("a:0:3",), 1_000, 17))
+    assert r.code == "unknown_member" and r.field == "member_id"
+    r = reject(state, AddPartitionsToTxn("t1", pid, epoch + 1, ("a:0",), 0, 18))
+    assert r.field == "timeout_ms"
