@@ -20,7 +20,9 @@ Transitions (all at the command's `now_ms`; nothing reads a clock):
 2. `AcquireRecords` takes AVAILABLE records (lowest offset first), then fresh offsets at or
    past `end_offset` from those the broker read from the log, while the window holds at
    most `max_in_flight_records` records; each taken record gets `delivery_count + 1` and a
-   lock of `lock_duration_ms`. Records below the log start (retention) are archived.
+   lock of `lock_duration_ms`. Records below the log start (retention) are archived. An
+   AVAILABLE record at or over `max_delivery_attempts` (the limit was lowered) becomes
+   DEAD_LETTERING instead.
 3. `AckRecords`: every acknowledged record must be ACQUIRED by the member with its lock
    unexpired, or the whole request is refused (`lock_not_held`) and nothing changes.
    accept -> ACCEPTED; release -> AVAILABLE after `delay_ms` (or DEAD_LETTERING when out of

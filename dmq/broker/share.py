@@ -9,9 +9,12 @@ leader (`GroupsService.route` relays it there, as for consumer groups). This ser
    `AcquireRecords` carrying the offsets it read; apply decides what the member gets
    (redeliveries first, the in-flight window bound, another poll racing for the same
    records). The records are then served from what was read, or read again from the log
-   for redeliveries. A poll reads `SHARE_READ_AHEAD_FACTOR` times what it may take, so
-   polls racing on one partition take distinct records in the same Raft round. With
-   nothing to take, it waits until a partition's log grows, a share command applied here
+   for redeliveries; a redelivery whose read fails is left out of the reply (it stays
+   locked until its lock runs out), and only an offset the log no longer holds is handed
+   over with no record. A poll reads `SHARE_READ_AHEAD_FACTOR` times what it may take (in
+   total over its partitions), so polls racing on one partition take distinct records in
+   the same Raft round. With nothing to take, it waits until a partition with room in its
+   window gets records in its log, a share command applied here
    (an ack, a release, a leave) may have freed records, the next lock or release delay of
    its partitions runs out, or `SHARE_RECHECK_MS`; then it looks again, until `wait_ms`.
 2. **Acks** (`ack`): ONE `AckRecords` per request; all or nothing (409 lock_not_held).
@@ -30,7 +33,9 @@ leader (`GroupsService.route` relays it there, as for consumer groups). This ser
    it again with the same producer id, epoch and sequence, and the partition answers the
    retry with the original offset instead of appending it (dmq/partition/producers.py:
    the last 5 batches of a producer are recognised), so the topic holds it once. Hence at
-   most `DLQ_WRITES_PER_MARK` (5) writes go out before each mark.
+   most `DLQ_WRITES_PER_MARK` (5) writes go out before each mark. Each group is written
+   in its own try (one failing group holds up no other); a dead letter the topic refuses
+   for good is written truncated (`dmq.dlq.truncated`).
 """
 
 from __future__ import annotations
