@@ -15,6 +15,8 @@ Proves that:
   a dead-letter topic no topic may be named, a group whose "<group>.dlq" is too long);
 - a dead letter too large, or with too many headers, for the dead-letter topic is
   truncated (dmq.dlq.truncated) rather than stopping the dead letters of every group;
+- a long-poll on a full window (more records in the log) sleeps rather than spins: the
+  broker's CPU time over the poll stays well below its wait;
 - a redelivery the poll could not read (past max_bytes) is left out of the reply, never
   handed over with no value, and comes again whole once its lock runs out; DELETE of a member releases its
   locks at once;
@@ -24,10 +26,12 @@ Proves that:
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import threading
 import time
+from pathlib import Path
 from typing import Any
 
 from dmq.client import ShareConsumer
@@ -339,3 +343,24 @@ def test_the_client_releases_with_a_delay_and_rejects(broker: BrokerProcess) -> 
             break
         time.sleep(0.1)
     assert (row["accepted"], row["dead_lettered"], row["start_offset"]) == (2, 1, 3), row
+
+
+def cpu_s(broker: BrokerProcess) -> float:
+    """The broker process's CPU time (user + system) so far."""
+    assert broker.proc is not None
+    stat = Path(f"/proc/{broker.proc.pid}/stat").read_text()
+    fields = stat.rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def test_a_poll_on_a_full_window_waits_without_spinning(broker: BrokerProcess) -> None:
+    """The window is full (max_in_flight_records 1, its record locked) and the log has
+    more records: a long-poll must sleep until a lock runs out or an ack comes, not read
+    the log in a loop for its whole wait. Before the fix such a poll burnt a core."""
+    setup(broker, "full", 5, max_in_flight_records=1, lock_duration_ms=10_000)
+    m = join(broker, "full")
+    assert [r["offset"] for r in poll(broker, "full", m)] == [0]
+    before, started = cpu_s(broker), time.monotonic()
+    assert poll(broker, "full", m, wait_ms=2_000) == []
+    used, waited = cpu_s(broker) - before, time.monotonic() - started
+    assert waited >= 1.9 and used < 0.5 * waited, (used, waited)
