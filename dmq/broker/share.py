@@ -461,6 +461,7 @@ class ShareService:
                 )
         producer = g.dlq_producer or await self._new_producer(g.name, None)
         done: list[tuple[str, int, int]] = []
+        written = 0
         try:
             for seq, t, p, o, inflight in pending:
                 try:
@@ -478,10 +479,11 @@ class ShareService:
                         await self._new_producer(g.name, producer)
                     return 0  # the next pass recomputes what is pending, with the new one
                 done.append((t, p, o))
+                written += 1
         finally:
             await self._mark(g.name, done)
-        _log.info("share group %s: %d records dead-lettered to %s", g.name, len(done), topic)
-        return len(done)
+        _log.info("share group %s: %d records dead-lettered to %s", g.name, written, topic)
+        return written
 
     async def _write_one(
         self, g: share.ShareGroup, topic: str, producer: tuple[int, int], seq: int,
@@ -495,20 +497,16 @@ class ShareService:
         try:
             await self._produce.produce(topic, [record], producer=ps)
             return
-        except errors.OutOfOrderSequence:
-            raise
-        except errors.InvalidRequest as exc:  # permanent: the same record fails again
+        except errors.RecordTooLarge as exc:  # permanent: the same record fails again
             why = exc.message
         _log.warning("share group %s: dead letter of %s-%d@%d truncated: %s", g.name, t, p, o, why)
-        ours = tuple(h for h in record.headers if h.key.startswith(DLQ_HEADER_PREFIX))
+        ours = _dlq_headers(g, t, p, o, inflight)
         mark = Header(DLQ_HEADER_PREFIX + "truncated", why.encode()[:DLQ_TRUNCATED_REASON_BYTES])
         try:
             await self._produce.produce(
                 topic, [ProduceRecord(record.key, None, (*ours, mark), partition=0)], producer=ps
             )
-        except errors.OutOfOrderSequence:
-            raise
-        except errors.InvalidRequest:
+        except errors.RecordTooLarge:  # the key itself is over the topic's limit
             await self._produce.produce(
                 topic, [ProduceRecord(None, None, (*ours, mark), partition=0)], producer=ps
             )
@@ -557,15 +555,7 @@ class ShareService:
         result = await self._fetch.partition_read(topic, partition, offset, 0, 1)
         found = [x for x in result.records if x.offset == offset]
         original = found[0] if found else None
-        ours = {
-            "group": g.name,
-            "topic": topic,
-            "partition": str(partition),
-            "offset": str(offset),
-            "delivery_count": str(r.delivery_count),
-            "reason": r.reason,
-        }
-        headers = tuple(Header(DLQ_HEADER_PREFIX + k, v.encode()) for k, v in ours.items())
+        headers = _dlq_headers(g, topic, partition, offset, r)
         if original is None:
             return ProduceRecord(None, None, headers, partition=0)
         room = HEADER_COUNT_MAX - len(headers) - 1  # and one for dmq.dlq.truncated
@@ -585,6 +575,21 @@ class ShareService:
     def list_groups(self) -> list[dict[str, Any]]:
         now_ms = wall_ms()
         return [group_json(g, now_ms, partitions=False) for g in self._state().groups.values()]
+
+
+def _dlq_headers(
+    g: share.ShareGroup, topic: str, partition: int, offset: int, r: share.InFlight
+) -> tuple[Header, ...]:
+    """The headers naming where a dead letter came from and why."""
+    ours = {
+        "group": g.name,
+        "topic": topic,
+        "partition": str(partition),
+        "offset": str(offset),
+        "delivery_count": str(r.delivery_count),
+        "reason": r.reason,
+    }
+    return tuple(Header(DLQ_HEADER_PREFIX + k, v.encode()) for k, v in ours.items())
 
 
 def planted_unlocked(
