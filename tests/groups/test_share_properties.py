@@ -7,7 +7,7 @@ retention moves the log start, dead letters are marked written. After every step
   record whose lock, held by anyone, has not run out or been given back;
 - an accepted record is never acquired again;
 - delivery counts never go down, and a record is never delivered more than
-  max_delivery_attempts times;
+  max_delivery_attempts times (the limit at that delivery: the operator may lower it);
 - every record below the start offset is accepted or archived;
 - the window holds at most max_in_flight_records records;
 - a refused command returns the very state it was given; a dead letter is marked once;
@@ -93,7 +93,8 @@ def test_share_group_invariants_hold_over_any_command_sequence(data: st.DataObje
     for _ in range(data.draw(st.integers(5, 60))):
         now += data.draw(st.sampled_from([0, 1, 200, 700, 1_500]))
         op = data.draw(st.sampled_from(["produce", "poll", "poll", "ack", "ack", "bad_ack",
-                                        "leave", "expire", "mark", "retention"]))  # fmt: skip
+                                        "leave", "expire", "mark", "retention",
+                                        "attempts"]))  # fmt: skip
         before = state
         if op == "produce":
             p = data.draw(st.sampled_from([0, 1]))
@@ -103,7 +104,13 @@ def test_share_group_invariants_hold_over_any_command_sequence(data: st.DataObje
             p = data.draw(st.sampled_from([0, 1]))
             log_start[p] = data.draw(st.integers(log_start[p], log_end[p]))
             continue
-        if op == "poll":
+        if op == "attempts":  # the operator lowers or raises max_delivery_attempts
+            attempts = data.draw(st.integers(1, ATTEMPTS))
+            state, r = share.apply(
+                state, PutShareGroup(G, LOCK_MS, attempts, "", WINDOW, 45_000, now)
+            )
+            assert r == ()
+        elif op == "poll":
             state = _poll(data, state, model, now, log_start, log_end)
         elif op in ("ack", "bad_ack"):
             state = _ack(data, state, model, now, good=op == "ack")
@@ -139,6 +146,8 @@ def _poll(data, state, model, now, log_start, log_end):  # type: ignore[no-untyp
     new, got = share.apply(state, AcquireRecords(G, member, tuple(items), max_records, now))
     assert isinstance(got, tuple)
     assert len(got) <= max_records
+    limit = state.groups[G].config.max_delivery_attempts  # as it is now, lowered or not
+    assert all(a.delivery_count <= limit for a in got), (got, limit)
     for p_item in items:  # retention: everything unfinished below the log start is archived
         for key in model.acquired_ever:
             if key[0] == p_item[1] and key[1] < p_item[2] and key not in model.accepted:
