@@ -20,7 +20,9 @@ Transitions (all at the command's `now_ms`; nothing reads a clock):
 2. `AcquireRecords` takes AVAILABLE records (lowest offset first), then fresh offsets at or
    past `end_offset` from those the broker read from the log, while the window holds at
    most `max_in_flight_records` records; each taken record gets `delivery_count + 1` and a
-   lock of `lock_duration_ms`. Records below the log start (retention) are archived.
+   lock of `lock_duration_ms`. Records below the log start (retention) are archived. An
+   AVAILABLE record at or over `max_delivery_attempts` (the limit was lowered) becomes
+   DEAD_LETTERING instead.
 3. `AckRecords`: every acknowledged record must be ACQUIRED by the member with its lock
    unexpired, or the whole request is refused (`lock_not_held`) and nothing changes.
    accept -> ACCEPTED; release -> AVAILABLE after `delay_ms` (or DEAD_LETTERING when out of
@@ -76,8 +78,10 @@ REJECT_LOCK_NOT_HELD: Final = "lock_not_held"
 REJECT_GROUP_NOT_EMPTY: Final = "group_not_empty"
 REJECT_TOO_MANY_GROUPS: Final = "too_many_groups"
 REJECT_TOO_MANY_MEMBERS: Final = "too_many_members"
+REJECT_PRODUCER_CHANGED: Final = "dead_letter_producer_changed"
 
 OFFSET_MAX: Final = 2**63 - 1
+DLQ_SUFFIX: Final = ".dlq"  # the default dead-letter topic is "<group>.dlq"
 _NAME: Final = re.compile(r"[a-zA-Z0-9._-]+")
 
 
@@ -149,7 +153,7 @@ class ShareGroup:
 
     @property
     def dead_letter_topic(self) -> str:
-        return self.config.dead_letter_topic or f"{self.name}.dlq"
+        return self.config.dead_letter_topic or self.name + DLQ_SUFFIX
 
 
 @dataclass(frozen=True, slots=True)
@@ -202,6 +206,25 @@ def _check_name(value: str, name: str, limit: int) -> str | None:
     return None
 
 
+def _check_topic(value: str, name: str, limit: int) -> str | None:
+    """As dmq/topics.py's check_topic_name (groups/ may not import dmq/)."""
+    if _check_name(value, name, limit) or value in (".", ".."):
+        return f"{name} must be 1-{limit} characters of [a-zA-Z0-9._-] and not '.' or '..'"
+    return None
+
+
+def _check_default_dlq(group: str, limit: int) -> str | None:
+    """A group without a dead_letter_topic writes to "<group>.dlq": it must be a topic name."""
+    if len(group) + len(DLQ_SUFFIX) > limit:
+        return (
+            f"group is {len(group)} characters: its default dead-letter topic "
+            f"'<group>{DLQ_SUFFIX}' would exceed the {limit}-character topic name limit; "
+            f"use a group name of at most {limit - len(DLQ_SUFFIX)} characters or set "
+            "dead_letter_topic"
+        )
+    return None
+
+
 def _in(value: int, low: int, high: int) -> bool:
     return low <= value <= high
 
@@ -226,10 +249,21 @@ def _put(state: ShareGroupsState, cmd: PutShareGroup) -> Result:
             return _refuse(
                 state, REJECT_INVALID_ARGUMENT, f"{name} must be in [{low}, {high}]", name
             )
+    if cmd.session_timeout_ms < cmd.lock_duration_ms:  # an expiry would cut locks short
+        return _refuse(
+            state, REJECT_INVALID_ARGUMENT,
+            f"session_timeout_ms ({cmd.session_timeout_ms}) must be at least lock_duration_ms "
+            f"({cmd.lock_duration_ms}): a member's session must outlive its locks",
+            "session_timeout_ms",
+        )  # fmt: skip
     if cmd.dead_letter_topic:
-        bad = _check_name(cmd.dead_letter_topic, "dead_letter_topic", lim.name_chars_max)
+        bad = _check_topic(cmd.dead_letter_topic, "dead_letter_topic", lim.name_chars_max)
         if bad:
             return _refuse(state, REJECT_INVALID_ARGUMENT, bad, "dead_letter_topic")
+    else:
+        bad = _check_default_dlq(cmd.group, lim.name_chars_max)
+        if bad:
+            return _refuse(state, REJECT_INVALID_ARGUMENT, bad, "group")
     config = ShareConfig(
         cmd.lock_duration_ms, cmd.max_delivery_attempts, cmd.dead_letter_topic,
         cmd.max_in_flight_records, cmd.session_timeout_ms,
@@ -261,6 +295,9 @@ def _join(state: ShareGroupsState, cmd: JoinShareGroup) -> Result:
     if group is None:
         if len(state.groups) >= lim.groups_max:
             return _refuse(state, REJECT_TOO_MANY_GROUPS, f"at most {lim.groups_max} share groups")
+        bad = _check_default_dlq(cmd.group, lim.name_chars_max)
+        if bad:
+            return _refuse(state, REJECT_INVALID_ARGUMENT, bad, "group")
         group = ShareGroup(cmd.group)
     if cmd.member_id not in group.members and len(group.members) >= lim.members_per_group_max:
         return _refuse(
@@ -314,6 +351,13 @@ def _acquire(state: ShareGroupsState, cmd: AcquireRecords) -> Result:
             f"max_records must be in [1, {lim.records_per_command_max}]", "max_records",
         )  # fmt: skip
     topics = set(group.members[cmd.member_id].topics)
+    fresh_total = sum(len(item[3]) for item in cmd.partitions)
+    if fresh_total > lim.records_per_command_max:  # bounds the command (and the Raft log)
+        return _refuse(
+            state, REJECT_INVALID_ARGUMENT,
+            f"{fresh_total} fresh offsets: at most {lim.records_per_command_max} per command",
+            "partitions",
+        )  # fmt: skip
     seen: set[tuple[str, int]] = set()
     for topic, partition, log_start, fresh, read_end in cmd.partitions:
         if topic not in topics or (topic, partition) in seen or partition < 0:
@@ -347,9 +391,12 @@ def _take(
     group: ShareGroup, sp: SharePartition, topic: str, partition: int, cmd: AcquireRecords,
     fresh: tuple[int, ...], read_end: int, budget: int,
 ) -> tuple[SharePartition, list[Acquired]]:  # fmt: skip
-    """Redeliveries first (lowest offset first), then fresh offsets, within the window."""
+    """Redeliveries first (lowest offset first), then fresh offsets, within the window.
+    An available record already delivered max_delivery_attempts times (the limit was
+    lowered since) goes to the dead-letter topic instead."""
     records = dict(sp.records)
     lock_until = cmd.now_ms + group.config.lock_duration_ms
+    attempts = group.config.max_delivery_attempts
     got: list[Acquired] = []
 
     def lock(offset: int, count: int) -> None:
@@ -357,8 +404,11 @@ def _take(
         got.append(Acquired(topic, partition, offset, count, lock_until))
 
     for offset, r in sp.records.items():
+        if r.state == AVAILABLE and r.delivery_count >= attempts:
+            records[offset] = InFlight(DEAD_LETTERING, r.delivery_count, reason=REASON_MAX_DELIVERY)
+            continue
         if len(got) >= budget:
-            break
+            continue
         if r.state == AVAILABLE and r.available_ms <= cmd.now_ms:
             lock(offset, r.delivery_count + 1)
     end = sp.end_offset
@@ -527,6 +577,13 @@ def _set_producer(state: ShareGroupsState, cmd: SetDeadLetterProducer) -> Result
         return _refuse(state, REJECT_UNKNOWN_GROUP, f"share group {cmd.group!r} does not exist")
     if cmd.producer_id < 0 or cmd.producer_epoch < 0:
         return _refuse(state, REJECT_INVALID_ARGUMENT, "producer id and epoch must be >= 0")
+    current = -1 if group.dlq_producer is None else group.dlq_producer[0]
+    if group.dlq_producer is not None and cmd.replaces_producer_id != current:
+        return _refuse(
+            state, REJECT_PRODUCER_CHANGED,
+            f"share group {cmd.group!r} writes dead letters with producer {current}, not "
+            f"{cmd.replaces_producer_id}: read the state again",
+        )  # fmt: skip
     return _with(state, replace(group, dlq_producer=(cmd.producer_id, cmd.producer_epoch))), ()
 
 

@@ -109,13 +109,20 @@ class ExpireShareLocks:
 
 @dataclass(frozen=True, slots=True)
 class SetDeadLetterProducer:
-    """The idempotent producer (id, epoch) the group's dead letters are written with."""
+    """The idempotent producer (id, epoch) the group's dead letters are written with.
+
+    Compare-and-set: applied when the group has no producer yet, or when
+    `replaces_producer_id` names the one it has (a switch after an out-of-order sequence);
+    otherwise refused, so two would-be metadata leaders cannot both install their own.
+    `replaces_producer_id` -1 (none) is left out of the encoding: the first producer's
+    command encodes as before the field existed."""
 
     group: str
     producer_id: int
     producer_epoch: int
     now_ms: int
     version: int = COMMAND_VERSION
+    replaces_producer_id: int = -1
 
 
 @dataclass(frozen=True, slots=True)
@@ -164,6 +171,10 @@ COMMAND_TYPES: Final[dict[str, type[Any]]] = {
     )
 }
 
+# Fields added after a command was first shipped: left out of the encoding when they hold
+# this default (so older commands encode, and decode, exactly as before).
+OPTIONAL_FIELDS: Final[dict[str, int]] = {"replaces_producer_id": -1}
+
 STR_FIELDS: Final = frozenset({"group", "member_id", "dead_letter_topic"})
 # The JSON shape of each field that is neither a str (STR_FIELDS) nor an int.
 _NESTED: Final[dict[str, str]] = {
@@ -184,7 +195,10 @@ def field_kind(cls: type[Any], name: str) -> str:
 
 def encode_share_command(command: ShareCommand) -> bytes:
     body = {
-        f.name: _plain(getattr(command, f.name)) for f in fields(command) if f.name != "version"
+        f.name: _plain(getattr(command, f.name))
+        for f in fields(command)
+        if f.name != "version"
+        and not (f.name in OPTIONAL_FIELDS and getattr(command, f.name) == OPTIONAL_FIELDS[f.name])
     }
     doc = {"type": type(command).__name__, "version": command.version, "fields": body}
     return json.dumps(doc, sort_keys=True, separators=(",", ":")).encode()
@@ -204,7 +218,8 @@ def decode_share_command(doc: dict[str, Any]) -> ShareCommand:
         raise ShareCommandDecodeError(f"{cls.__name__} version {version!r} is not supported")
     body = doc.get("fields")
     expected = {f.name for f in fields(cls)} - {"version"}
-    if not isinstance(body, dict) or set(body) != expected:
+    optional = expected & set(OPTIONAL_FIELDS)
+    if not isinstance(body, dict) or not expected - optional <= set(body) <= expected:
         raise ShareCommandDecodeError(f"{cls.__name__} fields must be exactly {sorted(expected)}")
     kwargs = {name: _field(cls.__name__, name, value) for name, value in body.items()}
     command: ShareCommand = cls(version=version, **kwargs)

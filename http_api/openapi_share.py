@@ -34,14 +34,23 @@ _CONFIG = {
         **integer(1, _LIMITS.max_delivery_attempts_max, 5),
         "description": "deliveries before a record goes to the dead-letter topic",
     },
-    "dead_letter_topic": {**_NAME, "description": "default <group>.dlq (created on demand)"},
+    "dead_letter_topic": {
+        **_NAME,
+        "description": (
+            "a topic name, not '.' or '..'; default <group>.dlq (created on demand, with the "
+            "source topics' max_record_bytes; a group without one has at most 245 characters)"
+        ),
+    },
     "max_in_flight_records": {
         **integer(1, _LIMITS.max_in_flight_records_max, 2_000),
         "description": "records between a share-partition's start and end offsets, at most",
     },
     "session_timeout_ms": {
         **integer(_LIMITS.session_timeout_ms_min, _LIMITS.session_timeout_ms_max, 45_000),
-        "description": "a member silent this long is removed and its locks released",
+        "description": (
+            "a member silent this long is removed and its locks released; at least "
+            "lock_duration_ms (else 400)"
+        ),
     },
 }
 

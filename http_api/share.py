@@ -14,6 +14,7 @@ from aiohttp import web
 from dmq import errors, limits
 from dmq.broker import Broker
 from dmq.broker.share import ACK_KINDS, SHARE_LIMITS, Ack, Delivery, group_json
+from dmq.topics import check_topic_name
 from http_api import codec
 from http_api.forward import BROKER, forwarded_hops
 from http_api.groups import _int, _name
@@ -53,10 +54,28 @@ async def put_group(request: web.Request) -> web.Response:
         if name in doc
     }
     if "dead_letter_topic" in doc:
-        changes["dead_letter_topic"] = _name(doc["dead_letter_topic"], "dead_letter_topic")
+        changes["dead_letter_topic"] = _topic(doc["dead_letter_topic"], "dead_letter_topic")
+    lock, session = changes.get("lock_duration_ms"), changes.get("session_timeout_ms")
+    if lock is not None and session is not None and session < lock:  # else: the machine's
+        raise errors.InvalidRequest(
+            f"session_timeout_ms ({session}) must be at least lock_duration_ms ({lock}): a "
+            "member's session must outlive its locks", field="session_timeout_ms", limit=lock,
+        )  # fmt: skip
     broker = _routed(request)
     found = await broker.share.put_group(group, changes)
     return codec.json_response(group_json(found, 0, partitions=False))
+
+
+def _topic(value: Any, field: str) -> str:
+    """A topic name, by the topics' own rule (not '.' or '..', at most 249 characters)."""
+    name = _name(value, field, limits.TOPIC_NAME_CHARS_MAX)
+    try:
+        check_topic_name(name)
+    except errors.InvalidRequest as exc:
+        raise errors.InvalidRequest(
+            exc.message, field=field, limit=limits.TOPIC_NAME_CHARS_MAX
+        ) from None
+    return name
 
 
 async def join(request: web.Request) -> web.Response:
@@ -101,7 +120,7 @@ def _delivery(d: Delivery, encoding: str) -> dict[str, Any]:
         "delivery_count": a.delivery_count,
         "locked_until": a.locked_until_ms,
     }
-    if d.record is None:  # retention removed it meanwhile: acknowledge it all the same
+    if d.record is None:  # the log no longer holds it (retention, compaction): ack it
         return {**head, "timestamp": None, "key": None, "value": None, "headers": []}
     body = codec.record_to_json(d.record, encoding)
     del body["offset"]
@@ -135,13 +154,13 @@ def _acks(doc: dict[str, Any]) -> tuple[Ack, ...]:
         if set(e) - {"topic", "partition", "offsets", "type", "delay_ms"}:
             raise errors.InvalidRequest(f"{where} has unknown fields", field=where)
         topic = _name(e["topic"], f"{where}.topic")
-        partition = _int(e, "partition", None, 0, limits.PARTITIONS_PER_TOPIC_MAX - 1)
+        partition = _at(e, where, "partition", None, 0, limits.PARTITIONS_PER_TOPIC_MAX - 1)
         kind = e["type"]
         if kind not in ACK_KINDS:
             raise errors.InvalidRequest(
                 f"{where}.type must be one of {ACK_KINDS}", field=f"{where}.type"
             )
-        delay_ms = _int(e, "delay_ms", 0, 0, LIMITS.delay_ms_max)
+        delay_ms = _at(e, where, "delay_ms", 0, 0, LIMITS.delay_ms_max)
         if delay_ms and kind != "release":
             raise errors.InvalidRequest(
                 f"{where}.delay_ms applies to release only", field=f"{where}.delay_ms"
@@ -165,6 +184,16 @@ def _acks(doc: dict[str, Any]) -> tuple[Ack, ...]:
     if len({(t, p, o) for t, p, o, _, _ in out}) != len(out):
         raise errors.InvalidRequest("a record is acknowledged twice in one request", field="acks")
     return tuple(out)
+
+
+def _at(e: dict[str, Any], where: str, name: str, default: int | None, low: int, high: int) -> int:
+    """An integer field of acks[i], the error naming it as `acks[i].<name>`."""
+    try:
+        return _int(e, name, default, low, high)
+    except errors.InvalidRequest as exc:
+        raise errors.InvalidRequest(
+            f"{where}.{exc.message}", **{**exc.details, "field": f"{where}.{name}"}
+        ) from None
 
 
 async def list_groups(request: web.Request) -> web.Response:

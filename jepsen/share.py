@@ -5,8 +5,9 @@ final share drain and the read of the dead-letter topic.
 
 Operations (history values):
 - share-join: join SHARE_GROUP; ok {member_id}.
-- share-poll: a long-poll; ok {member_id, records: [[partition, offset, value,
-  delivery_count]]}.
+- share-leave: {member_id}; its locks are released.
+- share-poll: a long-poll; ok {member_id, wall_ms (the client's clock at the end),
+  records: [[partition, offset, value, delivery_count, locked_until]]}.
 - share-ack: {member_id, acks: [[partition, offset, type]]}; ok on 200; fail on 409 (the
   broker proves nothing changed: a lock not held, or the member is gone); else info.
 - share-dlq: the final read of the dead-letter topic; ok {records: [[partition, offset,
@@ -101,9 +102,12 @@ class ShareClient:
         answer = self._call("share-poll", value, "GET", path, None)
         if answer is None:
             return []
-        records = [[r["partition"], r["offset"], r["value"], r["delivery_count"]]
+        wall_ms = int(time.time() * 1000)  # the poll's end (lock-cut-short: the checker)
+        records = [[r["partition"], r["offset"], r["value"], r["delivery_count"],
+                    r["locked_until"]]
                    for r in answer.json()["records"] if r["topic"] == self.topic]  # fmt: skip
-        self._done("ok", "share-poll", self.node, {**value, "records": records})
+        self._done("ok", "share-poll", self.node,
+                   {**value, "records": records, "wall_ms": wall_ms})  # fmt: skip
         return records
 
     def ack(self, acks: list[list[Any]], delay_ms: int = 0) -> str:
@@ -118,10 +122,16 @@ class ShareClient:
         return "ok"
 
     def leave(self) -> None:
-        """Best effort, not logged: the drain's member gets the records sooner."""
+        """Best effort: the drain's member gets the records sooner. Logged (share-leave):
+        a leave releases the member's locks, which the checker must know."""
         if self.member_id is not None:
+            value = {"member_id": self.member_id}
+            self.history.add(self.process, "invoke", "share-leave", self.node, value)
+            type_ = "info"
             with contextlib.suppress(OSError):
-                http(self._url(f"/members/{self.member_id}"), "DELETE", timeout_s=5.0)
+                answer = http(self._url(f"/members/{self.member_id}"), "DELETE", timeout_s=5.0)
+                type_ = "ok" if 200 <= answer.status < 300 else "info"
+            self.history.add(self.process, type_, "share-leave", self.node, value)
             self.member_id = None
 
 
@@ -159,7 +169,7 @@ class ShareWorker(threading.Thread):
         records = c.poll()
         acks: list[list[Any]] = []
         released: list[list[Any]] = []
-        for p, o, _, _ in records:
+        for p, o, *_ in records:
             draw = self.rng.random()
             if draw < FORGET_P:
                 continue
@@ -218,7 +228,7 @@ def final_drain(cluster: Cluster, history: History, topic: str, ends: dict[int, 
         else:
             records = client.poll()
             if records:
-                client.ack([[p, o, "accept"] for p, o, _, _ in records])
+                client.ack([[p, o, "accept"] for p, o, *_ in records])
         if client.last_type == "info":
             client.process = next(processes)
             time.sleep(0.2)

@@ -9,9 +9,12 @@ leader (`GroupsService.route` relays it there, as for consumer groups). This ser
    `AcquireRecords` carrying the offsets it read; apply decides what the member gets
    (redeliveries first, the in-flight window bound, another poll racing for the same
    records). The records are then served from what was read, or read again from the log
-   for redeliveries. A poll reads `SHARE_READ_AHEAD_FACTOR` times what it may take, so
-   polls racing on one partition take distinct records in the same Raft round. With
-   nothing to take, it waits until a partition's log grows, a share command applied here
+   for redeliveries; a redelivery whose read fails is left out of the reply (it stays
+   locked until its lock runs out), and only an offset the log no longer holds is handed
+   over with no record. A poll reads `SHARE_READ_AHEAD_FACTOR` times what it may take (in
+   total over its partitions), so polls racing on one partition take distinct records in
+   the same Raft round. With nothing to take, it waits until a partition with room in its
+   window gets records in its log, a share command applied here
    (an ack, a release, a leave) may have freed records, the next lock or release delay of
    its partitions runs out, or `SHARE_RECHECK_MS`; then it looks again, until `wait_ms`.
 2. **Acks** (`ack`): ONE `AckRecords` per request; all or nothing (409 lock_not_held).
@@ -30,7 +33,9 @@ leader (`GroupsService.route` relays it there, as for consumer groups). This ser
    it again with the same producer id, epoch and sequence, and the partition answers the
    retry with the original offset instead of appending it (dmq/partition/producers.py:
    the last 5 batches of a producer are recognised), so the topic holds it once. Hence at
-   most `DLQ_WRITES_PER_MARK` (5) writes go out before each mark.
+   most `DLQ_WRITES_PER_MARK` (5) writes go out before each mark. Each group is written
+   in its own try (one failing group holds up no other); a dead letter the topic refuses
+   for good is written truncated (`dmq.dlq.truncated`).
 """
 
 from __future__ import annotations
@@ -69,6 +74,7 @@ from groups.share_commands import (
     SetDeadLetterProducer,
     ShareCommand,
 )
+from log.limits import HEADER_COUNT_MAX
 from log.records import Header, Record
 
 _log = logging.getLogger("dmq.share")
@@ -84,6 +90,7 @@ SHARE_RECHECK_MS: Final = 250
 SHARE_READ_AHEAD_FACTOR: Final = 4
 DLQ_WRITES_PER_MARK: Final = 5  # = PRODUCER_BATCHES_KEPT: every unmarked write is recognised
 DLQ_HEADER_PREFIX: Final = "dmq.dlq."
+DLQ_TRUNCATED_REASON_BYTES: Final = 200  # the dmq.dlq.truncated header's value, at most
 # What http_api (which reaches groups/ only through dmq.broker) validates and documents.
 SHARE_LIMITS: Final = share.ShareLimits()
 ACK_KINDS: Final = ACK_TYPES
@@ -226,6 +233,10 @@ class ShareService:
         """Each partition read at its share-partition's end, without waiting; the items of
         an AcquireRecords for those with fresh records or a record to redeliver."""
         now_ms = wall_ms()
+        # The read-ahead is bounded in total, not per partition: it is shared among the
+        # partitions (each reads its share, at least one record) and cut to the total below.
+        budget = min(max_records * SHARE_READ_AHEAD_FACTOR, SHARE_LIMITS.records_per_command_max)
+        each = max(1, -(-budget // max(1, len(tps))))
 
         async def one(tp: tuple[str, int]) -> tuple[tuple[str, int], FetchResult | None]:
             sp = g.partitions.get(tp)
@@ -234,7 +245,7 @@ class ShareService:
             try:
                 if room <= 0:  # a full window takes no fresh record: offsets only
                     return tp, await self._fetch.partition_read(tp[0], tp[1], offset, 0, 1, 1)
-                want = min(max_records * SHARE_READ_AHEAD_FACTOR, room)
+                want = min(each, room)
                 return tp, await self._fetch.partition_read(
                     tp[0], tp[1], offset, 0, want, max_bytes
                 )
@@ -249,8 +260,11 @@ class ShareService:
                 continue
             sp = g.partitions.get(tp)
             full = sp is not None and len(sp.records) >= g.config.max_in_flight_records
-            fresh = () if full else tuple(r.offset for r in result.records)
+            fresh = () if full else tuple(r.offset for r in result.records)[:budget]
             read_end = result.offset if full else result.next_offset
+            if len(fresh) < len(result.records) and not full:  # cut: the rest is not skipped
+                read_end = fresh[-1] + 1 if fresh else result.offset
+            budget -= len(fresh)
             redeliver = sp is not None and share.offerable(sp, now_ms)
             behind = sp is not None and sp.start_offset < result.log_start_offset
             if fresh or redeliver or behind:
@@ -267,9 +281,13 @@ class ShareService:
         found: dict[tuple[str, int, int], Record] = {
             (tp[0], tp[1], r.offset): r for tp, result in reads.items() for r in result.records
         }
+        # Offsets the log no longer holds (below its start, or compacted away: a read went
+        # past them): delivered with no record, for the member to acknowledge.
+        gone: set[tuple[str, int, int]] = set()
         missing = [a for a in acquired if (a.topic, a.partition, a.offset) not in found]
         for a in missing:  # redeliveries: read again from the log (few, usually)
-            if (a.topic, a.partition, a.offset) in found:
+            key = (a.topic, a.partition, a.offset)
+            if key in found or key in gone:
                 continue
             run = [b.offset for b in missing if (b.topic, b.partition) == (a.topic, a.partition)]
             run = [o for o in run if o >= a.offset]
@@ -277,12 +295,26 @@ class ShareService:
                 result = await self._fetch.partition_read(
                     a.topic, a.partition, a.offset, 0, max(run) - a.offset + 1, max_bytes
                 )
-            except errors.DmqError as exc:  # the lock runs out and it comes again later
-                _log.debug("share poll: %s-%d redelivery unread: %s", a.topic, a.partition, exc)
+            except errors.DmqError as exc:  # left out: it stays locked until its lock runs
+                _log.warning(  # out, then comes again (a delivery attempt is spent)
+                    "share poll: %s-%d offset %d unread, held back: %s",
+                    a.topic, a.partition, a.offset, exc,
+                )  # fmt: skip
                 continue
             for r in result.records:
                 found.setdefault((a.topic, a.partition, r.offset), r)
-        deliveries = [Delivery(a, found.get((a.topic, a.partition, a.offset))) for a in acquired]
+            for o in run:
+                if o < result.log_start_offset or (
+                    o < result.next_offset and (a.topic, a.partition, o) not in found
+                ):
+                    gone.add((a.topic, a.partition, o))
+        # A record neither read nor gone (a read error, or past max_bytes) is left out of
+        # the reply: it stays locked until its lock runs out, and is never handed over empty.
+        deliveries = [
+            Delivery(a, found.get((a.topic, a.partition, a.offset)))
+            for a in acquired
+            if (a.topic, a.partition, a.offset) in found or (a.topic, a.partition, a.offset) in gone
+        ]
         if planted.active("share-double-delivery"):  # planted: records read, locked or not
             deliveries += planted_unlocked(acquired, reads)
         return deliveries
@@ -305,6 +337,12 @@ class ShareService:
         next_due_ms = min(due, default=now_ms + wait_ms) - now_ms
         wait_ms = max(1, min(wait_ms, next_due_ms + 1))
 
+        window = g.config.max_in_flight_records
+
+        def has_room(tp: tuple[str, int]) -> bool:
+            sp = g.partitions.get(tp)
+            return sp is None or len(sp.records) < window
+
         async def one(tp: tuple[str, int]) -> bool:
             sp = g.partitions.get(tp)
             offset = 0 if sp is None else sp.end_offset
@@ -323,7 +361,11 @@ class ShareService:
             await asyncio.sleep(wait_ms / 1000)
             return True
 
-        tasks = [asyncio.ensure_future(c) for c in (state_changed(), timer(), *map(one, tps))]
+        # A full share-partition takes no fresh record: new records in its log are no reason
+        # to look again (its backlog would answer at once and the poll would spin); an ack,
+        # a release or a lock running out (the changed and timer wake-ups) are.
+        logs = [one(tp) for tp in tps if has_room(tp)]
+        tasks = [asyncio.ensure_future(c) for c in (state_changed(), timer(), *logs)]
         try:
             pending = set(tasks)
             while pending:
@@ -393,14 +435,19 @@ class ShareService:
         return True
 
     async def maybe_write_dead_letters(self) -> int:
-        """Write (then mark) up to DLQ_WRITES_PER_MARK dead letters per group."""
+        """Write (then mark) up to DLQ_WRITES_PER_MARK dead letters per group. A group whose
+        writes fail is logged and retried at the next pass: the other groups go on."""
         if not self._is_leader():
             return 0
         written = 0
         for g in list(self._state().groups.values()):
             pending = share.dead_letters(g)[:DLQ_WRITES_PER_MARK]
-            if pending:
+            if not pending:
+                continue
+            try:
                 written += await self._write_dead_letters(g, pending)
+            except errors.DmqError as exc:
+                _log.warning("share group %s: dead letters not written yet: %s", g.name, exc)
         return written
 
     async def _write_dead_letters(
@@ -409,53 +456,116 @@ class ShareService:
         topic = g.dead_letter_topic
         if topic not in self._ctx.metadata.state.topics:
             with contextlib.suppress(errors.TopicAlreadyExists):
-                await self._topics.create_topic(topic, partitions=1)
-        producer = g.dlq_producer or await self._new_producer(g.name)
-        done = []
-        for seq, t, p, o, inflight in pending:
-            record = await self._dead_letter(g, t, p, o, inflight)
-            try:
-                await self._produce.produce(
-                    topic, [record], producer=ProducerSequence(producer[0], producer[1], seq)
+                await self._topics.create_topic(
+                    topic, partitions=1, config=self._dlq_config({t for _, t, *_ in pending})
                 )
-            except errors.OutOfOrderSequence:
-                # An earlier sequence was never written (its share-partition went with its
-                # topic): a new producer id accepts any sequence, and none of its writes
-                # can be a retry of the old one's.
-                producer = await self._new_producer(g.name)
-                await self._produce.produce(
-                    topic, [record], producer=ProducerSequence(producer[0], producer[1], seq)
-                )
-            done.append((t, p, o))
-        await self._propose(MarkDeadLettered(g.name, tuple(done), wall_ms()))
-        _log.info("share group %s: %d records dead-lettered to %s", g.name, len(done), topic)
-        return len(done)
+        producer = g.dlq_producer or await self._new_producer(g.name, None)
+        done: list[tuple[str, int, int]] = []
+        written = 0
+        try:
+            for seq, t, p, o, inflight in pending:
+                try:
+                    await self._write_one(g, topic, producer, seq, t, p, o, inflight)
+                except errors.OutOfOrderSequence:
+                    # An earlier sequence was never written (its share-partition went with
+                    # its topic): a new producer id accepts any sequence. What this one
+                    # wrote is marked first (below), and the pending list read again: a
+                    # write of the old producer is never repeated under the new one.
+                    await self._mark(g.name, done)
+                    done = []
+                    await self._ctx.metadata.read_barrier()
+                    now = self._state().groups.get(g.name)
+                    if now is not None and now.dlq_producer == producer:
+                        await self._new_producer(g.name, producer)
+                    return 0  # the next pass recomputes what is pending, with the new one
+                done.append((t, p, o))
+                written += 1
+        finally:
+            await self._mark(g.name, done)
+        _log.info("share group %s: %d records dead-lettered to %s", g.name, written, topic)
+        return written
 
-    async def _new_producer(self, group: str) -> tuple[int, int]:
+    async def _write_one(
+        self, g: share.ShareGroup, topic: str, producer: tuple[int, int], seq: int,
+        t: str, p: int, o: int, inflight: share.InFlight,
+    ) -> None:  # fmt: skip
+        """One dead letter; if the dead-letter topic refuses it for good (too large, too
+        many headers), a truncated one: its value and headers dropped, the reason in a
+        `dmq.dlq.truncated` header (the key too if even that is refused)."""
+        ps = ProducerSequence(producer[0], producer[1], seq)
+        record = await self._dead_letter(g, t, p, o, inflight)
+        try:
+            await self._produce.produce(topic, [record], producer=ps)
+            return
+        except errors.RecordTooLarge as exc:  # permanent: the same record fails again
+            why = exc.message
+        _log.warning("share group %s: dead letter of %s-%d@%d truncated: %s", g.name, t, p, o, why)
+        ours = _dlq_headers(g, t, p, o, inflight)
+        mark = Header(DLQ_HEADER_PREFIX + "truncated", why.encode()[:DLQ_TRUNCATED_REASON_BYTES])
+        try:
+            await self._produce.produce(
+                topic, [ProduceRecord(record.key, None, (*ours, mark), partition=0)], producer=ps
+            )
+        except errors.RecordTooLarge:  # the key itself is over the topic's limit
+            await self._produce.produce(
+                topic, [ProduceRecord(None, None, (*ours, mark), partition=0)], producer=ps
+            )
+
+    def _dlq_config(self, sources: set[str]) -> dict[str, Any] | None:
+        """The dead-letter topic takes the largest max_record_bytes of its source topics."""
+        sizes = [
+            int(v)
+            for t in sources
+            if (info := self._ctx.metadata.state.topics.get(t)) is not None
+            for k, v in info.config
+            if k == "max_record_bytes"
+        ]
+        return {"max_record_bytes": max(sizes)} if sizes else None
+
+    async def _mark(self, group: str, done: list[tuple[str, int, int]]) -> None:
+        if done:
+            await self._propose(MarkDeadLettered(group, tuple(done), wall_ms()))
+            done.clear()
+
+    async def _new_producer(self, group: str, replaces: tuple[int, int] | None) -> tuple[int, int]:
+        """Compare-and-set: installed only if the group still has `replaces` (so two
+        would-be leaders cannot both install their own); the state's producer either way."""
         producer_id, epoch = await self._produce.init_producer("")
-        await self._propose(SetDeadLetterProducer(group, producer_id, epoch, wall_ms()))
+        old = -1 if replaces is None else replaces[0]
+        try:
+            await self._propose(
+                SetDeadLetterProducer(
+                    group, producer_id, epoch, wall_ms(), replaces_producer_id=old
+                )
+            )
+        except errors.DmqError:  # refused (or unknown outcome): what does the state hold?
+            await self._ctx.metadata.read_barrier()
+            g = self._state().groups.get(group)
+            if g is None or g.dlq_producer is None or g.dlq_producer == replaces:
+                raise
+            return g.dlq_producer  # another leader installed one first: use it
         return producer_id, epoch
 
     async def _dead_letter(
         self, g: share.ShareGroup, topic: str, partition: int, offset: int, r: share.InFlight
     ) -> ProduceRecord:
         """The dead letter of a record: its key, value and headers, and headers naming
-        where it came from and why (the value is null if retention removed the record)."""
+        where it came from and why (the value is null if retention removed the record).
+        The source's own headers are cut to leave room for ours (HEADER_COUNT_MAX)."""
         result = await self._fetch.partition_read(topic, partition, offset, 0, 1)
         found = [x for x in result.records if x.offset == offset]
         original = found[0] if found else None
-        ours = {
-            "group": g.name,
-            "topic": topic,
-            "partition": str(partition),
-            "offset": str(offset),
-            "delivery_count": str(r.delivery_count),
-            "reason": r.reason,
-        }
-        headers = tuple(Header(DLQ_HEADER_PREFIX + k, v.encode()) for k, v in ours.items())
+        headers = _dlq_headers(g, topic, partition, offset, r)
         if original is None:
             return ProduceRecord(None, None, headers, partition=0)
-        return ProduceRecord(original.key, original.value, original.headers + headers, partition=0)
+        room = HEADER_COUNT_MAX - len(headers) - 1  # and one for dmq.dlq.truncated
+        if len(original.headers) > room:
+            dropped = len(original.headers) - room
+            note = Header(DLQ_HEADER_PREFIX + "truncated", f"{dropped} headers dropped".encode())
+            headers = (*original.headers[:room], *headers, note)
+        else:
+            headers = original.headers + headers
+        return ProduceRecord(original.key, original.value, headers, partition=0)
 
     # --- views ----------------------------------------------------------------------------
 
@@ -465,6 +575,21 @@ class ShareService:
     def list_groups(self) -> list[dict[str, Any]]:
         now_ms = wall_ms()
         return [group_json(g, now_ms, partitions=False) for g in self._state().groups.values()]
+
+
+def _dlq_headers(
+    g: share.ShareGroup, topic: str, partition: int, offset: int, r: share.InFlight
+) -> tuple[Header, ...]:
+    """The headers naming where a dead letter came from and why."""
+    ours = {
+        "group": g.name,
+        "topic": topic,
+        "partition": str(partition),
+        "offset": str(offset),
+        "delivery_count": str(r.delivery_count),
+        "reason": r.reason,
+    }
+    return tuple(Header(DLQ_HEADER_PREFIX + k, v.encode()) for k, v in ours.items())
 
 
 def planted_unlocked(

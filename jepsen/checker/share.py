@@ -6,6 +6,11 @@ the log workload's sends:
   delivered by a poll that began after another poll delivering it ended without a higher
   delivery_count: two members held its lock at once (each acquisition takes the next
   count, so counts order the locks without trusting any clock);
+- lock-cut-short: a record delivered again (a higher delivery_count) by a poll that ended
+  before the previous delivery's `locked_until`, while its holder neither acknowledged it
+  (in any way, whatever the answer) nor left in between: the lock ended early. Compares
+  the client's wall clock (the poll's end) with the lock the server gave; the brokers run
+  on the client's host, so it is skipped when the clock nemesis moved their clocks;
 - accepted-redelivered: a record delivered by a poll that began after an accept of it
   was answered;
 - lost: an acknowledged send neither accepted (an ack answered 200, or unknown) nor in the
@@ -22,9 +27,9 @@ from collections.abc import Iterable
 from typing import Any
 
 from jepsen.checker import Verdict
-from jepsen.history import Op, Pair, pairs
+from jepsen.history import NEMESIS, Op, Pair, pairs
 
-SHARE_FS = ("share-join", "share-poll", "share-ack", "share-dlq")
+SHARE_FS = ("share-join", "share-poll", "share-ack", "share-leave", "share-dlq")
 Key = tuple[int, int]  # (partition, offset)
 
 
@@ -37,13 +42,28 @@ def check_share(ops: Iterable[Op]) -> dict[str, Verdict]:
     dead: Counter[Key] = Counter()
     drained = False
     stats: Counter[str] = Counter()
+    # Locks: (member, partition, offset) -> [(poll end wall ms, locked_until)], and when the
+    # member let it go (an ack of it, or a leave: invoke time on the history's clock).
+    locks: list[tuple[str, Key, int, Pair, int]] = []  # member, key, count, poll, until
+    let_go: dict[tuple[str, Key | None], list[float]] = defaultdict(list)
+    ops = list(ops)
+    clocks_moved = any(  # the clock nemesis records start-clock / stop-clock
+        op.process == NEMESIS and op.f in ("start-clock", "stop-clock") for op in ops
+    )
     for pair in pairs(ops):
         f, done = pair.invoke.f, pair.complete
+        if f == "share-leave":
+            let_go[(pair.invoke.value["member_id"], None)].append(pair.invoke.time)
+        if f == "share-ack":
+            for p, o, _ in pair.invoke.value["acks"]:
+                let_go[(pair.invoke.value["member_id"], (p, o))].append(pair.invoke.time)
         if f == "send" and pair.type == "ok" and done is not None and "offset" in done.value:
             sent[(done.value["partition"], done.value["offset"])] = done.value["value"]
         elif f == "share-poll" and pair.type == "ok" and done is not None:
-            for p, o, value, count in done.value["records"]:
+            for p, o, value, count, *until in done.value["records"]:
                 deliveries[(p, o)].append((pair, count, value))
+                if until and "wall_ms" in done.value:
+                    locks.append((pair.invoke.value["member_id"], (p, o), count, pair, until[0]))
                 stats["deliveries"] += 1
                 stats["redeliveries"] += count > 1
         elif f == "share-ack":
@@ -62,6 +82,8 @@ def check_share(ops: Iterable[Op]) -> dict[str, Verdict]:
                 dead[(p, o)] += 1
     verdict = Verdict()
     _check_deliveries(verdict, deliveries, accepted_at, sent)
+    if not clocks_moved:
+        _check_locks(verdict, locks, let_go)
     for key, n in sorted(accepted_ok.items()):
         if n > 1:
             verdict.flag("double-accept", {"partition": key[0], "offset": key[1], "accepts": n})
@@ -81,6 +103,34 @@ def check_share(ops: Iterable[Op]) -> dict[str, Verdict]:
         dead_lettered=len(dead), drained=drained,
     )  # fmt: skip
     return {"share": verdict}
+
+
+def _check_locks(
+    verdict: Verdict,
+    locks: list[tuple[str, Key, int, Pair, int]],
+    let_go: dict[tuple[str, Key | None], list[float]],
+) -> None:
+    """lock-cut-short: each delivery against the one before it (delivery_count order)."""
+    by_key: dict[Key, list[tuple[int, str, Pair, int]]] = defaultdict(list)
+    for member, key, count, poll, until in locks:
+        by_key[key].append((count, member, poll, until))
+    for key, found in sorted(by_key.items()):
+        found.sort(key=lambda d: d[0])
+        for (count, member, poll, until), (later_count, _, later, _) in zip(
+            found, found[1:], strict=False
+        ):
+            assert later.complete is not None
+            if later_count <= count or later.complete.value["wall_ms"] >= until:
+                continue  # a later lock, or the poll may have acquired after the lock ended
+            start, end = poll.invoke.time, later.end
+            gone = let_go[(member, key)] + let_go[(member, None)]
+            if any(start < t < end for t in gone):
+                continue  # acknowledged (released) or left in between
+            verdict.flag("lock-cut-short", {
+                "partition": key[0], "offset": key[1], "earlier": poll.invoke.index,
+                "later": later.invoke.index, "locked_until": until,
+                "later_poll_ended_wall_ms": later.complete.value["wall_ms"],
+                "counts": [count, later_count]})  # fmt: skip
 
 
 def _check_deliveries(

@@ -20,10 +20,14 @@ def ok(resp: Any, *statuses: int) -> Any:
     return resp.json() if resp.body else None
 
 
-def consume(node: Node, member: str, wanted: int, accepted: set[int], timeout_s: float) -> None:
+def consume(
+    node: Node, member: str, wanted: int, accepted: set[int], timeout_s: float,
+    counts: dict[int, int] | None = None,
+) -> None:  # fmt: skip
     """Poll through `node` and accept everything until `wanted` records are settled. An
     ack whose answer was lost in the failover and whose retry got 409 is uncertain: such a
-    record is either accepted (never offered again) or offered again (then retried)."""
+    record is either accepted (never offered again) or offered again (then retried).
+    `counts`: each offset's delivery_count the first time it is offered here."""
     deadline = time.monotonic() + timeout_s
     path = f"/v1/share-groups/q/members/{member}"
     uncertain: set[int] = set()
@@ -31,6 +35,9 @@ def consume(node: Node, member: str, wanted: int, accepted: set[int], timeout_s:
         got = ok(retry(lambda: node.request("GET", f"{path}/records?wait_ms=500&max_records=20"),
                        20))["records"]  # fmt: skip
         offsets = [r["offset"] for r in got]
+        for r in got:
+            if counts is not None:
+                counts.setdefault(r["offset"], r["delivery_count"])
         assert not set(offsets) & accepted, f"accepted records offered again: {offsets}"
         uncertain -= set(offsets)
         if offsets:
@@ -64,8 +71,15 @@ def test_accepts_survive_kill_9_of_the_metadata_and_partition_leaders(
 
     cluster.kill9(leader)
     assert cluster.metadata_leader() != leader
-    consume(via, member, 40, accepted, timeout_s=30)
+    counts: dict[int, int] = {}
+    consume(via, member, 40, accepted, timeout_s=30, counts=counts)
     assert accepted == set(range(40))
+    # 10-19 were locked when the leader died: offered again once the lock ran out, as the
+    # second delivery; 20-39 had never been delivered.
+    assert {o: counts[o] for o in range(10, 40)} == {
+        **{o: 2 for o in range(10, 20)},
+        **{o: 1 for o in range(20, 40)},
+    }, counts
 
     cluster.restart(leader)
     produce(via, "jobs", [{"value": f"k{i}"} for i in range(10)])

@@ -11,7 +11,14 @@ Proves that:
 - an ack of a record whose lock expired, or that another member holds, is refused with
   409 lock_not_held and changes nothing (the valid part of the same request is not
   applied either); release with delay_ms is not offered before the delay;
-- bad input gets a 400 naming the field and its limit; DELETE of a member releases its
+- bad input gets a 400 naming the field and its limit (a session shorter than the lock,
+  a dead-letter topic no topic may be named, a group whose "<group>.dlq" is too long);
+- a dead letter too large, or with too many headers, for the dead-letter topic is
+  truncated (dmq.dlq.truncated) rather than stopping the dead letters of every group;
+- a long-poll on a full window (more records in the log) sleeps rather than spins: the
+  broker's CPU time over the poll stays well below its wait;
+- a redelivery the poll could not read (past max_bytes) is left out of the reply, never
+  handed over with no value, and comes again whole once its lock runs out; DELETE of a member releases its
   locks at once;
 - accepted records are never offered again after the broker is killed with SIGKILL and
   restarted (the state is in the metadata group's journal).
@@ -19,10 +26,12 @@ Proves that:
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import threading
 import time
+from pathlib import Path
 from typing import Any
 
 from dmq.client import ShareConsumer
@@ -43,8 +52,8 @@ def setup(broker: BrokerProcess, group: str, count: int, **config: Any) -> None:
     call(broker, "PUT", f"/v1/share-groups/{group}", config)
 
 
-def join(broker: BrokerProcess, group: str) -> str:
-    doc = call(broker, "POST", f"/v1/share-groups/{group}/members", {"topics": ["jobs"]}, 201)
+def join(broker: BrokerProcess, group: str, topic: str = "jobs") -> str:
+    doc = call(broker, "POST", f"/v1/share-groups/{group}/members", {"topics": [topic]}, 201)
     return str(doc["member_id"])
 
 
@@ -211,6 +220,66 @@ def test_bad_input_gets_a_400_naming_the_field(broker: BrokerProcess) -> None:
     assert status == 404, doc
     status, doc = broker.json("GET", "/v1/share-groups/g/members/x/records")
     assert status == 409 and doc["error"]["code"] == "unknown_member", doc
+    status, doc = broker.json(  # an expired session would end its locks early
+        "PUT", "/v1/share-groups/g", {"lock_duration_ms": 30_000, "session_timeout_ms": 20_000}
+    )
+    assert status == 400 and doc["error"]["details"]["field"] == "session_timeout_ms", doc
+    assert "lock_duration_ms" in doc["error"]["message"], doc
+    status, doc = broker.json("PUT", "/v1/share-groups/g", {"lock_duration_ms": 60_000})
+    assert status == 400 and doc["error"]["details"]["field"] == "session_timeout_ms", doc
+    status, doc = broker.json("PUT", "/v1/share-groups/g", {"dead_letter_topic": ".."})
+    assert status == 400 and doc["error"]["details"]["field"] == "dead_letter_topic", doc
+    status, doc = broker.json("PUT", "/v1/share-groups/" + "g" * 246, {})
+    assert status == 400 and doc["error"]["details"]["field"] == "group", doc
+    call(broker, "POST", "/v1/topics", {"name": "t", "partitions": 1}, expect=201)
+    m = join(broker, "g", "t")
+    status, doc = broker.json(
+        "POST", f"/v1/share-groups/g/members/{m}/acks",
+        {"acks": [{"topic": "t", "partition": -1, "offsets": [0], "type": "accept"}]},
+    )  # fmt: skip
+    assert status == 400 and doc["error"]["details"]["field"] == "acks[0].partition", doc
+
+
+def dead_letters_of(broker: BrokerProcess, topic: str, count: int) -> list[dict[str, Any]]:
+    deadline = time.monotonic() + 10
+    found: list[dict[str, Any]] = []
+    while time.monotonic() < deadline and len(found) < count:
+        status, doc = broker.json("GET", f"/v1/topics/{topic}/partitions/0/records?wait_ms=0")
+        found = list(doc["records"]) if status == 200 else []
+        time.sleep(0.1)
+    return found
+
+
+def test_dead_letters_that_cannot_be_written_whole_are_truncated(broker: BrokerProcess) -> None:
+    """A record near its topic's max_record_bytes, and one with HEADER_COUNT_MAX headers:
+    their dead letters (plus six dmq.dlq.* headers) cannot be written whole. Each is
+    truncated (dmq.dlq.truncated), and the group after them gets its dead letters too."""
+    topic = {"name": "big", "partitions": 1, "config": {"max_record_bytes": 2_000}}
+    call(broker, "POST", "/v1/topics", topic, expect=201)
+    headers = [{"key": f"h{i}", "value": "x"} for i in range(64)]
+    records = [{"key": "k", "value": "v" * 1_990}, {"value": "w", "headers": headers}]
+    call(broker, "POST", "/v1/topics/big/records", {"records": records})
+    call(broker, "POST", "/v1/topics", {"name": "jobs", "partitions": 1}, expect=201)
+    call(broker, "POST", "/v1/topics/jobs/records", {"records": [{"value": "job-0"}]})
+    a = join(broker, "a", "big")  # groups go in name order: "a" before "b"
+    assert [r["offset"] for r in poll(broker, "a", a)] == [0, 1]
+    body = {"acks": [{"topic": "big", "partition": 0, "offsets": [0, 1], "type": "reject"}]}
+    call(broker, "POST", f"/v1/share-groups/a/members/{a}/acks", body)
+    b = join(broker, "b")
+    assert [r["offset"] for r in poll(broker, "b", b)] == [0]
+    ack(broker, "b", b, [0], "reject")
+    assert [r["value"] for r in dead_letters_of(broker, "b.dlq", 1)] == ["job-0"]
+    found = dead_letters_of(broker, "a.dlq", 2)
+    assert len(found) == 2, found
+    first = {h["key"]: h["value"] for h in found[0]["headers"]}
+    assert (found[0]["key"], found[0]["value"]) == ("k", None), found[0]
+    assert "max_record_bytes" in first["dmq.dlq.truncated"], first
+    assert first["dmq.dlq.offset"] == "0" and first["dmq.dlq.reason"] == "rejected"
+    second = found[1]
+    keys = [h["key"] for h in second["headers"]]
+    assert second["value"] == "w" and len(keys) == 64, keys  # 57 of its own, 7 of ours
+    assert keys[:57] == [f"h{i}" for i in range(57)] and "dmq.dlq.truncated" in keys
+    assert call(broker, "GET", "/v1/topics/a.dlq")["config"]["max_record_bytes"] == 2_000
 
 
 def test_accepts_survive_a_kill_9_and_restart(broker: BrokerProcess) -> None:
@@ -274,3 +343,24 @@ def test_the_client_releases_with_a_delay_and_rejects(broker: BrokerProcess) -> 
             break
         time.sleep(0.1)
     assert (row["accepted"], row["dead_lettered"], row["start_offset"]) == (2, 1, 3), row
+
+
+def cpu_s(broker: BrokerProcess) -> float:
+    """The broker process's CPU time (user + system) so far."""
+    assert broker.proc is not None
+    stat = Path(f"/proc/{broker.proc.pid}/stat").read_text()
+    fields = stat.rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def test_a_poll_on_a_full_window_waits_without_spinning(broker: BrokerProcess) -> None:
+    """The window is full (max_in_flight_records 1, its record locked) and the log has
+    more records: a long-poll must sleep until a lock runs out or an ack comes, not read
+    the log in a loop for its whole wait. Before the fix such a poll burnt a core."""
+    setup(broker, "full", 5, max_in_flight_records=1, lock_duration_ms=10_000)
+    m = join(broker, "full")
+    assert [r["offset"] for r in poll(broker, "full", m)] == [0]
+    before, started = cpu_s(broker), time.monotonic()
+    assert poll(broker, "full", m, wait_ms=2_000) == []
+    used, waited = cpu_s(broker) - before, time.monotonic() - started
+    assert waited >= 1.9 and used < 0.5 * waited, (used, waited)

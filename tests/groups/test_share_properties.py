@@ -7,7 +7,7 @@ retention moves the log start, dead letters are marked written. After every step
   record whose lock, held by anyone, has not run out or been given back;
 - an accepted record is never acquired again;
 - delivery counts never go down, and a record is never delivered more than
-  max_delivery_attempts times;
+  max_delivery_attempts times (the limit at that delivery: the operator may lower it);
 - every record below the start offset is accepted or archived;
 - the window holds at most max_in_flight_records records;
 - a refused command returns the very state it was given; a dead letter is marked once;
@@ -93,7 +93,8 @@ def test_share_group_invariants_hold_over_any_command_sequence(data: st.DataObje
     for _ in range(data.draw(st.integers(5, 60))):
         now += data.draw(st.sampled_from([0, 1, 200, 700, 1_500]))
         op = data.draw(st.sampled_from(["produce", "poll", "poll", "ack", "ack", "bad_ack",
-                                        "leave", "expire", "mark", "retention"]))  # fmt: skip
+                                        "leave", "expire", "mark", "retention",
+                                        "attempts"]))  # fmt: skip
         before = state
         if op == "produce":
             p = data.draw(st.sampled_from([0, 1]))
@@ -103,7 +104,13 @@ def test_share_group_invariants_hold_over_any_command_sequence(data: st.DataObje
             p = data.draw(st.sampled_from([0, 1]))
             log_start[p] = data.draw(st.integers(log_start[p], log_end[p]))
             continue
-        if op == "poll":
+        if op == "attempts":  # the operator lowers or raises max_delivery_attempts
+            attempts = data.draw(st.integers(1, ATTEMPTS))
+            state, r = share.apply(
+                state, PutShareGroup(G, LOCK_MS, attempts, "", WINDOW, 45_000, now)
+            )
+            assert r == ()
+        elif op == "poll":
             state = _poll(data, state, model, now, log_start, log_end)
         elif op in ("ack", "bad_ack"):
             state = _ack(data, state, model, now, good=op == "ack")
@@ -120,7 +127,7 @@ def test_share_group_invariants_hold_over_any_command_sequence(data: st.DataObje
             assert r == ()
         else:
             state = _mark(state, model, now)
-        assert isinstance(state, share.ShareGroupsState), before
+        assert set(state.groups[G].members) == set(MEMBERS), before  # leave, then join
         _check(state, model)
 
 
@@ -139,6 +146,8 @@ def _poll(data, state, model, now, log_start, log_end):  # type: ignore[no-untyp
     new, got = share.apply(state, AcquireRecords(G, member, tuple(items), max_records, now))
     assert isinstance(got, tuple)
     assert len(got) <= max_records
+    limit = state.groups[G].config.max_delivery_attempts  # as it is now, lowered or not
+    assert all(a.delivery_count <= limit for a in got), (got, limit)
     for p_item in items:  # retention: everything unfinished below the log start is archived
         for key in model.acquired_ever:
             if key[0] == p_item[1] and key[1] < p_item[2] and key not in model.accepted:
@@ -218,3 +227,81 @@ def test_a_share_group_is_deleted_only_without_members_or_dead_letters_to_write(
     assert state.groups[G].partitions[(T, 0)].dead_lettered == 1
     state, r = share.apply(state, DeleteShareGroup(G, 6))
     assert r == () and G not in state.groups
+
+
+def test_lowering_max_delivery_attempts_dead_letters_what_is_over_it() -> None:
+    state = _start()
+    for now in (1, 2):  # offset 0 delivered twice (released once)
+        state, got = share.apply(state, AcquireRecords(G, "m0", ((T, 0, 0, (0,), 1),), 1, now))
+        assert [(a.offset, a.delivery_count) for a in got] == [(0, now)]  # type: ignore[union-attr]
+        state, r = share.apply(state, AckRecords(G, "m0", ((T, 0, 0, "release", 0),), now))
+        assert r == () or now == 2
+    state, r = share.apply(state, PutShareGroup(G, LOCK_MS, 2, "", WINDOW, 45_000, 3))
+    assert r == ()
+    r0 = state.groups[G].partitions[(T, 0)].records[0]
+    assert (r0.state, r0.delivery_count) == (share.AVAILABLE, 2)
+    state, got = share.apply(state, AcquireRecords(G, "m1", ((T, 0, 0, (), 1),), 5, 4))
+    assert got == ()  # not a third delivery: at the new limit it goes to the dead letters
+    r0 = state.groups[G].partitions[(T, 0)].records[0]
+    assert (r0.state, r0.reason) == (share.DEAD_LETTERING, share.REASON_MAX_DELIVERY)
+    assert [o for _, _, _, o, _ in share.dead_letters(state.groups[G])] == [0]
+
+
+def test_config_that_would_break_locks_or_dead_letters_is_refused() -> None:
+    state = share.ShareGroupsState()
+
+    def refused(cmd: object) -> str | None:
+        same, r = share.apply(state, cmd)  # type: ignore[arg-type]
+        assert isinstance(r, share.Rejected) and same is state, r
+        return r.field
+
+    # A session shorter than the lock: an expiry would end locks before locked_until.
+    assert refused(PutShareGroup(G, 30_000, 3, "", 10, 20_000, 0)) == "session_timeout_ms"
+    for topic in (".", ".."):  # names no topic may have
+        assert refused(PutShareGroup(G, 1_000, 3, topic, 10, 45_000, 0)) == "dead_letter_topic"
+    long = "g" * 246  # "<group>.dlq" would be 250 characters
+    assert refused(PutShareGroup(long, 1_000, 3, "", 10, 45_000, 0)) == "group"
+    assert refused(JoinShareGroup(long, "m", (T,), 0)) == "group"
+    ok, r = share.apply(state, PutShareGroup(long, 1_000, 3, "dead", 10, 45_000, 0))
+    assert r == () and ok.groups[long].dead_letter_topic == "dead"
+    ok, r = share.apply(state, PutShareGroup("g" * 245, 30_000, 3, "", 10, 30_000, 0))
+    assert r == () and len(ok.groups["g" * 245].dead_letter_topic) == 249
+
+
+def test_an_acquire_carries_at_most_records_per_command_max_fresh_offsets() -> None:
+    state = _start()
+    n = state.limits.records_per_command_max
+    items = ((T, 0, 0, tuple(range(n)), n), (T, 1, 0, (0,), 1))
+    same, r = share.apply(state, AcquireRecords(G, "m0", items, 1, 1))
+    assert isinstance(r, share.Rejected) and r.field == "partitions" and same is state
+    _, got = share.apply(state, AcquireRecords(G, "m0", items[:1], 1, 1))
+    assert [a.offset for a in got] == [0]  # type: ignore[union-attr]
+
+
+def test_the_dead_letter_producer_is_set_by_compare_and_set() -> None:
+    from groups.share_commands import (
+        SetDeadLetterProducer,
+        decode_share_command,
+        encode_share_command,
+    )
+
+    state = _start()
+    state, r = share.apply(state, SetDeadLetterProducer(G, 7, 0, 1))
+    assert r == () and state.groups[G].dlq_producer == (7, 0)
+    # A second would-be leader that read no producer: refused, the first one stays.
+    same, r = share.apply(state, SetDeadLetterProducer(G, 8, 0, 2))
+    assert isinstance(r, share.Rejected) and same is state
+    same, r = share.apply(state, SetDeadLetterProducer(G, 8, 0, 2, replaces_producer_id=5))
+    assert isinstance(r, share.Rejected) and same is state
+    state, r = share.apply(state, SetDeadLetterProducer(G, 9, 0, 3, replaces_producer_id=7))
+    assert r == () and state.groups[G].dlq_producer == (9, 0)
+    # The first producer's command encodes as before the field existed, and decodes back.
+    first = SetDeadLetterProducer(G, 7, 0, 1)
+    data = encode_share_command(first)
+    assert data == (
+        b'{"fields":{"group":"g","now_ms":1,"producer_epoch":0,"producer_id":7},'
+        b'"type":"SetDeadLetterProducer","version":1}'
+    )
+    assert decode_share_command(json.loads(data)) == first
+    switch = SetDeadLetterProducer(G, 9, 0, 3, replaces_producer_id=7)
+    assert decode_share_command(json.loads(encode_share_command(switch))) == switch

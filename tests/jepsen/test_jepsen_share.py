@@ -93,6 +93,33 @@ def test_each_anomaly_is_flagged_with_its_type() -> None:
     assert kinds(wrong) == (INVALID, {"unexpected"})
 
 
+def locked(s: S, proc: int, offset: int, count: int, until: int, wall_ms: int) -> S:
+    """A poll whose record carries its lock (locked_until) and the poll's end (wall_ms)."""
+    done = {"member_id": f"m{proc}", "records": [[0, offset, "a", count, until]],
+            "wall_ms": wall_ms}  # fmt: skip
+    return s.op(proc, "share-poll", {"member_id": f"m{proc}"}, done=done)
+
+
+def test_a_lock_cut_short_is_flagged_unless_its_holder_let_go() -> None:
+    def history(between: Any = None) -> S:
+        s = locked(S().send(0, "a"), 1, 0, 1, until=10_000, wall_ms=5_000)
+        if between is not None:
+            between(s)
+        return locked(s, 2, 0, 2, until=18_000, wall_ms=8_000).ack(2, [0]).dlq([])
+
+    assert kinds(history()) == (INVALID, {"lock-cut-short"})  # m1's lock ran to 10_000
+    assert kinds(history(lambda s: s.ack(1, [0], "release"))) == (VALID, set())
+    assert kinds(history(lambda s: s.ack(1, [0], "release", type_="info"))) == (VALID, set())
+    assert kinds(history(lambda s: s.op(1, "share-leave", {"member_id": "m1"}))) == (VALID, set())
+    assert kinds(history(lambda s: s.op(1, "share-ack", {"member_id": "m1", "acks": [
+        [0, 5, "release"]]}))) == (INVALID, {"lock-cut-short"})  # fmt: skip  # another record
+    late = locked(locked(S().send(0, "a"), 1, 0, 1, 10_000, 5_000), 2, 0, 2, 18_000, 10_001)
+    assert kinds(late.ack(2, [0]).dlq([])) == (VALID, set())  # after the lock ran out
+    clocks = history(lambda s: s.ops.append(Op(len(s.ops), s.t, "nemesis", "info", "start-clock",
+                                              None, {})))  # fmt: skip
+    assert kinds(clocks) == (VALID, set())  # the brokers' clocks were moved: not checked
+
+
 def test_nothing_is_lost_before_the_drain_proves_it() -> None:
     assert kinds(valid_base()) == (VALID, set())  # no share-dlq: the run did not settle
 

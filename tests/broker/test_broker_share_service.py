@@ -1,0 +1,171 @@
+"""Proves ShareService:
+- never hands over a record it could not read: a redelivery whose log read fails is left
+  out of the poll's reply (it stays locked until its lock runs out), and only an offset
+  the log no longer holds comes with no record;
+- on an out-of-order sequence, marks what it wrote before it switches dead-letter
+  producer, so nothing is written twice, and switches by compare-and-set;
+- reads ahead SHARE_READ_AHEAD_FACTOR x max_records in total over a member's partitions.
+The
+metadata state is a real MetadataMachine; only the Raft round-trip (propose) and the
+partition's log (partition_read, with a read that fails) are stand-ins, as neither runs
+without brokers."""
+
+from __future__ import annotations
+
+import asyncio
+from types import SimpleNamespace
+from typing import Any
+
+from dmq import errors
+from dmq.broker.share import SHARE_READ_AHEAD_FACTOR, ShareService
+from dmq.broker.types import FetchResult
+from dmq.metadata.machine import CreateTopic, MetadataMachine, RegisterBroker, encode_command
+from groups import share
+from groups.share_commands import AckRecords, AcquireRecords, PutShareGroup, SetDeadLetterProducer
+from log.records import Record
+
+
+class Metadata:
+    """The MetadataService surface ShareService uses, over a real machine."""
+
+    def __init__(self) -> None:
+        self.machine = MetadataMachine()
+        self.proposed: list[Any] = []
+
+    @property
+    def state(self) -> Any:
+        return self.machine.state
+
+    async def propose(self, command: Any) -> Any:
+        self.proposed.append(command)
+        return self.machine.apply(encode_command(command))
+
+    async def read_barrier(self) -> None:
+        pass  # one machine: every change is in its state already
+
+
+class Log:
+    """Partition t-0: offsets [0, 5) but the `compacted` ones; reads from `failing`
+    offsets raise."""
+
+    def __init__(self) -> None:
+        self.failing: set[int] = set()
+        self.compacted: set[int] = set()
+        self.end = 5
+
+    async def partition_read(
+        self, topic: str, partition: int, offset: int, wait_ms: int, max_records: int,
+        max_bytes: int = 1 << 20,
+    ) -> FetchResult:  # fmt: skip
+        if offset in self.failing:
+            raise errors.BrokerUnavailable("the partition's leader is gone", retry_after_ms=500)
+        offsets = [o for o in range(offset, self.end) if o not in self.compacted][:max_records]
+        found = [Record(None, b"v%d" % o, offset=o) for o in offsets]
+        next_offset = found[-1].offset + 1 if found else offset
+        return FetchResult(topic, partition, offset, next_offset, 5, 0, found)
+
+
+def test_a_redelivery_that_cannot_be_read_is_held_back_not_handed_over_empty() -> None:
+    async def run() -> None:
+        metadata, log = Metadata(), Log()
+        metadata.machine.apply(encode_command(RegisterBroker("n1", "h:1", "r:1", 1)))
+        metadata.machine.apply(encode_command(CreateTopic("t", 1, 1, (), 2)))
+        await metadata.propose(PutShareGroup("g", 60_000, 5, "", 100, 60_000, 3))
+        ctx = SimpleNamespace(metadata=metadata)
+        svc = ShareService(ctx, log, None, None, lambda: True)  # type: ignore[arg-type]
+        member = await svc.join("g", ("t",))
+        first = await svc.poll("g", member, 5, 1 << 20, 0)
+        assert [(d.acquired.offset, d.record is not None) for d in first] == [
+            (o, True) for o in range(5)
+        ]
+        acks = tuple(("t", 0, o, "accept" if o < 2 else "release", 0) for o in range(5))
+        await metadata.propose(AckRecords("g", member, acks, share_now(metadata)))
+        log.failing = {2}  # the read from 2 fails
+        log.compacted = {3}  # compaction removed 3 meanwhile: a read from 3 passes it
+        again = await svc.poll("g", member, 5, 1 << 20, 0)
+        assert sorted(d.acquired.offset for d in again) == [3, 4], again  # 2 held back
+        got = {d.acquired.offset: d.record for d in again}
+        assert got[3] is None  # the log no longer holds it: acknowledge it
+        assert got[4] is not None and got[4].value == b"v4"
+        sp = metadata.state.share_groups.groups["g"].partitions[("t", 0)]
+        r2 = sp.records[2]  # still locked to the member: it comes again when that runs out
+        assert (r2.state, r2.member_id, r2.delivery_count) == (share.ACQUIRED, member, 2)
+
+    asyncio.run(run())
+
+
+def share_now(metadata: Metadata) -> int:
+    return int(metadata.state.clock_ms)
+
+
+class Produce:
+    """The dead-letter topic's partition: producer 1 is refused (out of order) at its
+    third write; init_producer hands out 2."""
+
+    def __init__(self) -> None:
+        self.written: list[tuple[int, int, bytes | None]] = []  # producer, sequence, value
+
+    async def produce(self, topic: str, records: list[Any], producer: Any) -> None:
+        if producer.producer_id == 1 and len(self.written) == 2:
+            raise errors.OutOfOrderSequence("sequence out of order")
+        self.written.append((producer.producer_id, producer.base_sequence, records[0].value))
+
+    async def init_producer(self, transactional_id: str) -> tuple[int, int]:
+        return 2, 0
+
+
+class Topics:
+    async def create_topic(self, name: str, **kw: Any) -> None:
+        raise errors.TopicAlreadyExists(name)
+
+
+def started(log: Log, produce: Any = None) -> tuple[ShareService, Metadata]:
+    metadata = Metadata()
+    metadata.machine.apply(encode_command(RegisterBroker("n1", "h:1", "r:1", 1)))
+    metadata.machine.apply(encode_command(CreateTopic("t", 1, 1, (), 2)))
+    ctx = SimpleNamespace(metadata=metadata)
+    svc = ShareService(ctx, log, produce, Topics(), lambda: True)  # type: ignore[arg-type]
+    return svc, metadata
+
+
+def test_a_producer_switch_marks_what_was_written_first() -> None:
+    async def run() -> None:
+        produce = Produce()
+        svc, metadata = started(Log(), produce)
+        await metadata.propose(PutShareGroup("g", 60_000, 5, "", 100, 60_000, 3))
+        member = await svc.join("g", ("t",))
+        assert len(await svc.poll("g", member, 5, 1 << 20, 0)) == 5
+        rejects = tuple(("t", 0, o, "reject", 0) for o in range(5))
+        await metadata.propose(AckRecords("g", member, rejects, share_now(metadata)))
+        await metadata.propose(SetDeadLetterProducer("g", 1, 0, share_now(metadata)))
+        assert await svc.maybe_write_dead_letters() == 0  # two written, then refused
+        kinds = [type(c).__name__ for c in metadata.proposed[-2:]]
+        assert kinds == ["MarkDeadLettered", "SetDeadLetterProducer"], kinds  # mark first
+        assert metadata.state.share_groups.groups["g"].dlq_producer == (2, 0)
+        await svc.maybe_write_dead_letters()
+        values = [v for _, _, v in produce.written]
+        assert values == [b"v0", b"v1", b"v2", b"v3", b"v4"], produce.written  # each once
+        assert [p for p, _, _ in produce.written] == [1, 1, 2, 2, 2]
+        (sp,) = metadata.state.share_groups.groups["g"].partitions.values()
+        assert sp.dead_lettered == 5
+
+    asyncio.run(run())
+
+
+def test_the_read_ahead_is_bounded_in_total_over_the_partitions() -> None:
+    async def run() -> None:
+        log = Log()
+        log.end = 1_000
+        svc, metadata = started(log)
+        metadata.machine.apply(encode_command(CreateTopic("u", 8, 1, (), 2)))
+        member = await svc.join("g", ("t", "u"))
+        got = await svc.poll("g", member, 2, 1 << 20, 0)
+        assert len(got) == 2
+        (acquire,) = [c for c in metadata.proposed if isinstance(c, AcquireRecords)]
+        fresh = sum(len(item[3]) for item in acquire.partitions)
+        assert fresh <= 2 * SHARE_READ_AHEAD_FACTOR, acquire.partitions
+        # What was read but not proposed is not skipped: it is acquired later.
+        sp = metadata.state.share_groups.groups["g"].partitions
+        assert all(p.end_offset <= 1 for p in sp.values()), sp
+
+    asyncio.run(run())
