@@ -92,7 +92,7 @@ def delay_paths(config: BrokerConfig) -> dict[str, Any]:
                 "internal_delay_summary",
                 INTERNAL + "A replica's pending delayed records",
                 {"200": ok(ref("PartitionScheduled"))},
-                errors=(404, 503),
+                errors=(400, 404, 503),
             ),  # fmt: skip
         },
     }

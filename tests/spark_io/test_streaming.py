@@ -21,6 +21,11 @@ from dmq.client import Admin
 from spark_support import create_topic, produce, rows, rows_of, select, wait_for
 from tests_support import BrokerProcess
 
+# A streaming query that waits forever inside the JVM (processAllAvailable) is not
+# interrupted by a signal the client's retry loops may swallow: the thread method stops
+# the run with every thread's stack instead (one full run here hung in the first test).
+pytestmark = pytest.mark.timeout(240, method="thread")
+
 LIMIT = 100
 
 
