@@ -278,6 +278,10 @@ class DelayService:
         return {"partition": replica.partition, "count": count, "next_deliver_at": next_due}
 
     def local_replica(self, topic_name: str, partition: int) -> PartitionReplica:
+        """This broker's replica; 404 for a topic or partition that does not exist, 503
+        for one placed elsewhere (as the internal catch-up read, fetch.py)."""
+        view = self._routing.topic(topic_name)
+        self._routing.check_partition(view, partition)
         replica = self._ctx.replicas.get(topic_name, partition)
         if replica is None:
             raise errors.BrokerUnavailable(f"no replica of {topic_name}-{partition} here")
