@@ -40,13 +40,22 @@ def configure_logging(level: str) -> None:
     logging.getLogger("aiohttp.access").setLevel(logging.WARNING)
 
 
+# aiohttp's default longest request line, bytes; run_broker raises it for filter=.
+REQUEST_LINE_BYTES_MIN = 8190
+
+
 async def run_broker(config: BrokerConfig, stop: asyncio.Event) -> None:
     """Listen first, then join: a broker of a forming cluster must be reachable by the
     others (their internal routes) before it can itself finish starting."""
     broker = Broker(config)
     _log.info("starting broker %s (data dir %s)", config.node_id, config.data_dir)
     runner = web.AppRunner(
-        make_app(broker), shutdown_timeout=config.shutdown_grace_ms / 1000, access_log=None
+        make_app(broker),
+        shutdown_timeout=config.shutdown_grace_ms / 1000,
+        access_log=None,
+        # aiohttp answers a request line over 8,190 bytes itself, in text/plain: a filter=
+        # of filter_chars_max characters percent-encodes to up to 9 bytes each.
+        max_line_size=max(REQUEST_LINE_BYTES_MIN, 9 * config.filter_chars_max + 4096),
     )
     await runner.setup()
     try:

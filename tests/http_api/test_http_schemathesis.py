@@ -111,13 +111,16 @@ def api_schema(live_broker: BrokerProcess) -> Any:
     return schemathesis.openapi.from_url(live_broker.url + "/openapi.json")
 
 
-def assert_error_shape(response: Any) -> None:
+def assert_error_shape(response: Any, case: Any = None) -> None:
     """Every 4xx is JSON {"error": {"code": str, "message": str, "details": object}}."""
     if not 400 <= response.status_code < 500:
         return
     headers = {name.lower(): values for name, values in response.headers.items()}
     content_type = headers.get("content-type", [""])[0]
-    assert content_type.startswith("application/json"), f"4xx with Content-Type {content_type!r}"
+    assert content_type.startswith("application/json"), (
+        f"4xx with Content-Type {content_type!r}: {response.status_code} {response.text[:200]!r}"
+        f" for {case.as_curl_command() if case is not None else ''}"[:2000]
+    )
     body = json.loads(response.content)
     error = body["error"]
     assert set(body) == {"error"} and set(error) == {"code", "message", "details"}, body
@@ -160,7 +163,7 @@ def test_every_answer_conforms_and_no_5xx(api_schema: Any, operation_id: str) ->
     def check(case: Any) -> None:
         response = case.call(timeout=10)
         assert response.status_code < 500, f"{case.method} {case.path}: {response.text[:500]}"
-        assert_error_shape(response)
+        assert_error_shape(response, case)
         case.validate_response(response, checks=CHECKS)
 
     check()
