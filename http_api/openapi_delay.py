@@ -95,6 +95,26 @@ def delay_paths(config: BrokerConfig) -> dict[str, Any]:
                 errors=(400, 404, 503),
             ),  # fmt: skip
         },
+        "/v1/internal/delay/{topic}/{partition}/pending": {
+            "parameters": [TOPIC_PARAMETER, PARTITION_PARAMETER],
+            "get": operation(
+                "internal_delay_pending",
+                INTERNAL + "A replica's delay store as it was at a Raft position, streamed "
+                "(for a replica installing a snapshot); 503 if this replica compacted past "
+                "it or has not applied it",
+                {
+                    "200": {
+                        "description": "bucket-file entries, then an end frame with their count",
+                        "content": {"application/octet-stream": {}},
+                    }
+                },
+                parameters=[
+                    query("index", integer(0, 2**63 - 1), "the snapshot's Raft index (required)"),
+                    query("k", integer(0, 2**32 - 1), "the command within the entry (required)"),
+                ],
+                errors=(400, 404, 503),
+            ),  # fmt: skip
+        },
     }
 
 

@@ -7,7 +7,15 @@
   the journal replays), and a new replica restored from the last snapshot plus the
   journal after it: every scheduled record that is not cancelled reaches the log exactly
   once, none before its time (the releasing command's now_ms), a cancelled one never;
-  the restored replica holds the same log records and the same pending set.
+  the restored replica holds the same store as the primary had at the snapshot (copied
+  from the primary, which has moved on: no snapshot carries the records), then the same
+  log records and the same pending set.
+- A bucket file is deleted one snapshot late: a copy at the previous snapshot's position
+  is still served, one before it is refused (DelayCopyError), and a copy cut short or
+  counting other than the snapshot says leaves the store as it was.
+- A write the disk refuses (a file-size cap: EFBIG, as a full disk) while a schedule or
+  a release applies is undone, store, log and checkpoint (ApplyDeferred), and the same
+  command applied again gives what a replica that never failed holds.
 """
 
 from __future__ import annotations
@@ -20,14 +28,18 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from dmq.partition.delay import (
+    BUCKET_MS,
     KIND_CANCEL,
     KIND_RELEASE,
     KIND_SCHEDULE,
     DelayCommand,
     DelayCommandError,
+    DelayCopyError,
 )
 from dmq.partition.machine import APPLIED_CHECKPOINT, CopiedChunk, PartitionStateMachine
 from log import FlushPolicy, LogConfig, PartitionLog, Record, encode_batch
+from raft.errors import ApplyDeferred
+from tests_support import file_size_cap
 
 CONFIG = LogConfig(segment_bytes=2_000, flush=FlushPolicy(interval_records=None))
 CHECKPOINT_RECORD_BYTES = 24
@@ -85,14 +97,22 @@ class Cluster:
         self.index = 0
         self.now = 1_000_000
         self.snap: tuple[bytes, int] | None = None  # (snapshot, journal length at it)
+        self.snap_pending: set[tuple[int, int, bytes]] = set()  # the store at the snapshot
         self.deliver_at: dict[str, int] = {}  # value -> deliver_at
         self.sid_of: dict[str, int] = {}
         self.cancelled: set[str] = set()
         self.releases: list[DelayCommand] = []
         self.counter = 0
 
-    def open(self, directory: Path, fetch: object = None) -> PartitionStateMachine:
-        return PartitionStateMachine("t-0", PartitionLog.open(directory, CONFIG), fetch)  # type: ignore[arg-type]
+    def open(
+        self, directory: Path, fetch: object = None, fetch_delayed: object = None
+    ) -> PartitionStateMachine:
+        return PartitionStateMachine(
+            "t-0",
+            PartitionLog.open(directory, CONFIG),
+            fetch,
+            fetch_delayed,  # type: ignore[arg-type]
+        )
 
     def propose(self, command: DelayCommand) -> list[int] | None:
         self.index += 1
@@ -150,6 +170,9 @@ class Cluster:
         batches = tuple(bytes(view[p : p + h.size_bytes]) for p, h in iter_batches(view))
         yield CopiedChunk(batches, covered)
 
+    def fetch_delayed(self, position: tuple[int, int]) -> Iterator[Iterator[bytes]]:
+        yield self.machine.export_delay(position)
+
 
 def pending_of(machine: PartitionStateMachine) -> set[tuple[int, int, bytes]]:
     return set(machine.delay.pending())
@@ -190,6 +213,7 @@ def test_each_record_released_once_never_early_across_restarts_and_restores(
                 assert value in c.cancelled or value in c.values_in_log(c.machine)
         elif op == "snapshot":
             c.snap = (c.machine.snapshot(), len(c.journal))
+            c.snap_pending = pending_of(c.machine)
         elif op == "restart":
             c.restart()
         elif op == "crash":
@@ -206,8 +230,11 @@ def test_each_record_released_once_never_early_across_restarts_and_restores(
     assert sorted(delivered) == sorted(set(c.deliver_at) - c.cancelled)
     if c.snap is not None:
         snapshot, at = c.snap
-        replica = c.open(c.root / "replica", c.fetch_from_primary)
+        # The snapshot names the store; the replica copies it as it was then from the
+        # primary, which has moved on since (and compacted at later snapshots).
+        replica = c.open(c.root / "replica", c.fetch_from_primary, c.fetch_delayed)
         replica.restore(snapshot)
+        assert pending_of(replica) == c.snap_pending
         for (index, k), data in c.journal[at:]:
             replica.apply_at(index, k, data)
         assert c.values_in_log(replica) == delivered
@@ -231,3 +258,88 @@ def check_never_early_and_once(c: Cluster) -> None:
     expected = {c.sid_of[v] for v in c.deliver_at} - {c.sid_of[v] for v in c.cancelled}
     expected -= {c.sid_of[v] for v in values}
     assert pending == expected
+
+
+def test_buckets_are_deleted_one_snapshot_late_and_copies_say_which_positions(
+    tmp_path: Path,
+) -> None:
+    c = Cluster(tmp_path)
+    c.schedule([10, 20])  # bucket A
+    c.schedule([5 * BUCKET_MS])  # bucket B, pending throughout
+    c.now += 30
+    c.release(c.machine.delay.due(c.now, 10, 1 << 20))  # A is empty now
+    first = c.machine.applied
+    c.machine.snapshot()  # marks A
+    assert len(list((c.dir / "delay").glob("*.bucket"))) == 2
+    c.schedule([6 * BUCKET_MS])
+    second = c.machine.applied
+    c.machine.snapshot()  # deletes A (empty at the first, untouched since)
+    assert not (c.dir / "delay" / f"{1_000_000:020d}.bucket").exists()
+    assert len(list((c.dir / "delay").glob("*.bucket"))) == 2
+    stream = list(c.machine.export_delay(first))
+    assert sum(len(x) for x in stream) > 0
+    whole = b"".join(c.machine.export_delay(second))
+    c.schedule([7 * BUCKET_MS])
+    c.machine.snapshot()  # nothing more to delete: the first stays servable
+    list(c.machine.export_delay(first))
+    c.now += 10 * BUCKET_MS
+    c.release(c.machine.delay.due(c.now, 10, 1 << 20))
+    assert c.machine.delay.pending_count == 0
+    c.machine.snapshot()
+    c.machine.snapshot()  # deletes the emptied buckets: compacted to the previous one
+    with pytest.raises(DelayCopyError):
+        c.machine.export_delay(first)
+    with pytest.raises(DelayCopyError):
+        c.machine.export_delay((c.machine.applied[0] + 1, 0))  # not applied yet
+    # A copy cut short, or counting wrong, leaves the receiving store as it was.
+    other = Cluster(tmp_path / "other")
+    other.schedule([1, 2, 3])
+    before = pending_of(other.machine)
+    for bad, count in ((whole[:-3], 2), (whole, 5)):
+        with pytest.raises(DelayCopyError):
+            other.machine.delay.restore_stream([bad], second, count)
+        assert pending_of(other.machine) == before
+    other.machine.delay.restore_stream([whole[:7], whole[7:]], second, 2)
+    assert {at for _, at, _ in pending_of(other.machine)} == {
+        1_000_000 + 5 * BUCKET_MS, 1_000_030 + 6 * BUCKET_MS,
+    }  # fmt: skip
+
+
+@pytest.mark.parametrize("cut", [0.0, 0.5, 0.99])
+@pytest.mark.parametrize("files", ["delay", "all"])  # the store's write, or a later one
+def test_a_refused_delay_write_is_undone_and_applies_whole_later(
+    tmp_path: Path, cut: float, files: str
+) -> None:
+    failing, healthy = Cluster(tmp_path / "a"), Cluster(tmp_path / "b")
+    for c in (failing, healthy):
+        c.schedule([10, 20, 2 * BUCKET_MS])
+        c.now += 30
+    release = DelayCommand(
+        KIND_RELEASE, failing.now, targets=tuple(failing.machine.delay.due(failing.now, 9, 1 << 20))
+    )
+    schedule = DelayCommand(
+        KIND_SCHEDULE, failing.now, scheduled=((failing.now + 40, one("late")),) * 3
+    )
+    for command in (release, schedule):
+        failing.index += 1
+        healthy.index += 1
+        data = command.encode()
+        files = [p for p in failing.dir.rglob("*") if p.is_file()]
+        sizes = {p: p.stat().st_size for p in files}
+        # Each file may grow by a part of what the command writes, then EFBIG.
+        capped = [s for p, s in sizes.items() if files == "all" or p.parent.name == "delay"]
+        cap = max(capped) + int(len(data) * cut) + 1
+        with file_size_cap(cap), pytest.raises(ApplyDeferred) as refused:
+            failing.machine.apply_at(failing.index, 0, data)
+        assert refused.value.no_space
+        assert {p: p.stat().st_size for p in files if p.exists()} == {
+            p: s for p, s in sizes.items() if p.exists()
+        }, "a file kept part of the refused command"
+        assert failing.machine.applied == (failing.index - 1, 0)
+        assert failing.machine.apply_at(failing.index, 0, data) == healthy.machine.apply_at(
+            healthy.index, 0, data
+        )
+        assert pending_of(failing.machine) == pending_of(healthy.machine)
+        assert failing.values_in_log(failing.machine) == healthy.values_in_log(healthy.machine)
+    failing.restart()
+    assert pending_of(failing.machine) == pending_of(healthy.machine)
