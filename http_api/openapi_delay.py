@@ -33,11 +33,14 @@ def delay_record_fields(config: BrokerConfig) -> dict[str, Any]:
         "deliver_at": {
             **or_null(integer(0, INT64_MAX)),
             "description": f"append at this time (ms since the epoch), at most max_delay_ms "
-            f"({config.max_delay_ms}) ahead",
+            f"({config.max_delay_ms}) ahead; with producer_id every record gives it (a retry "
+            "of the same producer_id, producer_epoch and base_sequence is answered with the "
+            "first one's ids)",
         },
         "delay_ms": {
             **or_null(integer(0, config.max_delay_ms)),
-            "description": "append this long after the broker receives it",
+            "description": "append this long after the broker receives it (not with "
+            "producer_id: 400)",
         },
     }
 

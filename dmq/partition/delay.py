@@ -73,6 +73,9 @@ Position = tuple[int, int]
 DELAY_MAGIC = b"D"
 DELAY_COMMAND_VERSION = 1
 KIND_SCHEDULE = ord("S")
+# On the wire only: a schedule with an idempotent producer (decoded as KIND_SCHEDULE with
+# `producer` set); its retry is answered with the first one's sids (machine.py).
+KIND_SCHEDULE_IDEMPOTENT = ord("I")
 KIND_RELEASE = ord("R")
 KIND_CANCEL = ord("C")
 # Bucket width: a due bucket is read whole into memory (its entries, not its records).
@@ -85,6 +88,7 @@ COMPACTED_FILE = "compacted"  # the position the store answers for, at least (mo
 EXPORT_CHUNK_BYTES = 1024 * 1024
 _COPY_END = struct.Struct("<IIQ")  # 0, 0, count: the end of an export stream
 _HEAD = struct.Struct("<cBBqI")  # magic, version, kind, now_ms, count
+_PRODUCER = struct.Struct("<qhi")  # producer_id, producer_epoch, base_sequence
 _SCHEDULED = struct.Struct("<qI")  # deliver_at_ms, batch length
 _RELEASED = struct.Struct("<Qq")  # sid, deliver_at_ms
 _ENTRY_HEAD = struct.Struct("<II")  # body length, crc32c(body)
@@ -108,13 +112,18 @@ class DelayCommand:
     now_ms: int
     scheduled: tuple[tuple[int, bytes], ...] = ()  # (deliver_at_ms, one-record batch)
     targets: tuple[tuple[int, int], ...] = ()  # (sid, deliver_at_ms): release, cancel
+    # A schedule's idempotent producer: (producer_id, producer_epoch, base_sequence).
+    producer: tuple[int, int, int] | None = None
 
     def encode(self) -> bytes:
         if self.kind == KIND_SCHEDULE:
             if not 1 <= len(self.scheduled) <= SCHEDULE_RECORDS_MAX:
                 raise ValueError(f"a schedule carries 1 to {SCHEDULE_RECORDS_MAX} records")
-            parts = [_HEAD.pack(DELAY_MAGIC, DELAY_COMMAND_VERSION, self.kind, self.now_ms,
+            kind = KIND_SCHEDULE if self.producer is None else KIND_SCHEDULE_IDEMPOTENT
+            parts = [_HEAD.pack(DELAY_MAGIC, DELAY_COMMAND_VERSION, kind, self.now_ms,
                                 len(self.scheduled))]  # fmt: skip
+            if self.producer is not None:
+                parts.append(_PRODUCER.pack(*self.producer))
             for deliver_at, batch in self.scheduled:
                 parts += [_SCHEDULED.pack(deliver_at, len(batch)), batch]
             return b"".join(parts)
@@ -132,6 +141,13 @@ class DelayCommand:
         if magic != DELAY_MAGIC or version != DELAY_COMMAND_VERSION:
             raise DelayCommandError(f"not a delay command version 1 ({magic!r}, {version})")
         pos = _HEAD.size
+        producer = None
+        if kind == KIND_SCHEDULE_IDEMPOTENT:
+            if pos + _PRODUCER.size > len(view):
+                raise DelayCommandError("schedule command cut short in its producer")
+            producer = _PRODUCER.unpack_from(view, pos)
+            pos += _PRODUCER.size
+            kind = KIND_SCHEDULE
         if kind == KIND_SCHEDULE:
             scheduled = []
             for _ in range(count):
@@ -145,7 +161,7 @@ class DelayCommand:
                 pos += length
             if pos != len(view):
                 raise DelayCommandError("bytes after the last scheduled record")
-            return cls(kind, now_ms, scheduled=tuple(scheduled))
+            return cls(kind, now_ms, scheduled=tuple(scheduled), producer=producer)
         if kind not in (KIND_RELEASE, KIND_CANCEL):
             raise DelayCommandError(f"unknown delay command kind {kind}")
         if len(view) != pos + count * _RELEASED.size:

@@ -33,7 +33,9 @@ flushes the log and rewrites the checkpoint durably before returning. So the cho
 is never older than the snapshot, whose position pysyncobj replays from.
 
 **Snapshots hold no partition data**, only `PartitionSnapshot`: the partition, its
-log_start_offset and log_end_offset and the last applied position. `restore` keeps a local
+log_start_offset and log_end_offset, the last applied position and the delay store's
+pending count (the store is streamed from another replica at restore, as of that
+position: `_restore_delay`, dmq/partition/delay.py). `restore` keeps a local
 log that already covers the snapshot; copies what is missing from the leader through the
 owner's `fetch_missing(from_offset, to_offset)` (raw batches with their offsets, appended
 with `assign_offsets=False`; the broker implements it over HTTP); and restarts a log that
@@ -336,13 +338,32 @@ class PartitionStateMachine:
 
     def _apply_delay(self, position: Position, command: DelayCommand) -> list[int | LogError]:
         """A delay command, undone like a produce if the disk refuses any of its writes
-        (the store's entries, the released batch, the checkpoint record): ApplyDeferred."""
+        (the store's entries, the released batch, the checkpoint record): ApplyDeferred.
+        A schedule with an idempotent producer that repeats one of its last schedules is
+        answered with that one's schedule ids and not scheduled again."""
         start_offset = self.log.log_end_offset
+        producer, saved = command.producer, None
+        if producer is not None:
+            try:
+                first = self.producers.check_schedule(producer, len(command.scheduled))
+            except InvalidRecordError as error:
+                return self._delay_answer(position, [error], touched=False)
+            if first is not None:  # a retry: the sids of the same place in that command
+                return self._delay_answer(
+                    position, [first + i for i in range(len(command.scheduled))], touched=False
+                )
+            saved = self.producers.save_schedule(producer[0])
         try:
-            delayed = self.delay.apply(position, command, self.log)
-            self._append_checkpoint(_checkpoint_record(position, self.log.log_end_offset))
+            delayed: list[int | LogError] = list(self.delay.apply(position, command, self.log))
+            if producer is not None:
+                self.producers.record_schedule(producer, len(command.scheduled), int(delayed[0]))
+            self._append_checkpoint(
+                _checkpoint_record(position, self.log.log_end_offset, producer is not None)
+            )
         except StorageWriteError as error:
             self.delay.undo()
+            if producer is not None:
+                self.producers.restore_schedule(producer[0], saved)
             if self.log.log_end_offset > start_offset:
                 self.log.truncate_to(start_offset)
             raise ApplyDeferred(
@@ -350,7 +371,20 @@ class PartitionStateMachine:
             ) from error
         self.log.set_high_watermark(self.log.log_end_offset)
         self.applied = position
-        return list(delayed)
+        return delayed
+
+    def _delay_answer(
+        self, position: Position, answer: list[int | LogError], *, touched: bool
+    ) -> list[int | LogError]:
+        """A delay command that changed nothing: only its checkpoint record."""
+        try:
+            self._append_checkpoint(_checkpoint_record(position, self.log.log_end_offset, touched))
+        except StorageWriteError as error:
+            raise ApplyDeferred(
+                f"partition {self.partition}: {error}", no_space=error.no_space
+            ) from error
+        self.applied = position
+        return answer
 
     def _append_command(
         self, position: Position, produce: ProduceCommand

@@ -357,6 +357,9 @@ class PartitionReplica:
             result = await self.raft.propose(command, timeout_s=self._timeout_s, wait="apply")
         except raft_errors.RaftError as exc:
             raise translate_raft_error(exc, f"partition {self.name}") from exc
+        for r in result or ():
+            if isinstance(r, LogError):  # an idempotent schedule refused (fenced)
+                raise r
         return [int(r) for r in result or ()]
 
     async def export_delay(self, position: tuple[int, int]) -> AsyncIterator[bytes]:

@@ -13,6 +13,10 @@
 - A bucket file is deleted one snapshot late: a copy at the previous snapshot's position
   is still served, one before it is refused (DelayCopyError), and a copy cut short or
   counting other than the snapshot says leaves the store as it was.
+- A schedule with an idempotent producer that repeats one of its last schedules (a
+  client's retry, any number of Raft positions later, across a crash restart and in a
+  replica restored from a snapshot) is answered with the first one's schedule ids and
+  schedules nothing; an older epoch is refused (fenced).
 - A write the disk refuses (a file-size cap: EFBIG, as a full disk) while a schedule or
   a release applies is undone, store, log and checkpoint (ApplyDeferred), and the same
   command applied again gives what a replica that never failed holds.
@@ -37,6 +41,7 @@ from dmq.partition.delay import (
     DelayCopyError,
 )
 from dmq.partition.machine import APPLIED_CHECKPOINT, CopiedChunk, PartitionStateMachine
+from dmq.partition.producers import ProducerFencedError
 from log import FlushPolicy, LogConfig, PartitionLog, Record, encode_batch
 from raft.errors import ApplyDeferred
 from tests_support import file_size_cap
@@ -343,3 +348,38 @@ def test_a_refused_delay_write_is_undone_and_applies_whole_later(
         assert failing.values_in_log(failing.machine) == healthy.values_in_log(healthy.machine)
     failing.restart()
     assert pending_of(failing.machine) == pending_of(healthy.machine)
+
+
+def test_an_idempotent_schedule_retried_is_answered_with_its_first_ids(tmp_path: Path) -> None:
+    c = Cluster(tmp_path)
+
+    def idempotent(seq: int, values: list[str], epoch: int = 0) -> list[object] | None:
+        scheduled = tuple((c.now + 100, one(v)) for v in values)
+        return c.propose(DelayCommand(KIND_SCHEDULE, c.now, scheduled=scheduled,
+                                      producer=(7, epoch, seq)))  # fmt: skip
+
+    assert DelayCommand.decode(
+        DelayCommand(KIND_SCHEDULE, 1, scheduled=((5, one("a")),), producer=(7, 1, 9)).encode()
+    ).producer == (7, 1, 9)
+    first = idempotent(0, ["a", "b"])
+    c.schedule([50])  # another command in between
+    assert idempotent(0, ["a", "b"]) == first  # the retry
+    assert c.machine.delay.pending_count == 3
+    second = idempotent(2, ["c"])
+    assert second != first and c.machine.delay.pending_count == 4
+    snapshot = (c.machine.snapshot(), len(c.journal))
+    c.restart(lose_records=2)  # the journal replays: the retry is recognised again
+    assert idempotent(0, ["a", "b"]) == first and c.machine.delay.pending_count == 4
+    replica = c.open(c.root / "replica", c.fetch_from_primary, c.fetch_delayed)
+    replica.restore(snapshot[0])
+    c.index += 1
+    retry = DelayCommand(KIND_SCHEDULE, c.now, scheduled=((c.now + 100, one("c")),),
+                         producer=(7, 0, 2)).encode()  # fmt: skip
+    assert replica.apply_at(c.index, 0, retry) == second
+    assert replica.delay.pending_count == 4
+    assert idempotent(3, ["d"], epoch=1) is not None  # a new epoch starts afresh
+    (fenced,) = idempotent(4, ["e"], epoch=0) or []
+    assert isinstance(fenced, ProducerFencedError)
+    c.now += 1_000
+    c.release(c.machine.delay.due(c.now, 100, 1 << 20))
+    assert sorted(c.values_in_log(c.machine)) == ["a", "b", "c", "d", "r1"]
