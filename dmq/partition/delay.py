@@ -56,7 +56,7 @@ import mmap
 import os
 import shutil
 import struct
-from collections.abc import Iterable, Iterator
+from collections.abc import Generator, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import BinaryIO
@@ -400,7 +400,7 @@ class DelayStore:
         self._marked_at = position
         return acted
 
-    def export(self, position: Position) -> Iterator[bytes]:
+    def export(self, position: Position) -> Generator[bytes, None, None]:
         """The store as it was at `position` (at or before the last applied one, which
         the caller checks): every entry pending then, in bucket-file format, in chunks of
         about EXPORT_CHUNK_BYTES, then the end frame with their count. Call under the
@@ -414,7 +414,7 @@ class DelayStore:
         self._exports.add(token)
         return self._export(position, sorted(self._buckets), token)
 
-    def _export(self, position: Position, starts: list[int], token: object) -> Iterator[bytes]:
+    def _export(self, position: Position, starts: list[int], token: object) -> Generator[bytes, None, None]:
         try:
             count = 0
             out: list[bytes] = []

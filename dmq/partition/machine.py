@@ -76,7 +76,7 @@ from __future__ import annotations
 import json
 import os
 import struct
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Generator, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -354,9 +354,9 @@ class PartitionStateMachine:
                 )
             saved = self.producers.save_schedule(producer[0])
         try:
-            delayed: list[int | LogError] = list(self.delay.apply(position, command, self.log))
+            applied = self.delay.apply(position, command, self.log)
             if producer is not None:
-                self.producers.record_schedule(producer, len(command.scheduled), int(delayed[0]))
+                self.producers.record_schedule(producer, len(command.scheduled), applied[0])
             self._append_checkpoint(
                 _checkpoint_record(position, self.log.log_end_offset, producer is not None)
             )
@@ -371,7 +371,7 @@ class PartitionStateMachine:
             ) from error
         self.log.set_high_watermark(self.log.log_end_offset)
         self.applied = position
-        return delayed
+        return list(applied)
 
     def _delay_answer(
         self, position: Position, answer: list[int | LogError], *, touched: bool
@@ -482,7 +482,7 @@ class PartitionStateMachine:
             self.delay.pending_count,
         ).encode()
 
-    def export_delay(self, position: Position) -> Iterator[bytes]:
+    def export_delay(self, position: Position) -> Generator[bytes, None, None]:
         """The delay store as it was at `position`, for a replica installing a snapshot
         (DelayStore.export); DelayCopyError if this replica has not applied it yet."""
         if self.applied == POSITION_RESTORING or self.applied < position:

@@ -29,7 +29,7 @@ import logging
 import shutil
 import threading
 import zlib
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncGenerator, Callable, Generator, Iterator
 from pathlib import Path
 from typing import Any, Literal, TypeVar
 
@@ -362,23 +362,23 @@ class PartitionReplica:
                 raise r
         return [int(r) for r in result or ()]
 
-    async def export_delay(self, position: tuple[int, int]) -> AsyncIterator[bytes]:
+    async def export_delay(self, position: tuple[int, int]) -> AsyncGenerator[bytes, None]:
         """The delay store as it was at `position`, chunk by chunk, each read on the
         storage thread (DelayStore.export); for a replica installing a snapshot."""
 
-        def start() -> Iterator[bytes]:
+        def start() -> Generator[bytes, None, None]:
             assert self._machine is not None
             try:
                 return self._machine.export_delay(position)
             except DelayCopyError as exc:
                 raise BrokerUnavailable(f"partition {self.name}: {exc}") from exc
 
-        stream = await self.run(self._locked, start)
+        stream: Generator[bytes, None, None] = await self.run(self._locked, start)
         try:
             while (chunk := await self.run(next, stream, None)) is not None:
                 yield chunk
         finally:
-            await self.run(stream.close)  # type: ignore[attr-defined]
+            await self.run(stream.close)
 
     async def with_machine(self, fn: Callable[..., T], *args: Any) -> T:
         """fn(machine, *args) on the storage thread under the lock."""
