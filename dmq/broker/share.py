@@ -265,7 +265,7 @@ class ShareService:
                     return tp, await self._fetch.partition_read(tp[0], tp[1], offset, 0, 1, 1)
                 want = min(each, room)
                 return tp, await self._fetch.partition_read(
-                    tp[0], tp[1], offset, 0, want, max_bytes, record_filter
+                    tp[0], tp[1], offset, 0, want, max_bytes, record_filter=record_filter
                 )
             except errors.DmqError as exc:  # left out of this poll; the others are served
                 _log.debug("share poll: %s-%d left out: %s", tp[0], tp[1], exc)
