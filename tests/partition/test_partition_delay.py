@@ -83,6 +83,10 @@ ops = st.lists(
         st.tuples(st.just("release_again"), st.integers(0, 10)),
         st.tuples(st.just("release_early"), st.integers(1, 3)),
         st.tuples(st.just("cancel"), st.integers(0, 50)),
+        st.tuples(
+            st.just("schedule_idempotent"), st.lists(st.integers(0, 25_000), min_size=1, max_size=3)
+        ),
+        st.tuples(st.just("retry"), st.integers(0, 4)),
         st.tuples(st.just("snapshot"), st.just(0)),
         st.tuples(st.just("restart"), st.just(0)),
         st.tuples(st.just("crash"), st.integers(0, 6)),
@@ -108,6 +112,8 @@ class Cluster:
         self.cancelled: set[str] = set()
         self.releases: list[DelayCommand] = []
         self.counter = 0
+        self.idempotent: list[tuple[DelayCommand, list[int]]] = []  # its last schedules
+        self.sequence = 0
 
     def open(
         self, directory: Path, fetch: object = None, fetch_delayed: object = None
@@ -125,18 +131,23 @@ class Cluster:
         self.journal.append(((self.index, 0), data))
         return self.machine.apply_at(self.index, 0, data)  # type: ignore[return-value]
 
-    def schedule(self, delays: list[int]) -> None:
+    def schedule(self, delays: list[int], idempotent: bool = False) -> None:
         values = []
         for delay in delays:
             self.counter += 1
             value = f"r{self.counter}"
             self.deliver_at[value] = self.now + delay
             values.append(value)
+        producer = (7, 0, self.sequence) if idempotent else None
         cmd = DelayCommand(
-            KIND_SCHEDULE, self.now, scheduled=tuple((self.deliver_at[v], one(v)) for v in values)
-        )
+            KIND_SCHEDULE, self.now, scheduled=tuple((self.deliver_at[v], one(v)) for v in values),
+            producer=producer,
+        )  # fmt: skip
         sids = self.propose(cmd)
         assert sids is not None and len(sids) == len(values)
+        if idempotent:
+            self.sequence += len(values)
+            self.idempotent = [*self.idempotent, (cmd, sids)][-5:]
         self.sid_of.update(zip(values, sids, strict=True))
 
     def release(self, targets: list[tuple[int, int]]) -> None:
@@ -176,14 +187,27 @@ class Cluster:
         yield CopiedChunk(batches, covered)
 
     def fetch_delayed(self, position: tuple[int, int]) -> Iterator[Iterator[bytes]]:
-        yield self.machine.export_delay(position)
+        """A source that fails part-way first (the next one is tried), then the primary's
+        copy in 13-byte pieces (entries split across chunks)."""
+
+        def broken() -> Iterator[bytes]:
+            yield b"".join(self.machine.export_delay(position))[:20]
+            raise OSError("connection reset")
+
+        def pieces() -> Iterator[bytes]:
+            whole = b"".join(self.machine.export_delay(position))
+            for i in range(0, len(whole), 13):
+                yield whole[i : i + 13]
+
+        yield broken()
+        yield pieces()
 
 
 def pending_of(machine: PartitionStateMachine) -> set[tuple[int, int, bytes]]:
     return set(machine.delay.pending())
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(ops)
 def test_each_record_released_once_never_early_across_restarts_and_restores(
     tmp_path_factory: pytest.TempPathFactory, plan: list[tuple[str, object]]
@@ -216,6 +240,11 @@ def test_each_record_released_once_never_early_across_restarts_and_restores(
                 c.cancelled.add(value)
             else:  # not pending: released before, or cancelled before
                 assert value in c.cancelled or value in c.values_in_log(c.machine)
+        elif op == "schedule_idempotent":
+            c.schedule(arg, idempotent=True)  # type: ignore[arg-type]
+        elif op == "retry" and c.idempotent:
+            cmd, sids = c.idempotent[arg % len(c.idempotent)]  # type: ignore[operator]
+            assert c.propose(cmd) == sids, "a retried schedule answered other ids"
         elif op == "snapshot":
             c.snap = (c.machine.snapshot(), len(c.journal))
             c.snap_pending = pending_of(c.machine)
