@@ -17,6 +17,7 @@
   client's retry, any number of Raft positions later, across a crash restart and in a
   replica restored from a snapshot) is answered with the first one's schedule ids and
   schedules nothing; an older epoch is refused (fenced).
+- A snapshot of the previous version (the records in it, as JSON) still restores them.
 - A write the disk refuses (a file-size cap: EFBIG, as a full disk) while a schedule or
   a release applies is undone, store, log and checkpoint (ApplyDeferred), and the same
   command applied again gives what a replica that never failed holds.
@@ -24,6 +25,9 @@
 
 from __future__ import annotations
 
+import base64
+import dataclasses
+import json
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -40,7 +44,12 @@ from dmq.partition.delay import (
     DelayCommandError,
     DelayCopyError,
 )
-from dmq.partition.machine import APPLIED_CHECKPOINT, CopiedChunk, PartitionStateMachine
+from dmq.partition.machine import (
+    APPLIED_CHECKPOINT,
+    CopiedChunk,
+    PartitionSnapshot,
+    PartitionStateMachine,
+)
 from dmq.partition.producers import ProducerFencedError
 from log import FlushPolicy, LogConfig, PartitionLog, Record, encode_batch
 from raft.errors import ApplyDeferred
@@ -412,3 +421,17 @@ def test_an_idempotent_schedule_retried_is_answered_with_its_first_ids(tmp_path:
     c.now += 1_000
     c.release(c.machine.delay.due(c.now, 100, 1 << 20))
     assert sorted(c.values_in_log(c.machine)) == ["a", "b", "c", "d", "r1"]
+
+
+def test_a_snapshot_written_before_the_copy_still_restores_its_records(tmp_path: Path) -> None:
+    """Snapshots of the previous version carried the pending records as JSON."""
+    c = Cluster(tmp_path)
+    c.schedule([10, 2 * BUCKET_MS, 3 * BUCKET_MS])
+    wanted = PartitionSnapshot.decode(c.machine.snapshot())
+    legacy = [
+        [sid, at, base64.b64encode(batch).decode()] for sid, at, batch in pending_of(c.machine)
+    ]
+    old = dataclasses.replace(wanted, delayed=json.dumps(legacy), delay_pending=0)
+    replica = c.open(c.root / "replica", c.fetch_from_primary)  # no fetch_delayed needed
+    replica.restore(old.encode())
+    assert pending_of(replica) == pending_of(c.machine)
