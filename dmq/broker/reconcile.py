@@ -338,6 +338,10 @@ class Reconciler:
         for node_id in self._sources(topic, partition, members):
             addr = self._routing.http_addr_of(node_id)
             if addr is not None:
+                _log.info(
+                    "%s-%d: copying the delay store as at %s from %s", topic, partition,
+                    position, node_id,
+                )  # fmt: skip
                 yield fetch_delayed_blocking(
                     addr, topic, partition, position, self._ctx.timeout_s,
                     self._ctx.cluster_secret, self._ctx.cluster_id,
