@@ -414,7 +414,9 @@ class DelayStore:
         self._exports.add(token)
         return self._export(position, sorted(self._buckets), token)
 
-    def _export(self, position: Position, starts: list[int], token: object) -> Generator[bytes, None, None]:
+    def _export(
+        self, position: Position, starts: list[int], token: object
+    ) -> Generator[bytes, None, None]:
         try:
             count = 0
             out: list[bytes] = []
@@ -528,12 +530,15 @@ class DelayStore:
         if staged:
             fsync_directory(self.directory)
 
-    def _count_copied(self, start: int, sid: int, at: int, size: int, batch_bytes: int) -> None:
+    def _count_copied(self, start: int, at: int, size: int, batch_bytes: int) -> None:
         """A copied pending entry of `size` bytes, written at the end of its file."""
-        bucket = self._buckets.setdefault(start, _Bucket())
+        bucket = self._buckets.get(start)
+        if bucket is None:
+            bucket = self._buckets[start] = _Bucket(earliest_ms=at)
         bucket.count += 1
         bucket.size += size
-        bucket.earliest_ms = at if bucket.earliest_ms is None else min(bucket.earliest_ms, at)
+        if at < bucket.earliest_ms:  # type: ignore[operator]
+            bucket.earliest_ms = at
         self.pending_bytes += batch_bytes
 
     def _read(self, start: int, pos: int, length: int) -> bytes:
@@ -631,7 +636,8 @@ def _pending_entries(path: Path, size: int) -> Iterator[tuple[int, int, int, int
 
 def _entries_pending_at(path: Path, position: Position) -> Iterator[bytes]:
     """The whole entries (head and body) of a bucket file's records pending at
-    `position`, in file order: two passes over a map of the file, the done sids first."""
+    `position`, in file order: two passes over a map of the file, the done sids first
+    (framing only: the second pass checks each entry's CRC, and stops at a bad one)."""
     try:
         f = open(path, "rb")  # noqa: SIM115 - closed below, after the map
     except FileNotFoundError as exc:
@@ -640,11 +646,7 @@ def _entries_pending_at(path: Path, position: Position) -> Iterator[bytes]:
         if os.fstat(f.fileno()).st_size == 0:
             return
         with mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as data:
-            done = {
-                sid
-                for _end, op, at_position, sid, _at, _pos, _len in _scan(data)
-                if op == OP_DONE and at_position <= position
-            }
+            done = _done_sids(data, position)
             start = 0
             for end, op, at_position, sid, _at, _pos, _len in _scan(data):
                 if op == OP_SCHEDULED and at_position <= position and sid not in done:
@@ -652,62 +654,96 @@ def _entries_pending_at(path: Path, position: Position) -> Iterator[bytes]:
                 start = end
 
 
+def _done_sids(data: mmap.mmap, position: Position) -> set[int]:
+    """The sids of the D entries at or before `position` (framing only, no CRC)."""
+    done: set[int] = set()
+    pos, size, head, body = 0, len(data), _ENTRY_HEAD.size, _ENTRY_BODY.size
+    op_done = OP_DONE[0]
+    while pos + head <= size:
+        (length,) = struct.unpack_from("<I", data, pos)
+        end = pos + head + length
+        if length < body or end > size:
+            break
+        if data[pos + head] == op_done:
+            _op, index, k, sid, _at = _ENTRY_BODY.unpack_from(data, pos + head)
+            if (index, k) <= position:
+                done.add(sid)
+        pos = end
+    return done
+
+
 def _write_stream(fresh: DelayStore, chunks: Iterable[bytes], position: Position) -> int:
     """Write an export stream into `fresh` (an empty store); the count its end frame
-    gives, checked against the entries written."""
+    gives, checked against the entries written. Entries come bucket by bucket: each run
+    of one bucket's entries in a chunk is one write."""
     buffer = bytearray()
     count = 0
-    current: tuple[int, BinaryIO] | None = None
+    files: dict[int, BinaryIO] = {}
     ended: int | None = None
+    head, body_size = _ENTRY_HEAD.size, _ENTRY_BODY.size
     try:
         for chunk in chunks:
             if ended is not None:
                 raise DelayCopyError("bytes after the end of a delay store copy")
             buffer += chunk
-            pos = 0
-            while ended is None and len(buffer) - pos >= _ENTRY_HEAD.size:
-                length, crc = _ENTRY_HEAD.unpack_from(buffer, pos)
-                if length == 0:  # the end frame
-                    if len(buffer) - pos < _COPY_END.size:
+            view = memoryview(buffer)
+            pos, run_start, run_bucket = 0, 0, -1
+            try:
+                while len(buffer) - pos >= head:
+                    length, crc = _ENTRY_HEAD.unpack_from(view, pos)
+                    if length == 0:  # the end frame
+                        if len(buffer) - pos < _COPY_END.size:
+                            break
+                        ended = _COPY_END.unpack_from(view, pos)[2]
+                        _flush_run(fresh, files, run_bucket, view[run_start:pos])
+                        run_start = pos = pos + _COPY_END.size
                         break
-                    ended = _COPY_END.unpack_from(buffer, pos)[2]
-                    pos += _COPY_END.size
-                    break
-                end = pos + _ENTRY_HEAD.size + length
-                if end > len(buffer):
-                    break
-                body = bytes(buffer[pos + _ENTRY_HEAD.size : end])
-                op, index, k, sid, at = _check_copied(body, crc, length, position)
-                start = bucket_of(at)
-                if current is None or current[0] != start:
-                    if current is not None:
-                        _close_synced(current[1])
-                    current = (start, open(fresh._path(start), "ab"))  # noqa: SIM115
-                current[1].write(buffer[pos:end])
-                fresh._count_copied(start, sid, at, end - pos, length - _ENTRY_BODY.size)
-                count += 1
-                pos = end
+                    end = pos + head + length
+                    if end > len(buffer):
+                        break
+                    if length < body_size or crc32c.crc32c(view[pos + head : end]) != crc:
+                        raise DelayCopyError("a copied delay entry fails its CRC or length")
+                    op, index, k, sid, at = _ENTRY_BODY.unpack_from(view, pos + head)
+                    if op != OP_SCHEDULED or (index, k) > position:
+                        raise DelayCopyError(
+                            f"a copied entry {op!r} at {(index, k)} past {position}"
+                        )
+                    start = at - at % BUCKET_MS
+                    if start != run_bucket:
+                        _flush_run(fresh, files, run_bucket, view[run_start:pos])
+                        run_start, run_bucket = pos, start
+                    fresh._count_copied(start, at, end - pos, length - body_size)
+                    count += 1
+                    pos = end
+                if ended is None:
+                    _flush_run(fresh, files, run_bucket, view[run_start:pos])
+            finally:
+                view.release()
             del buffer[:pos]
+            if ended is not None:
+                break
     finally:
-        if current is not None:
-            _close_synced(current[1])
+        for f in files.values():
+            _close_synced(f)
     if ended is None or buffer:
-        raise DelayCopyError("a delay store copy cut short")
+        raise DelayCopyError("a delay store copy cut short, or with bytes after its end")
     if ended != count:
         raise DelayCopyError(f"a delay store copy of {count} entries says {ended}")
     fsync_directory(fresh.directory)
     return count
 
 
-def _check_copied(
-    body: bytes, crc: int, length: int, position: Position
-) -> tuple[bytes, int, int, int, int]:
-    if length < _ENTRY_BODY.size or crc32c.crc32c(body) != crc:
-        raise DelayCopyError("a copied delay entry fails its CRC or length")
-    op, index, k, sid, at = _ENTRY_BODY.unpack_from(body)
-    if op != OP_SCHEDULED or (index, k) > position:
-        raise DelayCopyError(f"a copied delay entry {op!r} at {(index, k)} past {position}")
-    return op, index, k, sid, at
+def _flush_run(fresh: DelayStore, files: dict[int, BinaryIO], start: int, run: memoryview) -> None:
+    """Append one bucket's run of copied entries to its file (kept open until the end:
+    a bucket's entries may come in several chunks)."""
+    if not len(run):
+        return
+    f = files.get(start)
+    if f is None:
+        for other in list(files):  # one file open at a time: buckets come in order
+            _close_synced(files.pop(other))
+        f = files[start] = open(fresh._path(start), "ab")  # noqa: SIM115
+    f.write(run)
 
 
 def _close_synced(f: BinaryIO) -> None:
