@@ -12,6 +12,7 @@ from typing import Final
 
 KiB: Final = 1024
 MiB: Final = 1024 * KiB
+GiB: Final = 1024 * MiB
 
 # Largest HTTP request body. Bounds the memory one request can pin; must hold the
 # largest batch (batch_bytes_max) plus JSON/base64 overhead (4/3).
@@ -98,6 +99,8 @@ FILTER_CHARS_MAX: Final = 4_096
 FILTER_SCAN_BYTES_MAX: Final = 32 * MiB
 
 # Delayed records (dmq/broker/delay.py): the longest delay, and the bytes of delayed
-# records one partition may hold (its snapshot carries them whole: 429 beyond).
+# records one partition may hold (429 beyond). They cost disk (bucket files), not memory:
+# a snapshot names the store and a new replica streams it (dmq/partition/delay.py), so
+# the bound is a per-partition disk quota (the free-space floor still applies below it).
 MAX_DELAY_MS: Final = 7 * 24 * 3600 * 1000
-DELAY_PENDING_BYTES_MAX: Final = 256 * MiB
+DELAY_PENDING_BYTES_MAX: Final = 8 * GiB

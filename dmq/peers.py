@@ -26,6 +26,7 @@ from yarl import URL
 from dmq import errors
 from dmq.internal_auth import CLUSTER_ID_HEADER, signed_headers, target_of
 
+DELAYED_READ_BYTES = 1024 * 1024  # a delay store copy is read in pieces of this size
 FORWARDED_HEADER = "X-Dmq-Forwarded"  # set on a forwarded request: it is never forwarded again
 # Connections kept to each other broker (forwarded appends run in parallel on them).
 CONNECTIONS_PER_PEER_MAX = 32
@@ -195,3 +196,34 @@ def fetch_batches_blocking(
             )
         yield body, next_offset
         offset = next_offset
+
+
+def fetch_delayed_blocking(
+    http_addr: str,
+    topic: str,
+    partition: int,
+    position: tuple[int, int],
+    timeout_s: float,
+    secret: bytes | None = None,
+    cluster_id: str = "",
+) -> Iterator[bytes]:
+    """A broker's delay store of a partition as it was at `position`, streamed
+    (dmq/partition/delay.py, `export`). Blocking, on the tick thread inside a snapshot's
+    restore; the caller checks the stream's end frame and count."""
+    url = (
+        f"http://{http_addr}/v1/internal/delay/{topic}/{partition}/pending"
+        f"?index={position[0]}&k={position[1]}"
+    )
+    headers = {FORWARDED_HEADER: "1", **signed_headers(secret, "GET", target_of(url))}
+    if cluster_id:
+        headers[CLUSTER_ID_HEADER] = cluster_id
+    request = urllib.request.Request(url, headers=headers)
+    try:
+        # The URL is http:// + a broker's address from the catalogue, never a file: one.
+        with urllib.request.urlopen(request, timeout=timeout_s) as resp:  # noqa: S310
+            while chunk := resp.read(DELAYED_READ_BYTES):
+                yield chunk
+    except urllib.error.HTTPError as exc:
+        raise _error_from(exc.code, exc.read()) from exc
+    except (urllib.error.URLError, OSError) as exc:
+        raise errors.BrokerUnavailable(f"broker at {http_addr}: {exc!r}") from exc

@@ -123,9 +123,33 @@ async def internal_summary(request: web.Request) -> web.Response:
     return codec.json_response(await delay.local_summary(replica))
 
 
+async def internal_pending(request: web.Request) -> web.StreamResponse:
+    """The replica's delay store as it was at (?index, ?k), streamed: for a replica
+    installing a snapshot at that position (dmq/partition/delay.py, `export`)."""
+    index = codec.int_param(request, "index", None, 0, 2**63 - 1)
+    k = codec.int_param(request, "k", None, 0, 2**32 - 1)
+    if index is None or k is None:
+        raise errors.InvalidRequest("index and k are required", field="index")
+    delay = broker_of(request).delay
+    replica = delay.local_replica(request.match_info["topic"], _partition(request))
+    chunks = replica.export_delay((index, k))
+    try:
+        first = await anext(chunks)  # refused before the answer starts: a JSON error
+        response = web.StreamResponse(headers={"Content-Type": "application/octet-stream"})
+        await response.prepare(request)
+        await response.write(first)
+        async for chunk in chunks:
+            await response.write(chunk)
+        await response.write_eof()
+    finally:
+        await chunks.aclose()
+    return response
+
+
 DELAY_ROUTES: tuple[tuple[str, str, Any], ...] = (
     ("GET", "/v1/topics/{topic}/scheduled", scheduled),
     ("DELETE", "/v1/topics/{topic}/scheduled/{id}", cancel),
     ("POST", "/v1/internal/delay/{topic}/{partition}", internal_propose),
     ("GET", "/v1/internal/delay/{topic}/{partition}", internal_summary),
+    ("GET", "/v1/internal/delay/{topic}/{partition}/pending", internal_pending),
 )

@@ -33,11 +33,14 @@ def delay_record_fields(config: BrokerConfig) -> dict[str, Any]:
         "deliver_at": {
             **or_null(integer(0, INT64_MAX)),
             "description": f"append at this time (ms since the epoch), at most max_delay_ms "
-            f"({config.max_delay_ms}) ahead",
+            f"({config.max_delay_ms}) ahead; with producer_id every record gives it (a retry "
+            "of the same producer_id, producer_epoch and base_sequence is answered with the "
+            "first one's ids)",
         },
         "delay_ms": {
             **or_null(integer(0, config.max_delay_ms)),
-            "description": "append this long after the broker receives it",
+            "description": "append this long after the broker receives it (not with "
+            "producer_id: 400)",
         },
     }
 
@@ -92,6 +95,26 @@ def delay_paths(config: BrokerConfig) -> dict[str, Any]:
                 "internal_delay_summary",
                 INTERNAL + "A replica's pending delayed records",
                 {"200": ok(ref("PartitionScheduled"))},
+                errors=(400, 404, 503),
+            ),  # fmt: skip
+        },
+        "/v1/internal/delay/{topic}/{partition}/pending": {
+            "parameters": [TOPIC_PARAMETER, PARTITION_PARAMETER],
+            "get": operation(
+                "internal_delay_pending",
+                INTERNAL + "A replica's delay store as it was at a Raft position, streamed "
+                "(for a replica installing a snapshot); 503 if this replica compacted past "
+                "it or has not applied it",
+                {
+                    "200": {
+                        "description": "bucket-file entries, then an end frame with their count",
+                        "content": {"application/octet-stream": {}},
+                    }
+                },
+                parameters=[
+                    query("index", integer(0, 2**63 - 1), "the snapshot's Raft index (required)"),
+                    query("k", integer(0, 2**32 - 1), "the command within the entry (required)"),
+                ],
                 errors=(400, 404, 503),
             ),  # fmt: skip
         },

@@ -8,6 +8,7 @@ from typing import Any
 from dmq import limits
 from dmq.broker.share import SHARE_LIMITS
 from dmq.config import BrokerConfig
+from http_api.openapi_filtering import filter_parameters
 from http_api.openapi_schema import (
     ENCODING,
     OFFSET,
@@ -128,6 +129,9 @@ def _record_paths(config: BrokerConfig) -> dict[str, Any]:
                         "most bytes read per partition",
                     ),  # fmt: skip
                     query("value_encoding", ENCODING, "string (UTF-8) or base64"),
+                    # Records the filter leaves out are skipped for the whole group, as
+                    # consumed (groups/README.md, "Filtered polls").
+                    *filter_parameters(config),
                 ],
                 errors=(400, 404, 406, 409, 503),
             ),

@@ -16,6 +16,7 @@ from dmq.broker import Broker
 from dmq.broker.share import ACK_KINDS, SHARE_LIMITS, Ack, Delivery, group_json
 from dmq.topics import check_topic_name
 from http_api import codec
+from http_api.filtering import record_filter
 from http_api.forward import BROKER, forwarded_hops
 from http_api.groups import _int, _name
 
@@ -104,8 +105,11 @@ async def records(request: web.Request) -> web.Response:
     group, member_id = _group(request), _member(request)
     max_records, max_bytes, wait_ms = codec.fetch_limits(request, request.app[BROKER].config)
     encoding = codec.check_encoding(request.query.get("value_encoding"))
+    selected = record_filter(request, request.app[BROKER].config)  # tags= / filter=
     broker = _routed(request)
-    found = await broker.share.poll(group, member_id, max_records, max_bytes, wait_ms)
+    found = await broker.share.poll(
+        group, member_id, max_records, max_bytes, wait_ms, record_filter=selected
+    )
     return codec.json_response(
         {"group": group, "member_id": member_id, "records": [_delivery(d, encoding) for d in found]}
     )

@@ -4,7 +4,9 @@ Three brokers (jepsen/cluster.py, planted bug optional), one topic of one partit
 replication factor 3. While a writer schedules records with delays of `--delay-min-ms`
 to `--delay-max-ms` through every broker in turn (a few of them cancelled at once), a
 poller reads the partition from its position through a live broker, and the nemesis
-kills the partition leader (kill -9) once and restarts it. Then, once everything is due,
+kills the partition leader (kill -9) once and restarts it (with `--snapshot-entries 16`
+the leader compacts past it meanwhile, so it installs a snapshot and streams the delay
+store from a peer). Then, once everything is due,
 a final read from offset 0. The history (jepsen/history.py) goes to history.jsonl, the
 verdict of jepsen/checker/delay.py to results.json; the exit code is 1 if it is invalid.
 """
@@ -37,6 +39,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--delay-max-ms", type=int, default=2_500)
     parser.add_argument("--kill-at-s", type=float, default=1.5, help="kill the leader then")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument(
+        "--snapshot-entries",
+        type=int,
+        default=0,
+        help="--raft-snapshot-entries of the brokers (0: their default); a small value makes "
+        "the restarted broker install a snapshot and copy the delay store from a peer",
+    )
 
 
 def _wall_ms() -> int:
@@ -183,6 +192,9 @@ class Workload:
 def run(args: argparse.Namespace) -> dict[str, Any]:
     args.dir.mkdir(parents=True, exist_ok=True)
     cluster = Cluster(args.dir / "cluster", 3, planted_bug=args.planted_bug, durable_trace=False)
+    if args.snapshot_entries:
+        for broker in cluster.brokers.values():
+            broker.args = [*broker.args, "--raft-snapshot-entries", str(args.snapshot_entries)]
     history = History(args.dir / "history.jsonl")
     try:
         cluster.start_all()

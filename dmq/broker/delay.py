@@ -4,10 +4,12 @@ The replicated part is the partition's delay store (dmq/partition/delay.py); thi
 service proposes its commands and runs the release duty:
 
 1. a produce whose records carry `deliver_at` or `delay_ms` (or the request's
-   `?delay_ms=` / `?deliver_at=`) is checked (`max_delay_ms`; acks=all; no idempotent
-   producer), placed on partitions as an ordinary produce, and each partition's records
-   are proposed as one `schedule` command to its group (from a hosting broker: any
-   replica's proposal reaches the leader). Records due already are produced at once;
+   `?delay_ms=` / `?deliver_at=`) is checked (`max_delay_ms`; acks=all), placed on
+   partitions as an ordinary produce, and each partition's records are proposed as one
+   `schedule` command to its group (from a hosting broker: any replica's proposal
+   reaches the leader). Records due already are produced at once. An idempotent
+   producer's request is one schedule on one partition that the partition dedupes by
+   (producer_id, epoch, base_sequence) (`_produce_idempotent`);
 2. the answer gives each delayed record its schedule id, `<partition>-<deliver_at>-<sid>`,
    which `cancel` takes back;
 3. every `RELEASE_TICK_MS` the release duty looks at each partition this broker leads
@@ -34,6 +36,7 @@ from dmq.broker.context import BrokerContext
 from dmq.broker.produce import ProduceService
 from dmq.broker.routing import Routing
 from dmq.broker.topics import TopicsService
+from dmq.broker.translate import translate
 from dmq.broker.types import Acks, ProduceRecord, ProducerSequence, TopicView
 from dmq.metadata.service import wall_ms
 from dmq.partition.delay import KIND_CANCEL, KIND_RELEASE, KIND_SCHEDULE, DelayCommand
@@ -118,15 +121,12 @@ class DelayService:
         producer: ProducerSequence | None,
     ) -> list[Placed]:
         """Schedule the delayed records, produce the others; one answer per record."""
-        if producer is not None:
-            raise errors.InvalidRequest(
-                "delayed records cannot carry producer_id (each is scheduled on its own)",
-                field="producer_id",
-            )
         if acks != "all":
             raise errors.InvalidRequest(
                 "delayed records are answered once scheduled: use acks=all", field="acks"
             )
+        if producer is not None:
+            return await self._produce_idempotent(topic_name, records, producer)
         now = wall_ms()
         deliver_at = [self._deliver_at(r, i, now) for i, r in enumerate(records)]
         topic = await self._topics.topic_for_produce(topic_name)
@@ -151,6 +151,62 @@ class DelayService:
                     out[i] = item
         assert all(o is not None for o in out)
         return [o for o in out if o is not None]
+
+    async def _produce_idempotent(
+        self, topic_name: str, records: list[ProduceRecord], producer: ProducerSequence
+    ) -> list[Placed]:
+        """An idempotent producer's delayed produce: every record scheduled (even one due
+        already: the release duty appends it within a tick) in ONE schedule command on
+        ONE partition, which the partition answers with the first one's schedule ids if
+        it repeats one of the producer's last 5 (dmq/partition/producers.py). Every record
+        gives `deliver_at`: a retry must be the same request, and `delay_ms` counts from
+        its arrival."""
+        now = wall_ms()
+        for i, record in enumerate(records):
+            if record.deliver_at_ms is None:
+                raise errors.InvalidRequest(
+                    f"records[{i}]: an idempotent delayed produce gives every record "
+                    "deliver_at (delay_ms would differ on a retry)",
+                    field=f"records[{i}].deliver_at",
+                )
+        deliver_at = [self._deliver_at(r, i, now) for i, r in enumerate(records)]
+        topic = await self._topics.topic_for_produce(topic_name)
+        by_partition = self._produce.place_records(topic, records)
+        if len(by_partition) != 1:
+            raise errors.InvalidRequest(
+                "an idempotent produce (producer_id) must put every record on one partition",
+                field="producer_id",
+            )
+        ((partition, items),) = by_partition.items()
+        scheduled = tuple((deliver_at[i], encode_batch([rec])) for i, rec in items)
+        if len(_chunks(scheduled, self._ctx.config.batch_bytes_max)) > 1:
+            raise errors.RecordTooLarge(
+                "an idempotent delayed produce is one schedule command: at most "
+                "batch_bytes_max bytes",
+                field="records",
+                limit=self._ctx.config.batch_bytes_max,
+            )
+        self._check_pending(topic, partition, sum(len(b) for _, b in scheduled))
+        ident = (producer.producer_id, producer.producer_epoch, producer.base_sequence)
+        command = DelayCommand(KIND_SCHEDULE, now, scheduled=scheduled, producer=ident)
+        sids = await self.propose(topic, partition, command.encode())
+        out: list[Placed | None] = [None] * len(records)
+        for (i, _), sid in zip(items, sids, strict=True):
+            out[i] = Placed(
+                partition, None, deliver_at[i], schedule_id_text(partition, deliver_at[i], sid)
+            )
+        assert all(o is not None for o in out)
+        return [o for o in out if o is not None]
+
+    def _check_pending(self, topic: TopicView, partition: int, size: int) -> None:
+        replica = self._ctx.replicas.local(topic.name, partition, topic.topic_id)
+        limit = self._ctx.config.delay_pending_bytes_max
+        if replica is not None and replica.delay_pending_bytes + size > limit:
+            raise errors.Backpressure(
+                f"partition {partition} holds {replica.delay_pending_bytes} bytes of delayed "
+                f"records (delay_pending_bytes_max)",
+                limit=limit,
+            )
 
     def _deliver_at(self, record: ProduceRecord, i: int, now: int) -> int:
         limit = self._ctx.config.max_delay_ms
@@ -184,15 +240,7 @@ class DelayService:
         now: int,
     ) -> list[tuple[int, Placed]]:
         scheduled = tuple((deliver_at[i], encode_batch([rec])) for i, rec in items)
-        size = sum(len(b) for _, b in scheduled)
-        replica = self._ctx.replicas.local(topic.name, partition, topic.topic_id)
-        limit = self._ctx.config.delay_pending_bytes_max
-        if replica is not None and replica.delay_pending_bytes + size > limit:
-            raise errors.Backpressure(
-                f"partition {partition} holds {replica.delay_pending_bytes} bytes of delayed "
-                f"records (delay_pending_bytes_max)",
-                limit=limit,
-            )
+        self._check_pending(topic, partition, sum(len(b) for _, b in scheduled))
         sids: list[int] = []
         for chunk in _chunks(scheduled, self._ctx.config.batch_bytes_max):
             command = DelayCommand(KIND_SCHEDULE, now, scheduled=chunk).encode()
@@ -206,7 +254,10 @@ class DelayService:
         """A delay command through a replica here, else through a broker hosting one."""
         replica = self._ctx.replicas.local(topic.name, partition, topic.topic_id)
         if replica is not None:
-            return await replica.propose_delay(command)
+            try:
+                return await replica.propose_delay(command)
+            except LogError as exc:  # a refused idempotent schedule (fenced)
+                raise translate(exc) from exc
         last: errors.DmqError = errors.NotLeader(
             f"no broker hosting {topic.name}-{partition} answered", retry_after_ms=200
         )

@@ -33,6 +33,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import shutil
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -49,7 +50,7 @@ from dmq.partition.replica import (
     TOPIC_ID_FILE,
     PartitionReplica,
 )
-from dmq.peers import fetch_batches_blocking
+from dmq.peers import fetch_batches_blocking, fetch_delayed_blocking
 from dmq.topics import log_config_for
 from log import errors as log_errors
 
@@ -212,6 +213,9 @@ class Reconciler:
         def fetch_missing(start_offset: int, end_offset: int) -> Any:
             return self._fetch_missing(info.name, partition, members, start_offset, end_offset)
 
+        def fetch_delayed(position: tuple[int, int]) -> Iterator[Iterator[bytes]]:
+            return self._fetch_delayed(info.name, partition, members, position)
+
         replica = PartitionReplica(
             info.name,
             info.topic_id,
@@ -227,6 +231,7 @@ class Reconciler:
             timeout_s=self._ctx.timeout_s,
             space=self._ctx.space,
             cluster_id=self._ctx.cluster_id,
+            fetch_delayed=fetch_delayed,
         )
         await replica.open()
         self._ctx.replicas.add(replica)
@@ -283,16 +288,7 @@ class Reconciler:
     ) -> Any:
         """Tick thread (a snapshot's restore): batches [start, end) from another replica,
         the leader first. Blocking: this node's groups wait while it copies."""
-        replica = self._ctx.replicas.get(topic, partition)
-        leader = replica.raft.status().leader_id if replica and replica.raft else None
-        # The placement now (a reassignment may have changed it since the replica opened).
-        info = self._ctx.metadata.state.topics.get(topic)
-        if info is not None and partition < len(info.partitions):
-            members = tuple(dict.fromkeys((*info.partitions[partition].replicas, *members)))
-        order = sorted(m for m in members if m != self._ctx.config.node_id)
-        if leader in order:
-            order.remove(leader)
-            order.insert(0, leader)
+        order = self._sources(topic, partition, members)
         last: Exception = errors.BrokerUnavailable(
             f"no replica of {topic}-{partition} to copy from"
         )
@@ -318,6 +314,38 @@ class Reconciler:
             except errors.DmqError as exc:
                 last = exc
         raise last
+
+    def _sources(self, topic: str, partition: int, members: tuple[str, ...]) -> list[str]:
+        """The other replicas to copy from, the leader first."""
+        replica = self._ctx.replicas.get(topic, partition)
+        leader = replica.raft.status().leader_id if replica and replica.raft else None
+        # The placement now (a reassignment may have changed it since the replica opened).
+        info = self._ctx.metadata.state.topics.get(topic)
+        if info is not None and partition < len(info.partitions):
+            members = tuple(dict.fromkeys((*info.partitions[partition].replicas, *members)))
+        order = sorted(m for m in members if m != self._ctx.config.node_id)
+        if leader in order:
+            order.remove(leader)
+            order.insert(0, leader)
+        return order
+
+    def _fetch_delayed(
+        self, topic: str, partition: int, members: tuple[str, ...], position: tuple[int, int]
+    ) -> Iterator[Iterator[bytes]]:
+        """Tick thread (a snapshot's restore): the delay store as at `position` from each
+        other replica in turn, the leader first, streamed (the machine keeps the first
+        that arrives whole)."""
+        for node_id in self._sources(topic, partition, members):
+            addr = self._routing.http_addr_of(node_id)
+            if addr is not None:
+                _log.info(
+                    "%s-%d: copying the delay store as at %s from %s", topic, partition,
+                    position, node_id,
+                )  # fmt: skip
+                yield fetch_delayed_blocking(
+                    addr, topic, partition, position, self._ctx.timeout_s,
+                    self._ctx.cluster_secret, self._ctx.cluster_id,
+                )  # fmt: skip
 
     def remove_orphans(self) -> None:
         """Directories of replicas no longer placed here, that a crash left behind; run once

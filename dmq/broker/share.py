@@ -58,6 +58,7 @@ from dmq.broker.types import FetchResult, ProduceRecord, ProducerSequence
 from dmq.metadata.machine import PARTITION_GONE
 from dmq.metadata.service import wall_ms
 from dmq.metadata.share_groups import ShareApplied
+from dmq.selector import RecordFilter
 from groups import share
 from groups.share_commands import (
     ACK_TYPES,
@@ -197,14 +198,24 @@ class ShareService:
     # --- poll -----------------------------------------------------------------------------
 
     async def poll(
-        self, group: str, member_id: str, max_records: int, max_bytes: int, wait_ms: int
+        self,
+        group: str,
+        member_id: str,
+        max_records: int,
+        max_bytes: int,
+        wait_ms: int,
+        *,
+        record_filter: RecordFilter | None = None,
     ) -> list[Delivery]:
+        """Records locked to the member. With a filter (`tags=`/`filter=`), only matching
+        fresh records are acquired; the others are skipped for the whole group, as
+        consumed: the share-partition's end moves past them and no member gets them."""
         loop = asyncio.get_running_loop()
         deadline = loop.time() + wait_ms / 1000
         while True:
             g, member = self._member(group, member_id)
             tps = self._partitions_of(member.topics)
-            items, reads = await self._read_fresh(g, tps, max_records, max_bytes)
+            items, reads = await self._read_fresh(g, tps, max_records, max_bytes, record_filter)
             if items:
                 applied = await self._propose(
                     AcquireRecords(group, member_id, tuple(items), max_records, wall_ms())
@@ -228,10 +239,17 @@ class ShareService:
         return found
 
     async def _read_fresh(
-        self, g: share.ShareGroup, tps: list[tuple[str, int]], max_records: int, max_bytes: int
+        self,
+        g: share.ShareGroup,
+        tps: list[tuple[str, int]],
+        max_records: int,
+        max_bytes: int,
+        record_filter: RecordFilter | None = None,
     ) -> tuple[list[AcquireItem], dict[tuple[str, int], FetchResult]]:
         """Each partition read at its share-partition's end, without waiting; the items of
-        an AcquireRecords for those with fresh records or a record to redeliver."""
+        an AcquireRecords for those with fresh records or a record to redeliver, or (with
+        a filter) records skipped: the filtered read's next_offset moves the end past
+        them (`_take`: the gap after the last fresh record is skipped)."""
         now_ms = wall_ms()
         # The read-ahead is bounded in total, not per partition: it is shared among the
         # partitions (each reads its share, at least one record) and cut to the total below.
@@ -247,7 +265,7 @@ class ShareService:
                     return tp, await self._fetch.partition_read(tp[0], tp[1], offset, 0, 1, 1)
                 want = min(each, room)
                 return tp, await self._fetch.partition_read(
-                    tp[0], tp[1], offset, 0, want, max_bytes
+                    tp[0], tp[1], offset, 0, want, max_bytes, record_filter=record_filter
                 )
             except errors.DmqError as exc:  # left out of this poll; the others are served
                 _log.debug("share poll: %s-%d left out: %s", tp[0], tp[1], exc)
@@ -267,7 +285,8 @@ class ShareService:
             budget -= len(fresh)
             redeliver = sp is not None and share.offerable(sp, now_ms)
             behind = sp is not None and sp.start_offset < result.log_start_offset
-            if fresh or redeliver or behind:
+            skipped = record_filter is not None and read_end > (0 if sp is None else sp.end_offset)
+            if fresh or redeliver or behind or skipped:
                 reads[tp] = result
                 items.append((tp[0], tp[1], result.log_start_offset, fresh, read_end))
         return items, reads

@@ -33,7 +33,9 @@ flushes the log and rewrites the checkpoint durably before returning. So the cho
 is never older than the snapshot, whose position pysyncobj replays from.
 
 **Snapshots hold no partition data**, only `PartitionSnapshot`: the partition, its
-log_start_offset and log_end_offset and the last applied position. `restore` keeps a local
+log_start_offset and log_end_offset, the last applied position and the delay store's
+pending count (the store is streamed from another replica at restore, as of that
+position: `_restore_delay`, dmq/partition/delay.py). `restore` keeps a local
 log that already covers the snapshot; copies what is missing from the leader through the
 owner's `fetch_missing(from_offset, to_offset)` (raw batches with their offsets, appended
 with `assign_offsets=False`; the broker implements it over HTTP); and restarts a log that
@@ -74,13 +76,14 @@ from __future__ import annotations
 import json
 import os
 import struct
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Generator, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
 import crc32c
 
-from dmq.partition.delay import DelayCommand, DelayStore, is_delay_command
+from dmq.errors import DmqError
+from dmq.partition.delay import DelayCommand, DelayCopyError, DelayStore, is_delay_command
 from dmq.partition.producers import ProducerStates
 from dmq.partition.transactions import TransactionStates, marker_type
 from log import InvalidOffsetError, InvalidRecordError, LogError, PartitionLog, StorageError
@@ -136,6 +139,10 @@ class CopiedChunk:
 
 FetchMissing = Callable[[int, int], Iterable[CopiedChunk]]
 """fetch_missing(from_offset, to_offset): another replica's batches covering [from, to)."""
+FetchDelayed = Callable[[Position], Iterable[Iterable[bytes]]]
+"""fetch_delayed(position): other replicas' delay stores as they were at `position`
+(DelayStore.export streams), one per replica, the leader first; each is read lazily and
+the first that arrives whole is kept (a failure while reading one moves to the next)."""
 
 
 class CommandDecodeError(ValueError):
@@ -207,9 +214,12 @@ class PartitionSnapshot:
     log_end_offset: int
     applied: Position
     producers: str | None = None  # ProducerStates.to_json() at `applied`; None from version 1
-    delayed: str | None = None  # DelayStore.to_snapshot(): pending delayed records, if any
+    delayed: str | None = None  # pending delayed records as JSON: read, no longer written
     # json of TransactionStates.to_doc() at `applied`; None when written before transactions
     transactions: str | None = None
+    # Delayed records pending at `applied`: a restore copies the store (delay.py) and
+    # checks the count. Left out when 0 (older nodes read the snapshot).
+    delay_pending: int = 0
 
     def encode(self) -> bytes:
         fields: dict[str, object] = {
@@ -225,6 +235,8 @@ class PartitionSnapshot:
             fields["delayed"] = self.delayed
         if self.transactions is not None:
             fields["transactions"] = self.transactions
+        if self.delay_pending:
+            fields["delay_pending"] = self.delay_pending
         return json.dumps(fields, sort_keys=True, separators=(",", ":")).encode()
 
     @classmethod
@@ -240,6 +252,7 @@ class PartitionSnapshot:
             None if fields.get("producers") is None else str(fields["producers"]),
             None if fields.get("delayed") is None else str(fields["delayed"]),
             None if fields.get("transactions") is None else str(fields["transactions"]),
+            int(fields.get("delay_pending", 0)),
         )
 
 
@@ -253,11 +266,16 @@ class PartitionStateMachine:
     """raft's StateMachine over one PartitionLog (module docstring). Not thread-safe."""
 
     def __init__(
-        self, partition: str, log: PartitionLog, fetch_missing: FetchMissing | None = None
+        self,
+        partition: str,
+        log: PartitionLog,
+        fetch_missing: FetchMissing | None = None,
+        fetch_delayed: FetchDelayed | None = None,
     ) -> None:
         self.partition = partition
         self.log = log
         self.fetch_missing = fetch_missing
+        self.fetch_delayed = fetch_delayed
         self.checkpoint_path = log.directory / APPLIED_CHECKPOINT
         self.producers_path = log.directory / PRODUCER_STATE
         self.producers = ProducerStates()  # set by _reconcile (dmq/partition/producers.py)
@@ -298,11 +316,7 @@ class PartitionStateMachine:
             self.replayed_commands += 1
             return None
         if is_delay_command(command):  # schedule, release, cancel: dmq/partition/delay.py
-            delayed = self.delay.apply(position, DelayCommand.decode(command), self.log)
-            self.log.set_high_watermark(self.log.log_end_offset)
-            os.write(self._checkpoint_fd, _checkpoint_record(position, self.log.log_end_offset))
-            self.applied = position
-            return list(delayed)
+            return self._apply_delay(position, DelayCommand.decode(command))
         produce = ProduceCommand.decode(command)
         start_offset = self.log.log_end_offset
         undo = self.producers.save_for(produce.batches)
@@ -321,6 +335,56 @@ class PartitionStateMachine:
             raise ApplyDeferred(
                 f"partition {self.partition}: {error}", no_space=error.no_space
             ) from error
+
+    def _apply_delay(self, position: Position, command: DelayCommand) -> list[int | LogError]:
+        """A delay command, undone like a produce if the disk refuses any of its writes
+        (the store's entries, the released batch, the checkpoint record): ApplyDeferred.
+        A schedule with an idempotent producer that repeats one of its last schedules is
+        answered with that one's schedule ids and not scheduled again."""
+        start_offset = self.log.log_end_offset
+        producer, saved = command.producer, None
+        if producer is not None:
+            try:
+                first = self.producers.check_schedule(producer, len(command.scheduled))
+            except InvalidRecordError as error:
+                return self._delay_answer(position, [error], touched=False)
+            if first is not None:  # a retry: the sids of the same place in that command
+                return self._delay_answer(
+                    position, [first + i for i in range(len(command.scheduled))], touched=False
+                )
+            saved = self.producers.save_schedule(producer[0])
+        try:
+            applied = self.delay.apply(position, command, self.log)
+            if producer is not None:
+                self.producers.record_schedule(producer, len(command.scheduled), applied[0])
+            self._append_checkpoint(
+                _checkpoint_record(position, self.log.log_end_offset, producer is not None)
+            )
+        except StorageWriteError as error:
+            self.delay.undo()
+            if producer is not None:
+                self.producers.restore_schedule(producer[0], saved)
+            if self.log.log_end_offset > start_offset:
+                self.log.truncate_to(start_offset)
+            raise ApplyDeferred(
+                f"partition {self.partition}: {error}", no_space=error.no_space
+            ) from error
+        self.log.set_high_watermark(self.log.log_end_offset)
+        self.applied = position
+        return list(applied)
+
+    def _delay_answer(
+        self, position: Position, answer: list[int | LogError], *, touched: bool
+    ) -> list[int | LogError]:
+        """A delay command that changed nothing: only its checkpoint record."""
+        try:
+            self._append_checkpoint(_checkpoint_record(position, self.log.log_end_offset, touched))
+        except StorageWriteError as error:
+            raise ApplyDeferred(
+                f"partition {self.partition}: {error}", no_space=error.no_space
+            ) from error
+        self.applied = position
+        return answer
 
     def _append_command(
         self, position: Position, produce: ProduceCommand
@@ -406,15 +470,24 @@ class PartitionStateMachine:
         """Metadata only; first makes the log and the checkpoint durable (the journal
         entries this snapshot replaces are dropped right after it returns)."""
         self.checkpoint()
+        self.delay.maybe_compact(self.applied)
         return PartitionSnapshot(
             self.partition,
             self.log.log_start_offset,
             self.log.log_end_offset,
             self.applied,
             self.producers.to_json(),
-            self.delay.to_snapshot(),
+            None,
             self._transactions_text(),
+            self.delay.pending_count,
         ).encode()
+
+    def export_delay(self, position: Position) -> Generator[bytes, None, None]:
+        """The delay store as it was at `position`, for a replica installing a snapshot
+        (DelayStore.export); DelayCopyError if this replica has not applied it yet."""
+        if self.applied == POSITION_RESTORING or self.applied < position:
+            raise DelayCopyError(f"{self.partition}: applied {self.applied}, not {position}")
+        return self.delay.export(position)
 
     def _transactions_text(self) -> str | None:
         """The transaction state for a snapshot; None (left out) when there is none."""
@@ -482,13 +555,33 @@ class PartitionStateMachine:
             self.producers.rebuild(log)
         else:
             self.producers = ProducerStates.from_json(wanted.producers)
-        self.delay.restore(wanted.delayed, wanted.applied)
+        self._restore_delay(wanted)
         self.transactions = TransactionStates.from_doc(
             None if wanted.transactions is None else json.loads(wanted.transactions)
         )
         self.last_stable_offset = self.transactions.last_stable_offset(log.log_end_offset)
         self.applied = wanted.applied
         self._save(wanted.applied, log.log_end_offset)
+
+    def _restore_delay(self, wanted: PartitionSnapshot) -> None:
+        """The delay store as at the snapshot: carried by an older snapshot, empty, or
+        copied from the first replica whose copy arrives whole (dmq/partition/delay.py)."""
+        if wanted.delayed is not None or wanted.delay_pending == 0:
+            self.delay.restore(wanted.delayed, wanted.applied)
+            return
+        if self.fetch_delayed is None:
+            raise StorageError(f"{self.partition}: no fetch_delayed to copy the delay store")
+        failures: list[str] = []
+        for stream in self.fetch_delayed(wanted.applied):
+            try:
+                self.delay.restore_stream(stream, wanted.applied, wanted.delay_pending)
+                return
+            except (DelayCopyError, OSError, DmqError) as exc:
+                failures.append(str(exc))
+        raise StorageError(
+            f"{self.partition}: no replica copied its delay store at {wanted.applied}: "
+            + "; ".join(failures)
+        )
 
     def _cut_to(self, wanted: PartitionSnapshot) -> None:
         log = self.log

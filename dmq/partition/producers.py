@@ -65,6 +65,10 @@ class ProducerStates:
 
     def __init__(self) -> None:
         self._producers: dict[int, _Producer] = {}
+        # Delayed produces of idempotent producers (dmq/partition/delay.py): their own
+        # table, batches as (base_sequence, last_sequence, first schedule id). A retry
+        # of one of the last PRODUCER_BATCHES_KEPT is answered with its schedule ids.
+        self._schedules: dict[int, _Producer] = {}
 
     def __len__(self) -> int:
         return len(self._producers)
@@ -172,6 +176,55 @@ class ProducerStates:
             oldest = min(self._producers, key=lambda p: (self._producers[p].last_offset, p))
             del self._producers[oldest]
 
+    def check_schedule(self, producer: tuple[int, int, int], count: int) -> int | None:
+        """Before a schedule of `count` records by (id, epoch, base_sequence): the first
+        schedule id of the same schedule applied before (a retry), else None; an epoch
+        older than the known one is refused. Sequences are not required to follow on:
+        the table only recognises retries. Changes nothing."""
+        producer_id, epoch, base_sequence = producer
+        known = self._schedules.get(producer_id)
+        if known is None or epoch > known.epoch:
+            return None
+        if epoch < known.epoch:
+            raise ProducerFencedError(
+                f"producer {producer_id} epoch {epoch} is fenced by epoch {known.epoch}",
+                field="producer_epoch",
+            )
+        for base_seq, last_seq, first_sid in known.batches:
+            if (base_seq, last_seq) == (base_sequence, base_sequence + count - 1):
+                return first_sid
+        return None
+
+    def record_schedule(self, producer: tuple[int, int, int], count: int, first_sid: int) -> None:
+        """After a schedule: remember it (the oldest producer is forgotten past
+        PRODUCERS_PER_PARTITION_MAX; schedule ids grow with the Raft position)."""
+        producer_id, epoch, base_sequence = producer
+        known = self._schedules.get(producer_id)
+        if known is None or epoch > known.epoch:
+            known = self._schedules[producer_id] = _Producer(epoch)
+        known.batches.append((base_sequence, base_sequence + count - 1, first_sid))
+        if len(known.batches) > PRODUCER_BATCHES_KEPT:
+            known.batches.popleft()
+        known.last_offset = first_sid
+        if len(self._schedules) > PRODUCERS_PER_PARTITION_MAX:
+            oldest = min(self._schedules, key=lambda p: (self._schedules[p].last_offset, p))
+            del self._schedules[oldest]
+
+    def save_schedule(self, producer_id: int) -> _Producer | None:
+        """A copy of one producer's schedule state, to undo a refused command."""
+        known = self._schedules.get(producer_id)
+        return (
+            None
+            if known is None
+            else _Producer(known.epoch, deque(known.batches), known.last_offset)
+        )
+
+    def restore_schedule(self, producer_id: int, saved: _Producer | None) -> None:
+        if saved is None:
+            self._schedules.pop(producer_id, None)
+        else:
+            self._schedules[producer_id] = saved
+
     def _known(self, producer_id: int, log_end_offset: int) -> _Producer | None:
         known = self._producers.get(producer_id)
         if known is not None and known.last_offset < log_end_offset - PRODUCER_WINDOW_OFFSETS:
@@ -181,10 +234,15 @@ class ProducerStates:
 
     def to_json(self) -> str:
         """The whole state, canonical (sorted producers): equal states give equal text."""
-        doc = {
+        doc: dict[str, object] = {
             str(pid): [p.epoch, p.last_offset, [list(b) for b in p.batches]]
             for pid, p in sorted(self._producers.items())
         }
+        if self._schedules:  # left out when empty: the text of older states is unchanged
+            doc["schedules"] = {
+                str(pid): [p.epoch, p.last_offset, [list(b) for b in p.batches]]
+                for pid, p in sorted(self._schedules.items())
+            }
         return json.dumps(doc, separators=(",", ":"))
 
     @classmethod
@@ -192,11 +250,14 @@ class ProducerStates:
         """The inverse of to_json; a malformed document raises ValueError."""
         states = cls()
         try:
-            for pid, (epoch, last_offset, batches) in json.loads(text).items():
-                producer = _Producer(int(epoch), last_offset=int(last_offset))
-                for base_seq, last_seq, base_offset in batches:
-                    producer.batches.append((int(base_seq), int(last_seq), int(base_offset)))
-                states._producers[int(pid)] = producer
+            doc = json.loads(text)
+            schedules = doc.pop("schedules", {})
+            for table, entries in ((states._producers, doc), (states._schedules, schedules)):
+                for pid, (epoch, last_offset, batches) in entries.items():
+                    producer = _Producer(int(epoch), last_offset=int(last_offset))
+                    for base_seq, last_seq, base_offset in batches:
+                        producer.batches.append((int(base_seq), int(last_seq), int(base_offset)))
+                    table[int(pid)] = producer
         except (TypeError, AttributeError, KeyError) as error:
             raise ValueError(f"malformed producer state: {error}") from error
         return states

@@ -29,13 +29,14 @@ import logging
 import shutil
 import threading
 import zlib
-from collections.abc import Callable, Iterator
+from collections.abc import AsyncGenerator, Callable, Generator, Iterator
 from pathlib import Path
 from typing import Any, Literal, TypeVar
 
 from dmq import planted
 from dmq.errors import Backpressure, BrokerUnavailable, InsufficientStorage
 from dmq.metadata.service import translate_raft_error
+from dmq.partition.delay import DelayCopyError
 from dmq.partition.machine import (
     PRODUCE_COMMAND_VERSION,
     CopiedChunk,
@@ -59,6 +60,9 @@ Acks = Literal["0", "1", "all"]
 # fetch_missing(start_offset, end_offset) -> (response body of concatenated batches, the
 # offset the source vouches for up to: dmq.partition.machine.CopiedChunk), one per response
 FetchMissing = Callable[[int, int], Iterator[tuple[bytes, int]]]
+# fetch_delayed((index, k)) -> one stream of delay-store chunks per other replica, the
+# leader first (dmq.partition.machine.FetchDelayed)
+FetchDelayed = Callable[[tuple[int, int]], Iterator[Iterator[bytes]]]
 TOPIC_ID_FILE = "topic_id"
 # Beside it: the cluster id of the broker that created the directory (dmq/README.md,
 # "Cluster identity"): a directory of another cluster is never opened as a replica.
@@ -141,8 +145,10 @@ class PartitionReplica:
         timeout_s: float,
         space: SpaceGuard | None = None,
         cluster_id: str = "",
+        fetch_delayed: FetchDelayed | None = None,
     ) -> None:
         self.topic = topic
+        self._fetch_delayed = fetch_delayed
         self.cluster_id = cluster_id  # written into the directory (CLUSTER_ID_FILE)
         self.topic_id = topic_id
         self.partition = partition
@@ -205,7 +211,9 @@ class PartitionReplica:
                     self.name,
                     log.recovered_bytes_truncated,
                 )
-            machine = PartitionStateMachine(self.name, log, self._copy_from_leader)
+            machine = PartitionStateMachine(
+                self.name, log, self._copy_from_leader, self._fetch_delayed
+            )
             return log, machine
 
         self._log, machine = await self.run(_open)
@@ -349,7 +357,28 @@ class PartitionReplica:
             result = await self.raft.propose(command, timeout_s=self._timeout_s, wait="apply")
         except raft_errors.RaftError as exc:
             raise translate_raft_error(exc, f"partition {self.name}") from exc
+        for r in result or ():
+            if isinstance(r, LogError):  # an idempotent schedule refused (fenced)
+                raise r
         return [int(r) for r in result or ()]
+
+    async def export_delay(self, position: tuple[int, int]) -> AsyncGenerator[bytes, None]:
+        """The delay store as it was at `position`, chunk by chunk, each read on the
+        storage thread (DelayStore.export); for a replica installing a snapshot."""
+
+        def start() -> Generator[bytes, None, None]:
+            assert self._machine is not None
+            try:
+                return self._machine.export_delay(position)
+            except DelayCopyError as exc:
+                raise BrokerUnavailable(f"partition {self.name}: {exc}") from exc
+
+        stream: Generator[bytes, None, None] = await self.run(self._locked, start)
+        try:
+            while (chunk := await self.run(next, stream, None)) is not None:
+                yield chunk
+        finally:
+            await self.run(stream.close)
 
     async def with_machine(self, fn: Callable[..., T], *args: Any) -> T:
         """fn(machine, *args) on the storage thread under the lock."""

@@ -55,7 +55,7 @@ class Log:
 
     async def partition_read(
         self, topic: str, partition: int, offset: int, wait_ms: int, max_records: int,
-        max_bytes: int = 1 << 20,
+        max_bytes: int = 1 << 20, record_filter: object = None,
     ) -> FetchResult:  # fmt: skip
         if offset in self.failing:
             raise errors.BrokerUnavailable("the partition's leader is gone", retry_after_ms=500)

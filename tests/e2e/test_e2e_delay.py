@@ -6,7 +6,10 @@ fetchable before its time and each record is after it, exactly once; that
 `GET .../scheduled` counts pending records and names the next due time, a cancelled
 record never arrives and a second cancel is a 404; that a delay over max_delay_ms, both
 deliver_at and delay_ms, and acks other than all are 400s naming the field; and that
-records still pending when the broker stops are delivered after it restarts.
+records still pending when the broker stops are delivered after it restarts. And that an
+idempotent producer's delayed produce retried (the same producer_id, epoch and
+base_sequence) is answered with the first one's ids and delivered once, while one with
+delay_ms instead of deliver_at is a 400.
 """
 
 from __future__ import annotations
@@ -107,3 +110,29 @@ def test_cli_count_cancel_limits_and_restart(broker_factory: Any) -> None:
         time.sleep(0.05)
     assert time.time() * 1000 >= deliver_at
     assert values(broker, "d") == ["one", "three", "after"]
+
+
+def test_an_idempotent_delayed_produce_retried_is_scheduled_once(broker: BrokerProcess) -> None:
+    call(broker, "POST", "/v1/topics", {"name": "idd", "partitions": 2}, expect=201)
+    producer = call(broker, "POST", "/v1/producers", {}, expect=201)
+    at = int(time.time() * 1000) + 1_500
+    body = {**producer, "base_sequence": 0,
+            "records": [{"value": "a", "deliver_at": at}, {"value": "b", "deliver_at": at + 1}]}  # fmt: skip
+    path = "/v1/topics/idd/records?partition=1"
+    first = call(broker, "POST", path, body)
+    assert [o["offset"] for o in first["offsets"]] == [None, None]
+    assert call(broker, "POST", path, body) == first  # a retry after a timeout
+    assert call(broker, "GET", "/v1/topics/idd/scheduled")["count"] == 2
+    relative = {**producer, "base_sequence": 2, "records": [{"value": "c", "delay_ms": 100}]}
+    doc = call(broker, "POST", path, relative, expect=400)
+    assert doc["error"]["details"]["field"] == "records[0].deliver_at"
+    deadline = time.monotonic() + 20
+    got: list[str] = []
+    while time.monotonic() < deadline and len(got) < 2:
+        doc = call(broker, "GET", "/v1/topics/idd/partitions/1/records?wait_ms=500")
+        got = [r["value"] for r in doc["records"]]
+    assert time.time() * 1000 >= at and got == ["a", "b"]
+    assert call(broker, "POST", path, body) == first  # still recognised once delivered
+    time.sleep(0.3)
+    doc = call(broker, "GET", "/v1/topics/idd/partitions/1/records?wait_ms=0")
+    assert [r["value"] for r in doc["records"]] == ["a", "b"]

@@ -21,7 +21,11 @@ Proves that:
   handed over with no value, and comes again whole once its lock runs out; DELETE of a member releases its
   locks at once;
 - accepted records are never offered again after the broker is killed with SIGKILL and
-  restarted (the state is in the metadata group's journal).
+  restarted (the state is in the metadata group's journal);
+- a filtered poll (`tags=`, `filter=`) acquires only matching records; the others are
+  skipped for the group as consumed (an unfiltered poll afterwards gets none of them),
+  a long-poll waits through non-matching records for the next match, and a bad filter
+  is a 400 naming the parameter and the column.
 """
 
 from __future__ import annotations
@@ -364,3 +368,44 @@ def test_a_poll_on_a_full_window_waits_without_spinning(broker: BrokerProcess) -
     assert poll(broker, "full", m, wait_ms=2_000) == []
     used, waited = cpu_s(broker) - before, time.monotonic() - started
     assert waited >= 1.9 and used < 0.5 * waited, (used, waited)
+
+
+def test_a_filtered_poll_takes_matches_and_skips_the_rest_as_consumed(
+    broker: BrokerProcess,
+) -> None:
+    call(broker, "POST", "/v1/topics", {"name": "jobs", "partitions": 1}, expect=201)
+    records = [{"value": f"job-{i}", "headers": {"tag": "red" if i % 10 == 0 else "blue",
+                                                 "n": str(i)}} for i in range(100)]  # fmt: skip
+    call(broker, "POST", "/v1/topics/jobs/records", {"records": records})
+    call(broker, "PUT", "/v1/share-groups/f", {})
+    member = join(broker, "f")
+    path = f"/v1/share-groups/f/members/{member}/records"
+    got: list[int] = []
+    for _ in range(20):
+        doc = call(broker, "GET", f"{path}?max_records=4&tags=red")
+        got += [r["offset"] for r in doc["records"]]
+        if not doc["records"] and len(got) >= 10:
+            break
+    assert got == list(range(0, 100, 10)), got
+    ack(broker, "f", member, got, "accept")
+    assert poll(broker, "f", member) == [], "skipped records are consumed for the group"
+    (row,) = call(broker, "GET", "/v1/share-groups/f")["partitions"]
+    assert (row["start_offset"], row["in_flight"], row["accepted"]) == (100, 0, 10), row
+
+    # A long-poll waits through non-matching records for the next match (a selector).
+    def later() -> None:
+        time.sleep(0.3)
+        more = [{"value": "x", "headers": {"n": "5"}}] * 5 + [
+            {"value": "y", "headers": {"n": "500"}}
+        ]
+        call(broker, "POST", "/v1/topics/jobs/records", {"records": more})
+
+    producer = threading.Thread(target=later)
+    producer.start()
+    selector = "filter=n%20%3E%20100"  # n > 100
+    doc = call(broker, "GET", f"{path}?max_records=10&wait_ms=5000&{selector}")
+    producer.join()
+    assert [(r["offset"], r["value"]) for r in doc["records"]] == [(105, "y")]
+    status, doc = broker.json("GET", f"{path}?filter=n%20%3E%3E%201")
+    assert status == 400 and doc["error"]["details"]["field"] == "filter", doc
+    assert doc["error"]["details"]["column"] > 0
