@@ -51,6 +51,7 @@ SELECTOR_DEPTH_MAX = 32  # nesting of parentheses and NOT/AND/OR
 SELECTOR_NODES_MAX = 512  # tree nodes, IN list items included: bounds evaluation cost
 TAGS_MAX = 256  # tags in one tags= parameter
 TAG_CHARS_MAX = 256  # one tag
+TAGS_CHARS_MAX = TAGS_MAX * (TAG_CHARS_MAX + 1) - 1  # a whole tags= parameter, commas included
 TAG_HEADER = "tag"
 NUMBER_CHARS_MAX = 64  # a numeric literal (int() of a huge digit string is quadratic)
 

@@ -20,6 +20,7 @@ from aiohttp import web
 from dmq import errors
 from dmq.broker import Broker
 from dmq.config import BrokerConfig
+from dmq.selector import TAGS_CHARS_MAX
 from http_api.app import make_app
 
 _log = logging.getLogger("dmq.server")
@@ -40,8 +41,18 @@ def configure_logging(level: str) -> None:
     logging.getLogger("aiohttp.access").setLevel(logging.WARNING)
 
 
-# aiohttp's default longest request line, bytes; run_broker raises it for filter=.
+# aiohttp's default longest request line, bytes; run_broker raises it for tags= and filter=.
 REQUEST_LINE_BYTES_MIN = 8190
+# A character of a query parameter percent-encodes to at most 12 bytes (4 UTF-8 bytes, %XX).
+ENCODED_CHAR_BYTES_MAX = 12
+
+
+def request_line_bytes_max(config: BrokerConfig) -> int:
+    """The longest request line dmq serve reads. aiohttp answers a longer one itself, in
+    text/plain, so the line must hold the longest tags= and filter= the limits allow (a
+    request with both is then a JSON 400 of ours), plus the path and the other parameters."""
+    chars = config.filter_chars_max + TAGS_CHARS_MAX
+    return max(REQUEST_LINE_BYTES_MIN, ENCODED_CHAR_BYTES_MAX * chars + 4096)
 
 
 async def run_broker(config: BrokerConfig, stop: asyncio.Event) -> None:
@@ -53,9 +64,7 @@ async def run_broker(config: BrokerConfig, stop: asyncio.Event) -> None:
         make_app(broker),
         shutdown_timeout=config.shutdown_grace_ms / 1000,
         access_log=None,
-        # aiohttp answers a request line over 8,190 bytes itself, in text/plain: a filter=
-        # of filter_chars_max characters percent-encodes to up to 9 bytes each.
-        max_line_size=max(REQUEST_LINE_BYTES_MIN, 9 * config.filter_chars_max + 4096),
+        max_line_size=request_line_bytes_max(config),
     )
     await runner.setup()
     try:

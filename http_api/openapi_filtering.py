@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from dmq.config import BrokerConfig
-from dmq.selector import TAGS_MAX
+from dmq.selector import TAGS_CHARS_MAX, TAGS_MAX
 from http_api.openapi_schema import query
 
 
@@ -14,7 +14,7 @@ def filter_parameters(config: BrokerConfig) -> list[dict[str, Any]]:
     return [
         query(
             "tags",
-            {"type": "string", "minLength": 1},
+            {"type": "string", "minLength": 1, "maxLength": TAGS_CHARS_MAX},
             f"only records whose `tag` header is one of these (comma-separated, at most "
             f"{TAGS_MAX}); json/ndjson only",
         ),

@@ -13,7 +13,8 @@ string), `topic` (string; required unless the option topic is set, which wins),
 With the option `exactlyOnce=true` each task writes inside a transaction it leaves open
 (transactional id `spark-<job uuid>-<Spark partition>`, timeout `transactionTimeoutMs`);
 its commit message names the transaction, the driver's `commit()` commits every one of
-them and `abort()` aborts them (`finish_transactions`). A retried or speculative attempt
+them and `abort()` aborts them (`finish_transactions`), and also every open transaction of
+the job that no message names (a task cancelled when another failed returns none). A retried or speculative attempt
 of a task starts a producer with the same transactional id: the new epoch fences the
 older attempt and aborts its transaction, so at most one attempt's rows can ever be
 committed. What remains is in spark_io/README.md ("Writing").
@@ -36,7 +37,7 @@ from pyspark.sql.datasource import WriterCommitMessage
 from pyspark.sql.types import BinaryType, StringType, StructType
 
 from dmq.client import Producer, RecordMetadata
-from dmq.client._transactions import end_transaction
+from dmq.client._transactions import end_transaction, list_transactions
 from dmq.errors import DmqError
 from spark_io._brokers import Brokers
 from spark_io._options import OptionError, urls_option
@@ -172,20 +173,37 @@ def _send_all(
     _settle(pending, counts)
 
 
-def finish_transactions(messages: list[Any], *, commit: bool) -> None:
+def finish_transactions(
+    messages: list[Any], *, commit: bool, options: WriteOptions | None = None
+) -> None:
     """The driver's commit or abort of every task's transaction (exactlyOnce). A commit
     that fails (a task's attempt was fenced by a later one) raises: the job fails, and
-    nothing of that attempt is ever visible."""
+    nothing of that attempt is ever visible. An abort given the job's `options` also
+    aborts the job's open transactions that no message names, so a cancelled task's rows
+    do not hold back read_committed readers until its transaction times out."""
+    named = set()
     for message in messages:
         transaction = getattr(message, "transaction", None)
         if transaction is None:
             continue
         url, tid, producer_id, epoch = transaction
+        named.add(tid)
         try:
             asyncio.run(end_transaction(url, tid, (producer_id, epoch), commit=commit))
         except DmqError:
             if commit:
                 raise
+    if commit or options is None or not options.exactly_once:
+        return
+    with contextlib.suppress(DmqError):  # best effort: the transaction timeout is the backstop
+        url = _live_url(options.urls)
+        prefix = f"spark-{options.job_id}-"
+        for txn in asyncio.run(list_transactions(url)):
+            tid = txn["transactional_id"]
+            if tid.startswith(prefix) and tid not in named and txn["state"] == "ongoing":
+                identity = (txn["producer_id"], txn["producer_epoch"])
+                with contextlib.suppress(DmqError):
+                    asyncio.run(end_transaction(url, tid, identity, commit=False))
 
 
 def _settle(pending: list[concurrent.futures.Future[RecordMetadata]], counts: Counter[str]) -> None:

@@ -241,8 +241,10 @@ class DmqBatchWriter(DataSourceArrowWriter):
 
     def abort(self, messages: list[Any]) -> None:
         """Without exactlyOnce what the tasks wrote stays (spark_io/README.md); with it,
-        every task's transaction is aborted."""
-        finish_transactions([m for m in messages if m is not None], commit=False)
+        every task's transaction is aborted, a cancelled task's too."""
+        finish_transactions(
+            [m for m in messages if m is not None], commit=False, options=self.options
+        )
 
 
 class DmqStreamWriter(DataSourceStreamArrowWriter):
@@ -260,4 +262,6 @@ class DmqStreamWriter(DataSourceStreamArrowWriter):
 
     def abort(self, messages: list[Any], batchId: int) -> None:  # noqa: N803 - Spark's name
         """As for the batch writer."""
-        finish_transactions([m for m in messages if m is not None], commit=False)
+        finish_transactions(
+            [m for m in messages if m is not None], commit=False, options=self.options
+        )

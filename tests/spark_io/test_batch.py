@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import json
 import re
+import time
 import urllib.request
 from pathlib import Path
 from typing import Any
@@ -280,11 +281,19 @@ def eo_values(url: str, topic: str, isolation: str, partitions: int = 2) -> list
     return sorted(out)
 
 
-def open_transactions(url: str) -> list[str]:
-    with urllib.request.urlopen(f"{url}/v1/transactions") as answer:
-        doc = json.loads(answer.read())
-    return [t["transactional_id"] for t in doc["transactions"] if t["state"] in
-            ("ongoing", "prepare_commit", "prepare_abort")]  # fmt: skip
+def open_transactions(url: str, settle_s: float = 10.0) -> list[str]:
+    """The transactions still open after up to settle_s (markers are written after the
+    decision, and the driver's abort of a cancelled task's transaction races its end);
+    well below the 60 s transaction timeout, which would close them by itself."""
+    deadline = time.monotonic() + settle_s
+    while True:
+        with urllib.request.urlopen(f"{url}/v1/transactions") as answer:
+            doc = json.loads(answer.read())
+        still = [t["transactional_id"] for t in doc["transactions"] if t["state"] in
+                 ("ongoing", "prepare_commit", "prepare_abort")]  # fmt: skip
+        if not still or time.monotonic() > deadline:
+            return still
+        time.sleep(0.2)
 
 
 def test_each_row_is_committed_once_and_a_failed_job_shows_nothing(
