@@ -142,6 +142,7 @@ class AsyncProducer:
         idempotent: bool = False,
         transactional_id: str | None = None,
         transaction_timeout_ms: int = _transactions.TRANSACTION_TIMEOUT_MS_DEFAULT,
+        transaction_commit_wait: _transactions.CommitWait = "decision",
     ) -> None:
         if not 1 <= batch_bytes <= _limits.BATCH_BYTES_MAX:
             raise ValueError(f"batch_bytes must be in 1..{_limits.BATCH_BYTES_MAX}")
@@ -188,7 +189,7 @@ class AsyncProducer:
             None
             if transactional_id is None
             else _transactions.Transaction(
-                self._transport, transactional_id, transaction_timeout_ms
+                self._transport, transactional_id, transaction_timeout_ms, transaction_commit_wait
             )
         )
 
