@@ -305,15 +305,24 @@ def _add_partitions(state: MetadataState, cmd: AddPartitionsToTxn, now_ms: int) 
     txn = _open_transaction(state, tid, cmd.producer_id, cmd.producer_epoch, cmd.timeout_ms, now_ms)
     if isinstance(txn, Rejected):
         return state, txn
-    partitions = tuple(sorted({*txn.partitions, *cmd.partitions}))
-    if len(partitions) > TXN_PARTITIONS_MAX:
-        return _reject(
-            state, REJECT_INVALID_ARGUMENT,
-            f"a transaction writes at most {TXN_PARTITIONS_MAX} partitions", "partitions",
-        )  # fmt: skip
+    partitions = _merged(txn.partitions, cmd.partitions)
+    if isinstance(partitions, Rejected):
+        return state, partitions
     if partitions == txn.partitions and state.transactions.get(tid) == txn:
         return state, Applied(state.metadata_version)  # already added
     return _with_txn(state, tid, replace(txn, partitions=partitions), now_ms)
+
+
+def _merged(partitions: tuple[str, ...], added: tuple[str, ...]) -> tuple[str, ...] | Rejected:
+    """`partitions` with `added`, sorted and distinct, within TXN_PARTITIONS_MAX."""
+    merged = tuple(sorted({*partitions, *added}))
+    if len(merged) > TXN_PARTITIONS_MAX:
+        return Rejected(
+            REJECT_INVALID_ARGUMENT,
+            f"a transaction writes at most {TXN_PARTITIONS_MAX} partitions",
+            "partitions",
+        )
+    return merged
 
 
 def _maybe_queue_partitions(
@@ -331,12 +340,9 @@ def _maybe_queue_partitions(
             state, REJECT_INVALID_ARGUMENT,
             f"transaction timeout_ms must be in [1, {TXN_TIMEOUT_MS_MAX}]", "timeout_ms",
         )  # fmt: skip
-    partitions = tuple(sorted({*txn.next_partitions, *cmd.partitions}))
-    if len(partitions) > TXN_PARTITIONS_MAX:
-        return _reject(
-            state, REJECT_INVALID_ARGUMENT,
-            f"a transaction writes at most {TXN_PARTITIONS_MAX} partitions", "partitions",
-        )  # fmt: skip
+    partitions = _merged(txn.next_partitions, cmd.partitions)
+    if isinstance(partitions, Rejected):
+        return state, partitions
     if partitions == txn.next_partitions and cmd.timeout_ms == txn.next_timeout_ms:
         return state, Applied(state.metadata_version)  # already queued
     queued = replace(txn, next_partitions=partitions, next_timeout_ms=cmd.timeout_ms)
