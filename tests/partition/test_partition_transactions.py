@@ -110,6 +110,7 @@ class World:
         # (tid, pid, epoch, partition): adds queued behind a prepare_*, written once the
         # CompleteTxn of that transaction opens the next one
         self.waiting: list[tuple[str, int, int, int]] = []
+        self.fenced: set[tuple[str, int, int]] = set()  # keys the coordinator aborted
 
     def _meta(self, command: object) -> object:
         self.now += 7
@@ -173,6 +174,10 @@ class World:
         key = (tid, epoch, started)
         if self.decided.get(key) != "prepare_abort" or self.meta.state.transactions[tid].is_open:
             return  # only once its abort is complete (the markers are there)
+        if key not in self.fenced:
+            # The producer's own abort keeps its epoch: a batch it delayed past its own
+            # markers is the known gap of dmq/README.md (no epoch bump per transaction).
+            return
         if partition not in self.written.get(key, set()):
             return  # a batch is appended only after its add: in a partition it added
         self._write(key, pid, epoch, partition)
@@ -195,6 +200,9 @@ class World:
             txn = self.meta.state.transactions[tid]
             if isinstance(self._meta(AbortTxn(tid, txn.producer_epoch, reason, self.now)), Applied):
                 self._note_decision(tid)
+                key = self.txn_key(tid)
+                if key is not None:
+                    self.fenced.add(key)  # its markers carry epoch + 1
 
     def markers(self, tid: str, subset: int, complete: bool) -> None:
         """The driver: markers to some (a failover cuts it short) or all partitions."""
