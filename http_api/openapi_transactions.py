@@ -38,7 +38,8 @@ def transaction_paths() -> dict[str, Any]:
     commit["post"] = operation(
         "commit_transaction",
         "Commit: durable decision, then a commit marker in every partition of the "
-        "transaction and its group offsets; answers once complete (or prepare_commit)",
+        "transaction and its group offsets; answers once complete (or prepare_commit), or "
+        "with wait=decision once the decision is durable",
         {"200": ok("Transaction")},
         body=json_body("EndTransaction"),
         errors=(400, 404, 409, 503, 504),
@@ -103,7 +104,19 @@ def transaction_schemas() -> dict[str, Any]:
         ("topic", "partition", "offset"),
     )
     return {
-        "EndTransaction": object_schema(producer, ("producer_id", "producer_epoch")),
+        "EndTransaction": object_schema(
+            {
+                **producer,
+                "wait": {
+                    "type": "string",
+                    "enum": ["complete", "decision"],
+                    "default": "complete",
+                    "description": "complete: answer once every marker is written; "
+                    "decision: once the decision is durable (the markers follow)",
+                },
+            },
+            ("producer_id", "producer_epoch"),
+        ),
         "TransactionOffsets": object_schema(
             {
                 **producer,

@@ -16,7 +16,7 @@ from aiohttp import web
 from dmq import errors, limits
 from dmq.broker import Broker
 from dmq.broker.produce import BeforeAppend
-from dmq.broker.transactions import TRANSACTION_TIMEOUT_MS_DEFAULT
+from dmq.broker.transactions import END_WAITS, TRANSACTION_TIMEOUT_MS_DEFAULT
 from dmq.broker.types import FetchResult
 from http_api import codec
 from http_api.codec import isolation_param
@@ -59,12 +59,17 @@ def _timeout_ms(doc: dict[str, Any]) -> int:
 async def end_transaction(request: web.Request) -> web.Response:
     """POST /v1/transactions/{transactional_id}/commit and .../abort."""
     doc = codec.parse_json_object(await request.read())
-    codec.only_fields(doc, {"producer_id", "producer_epoch"})
+    codec.only_fields(doc, {"producer_id", "producer_epoch", "wait"})
     tid = _tid(request)
     producer_id, epoch = _producer(doc)
+    wait = doc.get("wait", "complete")
+    if wait not in END_WAITS:
+        raise errors.InvalidRequest(
+            f"wait must be one of {', '.join(END_WAITS)}, got {wait!r}", field="wait"
+        )
     commit = request.path.endswith("/commit")
     broker = _routed(request)
-    answer = await broker.transactions.end(tid, producer_id, epoch, commit=commit)
+    answer = await broker.transactions.end(tid, producer_id, epoch, commit=commit, wait=wait)
     return codec.json_response(answer)
 
 

@@ -7,7 +7,7 @@ Each worker owns a transactional id (`jepsen-tx{k}`). Operations (history values
   (produce with `?transactional_id=`, the producer's id, epoch and per-partition
   sequences), then commit (or, with probability ABORT_P, abort). Invoke value
   {txn, partitions, decision}. ok: the decision's answer was 200 (the transaction is
-  decided; a commit's answer normally comes once every marker is written); fail: it was
+  decided; the commit is asked with `"wait": "decision"`, so it answers once the decision is durable and the markers follow); fail: it was
   certainly not committed (a send or the commit refused with a 4xx, then aborted, or the
   abort itself succeeded); info: unknown (a timeout or a 5xx on the decision). After a
   fail or info the worker starts its producer again (`POST /v1/producers`): the new epoch
@@ -114,7 +114,9 @@ class TxnClient:
             decision = "abort"  # a send failed or is unknown: this one must not commit
         end = f"/v1/transactions/{self.tid}/{decision}"
         decide_at = self.history.now()
-        kind, status, doc = self._post(end, self.producer)
+        # "decision": answered once the decision is durable (the markers follow); the
+        # next transaction's first add then waits on the broker for them (queued).
+        kind, status, doc = self._post(end, {**self.producer, "wait": "decision"})
         if kind == "ok" and decision == "commit":
             done = "ok"
         elif kind == "ok" or (decision == "abort" and kind == "fail" and status != 0):

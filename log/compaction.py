@@ -24,12 +24,22 @@ producer fields; a batch that loses all of them disappears, and so does a segmen
 empty. Those whole-batch gaps never reach the log end offset: the active segment is
 never compacted.
 Compaction does not merge small segments (a later improvement).
+
+Transactions (the caller passes what the partition knows: log/README.md, "Compaction
+and transactions"): only segments below the **stable offset** (the LSO, the first offset
+of the oldest open transaction) are compacted, so an open transaction's records are
+never removed and never make an older record of the same key go. The records of an
+**aborted** transaction (a transactional batch of producer p inside an aborted range
+(p, first, marker)) take no part in the last-offset map and are removed. A **control
+batch** (a transaction marker) is kept while any record of its transaction is left, and
+then until its timestamp is older than delete_retention_ms.
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from log import records as fmt
@@ -46,11 +56,17 @@ class PlannedSegment:
     inode: int
 
 
+# (producer_id, first_offset, marker_offset) of one aborted transaction: that producer's
+# transactional batches with a base offset in [first, marker] hold its records.
+AbortedRange = tuple[int, int, int]
+
+
 @dataclass(frozen=True, slots=True)
 class CompactionPlan:
     directory: str
     segments: tuple[PlannedSegment, ...]
     delete_retention_ms: int
+    aborted: tuple[AbortedRange, ...] = ()  # the ranges that reach the planned segments
 
 
 @dataclass(slots=True)
@@ -63,15 +79,38 @@ class CompactionResult:
     bytes_after: int = 0
 
 
-def plan_compaction(log: PartitionLog) -> CompactionPlan | None:
-    planned = tuple(
-        PlannedSegment(s.base_offset, str(s.log_path), s.size_bytes, os.fstat(s.fd).st_ino)
-        for s in log.segments[:-1]
-        if s.closed and s.next_offset <= log.high_watermark and not s.is_empty
-    )
+def plan_compaction(
+    log: PartitionLog,
+    *,
+    stable_offset: int | None = None,
+    aborted: Sequence[AbortedRange] = (),
+) -> CompactionPlan | None:
+    """The closed segments entirely below the high watermark and `stable_offset` (the
+    partition's LSO; None: no transaction is open), and the `aborted` ranges that reach
+    them (the partition's aborted transactions)."""
+    end = log.high_watermark if stable_offset is None else min(stable_offset, log.high_watermark)
+    planned: list[PlannedSegment] = []
+    for s in log.segments[:-1]:
+        if not s.closed or s.next_offset > end:
+            break  # a prefix: a later segment above the end would leave a hole in the map
+        if not s.is_empty:
+            planned.append(
+                PlannedSegment(s.base_offset, str(s.log_path), s.size_bytes, os.fstat(s.fd).st_ino)
+            )
     if not planned:
         return None
-    return CompactionPlan(str(log.directory), planned, log.config.delete_retention_ms)
+    first = planned[0].base_offset
+    reaching = tuple(sorted(r for r in aborted if r[2] >= first and r[1] < end))
+    return CompactionPlan(
+        str(log.directory), tuple(planned), log.config.delete_retention_ms, reaching
+    )
+
+
+def _aborted_batch(header: fmt.BatchHeader, ranges: dict[int, list[tuple[int, int]]]) -> bool:
+    """A data batch of an aborted transaction."""
+    if header.is_control or not header.is_transactional:
+        return False
+    return any(f <= header.base_offset <= m for f, m in ranges.get(header.producer_id, ()))
 
 
 def _batches(path: str, size_bytes: int) -> list[tuple[fmt.BatchHeader, bytes]]:
@@ -82,23 +121,34 @@ def _batches(path: str, size_bytes: int) -> list[tuple[fmt.BatchHeader, bytes]]:
 
 def build_compaction(plan: CompactionPlan, now_ms: int) -> CompactionResult:
     result = CompactionResult(plan)
+    ranges: dict[int, list[tuple[int, int]]] = {}
+    for producer_id, first, marker in plan.aborted:
+        ranges.setdefault(producer_id, []).append((first, marker))
     last_offset_of_key: dict[bytes, int] = {}
     for seg in plan.segments:
         for header, raw in _batches(seg.path, seg.size_bytes):
-            if header.is_control:
+            if header.is_control or _aborted_batch(header, ranges):
                 continue
             for record in fmt.decode_batch(raw).records:
                 if record.key is not None:
                     last_offset_of_key[record.key] = record.offset
     tombstone_horizon_ms = now_ms - plan.delete_retention_ms
+    # Producer id -> whether a record of its current transaction (since its last marker,
+    # in log order) survives: its next marker is kept while one does.
+    txn_alive: dict[int, bool] = {}
     for seg in plan.segments:
         out = bytearray()
         for header, raw in _batches(seg.path, seg.size_bytes):
             result.bytes_before += len(raw)
             if header.is_control:
-                out += raw
+                alive = txn_alive.pop(header.producer_id, False)
+                if alive or header.max_timestamp_ms > tombstone_horizon_ms:
+                    out += raw
                 continue
             decoded = fmt.decode_batch(raw)
+            if _aborted_batch(header, ranges):
+                result.records_before += len(decoded.records)
+                continue  # an aborted transaction's records: removed whole
             kept = [
                 r
                 for r in decoded.records
@@ -110,6 +160,8 @@ def build_compaction(plan: CompactionPlan, now_ms: int) -> CompactionResult:
             ]
             result.records_before += len(decoded.records)
             result.records_after += len(kept)
+            if kept and header.is_transactional:
+                txn_alive[header.producer_id] = True
             if len(kept) == len(decoded.records):
                 out += raw
             elif kept:

@@ -37,6 +37,7 @@ import functools
 import logging
 import os
 import time
+from collections.abc import Callable
 from dataclasses import replace
 from typing import Any, Final, Literal
 
@@ -66,6 +67,11 @@ TRANSACTION_TIMEOUT_MS_DEFAULT: Final = 60_000  # Kafka's transaction.timeout.ms
 DRIVER_INTERVAL_S: Final = 0.05  # how often the leader looks for work (decided, timed out)
 SCAN_INTERVAL_S: Final = 1.0  # with an unchanged state: timeouts and marker retries
 COMMIT_POLL_S: Final = 0.02  # a commit call's look at the state when no local driver runs it
+# An add waiting for the previous transaction's markers looks again at least this often
+# (it wakes on every applied metadata change; this bounds a missed wake-up).
+CONCURRENT_WAIT_S: Final = 0.05
+EndWait = Literal["complete", "decision"]
+END_WAITS: Final = ("complete", "decision")
 MARKER_DELAY_ENV: Final = "DMQ_TXN_MARKER_DELAY_MS"  # tests: a window before the markers
 
 
@@ -86,18 +92,67 @@ class TransactionsService:
         """The hook a transactional produce runs before appending (step 2)."""
 
         async def add(topic: str, partitions: list[int], producer_id: int, epoch: int) -> None:
-            await self._ctx.metadata.propose(
-                AddPartitionsToTxn(
-                    transactional_id,
-                    producer_id,
-                    epoch,
-                    tuple(f"{topic}:{p}" for p in partitions),
-                    timeout_ms,
-                    wall_ms(),
-                )  # fmt: skip
-            )
+            names = tuple(f"{topic}:{p}" for p in partitions)
+            loop = asyncio.get_running_loop()
+            deadline = loop.time() + self._ctx.timeout_s
+            while True:
+                await self._propose_after_previous(
+                    lambda: AddPartitionsToTxn(
+                        transactional_id, producer_id, epoch, names, timeout_ms, wall_ms()
+                    ),
+                    deadline,
+                )
+                if await self._added(transactional_id, epoch, names, deadline):
+                    return
+                if loop.time() >= deadline:
+                    raise errors.ConcurrentTransactions(
+                        f"the last transaction of {transactional_id!r} did not complete in "
+                        f"{self._ctx.timeout_s} s",
+                        field="transactional_id",
+                    )
 
         return add
+
+    async def _added(self, tid: str, epoch: int, names: tuple[str, ...], deadline: float) -> bool:
+        """After an applied add: True once the transaction of `epoch` is ongoing with
+        `names` (at once, unless the add was queued behind the previous transaction's
+        markers: then when its CompleteTxn opens this one); False if the state moved
+        elsewhere (propose again: it answers what is wrong) or at the deadline."""
+        loop = asyncio.get_running_loop()
+        while True:
+            txn = self._ctx.metadata.state.transactions.get(tid)
+            if txn is None or txn.producer_epoch != epoch:
+                return False
+            if txn.state == "ongoing" and set(names) <= set(txn.partitions):
+                return True
+            if not (txn.is_open and set(names) <= set(txn.next_partitions)):
+                return False
+            remaining = deadline - loop.time()
+            if remaining <= 0:
+                return False
+            await self._ctx.metadata.wait_changed(min(remaining, CONCURRENT_WAIT_S))
+
+    async def _propose_after_previous(
+        self, command: Callable[[], Any], deadline: float | None = None
+    ) -> None:
+        """Propose an add; while the transactional id's previous transaction is still
+        writing its markers (`concurrent_transactions`: the commit answered once its
+        decision was durable), wait here for it to complete and propose again, up to the
+        request timeout. The next transaction's first batch thus waits on the broker for
+        the previous one's markers instead of going back to the client and retrying
+        after a back-off (Kafka's client retries CONCURRENT_TRANSACTIONS)."""
+        loop = asyncio.get_running_loop()
+        if deadline is None:
+            deadline = loop.time() + self._ctx.timeout_s
+        while True:
+            try:
+                await self._ctx.metadata.propose(command())
+                return
+            except errors.ConcurrentTransactions:
+                remaining = deadline - loop.time()
+                if remaining <= 0:
+                    raise
+                await self._ctx.metadata.wait_changed(min(remaining, CONCURRENT_WAIT_S))
 
     async def add_offsets(
         self,
@@ -113,8 +168,8 @@ class TransactionsService:
     ) -> dict[str, Any]:
         """Step 3: the group's offsets join the transaction."""
         items = tuple(f"{t}:{p}:{o}" for t, p, o in offsets)
-        await self._ctx.metadata.propose(
-            AddOffsetsToTxn(
+        await self._propose_after_previous(
+            lambda: AddOffsetsToTxn(
                 transactional_id,
                 producer_id,
                 epoch,
@@ -129,13 +184,23 @@ class TransactionsService:
         return self.describe(transactional_id)
 
     async def end(
-        self, transactional_id: str, producer_id: int, epoch: int, *, commit: bool
+        self,
+        transactional_id: str,
+        producer_id: int,
+        epoch: int,
+        *,
+        commit: bool,
+        wait: EndWait = "complete",
     ) -> dict[str, Any]:
-        """Step 4, then wait (up to the request timeout) for step 5."""
+        """Step 4, then, with wait="complete", wait (up to the request timeout) for step 5;
+        with wait="decision" answer once the decision is durable (as Kafka's EndTxn): the
+        markers follow, and the producer's next add waits for them on the broker."""
         await self._ctx.metadata.propose(
             EndTxn(transactional_id, producer_id, epoch, int(commit), wall_ms())
         )
         self._kick()
+        if wait == "decision":
+            return self.describe(transactional_id)
         loop = asyncio.get_running_loop()
         deadline = loop.time() + self._ctx.timeout_s
         while loop.time() < deadline:

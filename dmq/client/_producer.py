@@ -38,6 +38,8 @@ inside a transaction (`begin_transaction` ... `commit_transaction` or
 `abort_transaction`; a send outside one raises RuntimeError), batches carry the
 transactional attribute and each request names the transactional id, so that the broker
 adds the partition to the transaction first. `_transactions.py` has the steps.
+`transaction_commit_wait` says what a commit or abort waits for: "decision" (default)
+or "complete" (every marker written: read-your-writes for read_committed readers).
 """
 
 from __future__ import annotations
@@ -142,6 +144,7 @@ class AsyncProducer:
         idempotent: bool = False,
         transactional_id: str | None = None,
         transaction_timeout_ms: int = _transactions.TRANSACTION_TIMEOUT_MS_DEFAULT,
+        transaction_commit_wait: _transactions.CommitWait = "decision",
     ) -> None:
         if not 1 <= batch_bytes <= _limits.BATCH_BYTES_MAX:
             raise ValueError(f"batch_bytes must be in 1..{_limits.BATCH_BYTES_MAX}")
@@ -188,7 +191,7 @@ class AsyncProducer:
             None
             if transactional_id is None
             else _transactions.Transaction(
-                self._transport, transactional_id, transaction_timeout_ms
+                self._transport, transactional_id, transaction_timeout_ms, transaction_commit_wait
             )
         )
 
@@ -245,8 +248,11 @@ class AsyncProducer:
 
     async def commit_transaction(self) -> None:
         """Flush, then commit: every record sent since begin_transaction becomes visible
-        to read_committed consumers in every partition at once. Raises the error of a
-        failed send (then abort_transaction) or ProducerFenced."""
+        to read_committed consumers in every partition at once. Returns once the decision
+        is durable (`transaction_commit_wait="decision"`, the default, as Kafka's: the
+        markers follow, so a read just after may not see it yet) or once every marker is
+        written (`"complete"`). Raises the error of a failed send (then
+        abort_transaction) or ProducerFenced."""
         if self._txn is None:
             raise RuntimeError("transactions need Producer(url, transactional_id=...)")
         self._txn.check_open()

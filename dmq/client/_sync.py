@@ -25,7 +25,7 @@ from dmq.client._admin import AsyncAdmin
 from dmq.client._consumer import AsyncConsumer, Isolation, OffsetReset, SeekTo
 from dmq.client._group import AsyncGroupConsumer, Callback
 from dmq.client._producer import Acks, AsyncProducer, Bytesish, Compression, HeadersArg
-from dmq.client._transactions import TRANSACTION_TIMEOUT_MS_DEFAULT
+from dmq.client._transactions import TRANSACTION_TIMEOUT_MS_DEFAULT, CommitWait
 from dmq.client._types import (
     ClusterInfo,
     ConsumerRecord,
@@ -151,6 +151,7 @@ class Producer:
         idempotent: bool = False,
         transactional_id: str | None = None,
         transaction_timeout_ms: int = TRANSACTION_TIMEOUT_MS_DEFAULT,
+        transaction_commit_wait: CommitWait = "decision",
     ) -> None:
         self._inner = AsyncProducer(
             url,
@@ -165,6 +166,7 @@ class Producer:
             idempotent=idempotent,
             transactional_id=transactional_id,
             transaction_timeout_ms=transaction_timeout_ms,
+            transaction_commit_wait=transaction_commit_wait,
         )
         self._runner = _LoopThread("dmq-producer")
         self._room = threading.BoundedSemaphore(_limits.SYNC_SENDS_PENDING_MAX)

@@ -13,7 +13,8 @@ As confluent-kafka / kafka-python, over dmq's HTTP API (dmq/broker/transactions.
    checks the member holds those partitions now);
 4. `commit_transaction()` flushes; if any send of the transaction failed it raises that
    error (the transaction must then be aborted), else posts `.../commit`, which answers
-   once the decision is durable (and, normally, every marker written);
+   once the decision is durable (`transaction_commit_wait="decision"`, the default, as
+   Kafka's EndTxn) or every marker is written (`"complete"`);
 5. `abort_transaction()` flushes and posts `.../abort`. After a failed send the producer's
    sequences are unknown: it takes a new epoch (step 1 again) before the next transaction.
 
@@ -25,7 +26,7 @@ producer (or start it again, which takes a new epoch).
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from typing import Any, Protocol
+from typing import Any, Literal, Protocol
 from urllib.parse import quote
 
 from dmq.client import _limits
@@ -34,6 +35,11 @@ from dmq.client._types import TopicPartition
 from dmq.errors import DmqError
 
 TRANSACTION_TIMEOUT_MS_DEFAULT = 60_000  # Kafka's transaction.timeout.ms
+# What commit_transaction/abort_transaction wait for: "decision" (as Kafka's EndTxn) once
+# the decision is durable, the markers following (a read_committed reader may see the
+# records a moment later; the producer's next transaction waits for them on the broker);
+# "complete" once every marker is written and the group offsets are committed.
+CommitWait = Literal["decision", "complete"]
 
 
 class GroupMember(Protocol):
@@ -45,9 +51,18 @@ class GroupMember(Protocol):
 class Transaction:
     """The client-side state of one transactional producer's transactions."""
 
-    def __init__(self, transport: Transport, transactional_id: str, timeout_ms: int) -> None:
+    def __init__(
+        self,
+        transport: Transport,
+        transactional_id: str,
+        timeout_ms: int,
+        commit_wait: CommitWait = "decision",
+    ) -> None:
         if not 1 <= timeout_ms <= 900_000:
             raise ValueError("transaction_timeout_ms must be in 1..900000")
+        if commit_wait not in ("decision", "complete"):
+            raise ValueError('transaction_commit_wait must be "decision" or "complete"')
+        self.commit_wait = commit_wait
         self.transport = transport
         self.transactional_id = transactional_id
         self.timeout_ms = timeout_ms
@@ -113,7 +128,7 @@ class Transaction:
         if not self.added and self.error is None:
             self.in_transaction = False
             return {"state": "empty"}  # nothing reached the coordinator
-        body = {"producer_id": producer[0], "producer_epoch": producer[1]}
+        body = {"producer_id": producer[0], "producer_epoch": producer[1], "wait": self.commit_wait}
         path = self.path + ("/commit" if commit else "/abort")
         try:
             answer: dict[str, Any] = (

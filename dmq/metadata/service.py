@@ -323,6 +323,15 @@ class MetadataService:
         self._changed = asyncio.Event()
         self._on_change()
 
+    async def wait_changed(self, timeout_s: float) -> bool:
+        """Wait (at most timeout_s) for the next applied change of any domain, including
+        those that do not bump metadata_version (transactions, groups); True if one came."""
+        try:
+            await asyncio.wait_for(self._changed.wait(), timeout_s)
+        except TimeoutError:
+            return False
+        return True
+
     async def wait_for_version(self, version: int, timeout_s: float) -> None:
         deadline = asyncio.get_running_loop().time() + timeout_s
         while self.state.metadata_version < version:

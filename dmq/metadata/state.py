@@ -146,6 +146,12 @@ class Transaction:
     timeout_ms: int = 60_000
     marker_epoch: int = 0  # the epoch its markers carry (producer_epoch, +1 if fenced)
     fenced: bool = False  # aborted by the coordinator: producer_epoch may do nothing more
+    # Partitions the same producer's next transaction added while this one is prepare_*
+    # (its commit answered once the decision was durable); CompleteTxn opens that next
+    # transaction with them, so its first batches wait for no further round. Empty
+    # unless prepare_*.
+    next_partitions: tuple[str, ...] = ()
+    next_timeout_ms: int = 0  # the queued transaction's timeout_ms
 
     @property
     def is_open(self) -> bool:

@@ -33,6 +33,13 @@ Rules apply() keeps:
   partitions refuse the fenced producer's late batches; a producer's own commit or abort
   carries its epoch;
 - `partitions` and `offsets` only grow while `ongoing`, and are cleared at `complete_*`;
+- an add of the same producer epoch while `prepare_*` (its commit was answered once the
+  decision was durable) is queued in `next_partitions`; `CompleteTxn`, applied only after
+  every marker is written, then opens the next transaction (`ongoing`) with them instead
+  of `complete_*`: no batch of the next transaction reaches a partition before the
+  previous one's marker there, and no marker of the previous one is written after it
+  (complete means no driver writes them again). An `EndTxn` with a queued add is refused
+  (`concurrent_transactions`): the next transaction began, it is no retry;
 - pending offsets reach `MetadataState.groups` only at `complete_commit`.
 """
 
@@ -292,18 +299,54 @@ def _add_partitions(state: MetadataState, cmd: AddPartitionsToTxn, now_ms: int) 
                 f"partitions[{i}] {text!r} is not an existing topic:partition",
                 f"partitions[{i}]",
             )  # fmt: skip
+    queued = _maybe_queue_partitions(state, cmd, now_ms)
+    if queued is not None:
+        return queued
     txn = _open_transaction(state, tid, cmd.producer_id, cmd.producer_epoch, cmd.timeout_ms, now_ms)
     if isinstance(txn, Rejected):
         return state, txn
-    partitions = tuple(sorted({*txn.partitions, *cmd.partitions}))
-    if len(partitions) > TXN_PARTITIONS_MAX:
-        return _reject(
-            state, REJECT_INVALID_ARGUMENT,
-            f"a transaction writes at most {TXN_PARTITIONS_MAX} partitions", "partitions",
-        )  # fmt: skip
+    partitions = _merged(txn.partitions, cmd.partitions)
+    if isinstance(partitions, Rejected):
+        return state, partitions
     if partitions == txn.partitions and state.transactions.get(tid) == txn:
         return state, Applied(state.metadata_version)  # already added
     return _with_txn(state, tid, replace(txn, partitions=partitions), now_ms)
+
+
+def _merged(partitions: tuple[str, ...], added: tuple[str, ...]) -> tuple[str, ...] | Rejected:
+    """`partitions` with `added`, sorted and distinct, within TXN_PARTITIONS_MAX."""
+    merged = tuple(sorted({*partitions, *added}))
+    if len(merged) > TXN_PARTITIONS_MAX:
+        return Rejected(
+            REJECT_INVALID_ARGUMENT,
+            f"a transaction writes at most {TXN_PARTITIONS_MAX} partitions",
+            "partitions",
+        )
+    return merged
+
+
+def _maybe_queue_partitions(
+    state: MetadataState, cmd: AddPartitionsToTxn, now_ms: int
+) -> Outcome | None:
+    """An add while this producer's (same epoch) previous transaction is prepare_*: its
+    partitions wait in `next_partitions`, and CompleteTxn opens the next transaction with
+    them once every marker of the previous one is written. The broker appends only once
+    that transaction is ongoing. None if the transaction is not prepare_*."""
+    txn = state.transactions.get(cmd.transactional_id)
+    if txn is None or txn.producer_epoch != cmd.producer_epoch or txn.state not in _COMPLETE_OF:
+        return None
+    if not 1 <= cmd.timeout_ms <= TXN_TIMEOUT_MS_MAX:
+        return _reject(
+            state, REJECT_INVALID_ARGUMENT,
+            f"transaction timeout_ms must be in [1, {TXN_TIMEOUT_MS_MAX}]", "timeout_ms",
+        )  # fmt: skip
+    partitions = _merged(txn.next_partitions, cmd.partitions)
+    if isinstance(partitions, Rejected):
+        return state, partitions
+    if partitions == txn.next_partitions and cmd.timeout_ms == txn.next_timeout_ms:
+        return state, Applied(state.metadata_version)  # already queued
+    queued = replace(txn, next_partitions=partitions, next_timeout_ms=cmd.timeout_ms)
+    return _with_txn(state, cmd.transactional_id, queued, now_ms)
 
 
 def _add_offsets(state: MetadataState, cmd: AddOffsetsToTxn, now_ms: int) -> Outcome:
@@ -353,6 +396,12 @@ def _end_txn(state: MetadataState, cmd: EndTxn, now_ms: int) -> Outcome:
     prepare = TXN_PREPARE_COMMIT if cmd.commit else TXN_PREPARE_ABORT
     txn = state.transactions.get(tid)
     if txn is not None and txn.producer_epoch == cmd.producer_epoch:
+        if txn.next_partitions:  # the next transaction began: this is not a retry
+            return _reject(
+                state, REJECT_CONCURRENT_TRANSACTIONS,
+                f"the last transaction of {tid!r} is still writing its markers ({txn.state})",
+                "transactional_id",
+            )  # fmt: skip
         if txn.state in (prepare, _COMPLETE_OF[prepare]):  # a retry of the same decision
             return state, Applied(state.metadata_version)
         if txn.state == TXN_ONGOING:
@@ -422,7 +471,19 @@ def _complete_txn(state: MetadataState, cmd: CompleteTxn, now_ms: int) -> Outcom
             by_group.setdefault(group, []).append((topic, partition, offset))
         for group, items in sorted(by_group.items()):
             groups = groups_state.store_transactional_offsets(groups, group, items, now_ms)
-    done = replace(txn, state=complete, partitions=(), offsets=(), updated_ms=now_ms)
+    done = replace(
+        txn, state=complete, partitions=(), offsets=(), updated_ms=now_ms,
+        next_partitions=(), next_timeout_ms=0,
+    )  # fmt: skip
+    current = state.transactional_ids.get(tid)
+    still_current = current is not None and current[:2] == (txn.producer_id, txn.producer_epoch)
+    if txn.next_partitions and still_current and not txn.fenced:
+        # The producer's next transaction, queued while this one was prepare_*.
+        done = Transaction(
+            txn.producer_id, txn.producer_epoch, TXN_ONGOING, txn.next_partitions,
+            started_ms=now_ms, updated_ms=now_ms, timeout_ms=txn.next_timeout_ms,
+            marker_epoch=txn.producer_epoch,
+        )  # fmt: skip
     new_state = replace(
         state, transactions={**state.transactions, tid: done}, groups=groups, clock_ms=now_ms
     )
@@ -467,7 +528,11 @@ def transaction_to_json(txn: Transaction) -> dict[str, Any]:
         "timeout_ms": txn.timeout_ms,
         "marker_epoch": txn.marker_epoch,
         "fenced": txn.fenced,
-    }
+    } | (
+        {"next_partitions": list(txn.next_partitions), "next_timeout_ms": txn.next_timeout_ms}
+        if txn.next_partitions
+        else {}  # left out: snapshots without queued adds keep their bytes
+    )
 
 
 def _to_json(state: MetadataState) -> dict[str, Any]:
@@ -493,6 +558,8 @@ def _from_json(doc: dict[str, Any], state: MetadataState) -> MetadataState:
             int(x["timeout_ms"]),
             int(x["marker_epoch"]),
             bool(x["fenced"]),
+            tuple(x.get("next_partitions", ())),
+            int(x.get("next_timeout_ms", 0)),
         )  # fmt: skip
         for t, x in doc["transactions"].items()
     }

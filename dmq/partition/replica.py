@@ -556,7 +556,7 @@ class PartitionReplica:
             deleted = await self.run(self._locked, log.maybe_delete_segments, now_ms)
             compacted = False
             if log.config.compacts:
-                plan = await self.run(self._locked, compaction.plan_compaction, log)
+                plan = await self.run(self._locked, self._plan_compaction, log)
                 if plan is not None:
                     loop = asyncio.get_running_loop()
                     result = await loop.run_in_executor(
@@ -567,6 +567,18 @@ class PartitionReplica:
                     )
             self._mirror_offsets()
             return deleted, compacted
+
+    def _plan_compaction(self, log: PartitionLog) -> compaction.CompactionPlan | None:
+        """Under the lock: compaction stops at the LSO (an open transaction's records
+        stay whole) and removes the aborted transactions' records (log/compaction.py)."""
+        machine = self._machine
+        if machine is None:
+            return None
+        return compaction.plan_compaction(
+            log,
+            stable_offset=machine.last_stable_offset,
+            aborted=machine.transactions.aborted,
+        )
 
     def status(self) -> dict[str, Any]:
         """This replica's Raft and log position, for `dmq cluster status`."""

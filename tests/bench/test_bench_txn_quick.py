@@ -12,7 +12,8 @@ from dmq import cli
 
 FIGURES = {
     "idempotent_records_per_s", "txn_records_per_s", "ratio", "commit_p50_ms",
-    "commit_p99_ms", "transactions",
+    "commit_p99_ms", "transactions", "complete_records_per_s", "complete_ratio",
+    "complete_commit_p50_ms", "complete_commit_p99_ms",
 }  # fmt: skip
 
 

@@ -8,7 +8,9 @@ served; a new instance of
 the transactional id fences the old one and aborts its open transaction; transactional
 offsets commit only with the transaction; bad input is a 4xx naming the field, and
 changes nothing; all of it holds after kill -9 and a restart (the partition's open and
-aborted transactions are stored with its producer state).
+aborted transactions are stored with its producer state); a commit answered at the
+decision (`"wait": "decision"`) is followed by the next transaction's produce, which
+lands after the markers.
 """
 
 from __future__ import annotations
@@ -135,3 +137,13 @@ def test_commit_abort_fence_and_offsets_on_one_broker(broker_factory: Any) -> No
     first = produce(broker, "t1", p2, 1, 0, ["f1"])["offsets"][0]["offset"]
     assert read(broker, 1, "read_committed")[1]["last_stable_offset"] == first
     assert read(broker, 1, "read_uncommitted")[0] == ["a1", "b1", "f1"]
+
+    # Answered once the decision is durable; the next transaction's produce waits on the
+    # broker for the markers (its add queued behind them) and lands after them.
+    doc = call(broker, "POST", "/v1/transactions/t1/commit", {**p2, "wait": "decision"})
+    assert doc["state"] in ("prepare_commit", "complete_commit")
+    produce(broker, "t1", p2, 1, 1, ["g1"])
+    call(broker, "POST", "/v1/transactions/t1/abort", p2)
+    assert read(broker, 1, "read_committed")[0] == ["a1", "f1"]
+    doc = call(broker, "POST", "/v1/transactions/t1/commit", {**p2, "wait": "soon"}, 400)
+    assert doc["error"]["details"]["field"] == "wait"

@@ -12,6 +12,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -38,8 +40,9 @@ from groups.commands import JoinGroup
 
 ALLOWED = {
     "ongoing": {"ongoing", "prepare_commit", "prepare_abort"},
-    "prepare_commit": {"prepare_commit", "complete_commit"},
-    "prepare_abort": {"prepare_abort", "complete_abort"},
+    # ongoing: CompleteTxn opened the next transaction queued behind this one
+    "prepare_commit": {"prepare_commit", "complete_commit", "ongoing"},
+    "prepare_abort": {"prepare_abort", "complete_abort", "ongoing"},
     "complete_commit": {"complete_commit", "ongoing"},
     "complete_abort": {"complete_abort", "ongoing"},
 }
@@ -114,10 +117,20 @@ def test_transactions_move_only_forward_and_rejections_change_nothing(steps: lis
                 assert txn.state in ALLOWED[old.state], (old.state, txn.state, command)
                 if old.state == "ongoing" and txn.state == "ongoing":
                     assert set(old.partitions) <= set(txn.partitions)
+                if old.state.startswith("prepare") and txn.state == "ongoing":
+                    assert isinstance(command, CompleteTxn) and not old.fenced
+                    assert txn.partitions == old.next_partitions != ()
+            if txn.next_partitions:
+                assert txn.state.startswith("prepare")
             if txn.state.startswith("complete"):
                 assert not txn.partitions and not txn.offsets
             if txn.state.startswith("prepare") and old is not None and old.state == txn.state:
-                assert txn == old or txn.producer_epoch != old.producer_epoch
+                # a prepare never changes, but for adds queued for the next transaction
+                assert (
+                    replace(txn, next_partitions=(), next_timeout_ms=0)
+                    == replace(old, next_partitions=(), next_timeout_ms=0)
+                    and set(old.next_partitions) <= set(txn.next_partitions)
+                ) or txn.producer_epoch != old.producer_epoch
         committed = new.groups.groups.get("g")
         if committed is not None and committed != state.groups.groups.get("g"):
             assert isinstance(command, CompleteTxn) and command.state == "prepare_commit"
@@ -161,3 +174,29 @@ def test_refusals_name_what_is_wrong() -> None:
     assert r.code == "unknown_member" and r.field == "member_id"
     r = reject(state, AddPartitionsToTxn("t1", pid, epoch + 1, ("a:0",), 0, 18))
     assert r.field == "timeout_ms"
+
+
+def test_an_add_behind_a_decided_transaction_is_queued_and_opens_the_next_one() -> None:
+    state = base()
+    pid, epoch = state.transactional_ids["t1"][:2]
+    state, _ = apply(state, AddPartitionsToTxn("t1", pid, epoch, ("a:0",), 1_000, 10))
+    state, _ = apply(state, EndTxn("t1", pid, epoch, 1, 11))  # answered: decision durable
+    state, result = apply(state, AddPartitionsToTxn("t1", pid, epoch, ("a:1",), 2_000, 12))
+    txn = state.transactions["t1"]
+    assert isinstance(result, Applied) and txn.state == "prepare_commit"
+    assert txn.partitions == ("a:0",) and txn.next_partitions == ("a:1",)
+    r = reject(state, EndTxn("t1", pid, epoch, 1, 13))  # the next one began: no retry
+    assert r.code == REJECT_CONCURRENT_TRANSACTIONS
+    state, result = apply(state, CompleteTxn("t1", epoch, "prepare_commit", 14))
+    txn = state.transactions["t1"]
+    assert isinstance(result, Applied) and txn.state == "ongoing"
+    assert (txn.partitions, txn.next_partitions, txn.started_ms, txn.timeout_ms) == (
+        ("a:1",), (), 14, 2_000,
+    )  # fmt: skip
+    # A queue behind a producer fenced meanwhile is dropped: nothing opens for it.
+    state, _ = apply(state, EndTxn("t1", pid, epoch, 0, 15))
+    state, _ = apply(state, AddPartitionsToTxn("t1", pid, epoch, ("a:2",), 1_000, 16))
+    state, _ = apply(state, InitProducer("t1", 17))
+    state, _ = apply(state, CompleteTxn("t1", epoch, "prepare_abort", 18))
+    txn = state.transactions["t1"]
+    assert (txn.state, txn.partitions, txn.next_partitions) == ("complete_abort", (), ())
