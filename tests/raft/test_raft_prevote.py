@@ -1,0 +1,140 @@
+"""Proves pre-vote and check-quorum (raft/prevote.py, pysyncobj's leaderFallbackTimeout) on
+in-process nodes whose links the test cuts (raft_harness.InProcessCluster):
+
+- the bridge case: on 3 nodes, the link between the leader and one follower is cut; the
+  cut-off follower still reaches the other. For 3 s no term rises anywhere, the leader
+  stays, and writes through it commit. With pre_vote=False (the negative control) the cut
+  follower deposes it: the term rises;
+- a flapping link: the same link cut and healed every 0.2-0.6 s for 4 s; no term rises
+  and the leader stays;
+- check-quorum: a leader cut from both followers steps down within leader_step_down_s
+  (plus a heartbeat or two), and the two others elect a leader (they grant each other's
+  pre-votes once neither hears one);
+- the pure rule: a pre-vote is granted only for a higher term, an up-to-date log, and
+  with no live leader.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import time
+from pathlib import Path
+from typing import Any
+
+from raft_harness import InProcessCluster
+
+from raft import RaftConfig, prevote
+
+
+async def wait_until(condition: Any, timeout_s: float, what: str) -> float:
+    started = time.monotonic()
+    while not condition():
+        assert time.monotonic() - started < timeout_s, what
+        await asyncio.sleep(0.02)
+    return time.monotonic() - started
+
+
+def leader_of(replicas: dict[str, Any]) -> str | None:
+    leaders = [n for n, r in replicas.items() if r.status().is_leader and r.status().leader_ready]
+    return leaders[0] if len(leaders) == 1 else None
+
+
+async def bridge(tmp_path: Path, config: RaftConfig, flap: bool) -> tuple[set[int], list[str]]:
+    """Cut (or flap) the leader's link to one follower for a while; the terms seen by
+    every node during it, and the leaders seen. The cut-off follower must have tried."""
+    cluster = InProcessCluster(tmp_path, config=config)
+    replicas = await cluster.add_group(1)
+    await cluster.start()
+    try:
+        await wait_until(lambda: leader_of(replicas) is not None, 10, "no leader")
+        leader = str(leader_of(replicas))
+        term = replicas[leader].status().term
+        cut_off = next(n for n in replicas if n != leader)
+        terms: set[int] = {term}
+        leaders: list[str] = [leader]
+        rng = random.Random(7)
+        cluster.cut(leader, cut_off)
+        until = time.monotonic() + (4.0 if flap else 3.0)
+        flip_at = time.monotonic() + rng.uniform(0.2, 0.6)
+        k = 0
+        while time.monotonic() < until:
+            if flap and time.monotonic() >= flip_at:
+                if frozenset((leader, cut_off)) in cluster.cuts:
+                    cluster.heal(leader, cut_off)
+                else:
+                    cluster.cut(leader, cut_off)
+                flip_at = time.monotonic() + rng.uniform(0.2, 0.6)
+            terms |= {r.syncobj.raftCurrentTerm for r in replicas.values()}
+            now_leader = leader_of(replicas)
+            if now_leader is not None and now_leader != leaders[-1]:
+                leaders.append(now_leader)
+            if now_leader is not None and k % 5 == 0:
+                await replicas[now_leader].propose(b"x%d" % k, timeout_s=5.0)
+            k += 1
+            await asyncio.sleep(0.02)
+        if config.pre_vote:
+            assert replicas[cut_off].prevotes_sent > 0, "the cut-off follower never asked"
+        return terms, leaders
+    finally:
+        await cluster.stop()
+
+
+def test_bridge_a_follower_cut_from_the_leader_does_not_depose_it(tmp_path: Path) -> None:
+    terms, leaders = asyncio.run(asyncio.wait_for(bridge(tmp_path, RaftConfig(), False), 60))
+    assert len(terms) == 1, f"a term rose: {sorted(terms)}"
+    assert len(leaders) == 1, leaders
+
+
+def test_bridge_without_pre_vote_the_cut_follower_deposes_the_leader(tmp_path: Path) -> None:
+    config = RaftConfig(pre_vote=False)
+    terms, _ = asyncio.run(asyncio.wait_for(bridge(tmp_path, config, False), 60))
+    assert len(terms) > 1, "negative control: without pre-vote the term should rise"
+
+
+def test_a_flapping_link_to_the_leader_raises_no_term(tmp_path: Path) -> None:
+    terms, leaders = asyncio.run(asyncio.wait_for(bridge(tmp_path, RaftConfig(), True), 60))
+    assert len(terms) == 1, f"a term rose: {sorted(terms)}"
+    assert len(leaders) == 1, leaders
+
+
+def test_check_quorum_a_leader_cut_from_its_majority_steps_down(tmp_path: Path) -> None:
+    config = RaftConfig()
+
+    async def scenario() -> None:
+        cluster = InProcessCluster(tmp_path, config=config)
+        replicas = await cluster.add_group(1)
+        await cluster.start()
+        try:
+            await wait_until(lambda: leader_of(replicas) is not None, 10, "no leader")
+            old = str(leader_of(replicas))
+            others = [n for n in replicas if n != old]
+            for n in others:
+                cluster.cut(old, n)
+            took = await wait_until(
+                lambda: not replicas[old].status().is_leader, 5, "the old leader stayed"
+            )
+            assert took < config.leader_step_down_s + 4 * config.heartbeat_interval_s, took
+            await wait_until(
+                lambda: leader_of({n: replicas[n] for n in others}) is not None,
+                5,
+                "the majority elected no leader",
+            )
+        finally:
+            await cluster.stop()
+
+    asyncio.run(asyncio.wait_for(scenario(), 60))
+
+
+def test_a_pre_vote_is_granted_for_a_higher_term_an_up_to_date_log_and_no_live_leader() -> None:
+    ask = prevote.request(4, 10, 4)  # asks for term 5 with a log ending at (10, term 4)
+    mine = {"current_term": 4, "last_log_index": 10, "last_log_term": 4}
+    assert prevote.grant(ask, **mine, leader_alive=False)
+    assert not prevote.grant(ask, **mine, leader_alive=True)
+    assert not prevote.grant(ask, **(mine | {"current_term": 5}), leader_alive=False)
+    assert not prevote.grant(ask, **(mine | {"last_log_index": 11}), leader_alive=False)
+    assert not prevote.grant(ask, **(mine | {"last_log_term": 5}), leader_alive=False)
+    assert prevote.grant(ask, **(mine | {"last_log_index": 20, "last_log_term": 3}),
+                         leader_alive=False)  # fmt: skip
+    assert prevote.won(prevote.PreVoteRound(5, {"n2"}), 3)
+    assert not prevote.won(prevote.PreVoteRound(5, {"n2"}), 5)
