@@ -17,7 +17,7 @@ import time
 
 from dmq import errors, planted
 from dmq.broker.context import BrokerContext
-from dmq.broker.types import ForwardRequest, TopicView
+from dmq.broker.types import Consistency, ForwardRequest, TopicView
 from dmq.metadata.machine import PARTITION_ACTIVE, PARTITION_GONE
 from dmq.partition.replica import PartitionReplica
 from raft import quiesce
@@ -122,15 +122,24 @@ class Routing:
                 out.append(f"{host}:{config.http_port}")
         return out
 
-    def serving_replica(self, topic: str, partition: int, forwarded: bool) -> PartitionReplica:
+    def serving_replica(
+        self,
+        topic: str,
+        partition: int,
+        forwarded: bool,
+        consistency: Consistency = "linearizable",
+    ) -> PartitionReplica:
         """The replica that answers a read here, or ForwardRequest to the leader's broker.
 
         Reads go to the partition leader (as Kafka's do), whose high watermark is the
-        newest, and only while it heard from a majority lately (a deposed leader that has
-        not noticed yet would answer stale reads). A relayed request that lands on a
-        broker that does not lead (the catalogue's leader report lags) is not relayed
-        again: it gets NotLeader and the client retries. Answering it from a follower's
-        replica, as before, answered stale reads (both found by jepsen/).
+        newest. consistency="linearizable": the caller then confirms the leadership
+        (`PartitionReplica.read_barrier`, raft/read_index.py) before it reads.
+        consistency="leader": only while its node heard from a majority lately, a
+        heuristic that narrows the window in which a deposed leader that has not noticed
+        answers stale reads, not a proof (dmq/README.md, "Read consistency"). A relayed
+        request that lands on a broker that does not lead (the catalogue's leader report
+        lags) is not relayed again: it gets NotLeader and the client retries. Answering it
+        from a follower's replica, as before, answered stale reads (both found by jepsen/).
         """
         view = self.topic(topic)
         self.check_partition(view, partition)
@@ -141,7 +150,12 @@ class Routing:
             # A new leader serves reads once its election no-op is applied (before, its
             # high watermark may lag what the previous leader acknowledged: found by
             # jepsen/ at leadership transfers during replica moves).
-            if status.leader_ready and _majority_heard_lately(raft):
+            if planted.active("lease-read"):
+                if _majority_heard_within_step_down(raft):
+                    return replica
+            elif status.leader_ready and (
+                consistency == "linearizable" or _majority_heard_lately(raft)
+            ):
                 return replica
         elif replica is not None and planted.active("stale-read"):
             return replica
@@ -155,8 +169,23 @@ class Routing:
         raise ForwardRequest(addr)
 
 
+def _majority_heard_within_step_down(raft: Replica) -> bool:
+    """The planted bug lease-read: "the leader's node heard from a majority within the
+    check-quorum timeout, so it still leads" -- a lease with no safety argument: that
+    timeout exceeds the minimum election timeout, after which the others may elect a new
+    leader, and no round guard: a paused leader, resumed, hears its peers before it
+    processes their newer term."""
+    wake = quiesce.leader_wake_at(
+        raft.node.network.last_heard,
+        raft.followers,
+        len(raft.members),
+        raft.node.config.leader_step_down_s,
+    )
+    return wake is None or time.monotonic() < wake
+
+
 def _majority_heard_lately(raft: Replica) -> bool:
-    """A leader serves reads only while a majority of its group was heard from within half
+    """consistency="leader" (and the planted bug lease-read): a leader serves reads only while a majority of its group was heard from within half
     an election timeout, counted from no later than the end of the node's last Raft round:
     a leader cut off from the others (or paused, then resumed) keeps thinking it leads
     until a round processes the newer term, while the others have elected another and
