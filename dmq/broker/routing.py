@@ -31,6 +31,9 @@ class Routing:
         self._ctx = ctx
         self._views: dict[str, TopicView] = {}
         self._views_version = -1
+        # The planted bug lease-read only: (topic, partition) -> when this broker's lease
+        # on the partition's leadership runs out (time.monotonic() seconds).
+        self._leases: dict[tuple[str, int], float] = {}
 
     def view(self, name: str) -> TopicView | None:
         state = self._ctx.metadata.state
@@ -146,14 +149,14 @@ class Routing:
         replica = self._ctx.replicas.local(topic, partition, view.topic_id)
         raft = None if replica is None else replica.raft
         status = None if raft is None else raft.status()
-        if replica is not None and raft is not None and status is not None and status.is_leader:
+        if replica is not None and raft is not None and planted.active("lease-read"):
+            if self._lease_read(topic, partition, raft):
+                return replica
+        elif replica is not None and raft is not None and status is not None and status.is_leader:
             # A new leader serves reads once its election no-op is applied (before, its
             # high watermark may lag what the previous leader acknowledged: found by
             # jepsen/ at leadership transfers during replica moves).
-            if planted.active("lease-read"):
-                if _majority_heard_within_step_down(raft):
-                    return replica
-            elif status.leader_ready and (
+            if status.leader_ready and (
                 consistency == "linearizable" or _majority_heard_lately(raft)
             ):
                 return replica
@@ -168,20 +171,18 @@ class Routing:
             )
         raise ForwardRequest(addr)
 
-
-def _majority_heard_within_step_down(raft: Replica) -> bool:
-    """The planted bug lease-read: "the leader's node heard from a majority within the
-    check-quorum timeout, so it still leads" -- a lease with no safety argument: that
-    timeout exceeds the minimum election timeout, after which the others may elect a new
-    leader, and no round guard: a paused leader, resumed, hears its peers before it
-    processes their newer term."""
-    wake = quiesce.leader_wake_at(
-        raft.node.network.last_heard,
-        raft.followers,
-        len(raft.members),
-        raft.node.config.leader_step_down_s,
-    )
-    return wake is None or time.monotonic() < wake
+    def _lease_read(self, topic: str, partition: int, raft: Replica) -> bool:
+        """The planted bug lease-read: a leader that heard from a majority takes a lease of
+        two election timeouts (the step-down time dmq used before check-quorum) and
+        answers every read while it lasts, without confirming: the others elect a new
+        leader after one election timeout and acknowledge writes that this one, cut off,
+        paused or stepped down meanwhile, does not show."""
+        now = time.monotonic()
+        status = raft.status()
+        if status.is_leader and status.leader_ready and _majority_heard_lately(raft):
+            lease_s = 2 * raft.node.config.election_timeout_max_s
+            self._leases[(topic, partition)] = now + lease_s
+        return now < self._leases.get((topic, partition), 0.0)
 
 
 def _majority_heard_lately(raft: Replica) -> bool:
