@@ -5,9 +5,12 @@ fsync on), one topic of 1 partition, replication factor min(3, nodes), and `--re
 (1000) records in it. Then, in the same run, `--readers` (32) concurrent HTTP readers
 send to the partition's leader, for `--seconds` (4) each and back to back:
 
-a. **offsets**: `GET .../offsets?consistency=leader`, then `?consistency=linearizable`;
-b. **fetch**: `GET .../records?offset=<hw - 10>&max_records=10&consistency=leader`, then
+a. **offsets**: `GET .../offsets?consistency=leader` and `?consistency=linearizable`;
+b. **fetch**: `GET .../records?offset=<hw - 10>&max_records=10&consistency=leader` and
    `linearizable` (10 records of 100 B from the log's tail).
+
+Each kind is measured leader, linearizable, linearizable, leader (half of `--seconds`
+each), so that a warming cache or a drifting machine load favours neither level.
 
 `linearizable` waits for the leader's ReadIndex (raft/read_index.py: one confirmation
 round per Raft round, shared by every read that arrived before it went out); `leader`
@@ -94,7 +97,7 @@ async def _read(
         async with session.get(path) as r:  # warm the connection and the path
             await r.read()
         start = time.perf_counter()
-        deadline = start + args.seconds
+        deadline = start + args.seconds / 2
         await asyncio.gather(*(one(session) for _ in range(args.readers)))
         took = time.perf_counter() - start
     return len(latencies) / took, sorted(latencies)
@@ -109,12 +112,19 @@ def measure(args: argparse.Namespace) -> dict[str, float]:
         leader_url = asyncio.run(_prepare(brokers[0].url, min(3, args.nodes), args.records))
         by_url = {b.url: b for b in brokers}
         url = leader_url if leader_url in by_url else brokers[0].url
+        print(f"  readers ask {url} ({'the leader' if url == leader_url else 'not the leader'})")
         for run in range(args.runs):
             figures: dict[str, float] = {}
             for kind in KINDS:
-                for level in LEVELS:
+                rates: dict[str, list[float]] = {level: [] for level in LEVELS}
+                lats: dict[str, list[float]] = {level: [] for level in LEVELS}
+                for level in (*LEVELS, *reversed(LEVELS)):
                     rate, lat = asyncio.run(_read(url, kind, level, args))
-                    figures[f"{kind}_{level}_per_s"] = rate
+                    rates[level].append(rate)
+                    lats[level] += lat
+                for level in LEVELS:
+                    lat = sorted(lats[level])
+                    figures[f"{kind}_{level}_per_s"] = statistics.mean(rates[level])
                     figures[f"{kind}_{level}_p50_ms"] = percentile(lat, 0.5)
                     figures[f"{kind}_{level}_p99_ms"] = percentile(lat, 0.99)
                 ratio = figures[f"{kind}_linearizable_per_s"] / figures[f"{kind}_leader_per_s"]

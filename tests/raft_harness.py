@@ -255,6 +255,23 @@ def task_count(pid: int) -> int:
     return len(os.listdir(f"/proc/{pid}/task"))
 
 
+async def wait_until_async(condition: Any, timeout_s: float, what: str) -> float:
+    """Poll `condition` every 20 ms (on the event loop) until true; the seconds it took."""
+    import asyncio
+
+    started = time.monotonic()
+    while not condition():
+        assert time.monotonic() - started < timeout_s, what
+        await asyncio.sleep(0.02)
+    return time.monotonic() - started
+
+
+def ready_leader(replicas: dict[str, Any]) -> str | None:
+    """The one node whose replica leads and applied its election no-op, if exactly one."""
+    leaders = [n for n, r in replicas.items() if r.status().is_leader and r.status().leader_ready]
+    return leaders[0] if len(leaders) == 1 else None
+
+
 class InProcessCluster:
     """RaftNodes in this process on loopback (one address each), with links that tests cut.
 
@@ -296,6 +313,14 @@ class InProcessCluster:
     async def start(self) -> None:
         for node in self.nodes.values():
             await node.start()
+
+    async def start_group(self, group_id: int) -> tuple[dict[str, Any], str]:
+        """Add group `group_id` on every node, start them, wait for a ready leader:
+        (replicas by node, the leader's node)."""
+        replicas = await self.add_group(group_id)
+        await self.start()
+        await wait_until_async(lambda: ready_leader(replicas) is not None, 10, "no leader")
+        return replicas, str(ready_leader(replicas))
 
     async def stop(self) -> None:
         for node in self.nodes.values():

@@ -20,35 +20,20 @@ import asyncio
 import random
 import time
 from pathlib import Path
-from typing import Any
 
-from raft_harness import InProcessCluster
+from raft_harness import InProcessCluster, ready_leader
+from raft_harness import wait_until_async as wait_until
 
 from raft import RaftConfig, prevote
-
-
-async def wait_until(condition: Any, timeout_s: float, what: str) -> float:
-    started = time.monotonic()
-    while not condition():
-        assert time.monotonic() - started < timeout_s, what
-        await asyncio.sleep(0.02)
-    return time.monotonic() - started
-
-
-def leader_of(replicas: dict[str, Any]) -> str | None:
-    leaders = [n for n, r in replicas.items() if r.status().is_leader and r.status().leader_ready]
-    return leaders[0] if len(leaders) == 1 else None
 
 
 async def bridge(tmp_path: Path, config: RaftConfig, flap: bool) -> tuple[set[int], list[str]]:
     """Cut (or flap) the leader's link to one follower for a while; the terms seen by
     every node during it, and the leaders seen. The cut-off follower must have tried."""
     cluster = InProcessCluster(tmp_path, config=config)
-    replicas = await cluster.add_group(1)
-    await cluster.start()
+    replicas, _ = await cluster.start_group(1)
     try:
-        await wait_until(lambda: leader_of(replicas) is not None, 10, "no leader")
-        leader = str(leader_of(replicas))
+        leader = str(ready_leader(replicas))
         term = replicas[leader].status().term
         cut_off = next(n for n in replicas if n != leader)
         terms: set[int] = {term}
@@ -66,7 +51,7 @@ async def bridge(tmp_path: Path, config: RaftConfig, flap: bool) -> tuple[set[in
                     cluster.cut(leader, cut_off)
                 flip_at = time.monotonic() + rng.uniform(0.2, 0.6)
             terms |= {r.syncobj.raftCurrentTerm for r in replicas.values()}
-            now_leader = leader_of(replicas)
+            now_leader = ready_leader(replicas)
             if now_leader is not None and now_leader != leaders[-1]:
                 leaders.append(now_leader)
             if now_leader is not None and k % 5 == 0:
@@ -103,11 +88,9 @@ def test_check_quorum_a_leader_cut_from_its_majority_steps_down(tmp_path: Path) 
 
     async def scenario() -> None:
         cluster = InProcessCluster(tmp_path, config=config)
-        replicas = await cluster.add_group(1)
-        await cluster.start()
+        replicas, _ = await cluster.start_group(1)
         try:
-            await wait_until(lambda: leader_of(replicas) is not None, 10, "no leader")
-            old = str(leader_of(replicas))
+            old = str(ready_leader(replicas))
             others = [n for n in replicas if n != old]
             for n in others:
                 cluster.cut(old, n)
@@ -116,7 +99,7 @@ def test_check_quorum_a_leader_cut_from_its_majority_steps_down(tmp_path: Path) 
             )
             assert took < config.leader_step_down_s + 4 * config.heartbeat_interval_s, took
             await wait_until(
-                lambda: leader_of({n: replicas[n] for n in others}) is not None,
+                lambda: ready_leader({n: replicas[n] for n in others}) is not None,
                 5,
                 "the majority elected no leader",
             )

@@ -14,40 +14,25 @@
 from __future__ import annotations
 
 import asyncio
-import time
 from pathlib import Path
-from typing import Any
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from raft_harness import InProcessCluster
+from raft_harness import InProcessCluster, ready_leader
+from raft_harness import wait_until_async as wait_until
 
 from raft import RaftConfig
 from raft.errors import NotLeader, Timeout
 from raft.read_index import PendingRead, ReadIndexState, ack_for
 
 
-async def wait_until(condition: Any, timeout_s: float, what: str) -> None:
-    started = time.monotonic()
-    while not condition():
-        assert time.monotonic() - started < timeout_s, what
-        await asyncio.sleep(0.02)
-
-
-def leader_of(replicas: dict[str, Any]) -> str | None:
-    leaders = [n for n, r in replicas.items() if r.status().is_leader and r.status().leader_ready]
-    return leaders[0] if len(leaders) == 1 else None
-
-
 def test_reads_on_the_leader_see_every_acknowledged_write_and_are_batched(tmp_path: Path) -> None:
     async def scenario() -> None:
         cluster = InProcessCluster(tmp_path)
-        replicas = await cluster.add_group(1)
-        await cluster.start()
+        replicas, _ = await cluster.start_group(1)
         try:
-            await wait_until(lambda: leader_of(replicas) is not None, 10, "no leader")
-            leader = replicas[str(leader_of(replicas))]
+            leader = replicas[str(ready_leader(replicas))]
             for k in range(5):
                 await leader.propose(b"w%d" % k)
                 commit = leader.status().commit_index
@@ -74,11 +59,9 @@ def test_a_deposed_leader_that_believes_it_leads_answers_no_read(tmp_path: Path)
 
     async def scenario() -> None:
         cluster = InProcessCluster(tmp_path, config=config)
-        replicas = await cluster.add_group(1)
-        await cluster.start()
+        replicas, _ = await cluster.start_group(1)
         try:
-            await wait_until(lambda: leader_of(replicas) is not None, 10, "no leader")
-            old = str(leader_of(replicas))
+            old = str(ready_leader(replicas))
             await replicas[old].propose(b"before")
             others = [n for n in replicas if n != old]
             for n in others:
