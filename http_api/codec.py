@@ -312,7 +312,7 @@ def consistency_param(request: web.Request) -> Consistency:
         raise errors.InvalidRequest(
             f"consistency must be one of {', '.join(CONSISTENCIES)}", field="consistency"
         )
-    return value  # type: ignore[return-value]
+    return value
 
 
 def isolation_param(request: web.Request) -> Isolation:

@@ -635,23 +635,31 @@ class Replica:
         sync_obj._SyncObj__raftLeader = None
         self.prevote_round = prevote.PreVoteRound(term + 1)
         self.prevotes_sent += 1
-        last = self.journal.last_index
-        message = prevote.request(term, last, self.journal.term_at(last))
+        message = prevote.request(term, *self._last_log())
         for node in sync_obj._SyncObj__otherNodes:
             self.transport.send(node, message)
         return True
 
     def answer_prevote(self, peer_id: str, message: dict[str, Any], now: float) -> None:
         """Pre-vote step 2 (any member, no tick)."""
-        last = self.journal.last_index
+        last_index, last_term = self._last_log()
         granted = prevote.grant(
             message,
             current_term=int(self.syncobj.raftCurrentTerm),
-            last_log_index=last,
-            last_log_term=self.journal.term_at(last),
+            last_log_index=last_index,
+            last_log_term=last_term,
             leader_alive=self.leader_alive(now),
         )
         self.send_to(peer_id, prevote.answer(message, granted))
+
+    def _last_log(self) -> tuple[int, int]:
+        """(index, term) of the last log entry as pysyncobj's own votes compare them
+        (its private getters: the entry may be in the snapshot, not the journal)."""
+        sync_obj = self.syncobj
+        return (
+            int(sync_obj._SyncObj__getCurrentLogIndex()),
+            int(sync_obj._SyncObj__getCurrentLogTerm()),
+        )
 
     def leader_alive(self, now: float) -> bool:
         """This node leads, or heard from the leader it follows within the minimum election
