@@ -4,7 +4,8 @@ in-process nodes whose links the test cuts (raft_harness.InProcessCluster):
 - the bridge case: on 3 nodes, the link between the leader and one follower is cut; the
   cut-off follower still reaches the other. For 3 s no term rises anywhere, the leader
   stays, and writes through it commit. With pre_vote=False (the negative control) the cut
-  follower deposes it: the term rises;
+  follower deposes it: the term rises. On 5 nodes, the leader and one follower cut from
+  two others, a fifth linked to all: the same;
 - a flapping link: the same link cut and healed every 0.2-0.6 s for 4 s; no term rises
   and the leader stays;
 - check-quorum: a leader cut from both followers steps down within leader_step_down_s
@@ -27,28 +28,33 @@ from raft_harness import wait_until_async as wait_until
 from raft import RaftConfig, prevote
 
 
-async def bridge(tmp_path: Path, config: RaftConfig, flap: bool) -> tuple[set[int], list[str]]:
-    """Cut (or flap) the leader's link to one follower for a while; the terms seen by
-    every node during it, and the leaders seen. The cut-off follower must have tried."""
-    cluster = InProcessCluster(tmp_path, config=config)
-    replicas, _ = await cluster.start_group(1)
+async def bridge(
+    tmp_path: Path, config: RaftConfig, flap: bool, size: int = 3
+) -> tuple[set[int], list[str]]:
+    """A bridge partition: the leader's side and the other side are cut from each other,
+    one node (the bridge) linked to both; on 3 nodes the leader's link to one follower.
+    Cut (or flap) it for a while; the terms seen by every node during it, and the leaders
+    seen. The cut-off nodes must have asked for pre-votes."""
+    cluster = InProcessCluster(tmp_path, size=size, config=config)
+    replicas, leader = await cluster.start_group(1)
     try:
-        leader = str(ready_leader(replicas))
         term = replicas[leader].status().term
-        cut_off = next(n for n in replicas if n != leader)
+        others = sorted(n for n in replicas if n != leader)
+        half = (size - 1) // 2  # bridge = others[0]; the leader's side: itself + half - 1
+        near, cut_off = [leader, *others[1:half]], others[half:]
+        links = [(a, b) for a in near for b in cut_off]
         terms: set[int] = {term}
         leaders: list[str] = [leader]
         rng = random.Random(7)
-        cluster.cut(leader, cut_off)
+        for a, b in links:
+            cluster.cut(a, b)
         until = time.monotonic() + (4.0 if flap else 3.0)
         flip_at = time.monotonic() + rng.uniform(0.2, 0.6)
         k = 0
         while time.monotonic() < until:
             if flap and time.monotonic() >= flip_at:
-                if frozenset((leader, cut_off)) in cluster.cuts:
-                    cluster.heal(leader, cut_off)
-                else:
-                    cluster.cut(leader, cut_off)
+                for a, b in links:
+                    (cluster.heal if frozenset((a, b)) in cluster.cuts else cluster.cut)(a, b)
                 flip_at = time.monotonic() + rng.uniform(0.2, 0.6)
             terms |= {r.syncobj.raftCurrentTerm for r in replicas.values()}
             now_leader = ready_leader(replicas)
@@ -59,7 +65,8 @@ async def bridge(tmp_path: Path, config: RaftConfig, flap: bool) -> tuple[set[in
             k += 1
             await asyncio.sleep(0.02)
         if config.pre_vote:
-            assert replicas[cut_off].prevotes_sent > 0, "the cut-off follower never asked"
+            asked = [replicas[n].prevotes_sent for n in cut_off]
+            assert all(asked), f"a cut-off node never asked: {asked}"
         return terms, leaders
     finally:
         await cluster.stop()
@@ -67,6 +74,15 @@ async def bridge(tmp_path: Path, config: RaftConfig, flap: bool) -> tuple[set[in
 
 def test_bridge_a_follower_cut_from_the_leader_does_not_depose_it(tmp_path: Path) -> None:
     terms, leaders = asyncio.run(asyncio.wait_for(bridge(tmp_path, RaftConfig(), False), 60))
+    assert len(terms) == 1, f"a term rose: {sorted(terms)}"
+    assert len(leaders) == 1, leaders
+
+
+def test_bridge_on_five_nodes_the_cut_off_side_does_not_depose_the_leader(
+    tmp_path: Path,
+) -> None:
+    run = bridge(tmp_path, RaftConfig(), False, size=5)
+    terms, leaders = asyncio.run(asyncio.wait_for(run, 60))
     assert len(terms) == 1, f"a term rose: {sorted(terms)}"
     assert len(leaders) == 1, leaders
 
