@@ -6,9 +6,12 @@ with its SyncObj and DurableJournal), and the one tick thread that drives them a
 
 1. poll the sockets (at most until the next group is due): each received message is
    handed to its group at once; pysyncobj appends entries to the journal and queues its
-   reply, which the transport holds;
+   reply, which the transport holds (ReadIndex and pre-vote messages, raft/read_index.py
+   and raft/prevote.py, are answered here by RaftNode, without a tick);
 2. hand every group's waiting proposals to pysyncobj, coalesced into one command per group
-   (group commit): the leader appends it to its journal and queues append_entries;
+   (group commit): the leader appends it to its journal and queues append_entries; new
+   reads get their commit index and one confirmation round per group (`step_reads`,
+   again after each tick of step 3);
 3. tick every group that needs it: one that received a proposal or a message that changed
    something (a heartbeat does not), and one whose idle tick is due (a leader every
    heartbeat, a follower every follower_tick_interval_s; a follower that hears from its
