@@ -3,6 +3,7 @@
 - a read on the leader returns an index at least the commit index of every write
   acknowledged before it began, and the leader's state machine has applied it;
 - reads are batched: 300 concurrent reads cost a handful of confirmation rounds, not 300;
+- a quiesced group answers reads and stays quiesced (its followers ack without a tick);
 - a follower refuses at once (NotLeader, naming the leader);
 - a leader cut off from both followers, that still believes it leads (check-quorum set
   to 30 s so it does not step down), never answers a read once the others elected a new
@@ -44,6 +45,16 @@ def test_reads_on_the_leader_see_every_acknowledged_write_and_are_batched(tmp_pa
             indexes = await asyncio.gather(*(leader.read_index() for _ in range(300)))
             assert min(indexes) >= commit
             assert leader.reads.rounds_sent - rounds <= 10, "reads were not batched"
+            everyone = list(replicas.values())
+
+            def quiesced() -> bool:
+                return leader.lead_quiesce == "quiesced" and all(
+                    r.quiesced_leader is not None for r in everyone if r is not leader
+                )
+
+            await wait_until(quiesced, 10, "the idle group did not quiesce")
+            assert await leader.read_index() >= commit
+            assert quiesced(), "a read woke the quiesced group"
             follower = next(r for r in replicas.values() if r is not leader)
             with pytest.raises(NotLeader) as refused:
                 await follower.read_index()
