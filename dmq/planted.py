@@ -10,6 +10,7 @@ variable unset they change nothing. Never set it outside the harness.
 | `ack-before-commit` | dmq/partition/replica.py `append` | acks=all answers once the leader's own journal has the entry (without an offset, as acks=1), before a majority does: a failover loses acknowledged records |
 | `no-fsync` | dmq/broker/broker.py `raft_config_for` | the Raft journals are never fdatasync'ed (as `--raft-durability none`, whatever the flag says): a power loss drops acknowledged records |
 | `stale-read` | dmq/broker/routing.py `serving_replica` | any broker with a replica serves fetches from it, even a follower that is behind or cut off: reads miss acknowledged records |
+| `lease-read` | dmq/broker/fetch.py `_serving`, dmq/broker/routing.py `_lease_read` | every read (fetch, offsets) skips the ReadIndex confirmation and is answered from a lease: a leader that heard from a majority lately holds it for two election timeouts (the step-down time before check-quorum) and answers while it lasts, even cut off, paused or stepped down meanwhile: the others elect a new leader after one election timeout, and the old one answers a high watermark older than a write the new leader acknowledged |
 | `fetch-off-by-one` | dmq/broker/fetch.py `fetch` | a fetch from offset o > 0 reads from o + 1: one record is skipped |
 | `share-double-delivery` | dmq/broker/share.py `_deliveries` | a share-group poll answers every fresh record it read, not only those its AcquireRecords locked: two members get the same record at once |
 | `delay-early` | dmq/broker/delay.py `release_loop` | the release duty believes it is 2 s later than it is: delayed records are appended up to 2 s before their deliver_at |
@@ -29,6 +30,7 @@ PLANTED_BUGS: tuple[str, ...] = (
     "ack-before-commit",
     "delay-early",
     "fetch-off-by-one",
+    "lease-read",
     "no-fsync",
     "read-committed-leak",
     "share-double-delivery",

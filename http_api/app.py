@@ -15,7 +15,7 @@ from typing import Any, Literal
 from aiohttp import web
 
 from dmq import errors
-from dmq.broker import Acks, Broker, FetchResult, TopicDescription
+from dmq.broker import Acks, Broker, Consistency, FetchResult, TopicDescription
 from dmq.types import PARTITION_COUNT_HEADER
 from http_api import codec, transactions
 from http_api.delay import (
@@ -279,7 +279,9 @@ def _format(request: web.Request) -> Format:
     return "json"
 
 
-async def _fetch_offset(request: web.Request, broker: Broker, topic: str, partition: int) -> int:
+async def _fetch_offset(
+    request: web.Request, broker: Broker, topic: str, partition: int, consistency: Consistency
+) -> int:
     timestamp = codec.int_param(request, "timestamp", None, 0, 2**63 - 1)
     raw = request.query.get("offset") or "earliest"  # empty means absent, as in int_param
     offset: int | Literal["earliest", "latest"]
@@ -291,7 +293,12 @@ async def _fetch_offset(request: web.Request, broker: Broker, topic: str, partit
         assert parsed is not None
         offset = parsed
     return await broker.fetch.resolve_offset(
-        topic, partition, offset=offset, timestamp_ms=timestamp, forwarded=is_forwarded(request)
+        topic,
+        partition,
+        offset=offset,
+        timestamp_ms=timestamp,
+        forwarded=is_forwarded(request),
+        consistency=consistency,
     )
 
 
@@ -304,7 +311,8 @@ async def fetch(request: web.Request) -> web.StreamResponse:
     encoding = codec.check_encoding(request.query.get("value_encoding"))
     max_records, max_bytes, wait_ms = codec.fetch_limits(request, c)
     kept = record_filter(request, c)
-    offset = await _fetch_offset(request, broker, topic, partition)
+    consistency = codec.consistency_param(request)
+    offset = await _fetch_offset(request, broker, topic, partition, consistency)
     result = await broker.fetch.fetch(
         topic,
         partition,
@@ -316,6 +324,7 @@ async def fetch(request: web.Request) -> web.StreamResponse:
         forwarded=is_forwarded(request),
         record_filter=kept,
         isolation=codec.isolation_param(request),
+        consistency=consistency,
     )
     if fmt == "binary" and kept is not None:  # the kept records as one batch
         return filtered_batch_response(result, _offset_headers(result))
@@ -382,7 +391,11 @@ async def list_offsets(request: web.Request) -> web.Response:
     partition = _partition_param(request)
     timestamp = codec.int_param(request, "timestamp", None, 0, 2**63 - 1)
     result = await broker_of(request).fetch.list_offsets(
-        request.match_info["topic"], partition, timestamp, forwarded=is_forwarded(request)
+        request.match_info["topic"],
+        partition,
+        timestamp,
+        forwarded=is_forwarded(request),
+        consistency=codec.consistency_param(request),
     )
     return codec.json_response(
         {

@@ -14,7 +14,7 @@ from typing import Any
 from aiohttp import web
 
 from dmq import errors, limits
-from dmq.broker import ProduceRecord, ProducerSequence
+from dmq.broker import CONSISTENCIES, Consistency, ProduceRecord, ProducerSequence
 from dmq.broker.transactions import ISOLATIONS, Isolation
 from dmq.config import BrokerConfig
 from dmq.types import Header, Record
@@ -302,6 +302,17 @@ def fetch_limits(request: web.Request, config: BrokerConfig) -> tuple[int, int, 
     wait_ms = int_param(request, "wait_ms", 0, 0, config.fetch_wait_ms_max)
     assert max_records is not None and max_bytes is not None and wait_ms is not None
     return max_records, max_bytes, wait_ms
+
+
+def consistency_param(request: web.Request) -> Consistency:
+    """`?consistency=linearizable|leader` of a fetch or an offsets read (default
+    linearizable): dmq/README.md, "Read consistency"."""
+    value = request.query.get("consistency") or "linearizable"
+    if value not in CONSISTENCIES:
+        raise errors.InvalidRequest(
+            f"consistency must be one of {', '.join(CONSISTENCIES)}", field="consistency"
+        )
+    return value
 
 
 def isolation_param(request: web.Request) -> Isolation:

@@ -57,7 +57,8 @@ def record_paths(config: BrokerConfig) -> dict[str, Any]:
                 "Earliest and latest offsets; with `timestamp`, the first offset at or after it",
                 {"200": ok("Offsets")},
                 parameters=[
-                    query("timestamp", integer(0, INT64_MAX), "milliseconds since the epoch")
+                    query("timestamp", integer(0, INT64_MAX), "milliseconds since the epoch"),
+                    READ_CONSISTENCY_PARAMETER,
                 ],
                 errors=(400, 404, 410, 503),
             ),
@@ -255,9 +256,22 @@ def _fetch_op(config: BrokerConfig) -> dict[str, Any]:
     )
 
 
+# dmq/README.md, "Read consistency"; http_api/codec.py consistency_param.
+READ_CONSISTENCY_PARAMETER = query(
+    "consistency",
+    {"type": "string", "enum": ["linearizable", "leader"], "default": "linearizable"},
+    "linearizable: the partition leader confirms with a majority, after the request arrived, "
+    "that it still leads (Raft ReadIndex) before it answers: the answer (records, "
+    "high_watermark, offsets) reflects every write acknowledged before the request began. "
+    "leader: answered from the leader's state at once, one round trip cheaper; a leader "
+    "deposed without knowing it yet may answer an older high_watermark",
+)
+
+
 def _fetch_parameters(config: BrokerConfig) -> list[dict[str, Any]]:
     """The bounds are the handler's: http_api.app.fetch reads them from the config."""
     return [
+        READ_CONSISTENCY_PARAMETER,
         query(
             "offset",
             {

@@ -35,7 +35,7 @@ from jepsen.groups import GroupClient, GroupWorker, final_drain
 from jepsen.history import NEMESIS, History
 from jepsen.nemesis import BACKGROUND, FAULTS, MEMBERSHIP, VOTERS_SMALL, Nemesis
 from jepsen.report import plot, results, summary_line
-from jepsen.schedule import Window, describe, draw
+from jepsen.schedule import VARIANTS, Window, describe, draw
 from jepsen.share import ShareClient, ShareWorker, configure
 from jepsen.share import final_drain as share_drain
 from jepsen.txn import (
@@ -60,7 +60,10 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="python -m jepsen.run", description=__doc__.split("\n")[0])
     p.add_argument("--nodes", type=int, default=3, choices=range(3, 8), metavar="{3..7}")
     p.add_argument(
-        "--nemesis", default="partition,kill", help=f"comma list of {', '.join(FAULTS)}, or none"
+        "--nemesis",
+        default="partition,kill",
+        help=f"comma list of {', '.join(FAULTS)}, or none; kind:variant strikes only with "
+        "that variant (partition:bridge)",
     )
     p.add_argument("--time-limit-s", type=float, default=60.0)
     p.add_argument("--seed", type=int, default=None, help="default: a random one, printed")
@@ -103,7 +106,14 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     )
     p.add_argument("--dir", type=Path, default=None, help="default: jepsen/store/<time>-seed<seed>")
     args = p.parse_args(argv)
-    args.nemesis = [] if args.nemesis in ("", "none") else args.nemesis.split(",")
+    items = [] if args.nemesis in ("", "none") else args.nemesis.split(",")
+    args.nemesis = [item.partition(":")[0] for item in items]
+    args.nemesis_variants = {
+        kind: variant for kind, _, variant in (i.partition(":") for i in items) if variant
+    }
+    for kind, variant in args.nemesis_variants.items():
+        if variant not in VARIANTS.get(kind, ()):
+            p.error(f"--nemesis {kind}:{variant}: {kind} has variants {VARIANTS.get(kind)}")
     if args.group_workers is None:
         args.group_workers = args.nodes
     if args.seed is None:
@@ -251,7 +261,12 @@ def run(args: argparse.Namespace) -> int:
     )
     nemesis = Nemesis(cluster, history, args.nemesis, args.seed, TOPIC, args.partitions, Focus())
     args.schedule = draw(
-        args.nemesis, args.nodes, args.time_limit_s, tuple(args.fault_interval_s), args.seed
+        args.nemesis,
+        args.nodes,
+        args.time_limit_s,
+        tuple(args.fault_interval_s),
+        args.seed,
+        args.nemesis_variants,
     )
     print(f"jepsen: seed {args.seed}, fault schedule:\n{describe(args.schedule)}", flush=True)
     history.add(

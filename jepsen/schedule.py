@@ -34,7 +34,9 @@ How it is drawn (`draw`):
    are dropped first, then kinds (a 10-s run cannot strike four times).
 
 What a variant targets, and where the workers are pinned meanwhile, is decided when the
-window opens (nemesis.py): a leader is whoever leads then.
+window opens (nemesis.py): a leader is whoever leads then. `--nemesis kind:variant`
+(`fixed`) gives every strike of that kind that variant, aimed or not (`partition:bridge`:
+only bridge partitions); the draws are the same, so the rest of the schedule is too.
 """
 
 from __future__ import annotations
@@ -141,8 +143,14 @@ def draw(
     time_limit_s: float,
     interval_s: tuple[float, float],
     seed: int,
+    fixed: dict[str, str] | None = None,
 ) -> list[Window]:
-    """The schedule of a run (the module docstring gives the steps)."""
+    """The schedule of a run (the module docstring gives the steps); `fixed`: kind ->
+    the only variant its strikes take."""
+    fixed = fixed or {}
+    for kind, variant in fixed.items():
+        if variant not in VARIANTS.get(kind, ()):
+            raise ValueError(f"unknown variant {kind}:{variant}")
     unknown = set(kinds) - set(PROCESS_KINDS) - set(BACKGROUND_KINDS)
     if unknown:
         raise ValueError(f"unknown fault kinds {sorted(unknown)}")
@@ -161,12 +169,12 @@ def draw(
     seen: set[str] = set()
     for kind in order:
         aimed = kind not in seen
-        window = [(kind, rng.choice(variants(kind, nodes, aimed=aimed)))]
+        window = [(kind, fixed.get(kind, rng.choice(variants(kind, nodes, aimed=aimed))))]
         seen.add(kind)
         others = [k for k in leads if k != kind and k not in ALONE_KINDS]
         if kind not in ALONE_KINDS and not aimed and others and rng.random() < PAIR_P:
             other = rng.choice(others)
-            window.append((other, rng.choice(variants(other, nodes))))
+            window.append((other, fixed.get(other, rng.choice(variants(other, nodes)))))
         faults.append(window)
     if not faults:  # only background kinds: they run alone
         faults = [[] for _ in range(count)]

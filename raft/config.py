@@ -53,9 +53,16 @@ class RaftConfig:
     # 2-core machine is saturated; too high: slow failover.
     election_timeout_min_s: float = 0.4
     election_timeout_max_s: float = 0.8
-    # A leader that heard from no majority for this long steps down, so proposals on a
-    # partitioned old leader fail (NotLeader) instead of hanging.
-    leader_step_down_s: float = 1.5
+    # Check-quorum: a leader that heard from no majority for this long steps down
+    # (pysyncobj's leaderFallbackTimeout), so proposals on a partitioned old leader fail
+    # (NotLeader) instead of hanging, and the majority, which grants pre-votes once it hears
+    # no leader, elects another. An election timeout, as etcd's checkQuorum.
+    leader_step_down_s: float = 0.8
+    # Pre-vote (raft/prevote.py): a node whose election timeout ran out first asks whether a
+    # majority would vote for it and raises its term only if so; a member that heard from
+    # a live leader within election_timeout_min_s says no. False: pysyncobj's plain
+    # elections (a node cut off from the leader alone deposes it: tests' negative control).
+    pre_vote: bool = True
     # Delay between connection attempts to a peer that is down.
     connect_retry_s: float = 0.2
     # A connection whose sent data stays unacknowledged this long is closed (TCP_USER_TIMEOUT)
@@ -80,6 +87,10 @@ class RaftConfig:
     batch_bytes_max: int = 1 * MIB
     # pysyncobj's own queue of batches between our coalescer and its log (one per tick).
     commands_queue_size: int = 1024
+    # Reads waiting per group for their ReadIndex confirmation (raft/read_index.py); beyond
+    # it read_index() raises QueueFull. Each costs a future and ~100 bytes; a confirmation
+    # round serves them all, so the bound only caps a leader that cannot confirm.
+    reads_max: int = 65_536
     # --- replication --------------------------------------------------------------------
     # Entries per append_entries message, in bytes. Must exceed batch_bytes_max: pysyncobj
     # splits an entry bigger than this into a slow chunked transfer.
@@ -127,6 +138,7 @@ class RaftConfig:
                 "leader_step_down_s must exceed heartbeat_interval_s",
             ),
             (self.durability in ("fsync", "none"), "durability is 'fsync' or 'none'"),
+            (self.reads_max >= 1, "reads_max must be >= 1"),
             (self.proposals_max >= self.batch_commands_max >= 1, "batch_commands_max too big"),
             (self.proposal_bytes_max >= self.batch_bytes_max >= KIB, "batch_bytes_max too big"),
             (

@@ -6,9 +6,12 @@ with its SyncObj and DurableJournal), and the one tick thread that drives them a
 
 1. poll the sockets (at most until the next group is due): each received message is
    handed to its group at once; pysyncobj appends entries to the journal and queues its
-   reply, which the transport holds;
+   reply, which the transport holds (ReadIndex and pre-vote messages, raft/read_index.py
+   and raft/prevote.py, are answered here by RaftNode, without a tick);
 2. hand every group's waiting proposals to pysyncobj, coalesced into one command per group
-   (group commit): the leader appends it to its journal and queues append_entries;
+   (group commit): the leader appends it to its journal and queues append_entries; new
+   reads get their commit index and one confirmation round per group (`step_reads`,
+   again after each tick of step 3);
 3. tick every group that needs it: one that received a proposal or a message that changed
    something (a heartbeat does not), and one whose idle tick is due (a leader every
    heartbeat, a follower every follower_tick_interval_s; a follower that hears from its
@@ -53,7 +56,7 @@ from typing import Any, TypeVar
 
 from pysyncobj import FAIL_REASON
 
-from raft import leadership, membership, quiesce
+from raft import leadership, membership, prevote, quiesce, read_index
 from raft.config import RaftConfig
 from raft.errors import ApplyDeferred, ReplicaStopped, RequestDenied, Timeout
 from raft.journal import JournalCorrupt, JournalWriteFailed
@@ -401,8 +404,10 @@ class RaftNode:
             replica._queued = False
             if self.groups.get(replica.group_id) is not replica or replica.stall is not None:
                 replica.fail_pending()  # removed or stalled: proposals that raced with it
-            elif replica.drain_proposals():
+                continue
+            if replica.drain_proposals():
                 self._touch(replica)
+            replica.step_reads()  # new reads: recorded, and one confirmation round sent
         self._take_due(time.monotonic())
         if self._stalled:
             self._retry_stalled(time.monotonic())
@@ -421,6 +426,7 @@ class RaftNode:
                 logger.info("raft node %s: group %d resumes", self.node_id, replica.group_id)
             appended += replica.take_appended()
             self._after_tick(replica)
+            replica.step_reads()  # the role, commit and applied indexes may have moved
         self._sync_and_release(touched)
         if appended:  # in the leader's journal, synced just now: wait="append" is answered
             self.settle(tuple(appended), None, None)
@@ -495,6 +501,7 @@ class RaftNode:
             replica.quiesced_leader = None
             # As if its leader's heartbeats had kept coming while its node was heard from.
             last_heard = self.network.last_heard
+            replica.leader_heard_at = last_heard.get(leader_id, 0.0)  # for pre-vote answers
             replica.resume_following(
                 quiesce.follower_wake_at(last_heard, leader_id, replica.quiesce_timeout_s)
             )
@@ -646,6 +653,11 @@ class RaftNode:
         if kind in quiesce.CONTROL_TYPES:
             self._on_control(replica, peer_id, kind, message)
             return
+        if kind in read_index.READ_TYPES or kind in prevote.PREVOTE_TYPES:
+            self._on_read_or_prevote(replica, peer_id, kind, message)
+            return
+        if kind == "append_entries" and message.get("term", -1) >= replica.syncobj.raftCurrentTerm:
+            replica.leader_heard_at = time.monotonic()  # pysyncobj follows the sender: alive
         if kind == "request_vote" and not membership.is_member(replica, peer_id):
             # A replica outside the configuration (opened before its add, or removed and
             # not yet deleted) cannot win; its vote requests would only bump the term.
@@ -663,6 +675,23 @@ class RaftNode:
         replica.raise_failure()
         if replica.needs_tick_after(message):
             self._touched.add(replica)
+
+    def _on_read_or_prevote(self, replica: Replica, peer_id: str, kind: Any, message: Any) -> None:
+        """ReadIndex and pre-vote messages (raft/read_index.py, raft/prevote.py): answered
+        here, without a tick, so a quiesced replica stays quiesced."""
+        if kind == read_index.READ:
+            ack = read_index.ack_for(message, int(replica.syncobj.raftCurrentTerm))
+            if ack is not None:
+                replica.send_to(peer_id, ack)
+        elif kind == read_index.READ_ACK:
+            if replica.reads.on_ack(peer_id, message.get("term"), message.get("seq")):
+                replica.step_reads()
+        elif not membership.is_member(replica, peer_id):
+            self.network.stats.votes_dropped_non_member += 1  # as request_vote: cannot win
+        elif kind == prevote.PREVOTE:
+            replica.answer_prevote(peer_id, message, time.monotonic())
+        elif replica.on_prevote_answer(peer_id, message):
+            self._touch(replica)  # a majority granted: pysyncobj campaigns in this round
 
     def _refused_by_gate(self, replica: Replica, peer_id: str, kind: Any, message: Any) -> bool:
         """A follower whose write gate is shut (its disk below the floor) takes no new

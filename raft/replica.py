@@ -19,7 +19,9 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import contextlib
 import functools
+import time
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any, Literal, Protocol
@@ -28,7 +30,7 @@ from pysyncobj import FAIL_REASON
 from pysyncobj.node import Node
 from pysyncobj.syncobj import _COMMAND_TYPE
 
-from raft import quiesce
+from raft import prevote, quiesce
 from raft.config import RaftConfig, build_syncobj_conf
 from raft.errors import (
     CommandTooLarge,
@@ -49,12 +51,16 @@ from raft.group_syncobj import (
 )
 from raft.journal import DurableJournal
 from raft.proposals import Proposal, encode_batch, error_for, expire, take_batch
+from raft.read_index import READ, PendingRead, ReadIndexState
 from raft.snapshot import SNAPSHOT_FILE, read_snapshot, write_snapshot
 from raft.transport import GroupTransport, Network
 from raft.types import ReplicaStatus, StateMachine
 
 # A proposal with no timeout of its own waits this long.
 PROPOSE_TIMEOUT_S_DEFAULT = 10.0
+# A read_index() with no timeout of its own waits this long (a new leader applying its
+# no-op, a confirmation round to followers: normally one round trip).
+READ_TIMEOUT_S_DEFAULT = 5.0
 # While no leader is known, propose() retries this often (doubling up to the max).
 PROPOSE_RETRY_S_MIN = 0.005
 PROPOSE_RETRY_S_MAX = 0.1
@@ -159,6 +165,15 @@ class Replica:
         # then takes no new entries (it stops acknowledging; the majority carries on). The
         # metadata group has none: it may use the reserve below the floor.
         self.write_gate: Callable[[], bool] | None = None
+        # ReadIndex (raft/read_index.py): reads waiting on this replica as leader.
+        self.reads = ReadIndexState()
+        # Pre-vote (raft/prevote.py), tick thread only: the round this node asks for, the
+        # term in which a won round lets pysyncobj campaign, when an append_entries from
+        # the leader it follows last came, and the rounds asked for (a metric).
+        self.prevote_round: prevote.PreVoteRound | None = None
+        self.prevote_won_term: int | None = None
+        self.leader_heard_at = 0.0
+        self.prevotes_sent = 0
         self._status = ReplicaStatus(group_id, node.node_id, False, None, 0, 0, 0, 0)
         self.journal = DurableJournal(
             directory,
@@ -280,6 +295,39 @@ class Replica:
         """As of this group's last tick (any thread may read it)."""
         return self._status
 
+    async def read_index(self, *, timeout_s: float | None = None) -> int:
+        """ReadIndex (raft/read_index.py): wait until a read of this replica's state machine
+        is linearizable, and return the commit index it is at least at.
+
+        On the leader: the commit index when the read reached the tick thread, once a
+        majority confirmed in a round sent after that that this node still leads, and once
+        this node applied that index. Read the state machine right after it returns.
+        Raises NotLeader at once on a follower or when leadership is lost meanwhile,
+        QueueFull past reads_max, Timeout at the deadline (default 5 s).
+        """
+        if self.node.failed is not None or self.node.stopping or self.stopped:
+            raise self._stopped_error()
+        stall = self.stall
+        if stall is not None:
+            raise GroupStalled(str(stall), no_space=stall.no_space)
+        if len(self.reads) >= self._config.reads_max:
+            raise QueueFull(self.group_id, self._config.reads_max)
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[int] = loop.create_future()
+
+        def answer(index: int | None, error: BaseException | None) -> None:  # tick thread
+            with contextlib.suppress(RuntimeError):  # the loop is closed: nobody waits
+                loop.call_soon_threadsafe(_settle_read, future, index, error)
+
+        timeout = READ_TIMEOUT_S_DEFAULT if timeout_s is None else timeout_s
+        timer = loop.call_later(timeout, expire, future, self.group_id, timeout)
+        try:
+            self.reads.incoming.append(PendingRead(answer))
+            self.node.schedule(self)
+            return await future
+        finally:
+            timer.cancel()
+
     # --- the tick thread's side -------------------------------------------------------------
 
     def drain_proposals(self) -> bool:
@@ -358,6 +406,8 @@ class Replica:
     def tick(self) -> None:
         # An exception from apply() is not caught by pysyncobj: it leaves doTick and stops
         # the node. One from restore() is (see _read_snapshot): raised here instead.
+        if self._config.pre_vote:
+            self.maybe_hold_election(time.monotonic())
         self.syncobj.doTick(0.0)
         self.raise_failure()
         sync_obj = self.syncobj
@@ -531,6 +581,121 @@ class Replica:
     def resume_following(self, election_deadline: float) -> None:
         self.syncobj._SyncObj__raftElectionDeadline = election_deadline
 
+    # --- ReadIndex and pre-vote (raft/read_index.py, raft/prevote.py; tick thread) ----------
+
+    def step_reads(self) -> None:
+        """ReadIndex steps 1 to 3 for this replica's reads: after reads arrived, after a
+        tick (the role, the commit and applied indexes may have moved), after an ack."""
+        reads = self.reads
+        if not reads:
+            return
+        sync_obj = self.syncobj
+        if self.stopped or not sync_obj._isLeader():
+            reads.fail_all(self._stopped_error() if self.stopped else self._not_leader())
+            return
+        if reads.new_term(sync_obj.raftCurrentTerm) and reads.waiting:
+            stale, reads.waiting = reads.waiting, []  # rounds of a term this node left
+            for read in stale:
+                read.answer(None, self._not_leader())
+        if not leader_ready(sync_obj):
+            return  # a new leader: its commit index is known once its no-op is applied
+        if reads.record(int(sync_obj.raftCommitIndex)):
+            seq = reads.next_round()
+            self.send_control(READ, self.followers, seq=seq)
+        reads.answer_ready(reads.confirmed(self.followers), int(sync_obj.raftLastApplied))
+
+    def _not_leader(self) -> NotLeader:
+        leader = self.syncobj._getLeader()
+        leader_id = None if leader is None or self.syncobj._isLeader() else str(leader.id)
+        return NotLeader(self.group_id, leader_id, self.node.address_of(leader_id))
+
+    def send_to(self, peer_id: str, message: dict[str, Any]) -> None:
+        for node in self.syncobj._SyncObj__otherNodes:
+            if node.id == peer_id:
+                self.transport.send(node, message)
+
+    def maybe_hold_election(self, now: float) -> bool:
+        """Pre-vote step 1, just before a tick: an election pysyncobj would start now is
+        held and a pre-vote round asked for instead; True if it was."""
+        sync_obj = self.syncobj
+        if (
+            sync_obj._isLeader()
+            or sync_obj._SyncObj__raftElectionDeadline >= now
+            or sync_obj._SyncObj__transferInProgress  # TimeoutNow: the leader asked
+            or not sync_obj._SyncObj__otherNodes  # one member: nobody to ask
+            or not sync_obj._SyncObj__connectedToAnyone()  # pysyncobj would not campaign
+        ):
+            return False
+        term = int(sync_obj.raftCurrentTerm)
+        if self.prevote_won_term == term:
+            self.prevote_won_term = None
+            return False  # a majority granted: pysyncobj campaigns in this tick
+        sync_obj._SyncObj__raftElectionDeadline = now + sync_obj._SyncObj__generateRaftTimeout()
+        # Its leader went silent: it knows none (as pysyncobj's campaign would have said).
+        sync_obj._SyncObj__raftLeader = None
+        self.prevote_round = prevote.PreVoteRound(term + 1)
+        self.prevotes_sent += 1
+        message = prevote.request(term, *self._last_log())
+        for node in sync_obj._SyncObj__otherNodes:
+            self.transport.send(node, message)
+        return True
+
+    def answer_prevote(self, peer_id: str, message: dict[str, Any], now: float) -> None:
+        """Pre-vote step 2 (any member, no tick)."""
+        last_index, last_term = self._last_log()
+        granted = prevote.grant(
+            message,
+            current_term=int(self.syncobj.raftCurrentTerm),
+            last_log_index=last_index,
+            last_log_term=last_term,
+            leader_alive=self.leader_alive(now),
+        )
+        self.send_to(peer_id, prevote.answer(message, granted))
+
+    def _last_log(self) -> tuple[int, int]:
+        """(index, term) of the last log entry as pysyncobj's own votes compare them
+        (its private getters: the entry may be in the snapshot, not the journal)."""
+        sync_obj = self.syncobj
+        return (
+            int(sync_obj._SyncObj__getCurrentLogIndex()),
+            int(sync_obj._SyncObj__getCurrentLogTerm()),
+        )
+
+    def leader_alive(self, now: float) -> bool:
+        """This node leads, or heard from the leader it follows within the minimum election
+        timeout (a quiesced follower: from that leader's node)."""
+        sync_obj = self.syncobj
+        if sync_obj._isLeader():
+            return True
+        if self.quiesced_leader is not None:
+            heard = self.node.network.last_heard.get(self.quiesced_leader, 0.0)
+        elif sync_obj._getLeader() is not None:
+            heard = self.leader_heard_at
+        else:
+            return False
+        return now - heard < self._config.election_timeout_min_s
+
+    def on_prevote_answer(self, peer_id: str, message: dict[str, Any]) -> bool:
+        """Pre-vote step 3: count a grant; True once a majority granted (then the node
+        ticks this replica: pysyncobj campaigns at once)."""
+        round_ = self.prevote_round
+        sync_obj = self.syncobj
+        if (
+            round_ is None
+            or not message.get("granted")
+            or message.get("term") != round_.term
+            or sync_obj.raftCurrentTerm != round_.term - 1
+            or sync_obj._isLeader()
+        ):
+            return False
+        round_.grants.add(peer_id)
+        if not prevote.won(round_, len(self.members)):
+            return False
+        self.prevote_round = None
+        self.prevote_won_term = int(sync_obj.raftCurrentTerm)
+        sync_obj._SyncObj__raftElectionDeadline = 0.0
+        return True
+
     def stop(self) -> None:
         """Close the group's files and fail every proposal not answered yet (idempotent)."""
         if not self.stopped:
@@ -584,17 +749,20 @@ class Replica:
         self.syncobj._SyncObj__raftElectionDeadline = now + timeout
 
     def fail_pending(self) -> None:
-        """Fail proposals still waiting for the tick thread (a stopped or removed group)."""
+        """Fail proposals still waiting for the tick thread and every read (a stopped,
+        removed or stalled group)."""
         leftover = tuple(self._pending)
         self._pending.clear()
-        if leftover:
+        if leftover or self.reads:
             stall = self.stall
             error: RaftError = (
                 self._stopped_error()
                 if stall is None or self.stopped
                 else GroupStalled(str(stall), no_space=stall.no_space)
             )
-            self.node.settle(leftover, None, error)
+            if leftover:
+                self.node.settle(leftover, None, error)
+            self.reads.fail_all(error)
 
     def _stopped_error(self) -> ReplicaStopped:
         return ReplicaStopped(f"group {self.group_id}: stopped on node {self.node.node_id}")
@@ -638,3 +806,15 @@ class Replica:
         """Raise what pysyncobj swallowed (a failed restore), so that the node stops."""
         if self.failure is not None:
             raise RaftError(f"group {self.group_id}: {self.failure!r}") from self.failure
+
+
+def _settle_read(
+    future: asyncio.Future[int], index: int | None, error: BaseException | None
+) -> None:
+    """On the event loop: answer a read_index() (unless it timed out meanwhile)."""
+    if future.done():
+        return
+    if error is not None:
+        future.set_exception(error)
+    else:
+        future.set_result(int(index or 0))

@@ -253,3 +253,75 @@ class RaftCluster:
 
 def task_count(pid: int) -> int:
     return len(os.listdir(f"/proc/{pid}/task"))
+
+
+async def wait_until_async(condition: Any, timeout_s: float, what: str) -> float:
+    """Poll `condition` every 20 ms (on the event loop) until true; the seconds it took."""
+    import asyncio
+
+    started = time.monotonic()
+    while not condition():
+        assert time.monotonic() - started < timeout_s, what
+        await asyncio.sleep(0.02)
+    return time.monotonic() - started
+
+
+def ready_leader(replicas: dict[str, Any]) -> str | None:
+    """The one node whose replica leads and applied its election no-op, if exactly one."""
+    leaders = [n for n, r in replicas.items() if r.status().is_leader and r.status().leader_ready]
+    return leaders[0] if len(leaders) == 1 else None
+
+
+class InProcessCluster:
+    """RaftNodes in this process on loopback (one address each), with links that tests cut.
+
+    `cut(a, b)` drops every frame between nodes a and b, both ways, at the receiver, before
+    node liveness sees it (the TCP connections stay up, as in a partition that loses
+    packets rather than resetting connections); `heal(a, b)` lets them through again.
+    """
+
+    def __init__(self, tmp_path: Path, size: int = 3, config: Any = None) -> None:
+        from raft import RaftNode  # raft_harness is also used by tests without raft nodes
+
+        hosts = [f"127.0.0.{11 + k}" for k in range(size)]
+        port = free_port_on(hosts)
+        self.peers = {f"n{k + 1}": f"{host}:{port}" for k, host in enumerate(hosts)}
+        self.nodes = {n: RaftNode(n, self.peers, tmp_path / n, config) for n in self.peers}
+        self.cuts: set[frozenset[str]] = set()
+        for name, node in self.nodes.items():
+            node.network._dispatch = self._filtered(name, node.network._dispatch)
+
+    def _filtered(self, name: str, dispatch: Any) -> Any:
+        def filtered(conn: Any) -> None:
+            if conn.peer_id is not None and frozenset((name, conn.peer_id)) in self.cuts:
+                for _ in conn.decoder.views():
+                    pass  # lost on the way
+                return
+            dispatch(conn)
+
+        return filtered
+
+    def cut(self, a: str, b: str) -> None:
+        self.cuts.add(frozenset((a, b)))
+
+    def heal(self, a: str, b: str) -> None:
+        self.cuts.discard(frozenset((a, b)))
+
+    async def add_group(self, group_id: int) -> dict[str, Any]:
+        return {n: await node.add_group(group_id, Register()) for n, node in self.nodes.items()}
+
+    async def start(self) -> None:
+        for node in self.nodes.values():
+            await node.start()
+
+    async def start_group(self, group_id: int) -> tuple[dict[str, Any], str]:
+        """Add group `group_id` on every node, start them, wait for a ready leader:
+        (replicas by node, the leader's node)."""
+        replicas = await self.add_group(group_id)
+        await self.start()
+        await wait_until_async(lambda: ready_leader(replicas) is not None, 10, "no leader")
+        return replicas, str(ready_leader(replicas))
+
+    async def stop(self) -> None:
+        for node in self.nodes.values():
+            await node.stop()

@@ -2,7 +2,9 @@
 
 from dmq.broker.broker import Broker
 from dmq.broker.types import (
+    CONSISTENCIES,
     Acks,
+    Consistency,
     FetchResult,
     ForwardRequest,
     ProduceRecord,
@@ -11,8 +13,10 @@ from dmq.broker.types import (
 )
 
 __all__ = [
+    "CONSISTENCIES",
     "Acks",
     "Broker",
+    "Consistency",
     "FetchResult",
     "ForwardRequest",
     "ProduceRecord",

@@ -73,7 +73,9 @@ def raft_config_for(config: BrokerConfig) -> RaftConfig:
         heartbeat_interval_s=config.raft_heartbeat_interval_ms / 1000,
         election_timeout_min_s=config.raft_election_timeout_min_ms / 1000,
         election_timeout_max_s=config.raft_election_timeout_max_ms / 1000,
-        leader_step_down_s=max(1.5, 2 * config.raft_election_timeout_max_ms / 1000),
+        # Check-quorum within an election timeout (raft/prevote.py): a leader cut off from
+        # its majority steps down about when the majority, granting pre-votes, elects another.
+        leader_step_down_s=config.raft_election_timeout_max_ms / 1000,
         durability="none"
         if config.raft_durability == "none" or planted.active("no-fsync")
         else "fsync",

@@ -28,7 +28,8 @@ from dmq.broker.filtering import fetch_filtered
 from dmq.broker.routing import Routing
 from dmq.broker.transactions import Isolation, read_committed
 from dmq.broker.translate import translate
-from dmq.broker.types import FetchResult, ForwardRequest, OffsetsResult
+from dmq.broker.types import Consistency, FetchResult, ForwardRequest, OffsetsResult
+from dmq.partition.replica import PartitionReplica
 from dmq.selector import RecordFilter
 from log import errors as log_errors
 from log.records import Header, Record
@@ -50,6 +51,19 @@ class FetchService:
     def waiting_fetches(self) -> int:
         return self._waiting_fetches
 
+    async def _serving(
+        self, topic: str, partition: int, forwarded: bool, consistency: Consistency
+    ) -> PartitionReplica:
+        """The replica that answers here (routing.py), its leadership confirmed after this
+        call for a linearizable read (raft/read_index.py: one confirmation round serves
+        every read that arrived before it went out)."""
+        if planted.active("lease-read"):
+            consistency = "leader"  # the node-level lease alone, never confirmed
+        replica = self._routing.serving_replica(topic, partition, forwarded, consistency)
+        if consistency == "linearizable" and not planted.active("stale-read"):
+            await replica.read_barrier()
+        return replica
+
     async def resolve_offset(
         self,
         topic: str,
@@ -58,8 +72,13 @@ class FetchService:
         offset: int | Literal["earliest", "latest"],
         timestamp_ms: int | None = None,
         forwarded: bool = False,
+        consistency: Consistency = "linearizable",
     ) -> int:
-        replica = self._routing.serving_replica(topic, partition, forwarded)
+        if timestamp_ms is None and isinstance(offset, int):
+            # The fetch that follows confirms (or forwards); nothing is answered from here.
+            self._routing.serving_replica(topic, partition, forwarded, consistency)
+            return offset
+        replica = await self._serving(topic, partition, forwarded, consistency)
         if timestamp_ms is not None:
             found = await replica.offset_for_timestamp(timestamp_ms)
             return replica.high_watermark if found is None else found
@@ -82,12 +101,13 @@ class FetchService:
         forwarded: bool = False,
         record_filter: RecordFilter | None = None,
         isolation: Isolation = "read_uncommitted",
+        consistency: Consistency = "linearizable",
     ) -> FetchResult:
         """Committed records from `offset` (long-polls up to wait_ms when there are none);
         with a filter, only the records it keeps (filtering.py); read_committed: below the
-        LSO, aborted records left out (transactions.py)."""
+        LSO, aborted records left out (transactions.py). consistency: routing.py."""
         stable = isolation == "read_committed"
-        replica = self._routing.serving_replica(topic, partition, forwarded)
+        replica = await self._serving(topic, partition, forwarded, consistency)
         if not replica.log_start_offset <= offset <= replica.log_end_offset:
             raise errors.OffsetOutOfRange(
                 f"offset {offset} is outside [{replica.log_start_offset}, {replica.log_end_offset}]",
@@ -153,9 +173,15 @@ class FetchService:
             self._waiting_fetches -= 1
 
     async def list_offsets(
-        self, topic: str, partition: int, timestamp_ms: int | None, *, forwarded: bool = False
+        self,
+        topic: str,
+        partition: int,
+        timestamp_ms: int | None,
+        *,
+        forwarded: bool = False,
+        consistency: Consistency = "linearizable",
     ) -> OffsetsResult:
-        replica = self._routing.serving_replica(topic, partition, forwarded)
+        replica = await self._serving(topic, partition, forwarded, consistency)
         found = None
         if timestamp_ms is not None:
             found = await replica.offset_for_timestamp(timestamp_ms)

@@ -17,7 +17,7 @@ import time
 
 from dmq import errors, planted
 from dmq.broker.context import BrokerContext
-from dmq.broker.types import ForwardRequest, TopicView
+from dmq.broker.types import Consistency, ForwardRequest, TopicView
 from dmq.metadata.machine import PARTITION_ACTIVE, PARTITION_GONE
 from dmq.partition.replica import PartitionReplica
 from raft import quiesce
@@ -31,6 +31,9 @@ class Routing:
         self._ctx = ctx
         self._views: dict[str, TopicView] = {}
         self._views_version = -1
+        # The planted bug lease-read only: (topic, partition) -> when this broker's lease
+        # on the partition's leadership runs out (time.monotonic() seconds).
+        self._leases: dict[tuple[str, int], float] = {}
 
     def view(self, name: str) -> TopicView | None:
         state = self._ctx.metadata.state
@@ -122,26 +125,40 @@ class Routing:
                 out.append(f"{host}:{config.http_port}")
         return out
 
-    def serving_replica(self, topic: str, partition: int, forwarded: bool) -> PartitionReplica:
+    def serving_replica(
+        self,
+        topic: str,
+        partition: int,
+        forwarded: bool,
+        consistency: Consistency = "linearizable",
+    ) -> PartitionReplica:
         """The replica that answers a read here, or ForwardRequest to the leader's broker.
 
         Reads go to the partition leader (as Kafka's do), whose high watermark is the
-        newest, and only while it heard from a majority lately (a deposed leader that has
-        not noticed yet would answer stale reads). A relayed request that lands on a
-        broker that does not lead (the catalogue's leader report lags) is not relayed
-        again: it gets NotLeader and the client retries. Answering it from a follower's
-        replica, as before, answered stale reads (both found by jepsen/).
+        newest. consistency="linearizable": the caller then confirms the leadership
+        (`PartitionReplica.read_barrier`, raft/read_index.py) before it reads.
+        consistency="leader": only while its node heard from a majority lately, a
+        heuristic that narrows the window in which a deposed leader that has not noticed
+        answers stale reads, not a proof (dmq/README.md, "Read consistency"). A relayed
+        request that lands on a broker that does not lead (the catalogue's leader report
+        lags) is not relayed again: it gets NotLeader and the client retries. Answering it
+        from a follower's replica, as before, answered stale reads (both found by jepsen/).
         """
         view = self.topic(topic)
         self.check_partition(view, partition)
         replica = self._ctx.replicas.local(topic, partition, view.topic_id)
         raft = None if replica is None else replica.raft
         status = None if raft is None else raft.status()
-        if replica is not None and raft is not None and status is not None and status.is_leader:
+        if replica is not None and raft is not None and planted.active("lease-read"):
+            if self._lease_read(topic, partition, raft):
+                return replica
+        elif replica is not None and raft is not None and status is not None and status.is_leader:
             # A new leader serves reads once its election no-op is applied (before, its
             # high watermark may lag what the previous leader acknowledged: found by
             # jepsen/ at leadership transfers during replica moves).
-            if status.leader_ready and _majority_heard_lately(raft):
+            if status.leader_ready and (
+                consistency == "linearizable" or _majority_heard_lately(raft)
+            ):
                 return replica
         elif replica is not None and planted.active("stale-read"):
             return replica
@@ -154,9 +171,22 @@ class Routing:
             )
         raise ForwardRequest(addr)
 
+    def _lease_read(self, topic: str, partition: int, raft: Replica) -> bool:
+        """The planted bug lease-read: a leader that heard from a majority takes a lease of
+        two election timeouts (the step-down time dmq used before check-quorum) and
+        answers every read while it lasts, without confirming: the others elect a new
+        leader after one election timeout and acknowledge writes that this one, cut off,
+        paused or stepped down meanwhile, does not show."""
+        now = time.monotonic()
+        status = raft.status()
+        if status.is_leader and status.leader_ready and _majority_heard_lately(raft):
+            lease_s = 2 * raft.node.config.election_timeout_max_s
+            self._leases[(topic, partition)] = now + lease_s
+        return now < self._leases.get((topic, partition), 0.0)
+
 
 def _majority_heard_lately(raft: Replica) -> bool:
-    """A leader serves reads only while a majority of its group was heard from within half
+    """consistency="leader" (and the planted bug lease-read): a leader serves reads only while a majority of its group was heard from within half
     an election timeout, counted from no later than the end of the node's last Raft round:
     a leader cut off from the others (or paused, then resumed) keeps thinking it leads
     until a round processes the newer term, while the others have elected another and

@@ -14,6 +14,11 @@ from log.partition_log import ReadResult
 from log.records import Header, Record
 
 Acks = Literal["0", "1", "all"]
+# What a read promises (dmq/README.md, "Read consistency"): "linearizable" confirms the
+# leadership after the read arrived (raft/read_index.py); "leader" answers from the
+# partition leader's state at once, and may be stale if it was deposed without knowing.
+Consistency = Literal["linearizable", "leader"]
+CONSISTENCIES: tuple[Consistency, ...] = ("linearizable", "leader")
 
 
 class ForwardRequest(Exception):  # noqa: N818 - a control signal, not an error

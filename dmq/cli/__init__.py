@@ -19,6 +19,7 @@
     dmq bench --nodes 3 [--quick] [--runs N]       a 3-node cluster against one node
     dmq bench log [--quick] [--dir DIR] [--total-mb MB] [--runs N] ...
     dmq bench broker [--quick] [--runs N] [--total-mb MB] [--rate N] ...
+    dmq bench reads [--quick] [--runs N] [--readers N]    ReadIndex reads against leader reads
     dmq bench spark [--quick] [--runs N] [--total-mb MB] [--batch-records N]
 
 Commands that talk to a broker take `--url` (before or after the command; default: the

@@ -82,6 +82,15 @@ def add_bench(commands: Subparsers) -> None:
     txn.add_argument("--record-bytes", type=int, default=1024, help="value size (1024)")
     txn.add_argument("--quick", action="store_true", help="one small run (CI)")
     txn.set_defaults(handler=_cmd_bench_txn)
+    # Likewise bench/reads_bench.py's add_arguments.
+    reads = kinds.add_parser("reads", help="linearizable (ReadIndex) reads against leader reads")
+    reads.add_argument("--nodes", type=int, default=3, help="brokers of the cluster (3)")
+    reads.add_argument("--runs", type=int, default=3, help="runs; medians are shown (3)")
+    reads.add_argument("--seconds", type=float, default=4.0, help="per measure (4)")
+    reads.add_argument("--readers", type=int, default=32, help="concurrent readers (32)")
+    reads.add_argument("--records", type=int, default=1000, help="records in the topic (1000)")
+    reads.add_argument("--quick", action="store_true", help="one small run (CI)")
+    reads.set_defaults(handler=_cmd_bench_reads)
     # Likewise bench/spark_bench.py's add_arguments (needs the spark extra).
     spark = kinds.add_parser(
         "spark", help="Spark reading a topic through spark_io, against a Parquet file"
@@ -157,6 +166,13 @@ def _cmd_bench_share(args: argparse.Namespace) -> int:
     from bench import share_bench
 
     share_bench.run(args)
+    return 0
+
+
+def _cmd_bench_reads(args: argparse.Namespace) -> int:
+    from bench import reads_bench
+
+    reads_bench.run(args)
     return 0
 
 

@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import Any, Literal, TypeVar
 
 from dmq import planted
-from dmq.errors import Backpressure, BrokerUnavailable, InsufficientStorage
+from dmq.errors import Backpressure, BrokerUnavailable, InsufficientStorage, NotLeader
 from dmq.metadata.service import translate_raft_error
 from dmq.partition.delay import DelayCopyError
 from dmq.partition.machine import (
@@ -347,6 +347,24 @@ class PartitionReplica:
         if isinstance(outcome, LogError):
             raise outcome
         return int(outcome)
+
+    async def read_barrier(self) -> None:
+        """ReadIndex (raft/read_index.py): return once this replica, as its group's leader,
+        has confirmed with a majority, after this call, that it still leads, and has applied
+        everything committed before the call; the offsets are mirrored then, so reads from
+        here on are linearizable. NotLeader (retriable) otherwise."""
+        if self.raft is None:
+            raise BrokerUnavailable(f"partition {self.name} is opening", retry_after_ms=200)
+        try:
+            await self.raft.read_index(timeout_s=self._timeout_s)
+        except raft_errors.Timeout as exc:
+            raise NotLeader(
+                f"partition {self.name}: leadership not confirmed in {self._timeout_s} s",
+                retry_after_ms=200,
+            ) from exc
+        except raft_errors.RaftError as exc:
+            raise translate_raft_error(exc, f"partition {self.name}") from exc
+        self._mirror_offsets()
 
     async def propose_delay(self, command: bytes) -> list[int]:
         """A delay command (dmq/partition/delay.py), answered after apply."""

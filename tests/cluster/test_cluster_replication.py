@@ -4,7 +4,10 @@ a metadata Raft group owning topics), that:
 - any node accepts a produce for any partition and forwards it to the leader: records
   produced with acks=all through each of three nodes are read back through each node at
   the same offsets, every one exactly once (a fetch relays to the leader), and every
-  node's own segment files end up byte-identical;
+  node's own segment files end up byte-identical; right after the last acknowledgement,
+  an offsets read or a fetch with consistency=linearizable (the default) through any node
+  answers the high watermark that includes it, with no waiting (ReadIndex at the leader);
+  consistency=leader is served too; any other value is a 400 naming the field;
 - kill -9 of a partition's leader while producers through every node keep producing
   with acks=all, going on with a new value after a 429/503/504 or a connection failure:
   no acknowledged record is lost or duplicated, each one is at the offset its
@@ -57,6 +60,17 @@ def test_produce_through_every_node_is_read_through_every_node_at_the_same_offse
             for value, (_, offset) in zip(values, offsets, strict=True):
                 assert offset not in expected[partition], f"offset {offset} given twice"
                 expected[partition][offset] = value
+    for node in cluster.nodes.values():
+        for partition in (0, 1):
+            base = f"/v1/topics/orders/partitions/{partition}"
+            for query in ("", "?consistency=linearizable", "?consistency=leader"):
+                offsets = node.json("GET", f"{base}/offsets{query}")
+                # leader: the leader's state at once, complete here too (it is not deposed)
+                assert offsets["high_watermark"] == 15, (node.node_id, query, offsets)
+            fetched = node.json("GET", f"{base}/records?offset=14&consistency=linearizable")
+            assert [r["offset"] for r in fetched["records"]] == [14], fetched
+        bad = node.request("GET", "/v1/topics/orders/partitions/0/records?consistency=strong")
+        assert bad.status == 400 and bad.json()["error"]["details"]["field"] == "consistency", bad
     for partition in (0, 1):
         want = sorted(expected[partition].items())
         assert [offset for offset, _ in want] == list(range(15)), "offsets are not dense"

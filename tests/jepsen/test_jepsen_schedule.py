@@ -9,6 +9,9 @@
 - windows are ordered, inside the time limit, at least FAULT_MIN_S long and at least
   QUIET_MIN_S apart (from the start, too);
 - the same seed draws the same schedule, other seeds other ones;
+- `--nemesis partition:bridge` (a fixed variant): every partition strike is a bridge, the
+  windows are those of plain `partition`, and `jepsen.run` parses it; an unknown variant
+  is refused;
 - a run too short for every kind keeps what fits (no window below the floors), and
   an empty nemesis draws no window;
 - the runner starts and heals each window in order; a wait for leaders before a window
@@ -90,6 +93,23 @@ def test_the_same_seed_draws_the_same_schedule() -> None:
     assert draw(POWER_SET, 3, 45.0, (10.0, 15.0), 12) == draw(POWER_SET, 3, 45.0, (10.0, 15.0), 12)
     drawn = {tuple(draw(POWER_SET, 3, 45.0, (10.0, 15.0), s)) for s in range(1, 21)}
     assert len(drawn) == 20
+
+
+def test_a_fixed_variant_strikes_every_time_and_keeps_the_windows() -> None:
+    from jepsen.run import parse
+
+    for seed in range(1, 40):
+        plain = draw(["partition", "kill"], 5, 90, (6, 9), seed)
+        fixed = draw(["partition", "kill"], 5, 90, (6, 9), seed, {"partition": "bridge"})
+        assert [(w.start_s, w.stop_s) for w in fixed] == [(w.start_s, w.stop_s) for w in plain]
+        strikes = [v for w in fixed for k, v in w.faults if k == "partition"]
+        assert strikes and set(strikes) == {"bridge"}
+    args = parse(["--nodes", "5", "--nemesis", "partition:bridge", "--seed", "3"])
+    assert args.nemesis == ["partition"] and args.nemesis_variants == {"partition": "bridge"}
+    with pytest.raises(ValueError):
+        draw(["partition"], 5, 90, (6, 9), 1, {"partition": "sideways"})
+    with pytest.raises(SystemExit):
+        parse(["--nemesis", "partition:sideways"])
 
 
 def test_power_and_disk_strike_alone_and_last() -> None:

@@ -19,21 +19,13 @@ from __future__ import annotations
 import asyncio
 import time
 from pathlib import Path
-from typing import Any
 
 from raft_harness import RaftCluster, Register, RequestFailed, free_port_on
+from raft_harness import wait_until_async as wait_until
 
 from raft import RaftConfig, RaftNode, Replica, quiesce
 
 GROUPS = 24
-
-
-async def wait_until(condition: Any, timeout_s: float, what: str) -> float:
-    started = time.monotonic()
-    while not condition():
-        assert time.monotonic() - started < timeout_s, what
-        await asyncio.sleep(0.02)
-    return time.monotonic() - started
 
 
 class Cluster:
