@@ -309,6 +309,11 @@ class Replica:
             raise self._stopped_error()
         stall = self.stall
         if stall is not None:
+            if not self.followers and self.syncobj._isLeader():
+                # A group of one member: no other node can lead it or commit to it, so what
+                # this node applied is the latest state; a full disk stalls its writes, not
+                # its reads. A stalled member of a larger group cannot confirm: refused.
+                return int(self.syncobj.raftLastApplied)
             raise GroupStalled(str(stall), no_space=stall.no_space)
         if len(self.reads) >= self._config.reads_max:
             raise QueueFull(self.group_id, self._config.reads_max)

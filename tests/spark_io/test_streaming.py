@@ -11,6 +11,7 @@ to go on) and are skipped with failOnDataLoss=false, the query reading what is l
 from __future__ import annotations
 
 import shutil
+import threading
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -21,12 +22,18 @@ from dmq.client import Admin
 from spark_support import create_topic, produce, rows, rows_of, select, wait_for
 from tests_support import BrokerProcess
 
-# A streaming query that waits forever inside the JVM (processAllAvailable) is not
-# interrupted by a signal the client's retry loops may swallow: the thread method stops
-# the run with every thread's stack instead (one full run here hung in the first test).
-pytestmark = pytest.mark.timeout(240, method="thread")
+# A whole-run guard: a query stuck past every attempt below stops the run with every stack.
+pytestmark = pytest.mark.timeout(300, method="thread")
 
 LIMIT = 100
+# processAllAvailable blocks inside the JVM. Two full runs of the suite (never this module
+# alone, nor spark_io alone) stalled there in this module's first query, with the broker
+# answering; the cause is not found (the JVM side was not captured). A stalled query is
+# stopped and run again from its checkpoint, which is itself the restart this module
+# proves exactly-once across; batches are kept by batch id, as Spark replays an
+# uncommitted batch with the same id.
+STALL_S = 90.0
+ATTEMPTS = 2
 
 
 def run_stream(
@@ -38,22 +45,39 @@ def run_stream(
     reader = spark.readStream.format("dmq").option("url", url).option("topic", topic)
     for key, value in {"includeHeaders": "true", **options}.items():
         reader = reader.option(key, value)
-    batches: list[list[Any]] = []
+    batches: dict[int, list[Any]] = {}
 
     def collect(batch: Any, batch_id: int) -> None:
-        batches.append(select(batch).collect())
+        batches[batch_id] = select(batch).collect()
 
-    query = (
-        reader.load()
-        .writeStream.foreachBatch(collect)
-        .option("checkpointLocation", str(checkpoint))
-        .start()
-    )
-    try:
-        query.processAllAvailable()
-    finally:
+    for attempt in range(1, ATTEMPTS + 1):
+        query = (
+            reader.load()
+            .writeStream.foreachBatch(collect)
+            .option("checkpointLocation", str(checkpoint))
+            .start()
+        )
+        failure: list[BaseException] = []
+
+        def drain(query: Any = query, failure: list[BaseException] = failure) -> None:
+            try:
+                query.processAllAvailable()
+            except BaseException as e:  # re-raised on the test's thread
+                failure.append(e)
+
+        waiter = threading.Thread(target=drain, daemon=True)
+        waiter.start()
+        waiter.join(STALL_S)
+        stalled = waiter.is_alive()
+        if stalled:
+            print(f"attempt {attempt}: stalled {STALL_S} s; last progress {query.lastProgress}")
         query.stop()
-    return [b for b in batches if b]
+        waiter.join(30)
+        if not stalled:
+            if failure:
+                raise failure[0]
+            return [batches[k] for k in sorted(batches) if batches[k]]
+    pytest.fail(f"the query stalled {ATTEMPTS} times for {STALL_S} s")
 
 
 def test_every_record_once_across_a_restart_with_new_partitions(
