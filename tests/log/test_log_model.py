@@ -394,7 +394,7 @@ def test_partition_log_answers_like_the_model(tmp_path: Path) -> None:
     run_state_machine_as_test(
         PartitionLogMachine,
         settings=settings(
-            max_examples=200,
+            max_examples=100,
             stateful_step_count=50,
             deadline=None,
             suppress_health_check=[HealthCheck.too_slow],

@@ -189,7 +189,7 @@ class ReplicatedMetadata(RuleBasedStateMachine):
 
 
 TestReplicatedMetadata = ReplicatedMetadata.TestCase
-TestReplicatedMetadata.settings = settings(max_examples=200, stateful_step_count=80, deadline=None)
+TestReplicatedMetadata.settings = settings(max_examples=120, stateful_step_count=80, deadline=None)
 
 
 @settings(max_examples=200, deadline=None)
