@@ -218,22 +218,23 @@ class StateCollector:
         for name in STORAGE_LEVELS:
             level.add_metric([name], int(report.get("level") == name))
         yield level
-        for key, doc in (
-            ("free_bytes", "Free bytes of the data directory's filesystem"),
-            ("total_bytes", "Size of the data directory's filesystem"),
-            ("floor_bytes", "storage_min_free_bytes in force: produce is refused below it"),
-            ("alert_bytes", "storage_alert_free_bytes in force"),
-        ):
+        # Names written whole, so that a grep (and tests/test_deploy_monitoring.py) finds them.
+        for name, key, doc in (
+            ("dmq_storage_free_bytes", "free_bytes", "Free bytes of the data directory's filesystem"),
+            ("dmq_storage_total_bytes", "total_bytes", "Size of the data directory's filesystem"),
+            ("dmq_storage_floor_bytes", "floor_bytes", "storage_min_free_bytes in force: produce is refused below it"),
+            ("dmq_storage_alert_bytes", "alert_bytes", "storage_alert_free_bytes in force"),
+        ):  # fmt: skip
             if isinstance(report.get(key), int):
-                yield gauge(f"dmq_storage_{key}", doc, report[key])
-        for key, doc in (
-            ("refused_appends", "Appends refused below the free-space floor"),
-            ("refused_bytes", "Bytes of appends refused below the floor"),
-            ("acks0_refused", "acks=0 appends a full disk refused after the answer"),
-            ("leadership_handoffs", "Leaderships handed away while the disk was full"),
-        ):
+                yield gauge(name, doc, report[key])
+        for name, key, doc in (
+            ("dmq_storage_refused_appends", "refused_appends", "Appends refused below the free-space floor"),
+            ("dmq_storage_refused_bytes", "refused_bytes", "Bytes of appends refused below the floor"),
+            ("dmq_storage_acks0_refused", "acks0_refused", "acks=0 appends a full disk refused after the answer"),
+            ("dmq_storage_leadership_handoffs", "leadership_handoffs", "Leaderships handed away while the disk was full"),
+        ):  # fmt: skip
             if isinstance(report.get(key), int):
-                yield CounterMetricFamily(f"dmq_storage_{key}", doc, value=report[key])
+                yield CounterMetricFamily(name, doc, value=report[key])
 
     # ------------------------------------------------------------------ catalogue
 
