@@ -651,7 +651,10 @@ class RaftNode:
     async def followers_out_of_sync(self, lag_s: float) -> dict[int, int]:
         """For each group led here: how many followers are not in sync, i.e. their link is
         down, or they lack committed entries and the leader heard nothing from them for
-        `lag_s` (as Kafka's replica.lag.time.max.ms). One hop to the tick thread."""
+        `lag_s` (as Kafka's replica.lag.time.max.ms). One hop to the tick thread; {}
+        once the node stops (no tick thread would run the call)."""
+        if self.stopping or self.failed is not None:
+            return {}
 
         def count() -> dict[int, int]:
             now = time.monotonic()

@@ -80,9 +80,10 @@ class StateCollector:
         )
         yield from self._partitions([r for _, r in replicas], depth)
         yield from self._traffic(depth)
-        yield from self._raft([r for _, r in replicas])
+        storage = self._storage_service.report()
+        yield from self._raft(len(storage.get("stalled_groups", [])))
         yield from self._group_lag([r for _, r in replicas], series_max)
-        yield from self._storage()
+        yield from self._storage(storage)
         yield from self._catalogue(series_max)
 
     # ------------------------------------------------------------------ partitions
@@ -149,14 +150,14 @@ class StateCollector:
 
     # ------------------------------------------------------------------ raft
 
-    def _raft(self, replicas: list[PartitionReplica]) -> Iterator[Metric]:
+    def _raft(self, stalled_groups: int) -> Iterator[Metric]:
         node = self._ctx.raft_node
         if node is None:
             return
         groups = list(node.groups.values())  # one C call: safe against the tick thread
         yield gauge("dmq_raft_groups", "Raft groups on this broker (metadata included)", len(groups))  # fmt: skip
         yield gauge("dmq_raft_journal_bytes", "Bytes of every Raft journal here", sum(g.journal.size_bytes for g in groups))  # fmt: skip
-        yield gauge("dmq_raft_groups_stalled", "Raft groups stalled by a failed write", len(node.stalled_groups()))  # fmt: skip
+        yield gauge("dmq_raft_groups_stalled", "Raft groups stalled by a failed write", stalled_groups)  # fmt: skip
         yield CounterMetricFamily(
             "dmq_raft_leader_changes",
             "Times a Raft group here saw a new leader (its first included)",
@@ -210,8 +211,7 @@ class StateCollector:
 
     # ------------------------------------------------------------------ storage
 
-    def _storage(self) -> Iterator[Metric]:
-        report = self._storage_service.report()
+    def _storage(self, report: dict[str, Any]) -> Iterator[Metric]:
         level = GaugeMetricFamily(
             "dmq_storage_level", "1 for the data directory's level now", labels=["level"]
         )
