@@ -36,7 +36,10 @@ from dmq.broker.storage import StorageService
 # itself does not use; off for the whole process (the flag is prometheus_client's, global).
 prometheus_client.disable_created_metrics()  # type: ignore[no-untyped-call]
 
-CONTENT_TYPE = prometheus_client.CONTENT_TYPE_LATEST  # text format 0.0.4
+# The classic text format, which every Prometheus reads. Written literally: newer clients'
+# CONTENT_TYPE_LATEST says version=1.0.0 (UTF-8 names), which older servers do not know;
+# dmq's names are all legacy-valid, so the body is the same either way.
+CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 # Request latency: ~1 ms for an offsets lookup, ~2-20 ms for an acks=all produce on a
 # local disk, up to fetch_wait_ms_max (30 s by default) for a long-poll that waits.
 REQUEST_BUCKETS_S: tuple[float, ...] = (
