@@ -16,7 +16,7 @@ reads). What each family means, its labels and who emits it are tabled in dmq/RE
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Iterable, Iterator
 from typing import Any
 
 from prometheus_client.core import (
@@ -28,8 +28,9 @@ from prometheus_client.core import (
 
 from dmq.broker.context import BrokerContext
 from dmq.broker.fetch import FetchService
-from dmq.broker.metrics_labels import Row, family, gauge, series_depth
+from dmq.broker.metrics_labels import SUM, Combine, Fold, Key, gauge, series_depth
 from dmq.broker.storage import StorageService
+from dmq.broker.traffic import Traffic
 from dmq.metadata.service import wall_ms
 from dmq.partition.replica import PartitionReplica
 
@@ -50,23 +51,24 @@ class StateCollector:
     def __init__(self, ctx: BrokerContext, fetch: FetchService, storage: StorageService) -> None:
         self._ctx = ctx
         self._fetch = fetch  # its count of parked long-polls
-        self._storage_service = storage  # its report of the data directory's disk
+        self.storage_service = storage  # its report of the data directory's disk
         self.lag_s = UNDER_REPLICATED_LAG_S
         # Set by MetricsService.render before each scrape: group id -> followers out of
         # sync, for the groups led here (raft/node.py followers_out_of_sync).
         self.out_of_sync: dict[int, int] = {}
+        self.storage_report: dict[str, Any] = {}  # likewise: StorageService.report()
 
     def collect(self) -> Iterator[Metric]:
         ctx = self._ctx
-        replicas = ctx.replicas.items()
+        replicas = [r for _, r in ctx.replicas.items()]
         metadata = ctx.metadata_service
         if metadata is not None:  # counters of deleted topics go (bounded memory)
             ctx.traffic.forget(set(metadata.state.topics))
-        keys = {(t, str(p)) for (t, p), _ in replicas} | {
-            (t, str(p)) for t, p in ctx.traffic.partitions
-        }
+        traffic = list(ctx.traffic.partitions.items())  # one C call: a copy
+        replica_keys = [(r.topic, str(r.partition)) for r in replicas]
+        traffic_keys = [(t, str(p)) for (t, p), _ in traffic]
         series_max = ctx.config.metrics_partitions_max
-        depth = series_depth(keys, 2, series_max)
+        depth = series_depth([*replica_keys, *traffic_keys], 2, series_max)
         info = GaugeMetricFamily(
             "dmq_broker_info", "This broker: always 1", labels=["node_id", "cluster_id"]
         )
@@ -78,75 +80,69 @@ class StateCollector:
             "Labels the partition families carry now: 2 topic+partition, 1 topic, 0 none",
             depth,
         )
-        yield from self._partitions([r for _, r in replicas], depth)
-        yield from self._traffic(depth)
-        storage = self._storage_service.report()
+        yield from self._partitions(replicas, Fold(replica_keys, depth, PARTITION_LABELS))
+        yield from self._traffic(
+            [v for _, v in traffic], Fold(traffic_keys, depth, PARTITION_LABELS)
+        )
+        storage = self.storage_report
         yield from self._raft(len(storage.get("stalled_groups", [])))
-        yield from self._group_lag([r for _, r in replicas], series_max)
+        yield from self._group_lag(replicas, series_max)
         yield from self._storage(storage)
         yield from self._catalogue(series_max)
 
     # ------------------------------------------------------------------ partitions
 
-    def _partitions(self, replicas: list[PartitionReplica], depth: int) -> Iterator[Metric]:
-        def rows(value: Callable[[PartitionReplica], float]) -> list[Row]:
-            return [((r.topic, str(r.partition)), value(r)) for r in replicas]
+    def _partitions(self, replicas: list[PartitionReplica], fold: Fold) -> Iterator[Metric]:
+        statuses = [r.raft.status() if r.raft is not None else None for r in replicas]
+        leads = [s is not None and s.is_leader for s in statuses]
 
-        def g(name: str, doc: str, value: Callable[[PartitionReplica], float], **kw: Any) -> Metric:
-            return family(GaugeMetricFamily, name, doc, PARTITION_LABELS, rows(value), depth, **kw)
+        def g(name: str, doc: str, values: Iterable[float], combine: Combine = SUM) -> Metric:
+            return fold.family(GaugeMetricFamily, name, doc, values, combine)
 
-        statuses = {id(r): r.raft.status() if r.raft is not None else None for r in replicas}
-
-        def leads(r: PartitionReplica) -> bool:
-            status = statuses[id(r)]
-            return status is not None and status.is_leader
-
-        yield g("dmq_partition_log_start_offset", "First offset the log holds (summed above the partition depth)", lambda r: r.log_start_offset)  # fmt: skip
-        yield g("dmq_partition_high_watermark", "First offset not yet committed", lambda r: r.high_watermark)  # fmt: skip
-        yield g("dmq_partition_log_end_offset", "Next offset to assign", lambda r: r.log_end_offset)  # fmt: skip
-        yield g("dmq_partition_last_stable_offset", "read_committed's end (open transactions)", lambda r: r.last_stable_offset)  # fmt: skip
-        yield g("dmq_partition_log_bytes", "Bytes of the replica's log segments", lambda r: r.log_size_bytes)  # fmt: skip
-        yield g("dmq_partition_leader", "1 where this broker leads the partition", lambda r: int(leads(r)))  # fmt: skip
+        yield g("dmq_partition_log_start_offset", "First offset the log holds (summed above the partition depth)", [r.log_start_offset for r in replicas])  # fmt: skip
+        yield g("dmq_partition_high_watermark", "First offset not yet committed", [r.high_watermark for r in replicas])  # fmt: skip
+        yield g("dmq_partition_log_end_offset", "Next offset to assign", [r.log_end_offset for r in replicas])  # fmt: skip
+        yield g("dmq_partition_last_stable_offset", "read_committed's end (open transactions)", [r.last_stable_offset for r in replicas])  # fmt: skip
+        sizes = [r.log_size_bytes for r in replicas]
+        yield g("dmq_partition_log_bytes", "Bytes of the replica's log segments", sizes)
+        yield g("dmq_partition_leader", "1 where this broker leads the partition", map(int, leads))  # fmt: skip
         yield g(
             "dmq_raft_term",
             "The partition's Raft term as this replica knows it (the largest above depth)",
-            lambda r: s.term if (s := statuses[id(r)]) is not None else 0,
-            combine=max,
+            [s.term if s is not None else 0 for s in statuses],
+            max,
         )
         yield g(
             "dmq_raft_commit_apply_lag_entries",
             "Raft entries committed and not yet applied to the log (the largest above depth)",
-            lambda r: max(0, s.commit_index - s.last_applied) if (s := statuses[id(r)]) else 0,
-            combine=max,
+            [max(0, s.commit_index - s.last_applied) if s is not None else 0 for s in statuses],
+            max,
         )
-        by_group = {r.group_id: r for r in replicas}
-        under = sum(1 for g_id, n in self.out_of_sync.items() if n and g_id in by_group)
-        leaderless = sum(1 for r in replicas if (s := statuses[id(r)]) is None or s.leader_id is None)  # fmt: skip
+        groups = {r.group_id for r in replicas}
+        under = sum(1 for g_id, n in self.out_of_sync.items() if n and g_id in groups)
+        leaderless = sum(1 for s in statuses if s is None or s.leader_id is None)
         yield gauge("dmq_partition_replicas", "Partition replicas hosted here", len(replicas))
-        yield gauge("dmq_partitions_led", "Partitions led here", sum(map(leads, replicas)))
+        yield gauge("dmq_partitions_led", "Partitions led here", sum(leads))
         yield gauge(
             "dmq_partitions_under_replicated",
             f"Partitions led here with a follower down or behind for {UNDER_REPLICATED_LAG_S:g} s",
             under,
         )
         yield gauge("dmq_partitions_leaderless", "Replicas here that know no leader", leaderless)
-        yield gauge("dmq_log_segment_bytes", "Bytes of every log segment here", sum(r.log_size_bytes for r in replicas))  # fmt: skip
+        yield gauge("dmq_log_segment_bytes", "Bytes of every log segment here", sum(sizes))
         yield gauge("dmq_produce_requests_inflight", "Produce requests queued on the replicas here", sum(r.queue_depth for r in replicas))  # fmt: skip
         yield gauge("dmq_delay_pending_bytes", "Delayed records held here, bytes", sum(r.delay_pending_bytes for r in replicas))  # fmt: skip
         yield gauge("dmq_fetch_waiting", "Long-poll fetches parked now", self._fetch.waiting_fetches)  # fmt: skip
         yield gauge("dmq_fetch_waiting_max", "waiting_fetches_max", self._ctx.config.waiting_fetches_max)  # fmt: skip
 
-    def _traffic(self, depth: int) -> Iterator[Metric]:
-        items = list(self._ctx.traffic.partitions.items())
+    def _traffic(self, counted: list[Traffic], fold: Fold) -> Iterator[Metric]:
+        def c(name: str, doc: str, values: Iterable[int]) -> Metric:
+            return fold.family(CounterMetricFamily, name, doc, values)
 
-        def c(name: str, doc: str, attr: str) -> Metric:
-            rows = [((t, str(p)), float(getattr(v, attr))) for (t, p), v in items]
-            return family(CounterMetricFamily, name, doc, PARTITION_LABELS, rows, depth)
-
-        yield c("dmq_produced_records", "Records appended by this broker's replicas as leader (markers included)", "produced_records")  # fmt: skip
-        yield c("dmq_produced_bytes", "Stored batch bytes appended by this broker's replicas as leader", "produced_bytes")  # fmt: skip
-        yield c("dmq_fetched_records", "Records served by this broker (binary fetches: offsets covered)", "fetched_records")  # fmt: skip
-        yield c("dmq_fetched_bytes", "Bytes served: batch bytes (binary), key+value+header bytes (JSON)", "fetched_bytes")  # fmt: skip
+        yield c("dmq_produced_records", "Records appended by this broker's replicas as leader (markers included)", [t.produced_records for t in counted])  # fmt: skip
+        yield c("dmq_produced_bytes", "Stored batch bytes appended by this broker's replicas as leader", [t.produced_bytes for t in counted])  # fmt: skip
+        yield c("dmq_fetched_records", "Records served by this broker (binary fetches: offsets covered)", [t.fetched_records for t in counted])  # fmt: skip
+        yield c("dmq_fetched_bytes", "Bytes served: batch bytes (binary), key+value+header bytes (JSON)", [t.fetched_bytes for t in counted])  # fmt: skip
 
     # ------------------------------------------------------------------ raft
 
@@ -194,20 +190,21 @@ class StateCollector:
             for r in replicas
             if r.raft is not None and r.raft.status().is_leader and not r.closed
         }
-        lag: list[Row] = []
-        committed: list[Row] = []
+        keys: list[Key] = []
+        lag: list[float] = []
+        committed: list[float] = []
         for name, group in metadata.state.groups.groups.items():
             for (topic, partition), offset in group.committed.items():
                 replica = led.get((topic, partition))
                 if replica is None:
                     continue
-                key = (name, topic, str(partition))
-                committed.append((key, offset))
-                lag.append((key, max(0, replica.high_watermark - offset)))
+                keys.append((name, topic, str(partition)))
+                committed.append(offset)
+                lag.append(max(0, replica.high_watermark - offset))
         labels = ("group", "topic", "partition")
-        depth = series_depth((k for k, _ in lag), 3, series_max)
-        yield family(GaugeMetricFamily, "dmq_consumer_group_lag_records", "High watermark - committed offset, by the partition's leader (summed above depth)", labels, lag, depth)  # fmt: skip
-        yield family(GaugeMetricFamily, "dmq_consumer_group_committed_offset", "The group's committed offset, by the partition's leader (the largest above depth)", labels, committed, depth, combine=max)  # fmt: skip
+        fold = Fold(keys, series_depth(keys, 3, series_max), labels)
+        yield fold.family(GaugeMetricFamily, "dmq_consumer_group_lag_records", "High watermark - committed offset, by the partition's leader (summed above depth)", lag)  # fmt: skip
+        yield fold.family(GaugeMetricFamily, "dmq_consumer_group_committed_offset", "The group's committed offset, by the partition's leader (the largest above depth)", committed, max)  # fmt: skip
 
     # ------------------------------------------------------------------ storage
 
@@ -255,14 +252,12 @@ class StateCollector:
         yield gauge("dmq_consumer_group_members", "Members of every consumer group", sum(len(g.members) for g in groups.values()))  # fmt: skip
         share = state.share_groups.groups
         yield gauge("dmq_share_groups", "Share groups", len(share))
-        depth = series_depth(((name,) for name in share), 1, series_max)
-        members = [((name,), float(len(g.members))) for name, g in share.items()]
-        in_flight = [
-            ((name,), float(sum(len(p.records) for p in g.partitions.values())))
-            for name, g in share.items()
-        ]
-        yield family(GaugeMetricFamily, "dmq_share_group_members", "Members of a share group", ("group",), members, depth)  # fmt: skip
-        yield family(GaugeMetricFamily, "dmq_share_group_records_in_flight", "Records a share group holds acquired or waiting for redelivery", ("group",), in_flight, depth)  # fmt: skip
+        names = [(name,) for name in share]
+        fold = Fold(names, series_depth(names, 1, series_max), ("group",))
+        members = [len(g.members) for g in share.values()]
+        in_flight = [sum(len(p.records) for p in g.partitions.values()) for g in share.values()]
+        yield fold.family(GaugeMetricFamily, "dmq_share_group_members", "Members of a share group", members)  # fmt: skip
+        yield fold.family(GaugeMetricFamily, "dmq_share_group_records_in_flight", "Records a share group holds acquired or waiting for redelivery", in_flight)  # fmt: skip
         states = Counter(t.state for t in state.transactions.values())
         txns = GaugeMetricFamily("dmq_transactions", "Transactional ids by the state of their transaction", labels=["state"])  # fmt: skip
         for name in (*TRANSACTION_STATES, *sorted(set(states) - set(TRANSACTION_STATES))):

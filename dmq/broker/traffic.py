@@ -14,7 +14,8 @@ Counted where the work is done, so that a record is counted once in the cluster:
   the records returned and their key, value and header bytes.
 
 Two integer additions and a dict lookup per request: no lock (the event loop is the only
-writer) and no metrics library on this path.
+writer of the counts; the scrape's worker thread only copies them and forgets deleted
+topics) and no metrics library on this path.
 """
 
 from __future__ import annotations
@@ -74,5 +75,8 @@ class TrafficCounters:
 
     def forget(self, topics: set[str] | dict[str, object]) -> None:
         """Drop the counters of topics that no longer exist (bounded memory and series)."""
-        for key in [k for k in self.partitions if k[0] not in topics]:
-            del self.partitions[key]
+        # list() copies in one C call: the scrape runs this on a worker thread while the
+        # event loop may add a partition (metrics.py); a count that races a deletion of
+        # its topic is lost with the topic.
+        for key in [k for k in list(self.partitions) if k[0] not in topics]:
+            self.partitions.pop(key, None)

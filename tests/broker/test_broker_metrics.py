@@ -1,7 +1,7 @@
 """Proves GET /metrics' building blocks without a process (dmq/broker/metrics*.py):
 
 - `series_depth` keeps {topic, partition} while the partitions fit metrics_partitions_max,
-  {topic} while the topics do, and no label past that; `aggregate` sums (or takes the
+  {topic} while the topics do, and no label past that; a `Fold` sums (or takes the
   largest) onto the kept labels;
 - traffic.py counts a produced batch's records (from its header) and stored bytes, and a
   JSON fetch's records and key, value and header bytes; a deleted topic's counters go;
@@ -19,7 +19,7 @@ from pathlib import Path
 from prometheus_client.parser import text_string_to_metric_families
 
 from dmq.broker import Broker, FetchResult
-from dmq.broker.metrics_labels import SUM, aggregate, series_depth
+from dmq.broker.metrics_labels import SUM, Fold, series_depth
 from dmq.broker.traffic import TrafficCounters
 from dmq.config import BrokerConfig
 from log.records import Header, Record, encode_batch
@@ -34,12 +34,15 @@ def test_series_depth_drops_labels_until_the_series_fit() -> None:
     assert series_depth(many, 2, 1_000) == 1
 
 
-def test_aggregate_sums_or_takes_the_largest() -> None:
-    rows = [(("a", "0"), 5.0), (("a", "1"), 7.0), (("b", "0"), 1.0)]
-    assert aggregate(rows, 2, SUM) == {("a", "0"): 5.0, ("a", "1"): 7.0, ("b", "0"): 1.0}
-    assert aggregate(rows, 1, SUM) == {("a",): 12.0, ("b",): 1.0}
-    assert aggregate(rows, 1, max) == {("a",): 7.0, ("b",): 1.0}
-    assert aggregate(rows, 0, SUM) == {(): 13.0}
+def test_fold_sums_or_takes_the_largest_onto_the_kept_labels() -> None:
+    keys = [("a", "0"), ("a", "1"), ("b", "0")]
+    values = [5.0, 7.0, 1.0]
+    labels = ("topic", "partition")
+    assert dict(Fold(keys, 2, labels).values(values)) == dict(zip(keys, values, strict=True))
+    assert dict(Fold(keys, 1, labels).values(values)) == {("a",): 12.0, ("b",): 1.0}
+    assert dict(Fold(keys, 1, labels).values(values, max)) == {("a",): 7.0, ("b",): 1.0}
+    assert dict(Fold(keys, 0, labels).values(values, SUM)) == {(): 13.0}
+    assert Fold(keys, 1, labels).labels == ["topic"]
 
 
 def test_traffic_counts_records_and_bytes_once() -> None:
