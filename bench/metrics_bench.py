@@ -1,4 +1,5 @@
-"""`python -m bench.metrics_bench`: what scraping GET /metrics costs batched produce.
+"""`dmq bench metrics` (`python -m bench.metrics_bench`): what scraping GET /metrics costs
+batched produce.
 
 One real `dmq serve` process on loopback (bench/broker_bench.py's Server). Runs alternate
 between produce alone and produce while a scraper GETs /metrics every --interval seconds
@@ -74,6 +75,8 @@ async def _one_run(
 
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
+    if args.quick:  # CI: one run of each mode, small, scraped often enough to see scrapes
+        args.runs, args.total_mb, args.interval = 1, 4, 0.1
     batches = _batches(args.total_mb, seed=1)
     plain: list[float] = []
     scraped: list[float] = []
@@ -114,12 +117,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--total-mb", type=int, default=64, help="MB produced per run (64)")
     parser.add_argument("--partitions", type=int, default=1, help="of the topic (1)")
     parser.add_argument("--interval", type=float, default=1.0, help="between scrapes, s (1)")
+    parser.add_argument("--quick", action="store_true", help="one small run of each (CI)")
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     add_arguments(parser)
-    print(json.dumps(run(parser.parse_args()), indent=2))
+    print_result(run(parser.parse_args()))
+
+
+def print_result(result: dict[str, Any]) -> None:
+    print(json.dumps(result, indent=2))
 
 
 if __name__ == "__main__":
