@@ -2,7 +2,7 @@
 
 - `series_depth` keeps {topic, partition} while the partitions fit metrics_partitions_max,
   {topic} while the topics do, and no label past that; a `Fold` sums (or takes the
-  largest) onto the kept labels;
+  largest) onto the kept labels, keeping the total and never more series than the bound;
 - traffic.py counts a produced batch's records (from its header) and stored bytes, and a
   JSON fetch's records and key, value and header bytes; a deleted topic's counters go;
 - a Broker that has not started renders a scrape that prometheus_client's own parser
@@ -16,6 +16,8 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from prometheus_client.parser import text_string_to_metric_families
 
 from dmq.broker import Broker, FetchResult
@@ -43,6 +45,23 @@ def test_fold_sums_or_takes_the_largest_onto_the_kept_labels() -> None:
     assert dict(Fold(keys, 1, labels).values(values, max)) == {("a",): 7.0, ("b",): 1.0}
     assert dict(Fold(keys, 0, labels).values(values, SUM)) == {(): 13.0}
     assert Fold(keys, 1, labels).labels == ["topic"]
+
+
+@settings(max_examples=50, deadline=None)
+@given(
+    st.dictionaries(
+        st.tuples(st.sampled_from("abc"), st.sampled_from("0123")), st.integers(0, 100)
+    ),
+    st.integers(1, 12),
+)
+def test_a_fold_keeps_the_total_and_the_series_bound(
+    rows: dict[tuple[str, str], int], series_max: int
+) -> None:
+    depth = series_depth(rows, 2, series_max)
+    series = dict(Fold(list(rows), depth, ("topic", "partition")).values(rows.values()))
+    assert sum(series.values()) == sum(rows.values())
+    assert len(series) <= series_max
+    assert depth == 2 or len(rows) > series_max
 
 
 def test_traffic_counts_records_and_bytes_once() -> None:
