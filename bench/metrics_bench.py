@@ -6,7 +6,8 @@ between produce alone and produce while a scraper GETs /metrics every --interval
 (Prometheus's side), so that both see the same disk and page cache over time; each run
 produces --total-mb of 1 KiB records in 1000-record binary batches with 4 requests in
 flight, to a topic of --partitions partitions. Printed: the median produce MB/s of each
-mode, their ratio, and the scrape's median latency and body size.
+mode, their ratio, the broker's CPU seconds per produced GB in each mode (steadier than
+MB/s when other work shares the machine), and the scrape's median latency and size.
 
 The issue's budget (#21): a scrape a second costs < 2% of batched produce throughput.
 The broker, the producer and the scraper share this machine's 2 cores: say so next to
@@ -18,6 +19,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import random
 import statistics
 import tempfile
@@ -74,16 +76,26 @@ async def _one_run(
     return sum(map(len, batches)) / elapsed / 1e6, scrapes
 
 
+def _cpu_s(pid: int) -> float:
+    """The process's user + system CPU seconds (/proc/<pid>/stat fields 14 and 15)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def run(args: argparse.Namespace) -> dict[str, Any]:
     if args.quick:  # CI: one run of each mode, small, scraped often enough to see scrapes
         args.runs, args.total_mb, args.interval = 1, 4, 0.1
     batches = _batches(args.total_mb, seed=1)
     plain: list[float] = []
     scraped: list[float] = []
+    cpu: dict[bool, list[float]] = {False: [], True: []}  # broker CPU s per produced GB
     scrapes: list[tuple[float, int]] = []
+    gb = sum(map(len, batches)) / 1e9
     with tempfile.TemporaryDirectory(dir=args.dir) as tmp, Server(Path(tmp) / "data") as server:
+        assert server.proc is not None
         for run_index in range(2 * args.runs):
             with_scrape = run_index % 2 == 1
+            cpu_before = _cpu_s(server.proc.pid)
             mb_s, seen = asyncio.run(
                 _one_run(
                     server.url,
@@ -93,6 +105,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                     args.interval if with_scrape else None,
                 )
             )
+            cpu[with_scrape].append((_cpu_s(server.proc.pid) - cpu_before) / gb)
             (scraped if with_scrape else plain).append(mb_s)
             scrapes += seen
     result = {
@@ -101,6 +114,9 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "produce_mb_s_median": statistics.median(plain),
         "produce_mb_s_scraped_median": statistics.median(scraped),
         "scraped_over_plain": statistics.median(scraped) / statistics.median(plain),
+        # Less sensitive to other load on the machine than MB/s: the broker's own CPU.
+        "broker_cpu_s_per_gb_median": statistics.median(cpu[False]),
+        "broker_cpu_s_per_gb_scraped_median": statistics.median(cpu[True]),
         "scrapes": len(scrapes),
         "scrape_ms_median": statistics.median(s for s, _ in scrapes) * 1000 if scrapes else None,
         "scrape_bytes_median": statistics.median(b for _, b in scrapes) if scrapes else None,

@@ -20,5 +20,6 @@ def test_quick_metrics_bench_reports_every_figure() -> None:
     result = metrics_bench.run(theirs.parse_args(["--quick"]))
     assert result["scrapes"] >= 1
     for name in ("produce_mb_s_median", "produce_mb_s_scraped_median", "scraped_over_plain",
-                 "scrape_ms_median", "scrape_bytes_median"):  # fmt: skip
+                 "scrape_ms_median", "scrape_bytes_median", "broker_cpu_s_per_gb_median",
+                 "broker_cpu_s_per_gb_scraped_median"):  # fmt: skip
         assert math.isfinite(result[name]) and result[name] > 0, name
