@@ -148,7 +148,9 @@ def _streaming_batches(spark: Any, url: str, work: Path, batch_records: int) -> 
     ]
 
 
-def _measure(spark: Any, url: str, work: Path, args: argparse.Namespace, records: int) -> dict[str, Any]:
+def _measure(
+    spark: Any, url: str, work: Path, args: argparse.Namespace, records: int
+) -> dict[str, Any]:
     dmq_df = spark.read.format("dmq").option("url", url).option("topic", TOPIC).load()
     parquet_path = str(work / "records.parquet")
     dmq_df.repartition(PARTITIONS).write.parquet(parquet_path)
@@ -183,7 +185,9 @@ def _measure(spark: Any, url: str, work: Path, args: argparse.Namespace, records
         "batch_read_same_records_s": read_same_s,
         "microbatch_overhead_s": batch_med - read_same_s,
         "samples": {
-            "dmq_s": dmq_s, "parquet_s": parquet_s, "python_source_s": arrow_s,
+            "dmq_s": dmq_s,
+            "parquet_s": parquet_s,
+            "python_source_s": arrow_s,
             "microbatch_s": batches_s,
         },  # fmt: skip
     }
@@ -200,7 +204,9 @@ def run(args: argparse.Namespace, out: Any = None) -> dict[str, Any]:
     work = Path(tempfile.mkdtemp(prefix="dmq-spark-bench-", dir=args.dir))
     started = time.perf_counter()
     try:
-        print(f"python {platform.python_version()}, {os.cpu_count()} cores, work dir {work}", file=out)
+        print(
+            f"python {platform.python_version()}, {os.cpu_count()} cores, work dir {work}", file=out
+        )
         print(f"{records} records of {RECORD_BYTES} B in {PARTITIONS} partitions, Spark local[2], "
               f"broker and Spark sharing the machine; medians of {args.runs} runs", file=out)  # fmt: skip
         with Server(work / "broker") as server:
@@ -218,7 +224,10 @@ def run(args: argparse.Namespace, out: Any = None) -> dict[str, Any]:
 
 
 def _report(r: dict[str, Any], batch_records: int, out: Any) -> list[dict[str, Any]]:
-    print(f"\nbatch read, dmq      {r['dmq_rows_s']:>12,.0f} rows/s {r['dmq_mb_s']:>8.1f} MB/s", file=out)
+    print(
+        f"\nbatch read, dmq      {r['dmq_rows_s']:>12,.0f} rows/s {r['dmq_mb_s']:>8.1f} MB/s",
+        file=out,
+    )
     print(f"batch read, Parquet  {r['parquet_rows_s']:>12,.0f} rows/s {r['parquet_mb_s']:>8.1f} MB/s"
           f"   dmq / Parquet {r['dmq_vs_parquet']:.2f}", file=out)  # fmt: skip
     print(f"Parquet through a Python data source (pyarrow) {r['python_source_rows_s']:>10,.0f} rows/s "

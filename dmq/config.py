@@ -141,6 +141,13 @@ class BrokerConfig:
     waiting_fetches_max: int = field(
         default=limits.WAITING_FETCHES_MAX, metadata=_doc("long-polls parked at once before 429")
     )
+    metrics_partitions_max: int = field(
+        default=limits.METRICS_PARTITIONS_MAX,
+        metadata=_doc(
+            "GET /metrics: hosted partitions up to which partition metrics are labelled per "
+            "partition; above it they are summed per topic (dmq/README.md, 'Metrics')"
+        ),
+    )
     filter_chars_max: int = field(
         default=limits.FILTER_CHARS_MAX, metadata=_doc("longest filter= selector, characters")
     )

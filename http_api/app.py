@@ -36,6 +36,7 @@ from http_api.forward import (
 from http_api.groups import GROUP_ROUTES
 from http_api.identity import IDENTITY_ROUTES, cluster_identity_middleware
 from http_api.internal_auth import internal_auth_middleware
+from http_api.metrics import METRICS_ROUTES, metrics_middleware
 from http_api.openapi import openapi_document
 from http_api.operations import OPERATIONS_ROUTES
 from http_api.sendfile import FileRangesResponse
@@ -482,6 +483,7 @@ ROUTES: tuple[tuple[str, str, Any], ...] = (
     ("GET", "/healthz", healthz),
     ("GET", "/readyz", readyz),
     ("GET", "/openapi.json", openapi),
+    *METRICS_ROUTES,  # Prometheus text format, outside /v1 and OpenAPI (http_api/metrics.py)
     ("GET", "/v1/cluster", cluster),
     ("GET", "/v1/cluster/status", cluster_status),
     ("GET", "/v1/topics", list_topics),
@@ -512,6 +514,7 @@ ROUTES: tuple[tuple[str, str, Any], ...] = (
 def make_app(broker: Broker) -> web.Application:
     app = web.Application(
         middlewares=[
+            metrics_middleware,  # outermost: it sees the status error_middleware gives
             error_middleware,
             internal_auth_middleware,
             cluster_identity_middleware,

@@ -36,6 +36,19 @@ def cluster_paths() -> dict[str, Any]:
         "/openapi.json": {
             "get": operation("openapi", "This document", {"200": ok({"type": "object"})})
         },
+        # Outside /v1 like the probes: Prometheus's text format (http_api/metrics.py).
+        "/metrics": {
+            "get": operation(
+                "metrics",
+                "This broker's metrics in the Prometheus text format 0.0.4 (dmq/README.md)",
+                {
+                    "200": {
+                        "description": "success",
+                        "content": {"text/plain": {"schema": {"type": "string"}}},
+                    }
+                },
+            )
+        },
         "/v1/cluster": {
             "get": operation(
                 "cluster",

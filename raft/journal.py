@@ -413,6 +413,11 @@ class DurableJournal(Journal):  # type: ignore[misc]  # pysyncobj is untyped
         return self._epoch
 
     @property
+    def size_bytes(self) -> int:
+        """The journal file's length, records not yet written included (a metric)."""
+        return self._end
+
+    @property
     def memory_bytes(self) -> int:
         """Bytes this journal holds in memory: indexes, cache and write buffer."""
         index_bytes = (len(self._offsets) + len(self._terms)) * 8

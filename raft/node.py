@@ -63,6 +63,7 @@ from raft.journal import JournalCorrupt, JournalWriteFailed
 from raft.messages import trim_append_entries
 from raft.proposals import Proposal, settle_batch
 from raft.replica import STALL_RETRY_S, Replica
+from raft.stats import LatencyBuckets
 from raft.transport import GROUP_ID_MAX, Network
 from raft.types import ReplicaStatus, StateMachine
 
@@ -118,6 +119,10 @@ class RaftNode:
         # (the broker's read lease counts from it, not from a newer last_heard).
         self.round_done_at = time.monotonic()
         self.syncs = 0
+        # Metrics (raft/stats.py), tick thread only: how long each journal sync took, and
+        # how often a group here saw a new leader (its first one included).
+        self.sync_seconds = LatencyBuckets()
+        self.leader_changes = 0
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
         self._stopped: concurrent.futures.Future[None] = concurrent.futures.Future()
@@ -462,6 +467,10 @@ class RaftNode:
     def _after_tick(self, replica: Replica) -> None:
         """Quiesce a leader that may, and schedule the replica's next look."""
         replica.last_tick = now = time.monotonic()
+        leader = replica.status().leader_id
+        if leader is not None and leader != replica.last_leader_id:  # a metric
+            replica.last_leader_id = leader
+            self.leader_changes += 1
         if replica.lead_quiesce != "active" or replica.status().is_leader:
             self._maybe_quiesce(replica, now)
         if replica.quiesced:
@@ -587,7 +596,9 @@ class RaftNode:
             try:
                 if replica.journal.needs_sync():
                     self.syncs += 1
+                    started = time.perf_counter()
                     replica.journal.sync()
+                    self.sync_seconds.observe(time.perf_counter() - started)
             except JournalWriteFailed as error:
                 self._stall(replica, str(error), no_space=error.no_space)
                 failed = True
@@ -636,6 +647,25 @@ class RaftNode:
             replica.end_stall()
             self._stalled.discard(replica)
             self._touch(replica)
+
+    async def followers_out_of_sync(self, lag_s: float) -> dict[int, int]:
+        """For each group led here: how many followers are not in sync, i.e. their link is
+        down, or they lack committed entries and the leader heard nothing from them for
+        `lag_s` (as Kafka's replica.lag.time.max.ms). One hop to the tick thread; {}
+        once the node stops (no tick thread would run the call)."""
+        if self.stopping or self.failed is not None:
+            return {}
+
+        def count() -> dict[int, int]:
+            now = time.monotonic()
+            out: dict[int, int] = {}
+            for group_id, replica in self.groups.items():
+                if replica.stopped or not replica.status().is_leader:
+                    continue
+                out[group_id] = replica.followers_out_of_sync(self.network.is_up, now, lag_s)
+            return out
+
+        return await self._on_tick_thread(count)
 
     def stalled_groups(self) -> list[int]:
         """Ids of the groups stalled now (any thread: a copy)."""

@@ -188,6 +188,7 @@ class Replica:
         self._apply_batch_id = self.syncobj._methodToID[self.syncobj._getFuncName("_apply_batch")]
         self.next_due = 0.0
         self.last_tick = 0.0
+        self.last_leader_id: str | None = None  # RaftNode counts leader changes (a metric)
         self.snapshots_written = 0
         self.snapshots_restored = 0  # at start-up from its own file, or sent by the leader
 
@@ -503,6 +504,20 @@ class Replica:
     @property
     def followers(self) -> list[str]:
         return [str(n.id) for n in self.syncobj._SyncObj__otherNodes]
+
+    def followers_out_of_sync(self, is_up: Callable[[str], bool], now: float, lag_s: float) -> int:
+        """Leader, tick thread: followers whose link is down, or that lack committed
+        entries and were not heard from for `lag_s` (RaftNode.followers_out_of_sync)."""
+        sync_obj = self.syncobj
+        commit = int(sync_obj.raftCommitIndex)
+        match_index: dict[Any, int] = sync_obj._SyncObj__raftMatchIndex
+        heard: dict[Any, float] = sync_obj._SyncObj__lastResponseTime
+        return sum(
+            1
+            for node in tuple(sync_obj._SyncObj__otherNodes)
+            if not is_up(node.id)
+            or (match_index.get(node, 0) < commit and now - heard.get(node, 0.0) > lag_s)
+        )
 
     def quiesce_ready(self, is_up: Callable[[str], bool]) -> bool:
         """Leader: idle and every connected follower holds the whole, committed log."""

@@ -14,7 +14,8 @@ Every request is one call on one service (dmq/README.md, "dmq/broker/"):
 - `routing` (routing.py) and `reconciler` (reconcile.py) serve the others: who leads
   what and where it listens; this broker's replicas made to match the catalogue;
 - `identity` (identity.py): the cluster id, checked before the data directory is
-  touched and adopted once registered; `strays` (strays.py): data set aside.
+  touched and adopted once registered; `strays` (strays.py): data set aside;
+- `metrics` (metrics.py): `GET /metrics`, this broker's Prometheus registry.
 
 The Broker owns what lives as long as the process: the data-directory lock, the cluster
 id, the Raft node (raft/node.py: every group of this broker on one address and one
@@ -40,6 +41,7 @@ from dmq.broker.delay import DelayService
 from dmq.broker.fetch import FetchService
 from dmq.broker.groups import GroupsService
 from dmq.broker.identity import IdentityService
+from dmq.broker.metrics import MetricsService
 from dmq.broker.operations import OperationsService
 from dmq.broker.produce import ProduceService
 from dmq.broker.reconcile import Reconciler
@@ -116,6 +118,8 @@ class Broker:
             transactional_id_expiration_ms=config.transactional_id_expiration_ms,
         )
         self.share = ShareService(ctx, self.fetch, self.produce, self.topics, self.groups.is_leader)
+        # GET /metrics: this broker's own registry, read at scrape time (metrics.py).
+        self.metrics = MetricsService(ctx, self.fetch, self.storage)
 
     # ------------------------------------------------------------------ what others read
 

@@ -4,8 +4,8 @@ A service (produce.py, fetch.py, topics.py, ...) is built with a `BrokerContext`
 other services it calls, and imports neither `Broker` nor broker.py: the Broker composes
 services, services do not reach back into it (dmq/README.md, "dmq/broker/"). The context
 holds only what is not any one service's own: the config, the peers client, the Raft
-node and the metadata service (both opened by `Broker.start`), this broker's replicas,
-and the lifecycle flags every request checks.
+node and the metadata service (both opened by `Broker.start`), this broker's replicas
+and traffic counters, and the lifecycle flags every request checks.
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ import logging
 
 from dmq import errors
 from dmq.broker.replicas import ReplicaSet
+from dmq.broker.traffic import TrafficCounters
 from dmq.config import BrokerConfig
 from dmq.internal_auth import read_secret_file
 from dmq.metadata.service import MetadataService
@@ -36,6 +37,8 @@ class BrokerContext:
         self.cluster_secret = read_secret_file(config.cluster_secret_file)
         self.peers = PeerClient(local_host=config.http_host, secret=self.cluster_secret)
         self.replicas = ReplicaSet()
+        # Records and bytes produced and fetched per partition (traffic.py; metrics.py).
+        self.traffic = TrafficCounters()
         # The data directory's free-space floor (log/space.py; dmq/broker/storage.py).
         self.space = SpaceGuard(
             self.data_dir,

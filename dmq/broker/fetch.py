@@ -107,6 +107,7 @@ class FetchService:
         with a filter, only the records it keeps (filtering.py); read_committed: below the
         LSO, aborted records left out (transactions.py). consistency: routing.py."""
         stable = isolation == "read_committed"
+        count = self._ctx.traffic.fetched  # what is served is counted (traffic.py)
         replica = await self._serving(topic, partition, forwarded, consistency)
         if not replica.log_start_offset <= offset <= replica.log_end_offset:
             raise errors.OffsetOutOfRange(
@@ -118,11 +119,11 @@ class FetchService:
         if planted.active("fetch-off-by-one") and 0 < offset < replica.high_watermark:
             offset += 1
         if record_filter is not None:  # raw: the kept records as one batch (filtering.py)
-            return await fetch_filtered(
+            return count(await fetch_filtered(
                 replica, offset, record_filter, max_bytes=max_bytes, max_records=max_records,
                 wait_ms=wait_ms, scan_bytes_max=self._ctx.config.filter_scan_bytes_max,
                 parked=self._parked, stable=stable,
-            )  # fmt: skip
+            ))  # fmt: skip
         end = replica.last_stable_offset if stable else replica.high_watermark
         if offset >= end and wait_ms > 0:
             with self._parked():
@@ -135,28 +136,32 @@ class FetchService:
             )
         try:
             if stable:
-                return await read_committed(
-                    replica, topic, partition, offset, max_bytes, max_records, raw
+                return count(
+                    await read_committed(
+                        replica, topic, partition, offset, max_bytes, max_records, raw
+                    )
                 )
             if raw:
                 result = await replica.read(offset, max_bytes)
-                return FetchResult(
-                    topic,
-                    partition,
-                    offset,
-                    result.next_offset,
-                    result.high_watermark,
-                    result.log_start_offset,
-                    raw=result,
-                    last_stable_offset=replica.last_stable_offset,
+                return count(
+                    FetchResult(
+                        topic,
+                        partition,
+                        offset,
+                        result.next_offset,
+                        result.high_watermark,
+                        result.log_start_offset,
+                        raw=result,
+                        last_stable_offset=replica.last_stable_offset,
+                    )
                 )
             recs, next_offset, hw, lso = await replica.read_records(offset, max_bytes, max_records)
         except log_errors.LogError as exc:
             raise translate(exc) from exc
-        return FetchResult(
+        return count(FetchResult(
             topic, partition, offset, next_offset, hw, lso, records=recs,
             last_stable_offset=replica.last_stable_offset,
-        )  # fmt: skip
+        ))  # fmt: skip
 
     @contextlib.contextmanager
     def _parked(self) -> Iterator[None]:

@@ -202,7 +202,9 @@ class ProduceService:
                 f"no replica of {topic_name}-{partition} (topic id {topic_id}) here",
                 retry_after_ms=200,
             )
-        return await replica.append(batch, log_append_time_ms, acks)
+        base = await replica.append(batch, log_append_time_ms, acks)
+        self._ctx.traffic.produced(topic_name, partition, batch)  # traffic.py
+        return base
 
     async def append_marker(self, topic_name: str, partition: int, marker: bytes) -> None:
         """A transaction marker (dmq/broker/transactions.py) to one partition, acks=all,
@@ -293,7 +295,9 @@ class ProduceService:
     ) -> int | None:
         replica = self._ctx.replicas.local(topic.name, partition, topic.topic_id)
         if replica is not None:
-            return await replica.append(batch, append_time, acks)
+            base = await replica.append(batch, append_time, acks)
+            self._ctx.traffic.produced(topic.name, partition, batch)  # traffic.py
+            return base
         return await self._append_remote(topic, partition, batch, append_time, acks)
 
     async def _append_remote(

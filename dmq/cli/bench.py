@@ -91,6 +91,15 @@ def add_bench(commands: Subparsers) -> None:
     reads.add_argument("--records", type=int, default=1000, help="records in the topic (1000)")
     reads.add_argument("--quick", action="store_true", help="one small run (CI)")
     reads.set_defaults(handler=_cmd_bench_reads)
+    # Likewise bench/metrics_bench.py's add_arguments.
+    metrics = kinds.add_parser("metrics", help="produce MB/s with and without a /metrics scraper")
+    metrics.add_argument("--dir", help="create the data directory inside DIR")
+    metrics.add_argument("--runs", type=int, default=3, help="runs of each mode (3)")
+    metrics.add_argument("--total-mb", type=int, default=64, help="MB produced per run (64)")
+    metrics.add_argument("--partitions", type=int, default=1, help="of the topic (1)")
+    metrics.add_argument("--interval", type=float, default=1.0, help="between scrapes, s (1)")
+    metrics.add_argument("--quick", action="store_true", help="one small run of each (CI)")
+    metrics.set_defaults(handler=_cmd_bench_metrics)
     # Likewise bench/spark_bench.py's add_arguments (needs the spark extra).
     spark = kinds.add_parser(
         "spark", help="Spark reading a topic through spark_io, against a Parquet file"
@@ -166,6 +175,13 @@ def _cmd_bench_share(args: argparse.Namespace) -> int:
     from bench import share_bench
 
     share_bench.run(args)
+    return 0
+
+
+def _cmd_bench_metrics(args: argparse.Namespace) -> int:
+    from bench import metrics_bench
+
+    metrics_bench.print_result(metrics_bench.run(args))
     return 0
 
 

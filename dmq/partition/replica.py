@@ -418,6 +418,15 @@ class PartitionReplica:
     def queue_depth(self) -> int:
         return self._inflight
 
+    @property
+    def log_size_bytes(self) -> int:
+        """Bytes of this replica's segments, read without the lock (a metric: a segment
+        rolled or deleted meanwhile may be counted or not)."""
+        log = self._log
+        if log is None or self.closed:
+            return 0
+        return sum(segment.size_bytes for segment in tuple(log.segments))
+
     # ------------------------------------------------------------------ applied offsets
 
     def applied_from_thread(self) -> None:
