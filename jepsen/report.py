@@ -50,7 +50,7 @@ def unavailability(ops: list[Op], faults: list[Fault]) -> list[dict[str, Any]]:
     until 30 s after its stop or the next window's start, whichever comes first
     (seconds), from the acks' completion times. (Until 30 s after the stop only, a
     window was charged with the next one's stretch: three bridge windows 12 s apart
-    reported 4.83, 4.83, 4.38 s for stretches of 1.2, 4.83 and 4.38 s.)"""
+    reported 4.83, 4.83, 4.38 s for stretches of 1.32, 4.83 and 4.38 s.)"""
     acks = sorted(op.time for op in ops if op.f == "send" and op.type == "ok")
     starts = sorted(f.start for f in faults)
     out = []
