@@ -335,6 +335,35 @@ class Cluster:
                 return group.get("leader")  # type: ignore[no-any-return]
         return None
 
+    def local_leader(
+        self, topic: str, partition: int, among: list[str], timeout_s: float = 1.0
+    ) -> str | None:
+        """The partition's leader as the brokers `among` see it themselves (each one's
+        `GET /v1/internal/status`, its own Raft view, not the catalogue's lagging report):
+        one of them that says it leads, else the leader one of them names if it is among
+        them, else one that holds a replica; None if none answers. The majority side's
+        writers ask it while a partition cuts the old leader off (workload.py)."""
+        named: str | None = None
+        hosting: str | None = None
+        for node_id in among:
+            broker = self.brokers.get(node_id)
+            if broker is None:
+                continue
+            try:
+                answer = http(broker.url + "/v1/internal/status", timeout_s=timeout_s)
+                replicas = answer.json()["replicas"] if answer.status == 200 else []
+            except (OSError, ValueError, KeyError):
+                continue
+            for replica in replicas:
+                if replica.get("topic") != topic or replica.get("partition") != partition:
+                    continue
+                if replica.get("is_leader"):
+                    return node_id
+                hosting = hosting or node_id
+                if replica.get("leader") in among:
+                    named = named or replica["leader"]
+        return named or hosting
+
     def close(self) -> None:
         for broker in self.every.values():
             with contextlib.suppress(Exception):

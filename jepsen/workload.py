@@ -16,10 +16,17 @@ A worker is bound to a node and moves to the next one after a fail or info, so a
 node does not starve it, and every ROTATE_S, so every broker keeps seeing clients (a
 joined broker too, though its start was refused); after an info it continues as a new
 process. While the nemesis aims a fault (focus.py), every other worker is pinned: it
-talks only to the aimed nodes (the cut-off or paused side), whatever its outcomes; half
-of the pinned workers only send, to the partitions those nodes led, the others keep
-their mix and send there PINNED_SEND_P of the time. While any fault lasts no worker
-thinks between operations.
+talks only to the aimed nodes (the cut-off or paused side), whatever its outcomes; a
+third of the pinned workers (`writer`) only send, to the partitions those nodes led (a
+cut-off leader acknowledging what it cannot commit), the others (`reader`) only poll
+those partitions there, without waiting (PINNED_READ_WAIT_MS: as many reads as they can
+while the node's answers may be stale; a send there would hang until the request times
+out and stop the reads). The workers not pinned become the majority side's writers
+(`majority`): they send to the same partitions through the broker the other side
+reports as leader (`Cluster.local_leader`, asked again every LEADER_REFRESH_S and after
+each failure), so that the new leader acknowledges writes while the old one may still
+answer reads (the window the planted bug lease-read opens: about one election timeout).
+While any fault lasts no worker thinks between operations.
 """
 
 from __future__ import annotations
@@ -29,7 +36,7 @@ import random
 import threading
 import time
 import traceback
-from typing import Any
+from typing import Any, Literal
 
 from jepsen.cluster import Answer, Cluster, HarnessError, http
 from jepsen.focus import Focus
@@ -44,7 +51,11 @@ DEFINITE_FAILURES = frozenset({400, 404, 409, 413, 415, 416, 422, 429, 507})
 IDEMPOTENT_ATTEMPTS = 4  # an idempotent send is retried (same sequence) while unknown
 RETRY_PAUSE_S = 0.3
 ROTATE_S = 2.0  # a worker moves to the next node after this long on one
-PINNED_SEND_P = 0.8  # of a pinned worker's sends, those to the partitions its node leads
+PINNED_READ_WAIT_MS = 0  # a pinned reader's polls answer at once: many reads per window
+LEADER_REFRESH_S = 0.3  # a majority writer asks where the leader is at most this stale
+PINNED_WRITER_EVERY = 3  # pinned slots 0, 3, 6...: writers; the others: readers
+
+Role = Literal["free", "writer", "reader", "majority"]
 
 
 class Client:
@@ -236,6 +247,8 @@ class Worker(threading.Thread):
         self.pin_slot: int | None = client.node_ix // 2 if client.node_ix % 2 == 0 else None
         self.positions = dict.fromkeys(range(partitions), 0)
         self.seen: dict[int, int] = dict.fromkeys(range(partitions), 0)  # furthest position
+        # A majority writer's partition -> (the leader it found, when it asked).
+        self.leaders: dict[int, tuple[str, float]] = {}
         self.error: BaseException | None = None
 
     def _new_process(self) -> None:
@@ -248,17 +261,25 @@ class Worker(threading.Thread):
             self._new_process()
             sent = 0
             while not self.stop.is_set():
-                led, writer = self._follow_aim()
-                partition = self.rng.randrange(self.partitions)
-                roll = 0.0 if writer else self.rng.random()
+                led, role = self._follow_aim()
+                partition = self.rng.choice(led) if led else self.rng.randrange(self.partitions)
+                if role in ("writer", "majority"):
+                    roll = 0.0
+                elif role == "reader":
+                    roll = 0.6
+                else:
+                    roll = self.rng.random()
                 if roll < 0.55:
-                    if led and (writer or self.rng.random() < PINNED_SEND_P):
-                        partition = self.rng.choice(led)
+                    if role == "majority":
+                        self.client.pinned = self._majority_node(partition)
                     type_, _ = self.client.send(partition, f"{self.client.process}-{sent}")
                     sent += 1
+                    if type_ != "ok":
+                        self.leaders.pop(partition, None)  # ask again where it leads
                 elif roll < 0.97:
                     at = self.positions[partition]
-                    type_, result = self.client.read("poll", partition, at, POLL_WAIT_MS)
+                    wait_ms = PINNED_READ_WAIT_MS if role == "reader" else POLL_WAIT_MS
+                    type_, result = self.client.read("poll", partition, at, wait_ms)
                     if type_ == "ok":
                         self.positions[partition] = result["next_offset"]
                         self.seen[partition] = max(self.seen[partition], result["next_offset"])
@@ -270,19 +291,43 @@ class Worker(threading.Thread):
                 if type_ == "info":
                     self._new_process()
                 think_s = 0.0 if self.focus.faulty else THINK_S
-                time.sleep(think_s if type_ == "ok" else 0.1)
+                time.sleep(think_s if type_ == "ok" else 0.1 if role != "reader" else 0.02)
         except BaseException as error:  # reported by the runner: a harness error
             traceback.print_exc()
             self.error = error
 
-    def _follow_aim(self) -> tuple[tuple[int, ...], bool]:
+    def _follow_aim(self) -> tuple[tuple[int, ...], Role]:
         """Pin the client to the aimed node of its slot (or unpin it): the partitions to
-        send to while pinned, and whether it only sends (every other pinned worker: a
-        send or a poll the cut-off node must relay hangs until it times out, so the
-        writers never poll and keep acknowledgements coming while the node leads)."""
+        work on while a fault is aimed, and the worker's role (module docstring): a
+        pinned `writer` or `reader`, a `majority` writer (not pinned, while an aim names
+        partitions), or `free` (its usual mix over every broker)."""
         aim = self.focus.aim
-        if aim is None or self.pin_slot is None:
+        if aim is None:
             self.client.pinned = None
-            return (), False
+            self.leaders.clear()
+            return (), "free"
+        if self.pin_slot is None:
+            if not aim.partitions or len(aim.nodes) >= len(self.client.cluster.brokers):
+                self.client.pinned = None
+                return (), "free"
+            return aim.partitions, "majority"  # pinned per send: _majority_node
         self.client.pinned = aim.nodes[self.pin_slot % len(aim.nodes)]
-        return aim.partitions, self.pin_slot % 2 == 0
+        writer = self.pin_slot % PINNED_WRITER_EVERY == 0
+        return aim.partitions, "writer" if writer else "reader"
+
+    def _majority_node(self, partition: int) -> str:
+        """Where a majority writer sends: the broker the side not aimed at reports as
+        the partition's leader (asked at most every LEADER_REFRESH_S), else one of
+        that side's brokers (it relays to the leader once one is elected)."""
+        aim = self.focus.aim
+        aimed = aim.nodes if aim is not None else ()
+        now = time.monotonic()
+        cached = self.leaders.get(partition)
+        if cached is not None and now - cached[1] < LEADER_REFRESH_S and cached[0] not in aimed:
+            return cached[0]
+        others = [n for n in self.client.cluster.brokers if n not in aimed]
+        self.rng.shuffle(others)
+        found = self.client.cluster.local_leader(self.client.topic, partition, others)
+        node = found if found is not None else self.rng.choice(others)
+        self.leaders[partition] = (node, now)
+        return node

@@ -7,15 +7,18 @@ workload.py), without brokers (the cluster's status answer is scripted):
   every other one, `minority-leader` cuts a minority holding it from the majority;
 - with no leader reported the variant still strikes a node (the first candidate);
 - a partition's cut-off side is where the pinned workers go, recorded in the fault with
-  the partitions it led: every other worker talks only to that node and sends mostly to
-  those partitions; the others keep rotating; a second fault in the window (a kill, a
-  pause) spares that node; healing unpins them all;
+  the partitions it led: every other worker talks only to that node (a third of them
+  sending to those partitions, the others polling them); the others send to those
+  partitions through the leader the majority side reports, never through the cut-off
+  node; a second fault in the window (a kill, a pause) spares that node; healing unpins
+  them all;
 - the schedule's variant is kept when it fits the brokers there are, redrawn when not.
 """
 
 from __future__ import annotations
 
 import itertools
+import json
 import threading
 from pathlib import Path
 from typing import Any
@@ -116,14 +119,21 @@ def test_a_cut_off_leader_gets_the_pinned_workers(
         assert fault.detail["pinned"] == ["n2"] and fault.detail["pinned_partitions"] == [0]
         assert nem.focus.aim == Aim(("n2",), (0,)) and nem.focus.faulty
         rotating = {w.client.node_ix: w.client.node for w in workers if w.pin_slot is None}
+        roles = {None: "majority", 0: "writer", 1: "reader", 2: "reader"}
         for worker in workers:
-            slot = worker.pin_slot
-            expected = ((0,), slot % 2 == 0) if slot is not None else ((), False)
-            assert worker._follow_aim() == expected
+            assert worker._follow_aim() == ((0,), roles[worker.pin_slot])
         assert [w.client.node for w in workers if w.pin_slot is not None] == ["n2"] * 3
         assert {w.client.node_ix: w.client.node for w in workers if w.pin_slot is None} == (
             rotating
         )
+        # The majority side's writers send where n1 and n3 say the leader is now.
+        monkeypatch.setattr(nem.cluster, "local_leader", lambda t, p, among: "n3")
+        majority = [w for w in workers if w.pin_slot is None]
+        assert {w._majority_node(0) for w in majority} == {"n3"}
+        monkeypatch.setattr(nem.cluster, "local_leader", lambda t, p, among: None)
+        for worker in majority:
+            worker.leaders.clear()
+            assert worker._majority_node(0) in ("n1", "n3"), "never the cut-off node"
         monkeypatch.setattr(type(nem.cluster.brokers["n1"]), "alive", property(lambda b: True))
         assert "n2" not in nem._free(), "this window's second fault spares the aimed node"
         nem.heal_all()
@@ -133,3 +143,29 @@ def test_a_cut_off_leader_gets_the_pinned_workers(
         assert all(w.client.pinned is None for w in workers)
     finally:
         nem.close()
+
+
+def test_local_leader_asks_the_brokers_own_views(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The broker that says it leads wins; else the leader one names among those asked;
+    else one holding a replica; a broker that does not answer is skipped."""
+    from jepsen import cluster as cluster_module
+    from jepsen.cluster import Answer
+
+    cluster = Cluster(tmp_path, 3, planted_bug=None, durable_trace=False)
+    views: dict[str, list[dict[str, Any]] | None] = {}
+
+    def fake_http(url: str, *args: Any, **kwargs: Any) -> Answer:
+        node = next(n for n, b in cluster.brokers.items() if url.startswith(b.url))
+        if views[node] is None:
+            raise ConnectionRefusedError(node)
+        return Answer(200, json.dumps({"replicas": views[node]}).encode())
+
+    monkeypatch.setattr(cluster_module, "http", fake_http)
+    follower = {"topic": TOPIC, "partition": 0, "is_leader": False, "leader": "n2"}
+    views.update(n1=[follower], n2=None, n3=[{**follower, "leader": "n3", "is_leader": True}])
+    assert cluster.local_leader(TOPIC, 0, ["n1", "n2", "n3"]) == "n3"
+    assert cluster.local_leader(TOPIC, 0, ["n1", "n2"]) == "n2"  # n1 names it
+    assert cluster.local_leader(TOPIC, 0, ["n1"]) == "n1"  # n2 not asked: a replica holder
+    assert cluster.local_leader(TOPIC, 1, ["n1", "n3"]) is None

@@ -96,3 +96,19 @@ def test_a_campaign_draws_the_same_distinct_seeds_and_sums_its_runs() -> None:
     line = summary(rows).splitlines()[-1]
     assert line.startswith("| 4 | 1 | 2 | 1 | log:lost-write 4, log:stale-read 3 |"), line
     assert "12 (invalid), 13 (unknown), 14 (invalid)" in line
+
+
+def test_a_windows_unavailability_ends_where_the_next_window_starts() -> None:
+    """A stretch inside the next window is that window's, not this one's."""
+    from jepsen.history import Op
+    from jepsen.nemesis import Fault
+    from jepsen.report import unavailability
+
+    acks = [1.0, 2.0, 3.0, 12.0, 20.0, 21.0]
+    ops = [Op(i, t, 0, "ok", "send", "n1", {}) for i, t in enumerate(acks)]
+    faults = [
+        Fault("partition", "bridge", ["n1"], 0.5, 4.0),
+        Fault("partition", "bridge", ["n2"], 10.0, 14.0),
+    ]
+    got = [u["longest_without_ack_s"] for u in unavailability(ops, faults)]
+    assert got == [1.0, 8.0]  # not 9.0 (3.0 -> 12.0, inside the next); then 12.0 -> 20.0
