@@ -35,6 +35,7 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
+from bench import main_of
 from bench.broker_bench import Server
 
 PENDING_REQUEST_RECORDS = 10_000
@@ -176,8 +177,4 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     return {"medians": medians, "pending_counted": [count, count_after]}
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__)
-    add_arguments(parser)
-    run(parser.parse_args(argv))
-    return 0
+main = main_of(__doc__, add_arguments, run)

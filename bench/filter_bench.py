@@ -30,6 +30,7 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
+from bench import main_of
 from bench.broker_bench import Server
 
 MATCH_EVERY = 100  # 1% of records match
@@ -157,8 +158,4 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     return {"medians": medians, "checks": checks, "hits": hits}
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__)
-    add_arguments(parser)
-    run(parser.parse_args(argv))
-    return 0
+main = main_of(__doc__, add_arguments, run)

@@ -30,12 +30,12 @@ import asyncio
 import statistics
 import tempfile
 import time
-from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import aiohttp
 
+from bench import main_of
 from bench.cluster_bench import dmq_cluster, percentile
 from dmq.client import AsyncProducer
 
@@ -164,11 +164,7 @@ def run(args: argparse.Namespace) -> dict[str, float]:
     return r
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
-    add_arguments(parser)
-    run(parser.parse_args(argv))
-    return 0
+main = main_of(__doc__, add_arguments, run)
 
 
 if __name__ == "__main__":

@@ -14,6 +14,7 @@ call is signed (dmq/internal_auth.py).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import urllib.error
 import urllib.request
@@ -177,19 +178,12 @@ def fetch_batches_blocking(
             f"http://{http_addr}/v1/internal/partitions/{topic}/{partition}/batches"
             f"?start_offset={offset}&end_offset={end_offset}"
         )
-        headers = {FORWARDED_HEADER: "1", **signed_headers(secret, "GET", target_of(url))}
-        if cluster_id:
-            headers[CLUSTER_ID_HEADER] = cluster_id
-        request = urllib.request.Request(url, headers=headers)
-        try:
-            # The URL is http:// + a broker's address from the catalogue, never a file: one.
-            with urllib.request.urlopen(request, timeout=timeout_s) as resp:  # noqa: S310
-                body = resp.read()
-                next_offset = int(resp.headers["X-Dmq-Next-Offset"])
-        except urllib.error.HTTPError as exc:
-            raise _error_from(exc.code, exc.read()) from exc
-        except (urllib.error.URLError, OSError) as exc:
-            raise errors.BrokerUnavailable(f"broker at {http_addr}: {exc!r}") from exc
+        with (
+            _blocking_errors(http_addr),
+            _open_internal(url, secret, cluster_id, timeout_s) as resp,
+        ):
+            body = resp.read()
+            next_offset = int(resp.headers["X-Dmq-Next-Offset"])
         if next_offset <= offset:
             raise errors.BrokerUnavailable(
                 f"broker at {http_addr} has nothing from offset {offset} of {topic}-{partition}"
@@ -214,15 +208,29 @@ def fetch_delayed_blocking(
         f"http://{http_addr}/v1/internal/delay/{topic}/{partition}/pending"
         f"?index={position[0]}&k={position[1]}"
     )
+    with (
+        _blocking_errors(http_addr),
+        _open_internal(url, secret, cluster_id, timeout_s) as resp,
+    ):
+        while chunk := resp.read(DELAYED_READ_BYTES):
+            yield chunk
+
+
+def _open_internal(url: str, secret: bytes | None, cluster_id: str, timeout_s: float) -> Any:
+    """A signed GET of an internal route, blocking (urllib)."""
     headers = {FORWARDED_HEADER: "1", **signed_headers(secret, "GET", target_of(url))}
     if cluster_id:
         headers[CLUSTER_ID_HEADER] = cluster_id
-    request = urllib.request.Request(url, headers=headers)
+    request = urllib.request.Request(url, headers=headers)  # noqa: S310 - http:// only
+    # The URL is http:// + a broker's address from the catalogue, never a file: one.
+    return urllib.request.urlopen(request, timeout=timeout_s)  # noqa: S310
+
+
+@contextlib.contextmanager
+def _blocking_errors(http_addr: str) -> Iterator[None]:
+    """urllib's errors of a blocking internal call as dmq errors."""
     try:
-        # The URL is http:// + a broker's address from the catalogue, never a file: one.
-        with urllib.request.urlopen(request, timeout=timeout_s) as resp:  # noqa: S310
-            while chunk := resp.read(DELAYED_READ_BYTES):
-                yield chunk
+        yield
     except urllib.error.HTTPError as exc:
         raise _error_from(exc.code, exc.read()) from exc
     except (urllib.error.URLError, OSError) as exc:
