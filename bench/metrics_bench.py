@@ -9,6 +9,15 @@ flight, to a topic of --partitions partitions. Printed: the median produce MB/s 
 mode, their ratio, the broker's CPU seconds per produced GB in each mode (steadier than
 MB/s when other work shares the machine), and the scrape's median latency and size.
 
+MB/s moves by more than the 2% budget between two runs of the same mode on a shared
+machine, so the run also measures the scrape's own price, which noise does not hide: the
+broker's CPU seconds per scrape (--cpu-scrapes scrapes back to back once produce has
+stopped, every run's topic in place, less the broker's idle CPU over the same time), set
+against the broker's CPU seconds per second while it produced (plain runs). A broker that
+produces as fast as it can is bound by its one Python interpreter, so that quotient,
+`scrape_cost_share` = CPU per scrape / interval / produce CPU per second, is the share of
+produce throughput a scrape every interval takes.
+
 The issue's budget (#21): a scrape a second costs < 2% of batched produce throughput.
 The broker, the producer and the scraper share this machine's 2 cores: say so next to
 any figure quoted from here.
@@ -31,6 +40,9 @@ import aiohttp
 
 from bench.broker_bench import BATCH_RECORDS, RECORD_BYTES, Server, _produce_binary
 from log.records import Record, encode_batch
+
+
+IDLE_SAMPLE_S = 2.0  # the broker's idle CPU, subtracted from the scrapes' CPU
 
 
 def _batches(total_mb: int, seed: int) -> list[bytes]:
@@ -76,6 +88,25 @@ async def _one_run(
     return sum(map(len, batches)) / elapsed / 1e6, scrapes
 
 
+def _scrape_cpu_s(url: str, pid: int, scrapes: int) -> float:
+    """The broker's CPU seconds per GET /metrics, less its idle CPU (module docstring)."""
+
+    async def scrape_all() -> float:
+        async with aiohttp.ClientSession() as session:
+            start = time.perf_counter()
+            for _ in range(scrapes):
+                async with session.get(f"{url}/metrics") as resp:
+                    await resp.read()
+            return time.perf_counter() - start
+
+    idle_before = _cpu_s(pid)
+    time.sleep(IDLE_SAMPLE_S)
+    idle_per_s = (_cpu_s(pid) - idle_before) / IDLE_SAMPLE_S
+    before = _cpu_s(pid)
+    wall = asyncio.run(scrape_all())
+    return max(0.0, _cpu_s(pid) - before - idle_per_s * wall) / scrapes
+
+
 def _cpu_s(pid: int) -> float:
     """The process's user + system CPU seconds (/proc/<pid>/stat fields 14 and 15)."""
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
@@ -84,18 +115,19 @@ def _cpu_s(pid: int) -> float:
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
     if args.quick:  # CI: one run of each mode, small, scraped often enough to see scrapes
-        args.runs, args.total_mb, args.interval = 1, 4, 0.1
+        args.runs, args.total_mb, args.interval, args.cpu_scrapes = 1, 4, 0.1, 20
     batches = _batches(args.total_mb, seed=1)
     plain: list[float] = []
     scraped: list[float] = []
     cpu: dict[bool, list[float]] = {False: [], True: []}  # broker CPU s per produced GB
+    busy: list[float] = []  # broker CPU s per s of produce, plain runs
     scrapes: list[tuple[float, int]] = []
     gb = sum(map(len, batches)) / 1e9
     with tempfile.TemporaryDirectory(dir=args.dir) as tmp, Server(Path(tmp) / "data") as server:
         assert server.proc is not None
         for run_index in range(2 * args.runs):
             with_scrape = run_index % 2 == 1
-            cpu_before = _cpu_s(server.proc.pid)
+            cpu_before, wall_before = _cpu_s(server.proc.pid), time.perf_counter()
             mb_s, seen = asyncio.run(
                 _one_run(
                     server.url,
@@ -105,9 +137,14 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                     args.interval if with_scrape else None,
                 )
             )
-            cpu[with_scrape].append((_cpu_s(server.proc.pid) - cpu_before) / gb)
+            cpu_used = _cpu_s(server.proc.pid) - cpu_before
+            cpu[with_scrape].append(cpu_used / gb)
+            if not with_scrape:
+                busy.append(cpu_used / (time.perf_counter() - wall_before))
             (scraped if with_scrape else plain).append(mb_s)
             scrapes += seen
+        scrape_cpu_s = _scrape_cpu_s(server.url, server.proc.pid, args.cpu_scrapes)
+    busy_median = statistics.median(busy)
     result = {
         "setup": "1 broker, producer and scraper share the machine's cores",
         "partitions": args.partitions,
@@ -120,6 +157,11 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "scrapes": len(scrapes),
         "scrape_ms_median": statistics.median(s for s, _ in scrapes) * 1000 if scrapes else None,
         "scrape_bytes_median": statistics.median(b for _, b in scrapes) if scrapes else None,
+        "broker_cpu_ms_per_scrape": scrape_cpu_s * 1000,
+        "broker_cpu_s_per_s_producing_median": busy_median,
+        # The share of produce throughput one scrape every interval takes (docstring).
+        "scrape_cost_share": scrape_cpu_s / args.interval / busy_median,
+        "load_average_1m": os.getloadavg()[0],
         "runs": args.runs,
         "total_mb": args.total_mb,
         "interval_s": args.interval,
@@ -133,6 +175,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--total-mb", type=int, default=64, help="MB produced per run (64)")
     parser.add_argument("--partitions", type=int, default=1, help="of the topic (1)")
     parser.add_argument("--interval", type=float, default=1.0, help="between scrapes, s (1)")
+    parser.add_argument(
+        "--cpu-scrapes", type=int, default=200, help="back-to-back scrapes priced (200)"
+    )
     parser.add_argument("--quick", action="store_true", help="one small run of each (CI)")
 
 

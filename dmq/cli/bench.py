@@ -98,6 +98,9 @@ def add_bench(commands: Subparsers) -> None:
     metrics.add_argument("--total-mb", type=int, default=64, help="MB produced per run (64)")
     metrics.add_argument("--partitions", type=int, default=1, help="of the topic (1)")
     metrics.add_argument("--interval", type=float, default=1.0, help="between scrapes, s (1)")
+    metrics.add_argument(
+        "--cpu-scrapes", type=int, default=200, help="back-to-back scrapes priced (200)"
+    )
     metrics.add_argument("--quick", action="store_true", help="one small run of each (CI)")
     metrics.set_defaults(handler=_cmd_bench_metrics)
     # Likewise bench/spark_bench.py's add_arguments (needs the spark extra).
