@@ -24,9 +24,13 @@ system-deps:
 run: $(STAMP)
 	$(BIN)/dmq serve
 
+# One pytest worker per core (at most 4), whole files to a worker (`loadfile`: a module's
+# fixtures and its tests' order stay as written). The tests' brokers pick free ports and
+# the jepsen/ chains are per process and port, so two files never see each other's
+# faults. `python -m pytest tests/x` alone stays serial.
 test: $(STAMP) system-deps
 	$(BIN)/ruff check .
-	$(BIN)/python -m pytest
+	$(BIN)/python -m pytest --numprocesses auto --maxprocesses 4 --dist loadfile
 
 check: $(STAMP)
 	$(BIN)/ruff check .
