@@ -16,7 +16,10 @@ stopped, every run's topic in place, less the broker's idle CPU over the same ti
 against the broker's CPU seconds per second while it produced (plain runs). A broker that
 produces as fast as it can is bound by its one Python interpreter, so that quotient,
 `scrape_cost_share` = CPU per scrape / interval / produce CPU per second, is the share of
-produce throughput a scrape every interval takes.
+produce throughput a scrape every interval takes. On a loaded machine the broker gets less
+than a core while producing and the quotient grows with the load;
+`scrape_share_of_one_core` (CPU per scrape / interval) is the same price against a broker
+that has its core, the case the budget is about (batched produce at full speed).
 
 The issue's budget (#21): a scrape a second costs < 2% of batched produce throughput.
 The broker, the producer and the scraper share this machine's 2 cores: say so next to
@@ -40,7 +43,6 @@ import aiohttp
 
 from bench.broker_bench import BATCH_RECORDS, RECORD_BYTES, Server, _produce_binary
 from log.records import Record, encode_batch
-
 
 IDLE_SAMPLE_S = 2.0  # the broker's idle CPU, subtracted from the scrapes' CPU
 
@@ -161,6 +163,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "broker_cpu_s_per_s_producing_median": busy_median,
         # The share of produce throughput one scrape every interval takes (docstring).
         "scrape_cost_share": scrape_cpu_s / args.interval / busy_median,
+        "scrape_share_of_one_core": scrape_cpu_s / args.interval,
         "load_average_1m": os.getloadavg()[0],
         "runs": args.runs,
         "total_mb": args.total_mb,

@@ -22,5 +22,5 @@ def test_quick_metrics_bench_reports_every_figure() -> None:
     for name in ("produce_mb_s_median", "produce_mb_s_scraped_median", "scraped_over_plain",
                  "scrape_ms_median", "scrape_bytes_median", "broker_cpu_s_per_gb_median",
                  "broker_cpu_s_per_gb_scraped_median", "broker_cpu_ms_per_scrape",
-                 "broker_cpu_s_per_s_producing_median", "scrape_cost_share"):  # fmt: skip
+                 "broker_cpu_s_per_s_producing_median", "scrape_cost_share", "scrape_share_of_one_core"):  # fmt: skip
         assert math.isfinite(result[name]) and result[name] > 0, name

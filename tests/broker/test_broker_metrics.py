@@ -5,6 +5,9 @@
   largest) onto the kept labels, keeping the total and never more series than the bound;
 - traffic.py counts a produced batch's records (from its header) and stored bytes, and a
   JSON fetch's records and key, value and header bytes; a deleted topic's counters go;
+- metrics_text.py writes exactly `generate_latest`'s bytes for any gauge, counter and
+  histogram families (any label values, quotes and newlines included, any values), and
+  refuses a kind it does not know;
 - a Broker that has not started renders a scrape that prometheus_client's own parser
   reads: its registry is its own (two brokers in one process do not mix), the process
   metrics are there, and with more partitions than metrics_partitions_max the counters
@@ -16,12 +19,22 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client.core import (
+    CounterMetricFamily,
+    GaugeMetricFamily,
+    HistogramMetricFamily,
+    InfoMetricFamily,
+    Metric,
+)
 from prometheus_client.parser import text_string_to_metric_families
 
 from dmq.broker import Broker, FetchResult
 from dmq.broker.metrics_labels import SUM, Fold, series_depth
+from dmq.broker.metrics_text import render_text
 from dmq.broker.traffic import TrafficCounters
 from dmq.config import BrokerConfig
 from log.records import Header, Record, encode_batch
@@ -104,3 +117,55 @@ def test_a_scrape_parses_and_folds_partitions_into_topics_past_the_limit(
     assert families["dmq_partition_replicas"] == [({}, 0.0)]
     # The other broker's registry saw none of it.
     assert _scrape(other)["dmq_produced_records"] == []
+
+
+_values = st.one_of(
+    st.integers(-(10**18), 10**18),
+    st.floats(allow_nan=True, allow_infinity=True),
+)
+_label_values = st.text(max_size=8)  # any text: quotes, backslashes, newlines
+
+
+@st.composite
+def _families(draw: st.DrawFn) -> list[Metric]:
+    families: list[Metric] = []
+    for index in range(draw(st.integers(0, 6))):
+        name = f"dmq_family_{index}"
+        doc = draw(st.text(max_size=20))
+        kind = draw(st.sampled_from(["gauge", "counter", "histogram", "plain"]))
+        if kind == "plain":
+            families.append(GaugeMetricFamily(name, doc, value=draw(_values)))
+            continue
+        if kind == "histogram":
+            counts = draw(st.lists(st.integers(0, 10**9), min_size=1, max_size=4))
+            bounds = [*map(str, sorted(set(range(len(counts) - 1)))), "+Inf"]
+            buckets = list(zip(bounds, counts, strict=True))
+            families.append(HistogramMetricFamily(name, doc, buckets=buckets, sum_value=1.5))
+            continue
+        labels = draw(st.lists(st.sampled_from(["topic", "partition", "group"]), min_size=1, max_size=3, unique=True))  # fmt: skip
+        family = (GaugeMetricFamily if kind == "gauge" else CounterMetricFamily)(name, doc, labels=labels)  # fmt: skip
+        for _ in range(draw(st.integers(0, 4))):
+            family.add_metric([draw(_label_values) for _ in labels], draw(_values))
+        families.append(family)
+    return families
+
+
+class _Yields:
+    def __init__(self, families: list[Metric]) -> None:
+        self.families = families
+
+    def collect(self) -> list[Metric]:
+        return self.families
+
+
+@settings(max_examples=200, deadline=None)
+@given(_families())
+def test_the_state_writer_writes_generate_latests_bytes(families: list[Metric]) -> None:
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(_Yields(families))  # type: ignore[arg-type]
+    assert render_text(families).encode() == generate_latest(registry)
+
+
+def test_the_state_writer_refuses_a_kind_it_does_not_write() -> None:
+    with pytest.raises(ValueError, match="info"):
+        render_text([InfoMetricFamily("dmq_x", "x", value={"a": "b"})])
