@@ -87,7 +87,8 @@ async function showPage(results, topic, partition, from) {
     `Next page (from offset ${doc.next_offset})`);
   results.replaceChildren(
     h("p", {}, `${topic} / partition ${doc.partition}: log start ${fmtNum(doc.log_start_offset)}, `
-      + `high watermark ${fmtNum(doc.high_watermark)}, ${doc.records.length} records shown`
+      + `high watermark ${fmtNum(doc.high_watermark)}, ${doc.records.length} `
+      + `record${doc.records.length === 1 ? "" : "s"} shown`
       + (encoding === "base64" ? " (keys, values and headers in base64: not UTF-8)" : ""),
     " ", doc.records.length ? next : null),
     table([
