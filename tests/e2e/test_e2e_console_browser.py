@@ -9,7 +9,9 @@ Proves that:
 - the topics page lists topics created through the API; a topic's page shows its
   partitions, replicas, offsets and config;
 - a record produced through the API appears in the record browser, read from an offset
-  and from a timestamp, with its key, headers and its JSON value pretty-printed;
+  and from a timestamp, with its key, headers and its JSON value pretty-printed; markup in
+  a record is shown as text (no element made, no script run); a value that is not UTF-8
+  is shown in base64;
 - a topic created with the console's form exists in the API with the partitions asked;
   a record produced with the console's form is read back through the API;
 - a consumer group's lag per partition shows and follows a commit made through the API
@@ -198,6 +200,25 @@ def test_record_produced_through_the_api_appears_in_the_record_browser(console: 
     console.until_text("#records", "1 record shown")
     assert "k-17" in console.text("#records tbody")
     console.shot("records-by-time")
+
+
+def test_record_browser_shows_markup_as_text_and_binary_as_base64(console: Console) -> None:
+    console.api("POST", "/v1/topics", {"name": "hostile", "partitions": 1}, expect=201)
+    markup = '<img id="injected" src="x"><script>window.pwned = 1</script>'
+    console.api(
+        "POST", "/v1/topics/hostile/records", {"records": [{"key": markup, "value": markup}]}
+    )
+    console.open("records?topic=hostile&partition=0&offset=0")
+    console.until_text("#records tbody", '<img id="injected"')
+    assert console.driver.find_elements(By.ID, "injected") == []
+    assert console.driver.execute_script("return window.pwned === undefined") is True
+    # A value that is not UTF-8: the page is read again as base64 (the fetch answers 406).
+    console.api("POST", "/v1/topics/hostile/records",
+                {"records": [{"value": "/w=="}], "value_encoding": "base64"})  # fmt: skip
+    console.open("records?topic=hostile&partition=0&offset=1")
+    console.until_text("#records", "in base64")
+    assert console.cells("#records")[0][3] == "/w=="
+    console.shot("records-base64")
 
 
 def test_topic_created_in_the_console_exists_in_the_api(console: Console) -> None:

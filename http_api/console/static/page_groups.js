@@ -58,6 +58,8 @@ export async function groupPage(ctx) {
         ["committed", (p) => fmtNum(p.committed_offset), { num: true }],
         ["high watermark", (p) => fmtNum(p.high_watermark), { num: true }],
         ["lag", (p) => fmtNum(p.lag), { num: true }],
+        ["", (p) => link(`#/records?topic=${enc(p.topic)}&partition=${p.partition}`
+          + `&offset=${p.committed_offset === null ? "earliest" : p.committed_offset}`, "browse from here")],
       ], g.partitions, { id: "group-partitions" }),
       h("h2", {}, "Members"),
       table([

@@ -76,6 +76,10 @@ export async function topicPage(ctx) {
       ["log end", (p) => fmtNum(p.log_end_offset), { num: true }],
       ["", (p) => link(`#/records?topic=${enc(d.name)}&partition=${p.partition}`, "browse")],
     ], d.partitions, { id: "partitions" }),
+    d.partitions.some((p) => p.log_end_offset === null)
+      ? h("p", { class: "muted" }, "–: this broker holds no replica of the partition; its "
+        + "leader gave the log start and high watermark, the log end is known on replicas only.")
+      : null,
     h("h2", {}, "Config"),
     table([["key", ([k]) => h("code", {}, k)], ["value", ([, v]) => JSON.stringify(v)]],
       Object.entries(d.config).sort(), { id: "config" }),
