@@ -8,8 +8,8 @@ Proves that:
 - the cluster page shows this broker's id, live, as a metadata voter, with its leaders;
 - the topics page lists topics created through the API; a topic's page shows its
   partitions, replicas, offsets and config;
-- a record produced through the API appears in the record browser, read from an offset
-  and from a timestamp, with its key, headers and its JSON value pretty-printed; markup in
+- a record produced through the API appears in the record browser, read from the start,
+  the newest page, an offset and a timestamp, with its key, headers and its JSON value pretty-printed; markup in
   a record is shown as text (no element made, no script run); a value that is not UTF-8
   is shown in base64;
 - a topic created with the console's form exists in the API with the partitions asked;
@@ -196,6 +196,8 @@ def test_record_produced_through_the_api_appears_in_the_record_browser(console: 
     # From an offset, then from a timestamp: only the new record.
     console.open(f"records?topic=browse&partition=0&offset={offset}")
     console.until_text("#records", "1 record shown")
+    console.open("records?topic=browse&partition=0&offset=newest")  # the last page
+    console.until_text("#records", "4 records shown")
     console.open(f"records?topic=browse&partition=0&timestamp={before_ms}")
     console.until_text("#records", "1 record shown")
     assert "k-17" in console.text("#records tbody")

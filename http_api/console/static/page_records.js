@@ -26,7 +26,8 @@ export async function recordsPage(ctx) {
   const tsInput = h("input", { name: "timestamp", type: "datetime-local", step: 1,
     value: q.has("timestamp") ? toLocalInput(Number(q.get("timestamp"))) : "" });
   const modeSelect = h("select", { name: "mode" },
-    [["earliest", "earliest"], ["latest", "latest"], ["offset", "an offset"], ["timestamp", "a time"]]
+    [["earliest", "the oldest"], ["newest", `the newest ${RECORDS_PAGE}`], ["offset", "an offset"],
+      ["timestamp", "a time"]]
       .map(([v, t]) => h("option", { value: v, selected: v === (/^\d+$/.test(mode) ? "offset" : mode) }, t)));
   const form = h("form", { class: "panel", id: "browse" },
     h("label", {}, "topic", topicSelect(names, topic)),
@@ -62,6 +63,10 @@ function toLocalInput(ms) {
 
 async function fetchPage(topic, partition, from) {
   const path = `/v1/topics/${enc(topic)}/partitions/${enc(partition)}/records`;
+  if (from.offset === "newest") {  // the last page: up to RECORDS_PAGE before the high watermark
+    const o = await api("GET", `/v1/topics/${enc(topic)}/partitions/${enc(partition)}/offsets`);
+    from = { offset: Math.max(o.log_start_offset, o.high_watermark - RECORDS_PAGE) };
+  }
   const query = { ...from, max_records: RECORDS_PAGE };
   try {
     return { encoding: "string", doc: await api("GET", path, { query }) };
