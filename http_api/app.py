@@ -18,6 +18,7 @@ from dmq import errors
 from dmq.broker import Acks, Broker, Consistency, FetchResult, TopicDescription
 from dmq.types import PARTITION_COUNT_HEADER
 from http_api import codec, transactions
+from http_api.console import CONSOLE_ROUTES
 from http_api.delay import (
     DELAY_ROUTES,
     delay_requested,
@@ -508,6 +509,7 @@ ROUTES: tuple[tuple[str, str, Any], ...] = (
     ("GET", "/v1/internal/metadata/voters", internal_metadata_voters),
     *OPERATIONS_ROUTES,
     *IDENTITY_ROUTES,
+    *CONSOLE_ROUTES,  # the web console's static files at /ui/ (http_api/console/)
 )
 
 
