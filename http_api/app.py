@@ -39,6 +39,7 @@ from http_api.internal_auth import internal_auth_middleware
 from http_api.metrics import METRICS_ROUTES, metrics_middleware
 from http_api.openapi import openapi_document
 from http_api.operations import OPERATIONS_ROUTES
+from http_api.rest_v2 import REST_V2_ROUTES
 from http_api.sendfile import FileRangesResponse
 from http_api.share import SHARE_ROUTES
 
@@ -508,6 +509,7 @@ ROUTES: tuple[tuple[str, str, Any], ...] = (
     ("GET", "/v1/internal/metadata/voters", internal_metadata_voters),
     *OPERATIONS_ROUTES,
     *IDENTITY_ROUTES,
+    *REST_V2_ROUTES,  # Confluent REST Proxy v2, outside /v1 (http_api/rest_v2.py)
 )
 
 
