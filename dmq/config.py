@@ -123,7 +123,9 @@ class BrokerConfig:
     )
     rest_v2_instances_max: int = field(
         default=limits.REST_V2_INSTANCES_MAX,
-        metadata=_doc("Confluent REST v2 consumer instances the metadata leader keeps (429 beyond)"),
+        metadata=_doc(
+            "Confluent REST v2 consumer instances the metadata leader keeps (429 beyond)"
+        ),
     )
     # Limits (dmq/limits.py explains each cost).
     request_bytes_max: int = field(

@@ -123,9 +123,7 @@ def _answer_type(request: web.Request) -> str:
             return V2
         if kind in _GENERIC:
             return kind
-    raise errors.NotAcceptable(
-        f"Accept names none of {V2}, {', '.join(_GENERIC)}", field="Accept"
-    )
+    raise errors.NotAcceptable(f"Accept names none of {V2}, {', '.join(_GENERIC)}", field="Accept")
 
 
 def _check_body_type(request: web.Request, body: bytes) -> None:
@@ -156,9 +154,7 @@ def _partition_json(p: PartitionInfo) -> dict[str, Any]:
     return {
         "partition": p.partition,
         "leader": p.leader,
-        "replicas": [
-            {"broker": r, "leader": r == p.leader, "in_sync": True} for r in p.replicas
-        ],
+        "replicas": [{"broker": r, "leader": r == p.leader, "in_sync": True} for r in p.replicas],
     }
 
 
@@ -303,9 +299,7 @@ async def _produce(request: web.Request, partition: int | None) -> web.Response:
             field="Content-Type",
         )
     doc = codec.parse_json_object(await request.read())
-    records = _produce_records(
-        doc, fmt, partition is None, broker.config.produce_records_max
-    )
+    records = _produce_records(doc, fmt, partition is None, broker.config.produce_records_max)
     if partition is not None:
         records = [ProduceRecord(r.key, r.value, partition=partition) for r in records]
     runs = await broker.produce.produce(request.match_info["topic"], records, acks="all")
@@ -379,8 +373,8 @@ async def create_consumer(request: web.Request) -> web.Response:
     codec.only_fields(doc, {"name", *_CONSUMER_CONFIG})
     name = doc.get("name")
     name = "" if name is None else _name(name, "name", limits.GROUP_NAME_CHARS_MAX)
-    fmt = _choice(doc, "format", "binary", ("binary", "json"))
-    reset = _choice(doc, "auto.offset.reset", "latest", ("earliest", "latest", "none"))
+    fmt: Any = _choice(doc, "format", "binary", ("binary", "json"))
+    reset: Any = _choice(doc, "auto.offset.reset", "latest", ("earliest", "latest", "none"))
     commit = _choice(doc, "auto.commit.enable", "false", ("true", "false"))
     broker = _routed(request)
     timeout_ms = _int_setting(
@@ -388,9 +382,7 @@ async def create_consumer(request: web.Request) -> web.Response:
         broker.config.fetch_wait_ms_max,
     )  # fmt: skip
     _int_setting(doc, "fetch.min.bytes", 0, INT32_MAX)  # taken, not used: fetches never wait
-    instance = await broker.rest_v2.create(
-        group, name, fmt, reset, commit == "true", timeout_ms  # type: ignore[arg-type]
-    )
+    instance = await broker.rest_v2.create(group, name, fmt, reset, commit == "true", timeout_ms)
     base_uri = f"{request.scheme}://{request.host}/consumers/{group}/instances/{instance.name}"
     return _json({"instance_id": instance.name, "base_uri": base_uri}, kind)
 

@@ -11,7 +11,9 @@ Proves, against a real `dmq serve` over real HTTP, with the documented content t
   (given offsets: the committed offset is offset + 1; empty body: everything fetched),
   reads its committed offsets back, and is deleted (then 40403);
 - bad input answers the proxy's error shape and codes: 40401, 40402, 40403, 40601, 40902,
-  415, 406, 422/42204.
+  415, 406, 422/42204;
+- (hypothesis) any JSON value round-trips through the json format, any bytes through binary;
+- an instance idle past rest_v2_instance_timeout_ms is deleted and leaves its group.
 """
 
 from __future__ import annotations
@@ -26,6 +28,8 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from tests_support import BrokerProcess
 
@@ -263,3 +267,48 @@ def test_bad_input_answers_the_proxys_errors(proxy: BrokerProcess) -> None:
     assert_error(call(url + "/consumers/dupgroup", "POST", {"name": "twice"}, V2), 409, 40902)
     assert_error(call(url + "/consumers/dupgroup", "POST", {"name": "x"}, "text/plain"), 415, 415)
     assert call(url + "/consumers/dupgroup/instances/twice", "DELETE")[0] == 204
+
+
+JSON_VALUES = st.recursive(
+    st.none() | st.booleans() | st.integers(-(2**63), 2**63) | st.text(max_size=20)
+    | st.floats(allow_nan=False, allow_infinity=False),
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner,
+                                                                 max_size=4),
+    max_leaves=12,
+)  # fmt: skip
+
+
+@settings(max_examples=25, deadline=None, database=None)
+@given(key=JSON_VALUES, value=JSON_VALUES, raw=st.binary(max_size=64))
+def test_embedded_formats_round_trip(
+    proxy: BrokerProcess, key: Any, value: Any, raw: bytes
+) -> None:
+    """Whatever JSON a json produce embeds comes back as that JSON, and whatever bytes a
+    binary produce embeds come back as those bytes (null stays null)."""
+    url = proxy.url + "/topics/jsontest/partitions/0"
+    record = {"key": key, "value": value}
+    status, _, body = call(url, "POST", {"records": [record]}, V2_JSON)
+    assert status == 200, body
+    offset = body["offsets"][0]["offset"]
+    status, ctype, got = call(url + f"/records?offset={offset}&timeout=1000", "GET",
+                              accept=V2_JSON)  # fmt: skip
+    assert status == 200 and ctype.startswith(V2_JSON), got
+    assert (got[0]["key"], got[0]["value"], got[0]["offset"]) == (key, value, offset)
+    status, _, body = call(url, "POST", {"records": [{"value": b64(raw)}]}, V2_BINARY)
+    offset = body["offsets"][0]["offset"]
+    status, _, got = call(url + f"/records?offset={offset}", "GET", accept=V2_BINARY)
+    assert got[0]["key"] is None and base64.b64decode(got[0]["value"]) == raw
+
+
+def test_idle_instance_is_deleted_and_leaves_its_group(broker_factory: Any) -> None:
+    broker = broker_factory(extra_args=["--rest-v2-instance-timeout-ms", "1000"]).start()
+    base_uri = _create(broker, "idlegroup", {"name": "idle"})
+    assert call(base_uri + "/subscription", "POST", {"topics": ["t"]}, V2)[0] == 204
+    status, group = broker.json("GET", "/v1/groups/idlegroup")
+    assert status == 200 and group["member_count"] == 1, group
+    time.sleep(1.5)  # idle past rest_v2_instance_timeout_ms
+    _create(broker, "idlegroup", {"name": "other"})  # any instance call sweeps idle ones
+    assert_error(call(base_uri + "/records", "GET", accept=V2_BINARY), 404, 40403)
+    status, group = broker.json("GET", "/v1/groups/idlegroup")
+    # The member left: the group is empty, or gone (an empty group without offsets is).
+    assert status == 404 or group["member_count"] == 0, (status, group)
