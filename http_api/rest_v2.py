@@ -490,8 +490,10 @@ async def get_records(request: web.Request) -> web.Response:
     c = broker.config
     fmt = _accepted_format(request, broker.rest_v2.instance(group, name))
     wait_ms, max_bytes = _fetch_params(request, c.fetch_wait_ms_max, c.fetch_bytes_max)
-    _, found = await broker.rest_v2.fetch(group, name, wait_ms, max_bytes)
-    return _json([_record_json(r, fmt) for r in found], _FORMAT_TYPES[fmt])
+    found = await broker.rest_v2.fetch(
+        group, name, wait_ms, max_bytes, lambda r: _record_json(r, fmt)
+    )
+    return _json(found, _FORMAT_TYPES[fmt])
 
 
 def _topic_partitions(
@@ -507,11 +509,9 @@ def _topic_partitions(
     out = []
     for i, item in enumerate(items):
         where = f"{field}[{i}]"
-        known = {"topic", "partition", "offset", "metadata"} if with_offset else {
-            "topic", "partition"}  # fmt: skip
-        if not isinstance(item, dict) or set(item) - known or not {"topic", "partition"} <= set(
-            item
-        ) or (with_offset and "offset" not in item):  # fmt: skip
+        required = {"topic", "partition", "offset"} if with_offset else {"topic", "partition"}
+        known = required | {"metadata"} if with_offset else required
+        if not isinstance(item, dict) or set(item) - known or required - set(item):
             raise errors.InvalidRequest(f"{where} must be {shape}", field=where)
         topic = _name(item["topic"], f"{where}.topic", limits.TOPIC_NAME_CHARS_MAX)
         partition = _int_setting(item, "partition", 0, INT32_MAX)

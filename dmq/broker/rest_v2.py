@@ -39,7 +39,7 @@ import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Literal, TypeVar
 
 from dmq import errors
 from dmq.broker.fetch import FetchService
@@ -51,6 +51,7 @@ _log = logging.getLogger("dmq.rest_v2")
 EmbeddedFormat = Literal["binary", "json"]
 OffsetReset = Literal["earliest", "latest", "none"]
 TopicPartition = tuple[str, int]
+T = TypeVar("T")
 
 
 @dataclass(slots=True)
@@ -214,9 +215,17 @@ class RestConsumers:
     # --- fetch ----------------------------------------------------------------------------
 
     async def fetch(
-        self, group: str, name: str, wait_ms: int | None, max_bytes: int
-    ) -> tuple[ConsumerInstance, list[FetchedRecord]]:
-        """Records of the assigned partitions from the instance's positions (steps 4, 5)."""
+        self,
+        group: str,
+        name: str,
+        wait_ms: int | None,
+        max_bytes: int,
+        encode: Callable[[FetchedRecord], T],
+    ) -> list[T]:
+        """Records of the assigned partitions from the instance's positions (steps 4, 5),
+        each as `encode` makes it. A record `encode` refuses (raises) ends the answer
+        before it, and is not passed: the first one's error is raised, so the instance
+        never moves past a record it could not deliver."""
         await self.maybe_expire()
         instance = self.instance(group, name)
         async with instance.lock:
@@ -236,10 +245,16 @@ class RestConsumers:
                     t, p, offset, wait, self._fetch_records_max, max_bytes
                 ),
             )
-            taken = _within(found, max_bytes, self._fetch_records_max)
-            for r in taken:
+            encoded: list[T] = []
+            for r in _within(found, max_bytes, self._fetch_records_max):
+                try:
+                    encoded.append(encode(r))
+                except errors.DmqError:
+                    if not encoded:
+                        raise
+                    break
                 instance.positions[(r.topic, r.partition)] = r.record.offset + 1
-            return instance, taken
+            return encoded
 
     async def _acknowledged_assignment(
         self, instance: ConsumerInstance
