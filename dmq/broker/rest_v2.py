@@ -362,9 +362,6 @@ class RestConsumers:
             offsets.append((topic, partition, int(edge_offset)))
         await self.seek(group, name, tuple(offsets))
 
-    def count(self) -> int:
-        return len(self._instances)
-
 
 def _within(found: list[PartitionFetch], max_bytes: int, records_max: int) -> list[FetchedRecord]:
     """Records of the partitions read, in partition order, until their keys and values
