@@ -114,6 +114,19 @@ class BrokerConfig:
         default=limits.TRANSACTIONAL_ID_EXPIRATION_MS_DEFAULT,
         metadata=_doc("a transactional id unused this long is forgotten, ms"),
     )
+    rest_v2_instance_timeout_ms: int = field(
+        default=limits.REST_V2_INSTANCE_TIMEOUT_MS_DEFAULT,
+        metadata=_doc(
+            "a Confluent REST v2 consumer instance idle this long is deleted and leaves its "
+            "group (consumer.instance.timeout.ms), ms"
+        ),
+    )
+    rest_v2_instances_max: int = field(
+        default=limits.REST_V2_INSTANCES_MAX,
+        metadata=_doc(
+            "Confluent REST v2 consumer instances the metadata leader keeps (429 beyond)"
+        ),
+    )
     # Limits (dmq/limits.py explains each cost).
     request_bytes_max: int = field(
         default=limits.REQUEST_BYTES_MAX, metadata=_doc("largest HTTP request body, bytes")
@@ -250,6 +263,13 @@ class BrokerConfig:
             raise InvalidConfig(
                 "fetch_bytes_max must be >= batch_bytes_max (a fetch returns whole batches)",
                 field="fetch_bytes_max",
+            )
+        low, high = limits.SESSION_TIMEOUT_MS_MIN, limits.SESSION_TIMEOUT_MS_MAX
+        if not low <= self.rest_v2_instance_timeout_ms <= high:  # also its members' session
+            raise InvalidConfig(
+                f"rest_v2_instance_timeout_ms must be in [{low}, {high}]",
+                field="rest_v2_instance_timeout_ms",
+                limit=high,
             )
         for name in ("http_addr", "raft_addr"):
             host, _, port = getattr(self, name).rpartition(":")

@@ -12,13 +12,15 @@
     │   │   ├── PartitionNotFound
     │   │   │   └── PartitionGone    410  decommissioned and removed (the number stays taken)
     │   │   ├── GroupNotFound
-    │   │   └── TransactionNotFound  unknown transactional id
+    │   │   ├── TransactionNotFound  unknown transactional id
+    │   │   └── ConsumerInstanceNotFound  a REST v2 consumer instance (code not_found)
     │   ├── TopicAlreadyExists       409
     │   ├── GroupConflict            409  consumer groups: the member must act first
     │   │   ├── UnknownMember        409  not (or no longer) a member: join again
     │   │   ├── StaleGeneration      409  the partition is not this member's at that generation
     │   │   ├── GroupNotEmpty        409  offsets reset and group delete need an empty group
     │   │   ├── InconsistentAssignor 409  the group's members use another assignor
+    │   │   ├── ConsumerInstanceExists 409  a REST v2 consumer instance name (group_conflict)
     │   │   └── LockNotHeld          409  share groups: the record is not locked to this member
     │   ├── PartitionDecommissioned  409  the partition takes no new records (still readable)
     │   ├── OperationConflict        409  another cluster operation of that kind is running
@@ -109,6 +111,11 @@ class GroupNotFound(NotFound):
     code = "group_not_found"
 
 
+class ConsumerInstanceNotFound(NotFound):
+    """A Confluent REST v2 consumer instance (dmq/broker/rest_v2.py): its v2 error_code
+    is 40403; on dmq's own wire it keeps NotFound's code."""
+
+
 class TopicAlreadyExists(ClientError):
     code = "topic_already_exists"
 
@@ -137,6 +144,11 @@ class LockNotHeld(GroupConflict):
     """A share-group ack of a record whose lock expired or that another member holds."""
 
     code = "lock_not_held"
+
+
+class ConsumerInstanceExists(GroupConflict):
+    """A Confluent REST v2 consumer instance name already taken in its group (v2
+    error_code 40902); on dmq's own wire it keeps GroupConflict's code."""
 
 
 class PartitionDecommissioned(ClientError):

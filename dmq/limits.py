@@ -97,6 +97,16 @@ GROUP_OFFSETS_RETENTION_MS_DEFAULT: Final = 7 * 24 * 3600 * 1000
 # transactional.id.expiration.ms, 7 days): the next use starts at a new producer id.
 TRANSACTIONAL_ID_EXPIRATION_MS_DEFAULT: Final = 7 * 24 * 3600 * 1000
 
+# Confluent REST Proxy v2 consumer instances (dmq/broker/rest_v2.py), kept in memory by
+# the metadata leader. Each holds a group member and one position per assigned partition.
+REST_V2_INSTANCES_MAX: Final = 1_000
+# An instance idle this long is deleted and leaves its group (the proxy's
+# consumer.instance.timeout.ms, 5 minutes); it is also its member's session timeout, so
+# it lies within [SESSION_TIMEOUT_MS_MIN, SESSION_TIMEOUT_MS_MAX].
+REST_V2_INSTANCE_TIMEOUT_MS_DEFAULT: Final = 300_000
+# A records fetch without ?timeout= waits this long (the proxy's consumer.request.timeout.ms).
+REST_V2_REQUEST_TIMEOUT_MS_DEFAULT: Final = 1_000
+
 # Broker-side filtering (dmq/selector.py): the longest filter= text, and the bytes of
 # log one filtered fetch may read and decode (its CPU bound: a fetch whose records
 # mostly do not match reads at most this much, then answers with next_offset past it).

@@ -40,6 +40,7 @@ from http_api.internal_auth import internal_auth_middleware
 from http_api.metrics import METRICS_ROUTES, metrics_middleware
 from http_api.openapi import openapi_document
 from http_api.operations import OPERATIONS_ROUTES
+from http_api.rest_v2 import REST_V2_ROUTES
 from http_api.sendfile import FileRangesResponse
 from http_api.share import SHARE_ROUTES
 
@@ -510,6 +511,7 @@ ROUTES: tuple[tuple[str, str, Any], ...] = (
     *OPERATIONS_ROUTES,
     *IDENTITY_ROUTES,
     *CONSOLE_ROUTES,  # the web console's static files at /ui/ (http_api/console/)
+    *REST_V2_ROUTES,  # Confluent REST Proxy v2, outside /v1 (http_api/rest_v2.py)
 )
 
 

@@ -9,7 +9,8 @@ schemathesis test then holds the running broker to it.
 Shape: `openapi_document(config)` is one dict literal assembled from one module per
 area: openapi_cluster (probes, cluster, operations), openapi_internal (broker to broker),
 openapi_topics, openapi_records, openapi_groups, openapi_identity (set-aside data),
-openapi_share, openapi_delay (scheduled records), openapi_transactions. Each builds its
+openapi_share, openapi_delay (scheduled records), openapi_transactions, openapi_rest_v2
+(the Confluent REST Proxy v2 routes, in the proxy's error shape). Each builds its
 paths and its named schemas with openapi_schema's helpers (parameters, bodies, operations,
 error responses); no area imports this module or another area.
 """
@@ -26,6 +27,7 @@ from http_api.openapi_groups import group_paths, group_schemas
 from http_api.openapi_identity import identity_paths, identity_schemas
 from http_api.openapi_internal import internal_paths
 from http_api.openapi_records import record_paths, record_schemas
+from http_api.openapi_rest_v2 import rest_v2_paths, rest_v2_schemas
 from http_api.openapi_schema import (
     ERROR_STATUSES,
     OFFSET_HEADERS,
@@ -83,6 +85,7 @@ def _paths(config: BrokerConfig) -> dict[str, Any]:
         **share_paths(config),
         **delay_paths(config),
         **transaction_paths(),
+        **rest_v2_paths(config),  # Confluent REST Proxy v2, outside /v1
     }
 
 
@@ -97,4 +100,5 @@ def _schemas(config: BrokerConfig) -> dict[str, Any]:
         **share_schemas(config),
         **delay_schemas(),
         **transaction_schemas(),
+        **rest_v2_schemas(config),
     }

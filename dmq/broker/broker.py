@@ -15,7 +15,8 @@ Every request is one call on one service (dmq/README.md, "dmq/broker/"):
   what and where it listens; this broker's replicas made to match the catalogue;
 - `identity` (identity.py): the cluster id, checked before the data directory is
   touched and adopted once registered; `strays` (strays.py): data set aside;
-- `metrics` (metrics.py): `GET /metrics`, this broker's Prometheus registry.
+- `metrics` (metrics.py): `GET /metrics`, this broker's Prometheus registry;
+- `rest_v2` (rest_v2.py): Confluent REST Proxy v2 consumer instances on groups.
 
 The Broker owns what lives as long as the process: the data-directory lock, the cluster
 id, the Raft node (raft/node.py: every group of this broker on one address and one
@@ -45,6 +46,7 @@ from dmq.broker.metrics import MetricsService
 from dmq.broker.operations import OperationsService
 from dmq.broker.produce import ProduceService
 from dmq.broker.reconcile import Reconciler
+from dmq.broker.rest_v2 import RestConsumers
 from dmq.broker.routing import Routing
 from dmq.broker.share import ShareService
 from dmq.broker.storage import StorageService
@@ -118,6 +120,10 @@ class Broker:
             transactional_id_expiration_ms=config.transactional_id_expiration_ms,
         )
         self.share = ShareService(ctx, self.fetch, self.produce, self.topics, self.groups.is_leader)
+        self.rest_v2 = RestConsumers(  # Confluent REST v2 consumer instances (rest_v2.py)
+            self.groups, self.fetch, instance_timeout_ms=config.rest_v2_instance_timeout_ms,
+            instances_max=config.rest_v2_instances_max, fetch_records_max=config.fetch_records_max,
+        )  # fmt: skip
         # GET /metrics: this broker's own registry, read at scrape time (metrics.py).
         self.metrics = MetricsService(ctx, self.fetch, self.storage)
 

@@ -465,10 +465,21 @@ class GroupsService:
                     _log.debug("group fetch: %s-%d left out: %s", topic, partition, exc)
                     continue
             positions.append((topic, partition, offset))
+        return view, await self.read_positions(positions, wait_ms, read, report_skipped)
+
+    async def read_positions(
+        self,
+        positions: list[tuple[str, int, int]],
+        wait_ms: int,
+        read: Callable[[str, int, int, int], Awaitable[Any]],
+        report_skipped: bool = False,
+    ) -> list[PartitionFetch]:
+        """Read every (topic, partition, offset) at once; long-poll them together when none
+        has records (the group fetch, and dmq/broker/rest_v2.py from its own positions)."""
         found = await self._read_all(positions, 0, read, report_skipped)
         if found or wait_ms == 0 or not positions:
-            return view, found
-        return view, await self._read_all(positions, wait_ms, read, report_skipped)
+            return found
+        return await self._read_all(positions, wait_ms, read, report_skipped)
 
     async def _read_all(
         self,

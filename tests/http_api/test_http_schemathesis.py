@@ -3,7 +3,8 @@
 Proves, with schemathesis generating requests for every operation of GET /openapi.json
 (both valid and invalid by the schema, a bounded number per operation), that the broker:
 - never answers 5xx (a 500 is a handler bug: an exception the API did not translate);
-- answers every 4xx with the error shape {"error": {"code", "message", "details"}};
+- answers every 4xx with the error shape {"error": {"code", "message", "details"}}
+  (the Confluent REST Proxy v2 routes, operationId v2_*, with the proxy's own shape);
 - answers statuses, content types, headers and JSON bodies that the document allows;
 - logs no traceback while doing so.
 
@@ -37,6 +38,11 @@ from tests_support import BrokerProcess
 # The API's two non-JSON request bodies: a batch is opaque bytes, NDJSON is text.
 schemathesis.serializer.alias("application/vnd.dmq.batch", "application/octet-stream")
 schemathesis.serializer.alias("application/x-ndjson", "text/plain")
+# The Confluent REST Proxy v2 bodies (http_api/rest_v2.py) are JSON.
+for _v2_type in ("json.v2", "binary.v2", "v2", ""):
+    schemathesis.serializer.alias(
+        f"application/vnd.kafka{'.' if _v2_type else ''}{_v2_type}+json", "application/json"
+    )
 
 EXAMPLES_PER_OPERATION = 100
 LIMITS = {
@@ -72,6 +78,15 @@ SEEDED_GROUP_OPERATIONS = {
     "leave_group", "reset_group_offsets",
 }  # fmt: skip
 SEEDED_MEMBER: dict[str, str] = {}
+# The Confluent REST v2 routes aimed at the seeded topic, and at a v2 consumer instance
+# subscribed to it in a group of its own (not deleted or unsubscribed: the others need it).
+SEEDED_V2_GROUP, SEEDED_V2_INSTANCE = "seeded-v2-group", "seeded-v2"
+SEEDED_V2_OPERATIONS = {
+    "v2_get_topic", "v2_produce", "v2_get_partitions", "v2_get_partition",
+    "v2_produce_partition", "v2_get_partition_offsets", "v2_get_partition_records",
+    "v2_get_subscription", "v2_get_assignments", "v2_get_records", "v2_commit_offsets",
+    "v2_get_offsets", "v2_seek", "v2_seek_to_beginning", "v2_seek_to_end", "v2_subscribe",
+}  # fmt: skip
 
 
 def _seed(broker: BrokerProcess) -> None:
@@ -92,6 +107,12 @@ def _seed(broker: BrokerProcess) -> None:
     status, member = broker.json("POST", f"/v1/groups/{SEEDED_GROUP}/members", join)
     assert status == 201 and len(member["assignment"]) == 2, member
     SEEDED_MEMBER["member_id"] = member["member_id"]
+    v2 = "application/vnd.kafka.v2+json"
+    body = {"name": SEEDED_V2_INSTANCE, "auto.offset.reset": "earliest"}
+    assert broker.json("POST", f"/consumers/{SEEDED_V2_GROUP}", body, v2)[0] == 200
+    instance = f"/consumers/{SEEDED_V2_GROUP}/instances/{SEEDED_V2_INSTANCE}"
+    body = {"topics": [SEEDED_TOPIC]}
+    assert broker.request("POST", instance + "/subscription", body, v2)[0] == 204
 
 
 @pytest.fixture(scope="module")
@@ -129,6 +150,16 @@ def assert_error_shape(response: Any, case: Any = None) -> None:
     assert isinstance(error["details"], dict), body
 
 
+def assert_rest_v2_error_shape(response: Any, case: Any) -> None:
+    """The Confluent REST Proxy v2 routes (operationId v2_*) answer every 4xx in the
+    proxy's shape instead: {"error_code": int, "message": str}."""
+    if not 400 <= response.status_code < 500:
+        return
+    body = json.loads(response.content)
+    assert set(body) == {"error_code", "message"}, (body, case.as_curl_command())
+    assert isinstance(body["error_code"], int) and body["message"], body
+
+
 # One test per operation, named by its operationId. (schemathesis' own pytest
 # parametrization, from_fixture, does not run under pytest 9; hypothesis drives it here.)
 OPERATION_IDS = sorted(
@@ -146,8 +177,11 @@ def test_every_answer_conforms_and_no_5xx(api_schema: Any, operation_id: str) ->
         operation.as_strategy(GenerationMode.POSITIVE),
         operation.as_strategy(GenerationMode.NEGATIVE),
     ]
-    if operation_id in SEEDED_OPERATIONS | SEEDED_GROUP_OPERATIONS:
+    if operation_id in SEEDED_OPERATIONS | SEEDED_GROUP_OPERATIONS | SEEDED_V2_OPERATIONS:
         seeded = {"topic": SEEDED_TOPIC, "partition": 0, "group": SEEDED_GROUP, **SEEDED_MEMBER}
+        seeded |= {"p": 0, "instance": SEEDED_V2_INSTANCE}
+        if operation_id.startswith("v2_"):
+            seeded["group"] = SEEDED_V2_GROUP
         fixed = {name: value for name, value in seeded.items() if f"{{{name}}}" in operation.path}
         for mode in (GenerationMode.POSITIVE, GenerationMode.NEGATIVE):
             strategies.append(operation.as_strategy(mode, path_parameters=fixed))
@@ -163,7 +197,10 @@ def test_every_answer_conforms_and_no_5xx(api_schema: Any, operation_id: str) ->
     def check(case: Any) -> None:
         response = case.call(timeout=10)
         assert response.status_code < 500, f"{case.method} {case.path}: {response.text[:500]}"
-        assert_error_shape(response, case)
+        if operation_id.startswith("v2_"):
+            assert_rest_v2_error_shape(response, case)
+        else:
+            assert_error_shape(response, case)
         case.validate_response(response, checks=CHECKS)
 
     check()
