@@ -45,7 +45,9 @@ def dev_certs(directory: Path) -> Path:
         cwd=ROOT, env=env, capture_output=True, text=True, timeout=60, check=False,
     )  # fmt: skip
     assert done.returncode == 0, done.stderr
-    assert (directory / "ca.pem").exists() and (directory / "broker-key.pem").stat().st_mode & 0o077 == 0
+    assert (directory / "ca.pem").exists() and (
+        directory / "broker-key.pem"
+    ).stat().st_mode & 0o077 == 0
     return directory
 
 
@@ -143,8 +145,10 @@ def test_three_brokers_with_tls_everywhere(
     cluster.wait_ready([victim])
     want = fetch_all(cluster[cluster.leader_of("t", 0)], "t", 0)
     wait_for(
-        lambda: victim.segment_bytes("t", 0) == cluster[cluster.leader_of("t", 0)].segment_bytes("t", 0)
-        or None,
+        lambda: (
+            victim.segment_bytes("t", 0) == cluster[cluster.leader_of("t", 0)].segment_bytes("t", 0)
+            or None
+        ),
         30,
         "the restarted broker's copy of t-0 equal to the leader's",
     )
