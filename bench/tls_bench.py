@@ -6,10 +6,11 @@ broker-to-broker calls and, with 3 nodes, the Raft port), with certificates of
 dmq/dev_certs.py (EC P-256). Runs alternate between the two so that both see the same
 disk and page cache over time. Each run creates a topic of one partition (replication
 factor `--nodes`) and POSTs `--total-mb` of ready binary RecordBatches of 1,000 1 KiB
-records to broker n1 with acks=all, `--in-flight` (4) requests at once, over one
+records to the partition's leader (as dmq.client routes) with acks=all, `--in-flight` (4) requests at once, over one
 keep-alive connection pool (aiohttp): what a batching producer does. Printed: the median
 MB/s of each mode, their ratio (the issue's target, #20: TLS >= 70% of plaintext), the
-brokers' CPU seconds per produced GB in each mode, the setup and the load average.
+brokers' and this client's CPU seconds per produced GB in each mode (steadier than MB/s
+when other work shares the machine), the setup and the load average.
 
 The brokers and this client share the machine's cores: say so next to any figure.
 """
@@ -31,7 +32,14 @@ from typing import Any
 import aiohttp
 
 from bench import main_of
-from bench.cluster_bench import Broker, cpu_seconds, dmq_cluster, post_batch
+from bench.cluster_bench import (
+    Broker,
+    cpu_seconds,
+    create_topic,
+    dmq_cluster,
+    post_batch,
+    wait_leader,
+)
 from dmq.client import tls_context
 from dmq.dev_certs import write_dev_certs
 from log.records import Record, encode_batch
@@ -51,18 +59,17 @@ def _batches(total_mb: float, seed: int) -> list[bytes]:
 
 
 async def _one_run(
-    broker: Broker, topic: str, nodes: int, batches: list[bytes], in_flight: int
+    brokers: list[Broker], topic: str, batches: list[bytes], in_flight: int
 ) -> float:
-    """MB/s of one run: every batch POSTed, `in_flight` at once."""
-    connector = aiohttp.TCPConnector(ssl=broker.tls if broker.tls is not None else True)
+    """MB/s of one run: every batch POSTed to the partition's leader (as dmq.client
+    routes), `in_flight` at once."""
+    tls = brokers[0].tls
+    connector = aiohttp.TCPConnector(ssl=tls if tls is not None else True)
     timeout = aiohttp.ClientTimeout(total=600)
     async with aiohttp.ClientSession(connector=connector, timeout=timeout) as session:
-        body = {"name": topic, "partitions": 1, "replication_factor": nodes}
-        async with session.post(f"{broker.url}/v1/topics", json=body) as resp:
-            await resp.read()
-            if resp.status not in (200, 201):
-                raise RuntimeError(f"create {topic}: {resp.status}")
-        await post_batch(session, broker.url, topic, batches[0])  # a leader, and warm
+        await create_topic(session, brokers[0].url, topic, 1, len(brokers))
+        broker = await wait_leader(session, brokers, topic)
+        await post_batch(session, broker.url, topic, batches[0])  # warm
         queue = list(batches[1:])
 
         async def worker() -> None:
@@ -89,6 +96,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     hosts = [f"127.0.0.{11 + k}" for k in range(args.nodes)]
     mb_s: dict[str, list[float]] = {"plain": [], "tls": []}
     cpu: dict[str, list[float]] = {"plain": [], "tls": []}  # brokers' CPU s per GB
+    client_cpu: dict[str, list[float]] = {"plain": [], "tls": []}  # this process's
     gb = sum(map(len, batches[1:])) / 1e9
     with tempfile.TemporaryDirectory(dir=args.dir) as tmp:
         work = Path(tmp)
@@ -106,15 +114,16 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                 for mode in ("plain", "tls") if run_index % 2 == 0 else ("tls", "plain"):
                     brokers = clusters[mode]
                     before = sum(cpu_seconds(b.proc.pid) for b in brokers)
+                    client_before = time.process_time()
                     mb_s[mode].append(
                         asyncio.run(
                             _one_run(
-                                brokers[0], f"bench-tls-{run_index}", args.nodes, batches,
-                                args.in_flight,
+                                brokers, f"bench-tls-{run_index}", batches, args.in_flight,
                             )
                         )
                     )  # fmt: skip
                     cpu[mode].append((sum(cpu_seconds(b.proc.pid) for b in brokers) - before) / gb)
+                    client_cpu[mode].append((time.process_time() - client_before) / gb)
     plain_mb_s, tls_mb_s = statistics.median(mb_s["plain"]), statistics.median(mb_s["tls"])
     result: dict[str, Any] = {
         "setup": f"{args.nodes} broker(s) and the client share this machine's cores "
@@ -127,6 +136,9 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "target_tls_over_plain_min": TARGET_RATIO_MIN,
         "broker_cpu_s_per_gb_plain_median": statistics.median(cpu["plain"]),
         "broker_cpu_s_per_gb_tls_median": statistics.median(cpu["tls"]),
+        # The client encrypts too (Python's asyncio ssl), on the same cores.
+        "client_cpu_s_per_gb_plain_median": statistics.median(client_cpu["plain"]),
+        "client_cpu_s_per_gb_tls_median": statistics.median(client_cpu["tls"]),
         "runs": args.runs,
         "total_mb": args.total_mb,
         "load_average": os.getloadavg(),

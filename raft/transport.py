@@ -22,6 +22,10 @@ Three pieces:
   yet);
 - `GroupTransport`: pysyncobj's Transport for one group, which only forwards to Network.
 
+With a `RaftTls` (raft/tls.py) every connection first runs a non-blocking TLS handshake
+on its selector events, then the handshake above inside it; decrypted bytes the selector
+cannot see (`SSLSocket.pending()`) are read at the next poll without waiting (`_backlog`).
+
 Node-level liveness (for quiesced groups, raft/node.py): `Network.last_heard[peer]` is when
 a frame of any group last arrived from that peer, and a peer that was sent nothing for a
 heartbeat_interval_s gets an empty frame of group HELLO_GROUP_ID as a node heartbeat
