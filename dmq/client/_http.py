@@ -313,3 +313,5 @@ class Transport:
         if self._session is not None:
             session, self._session = self._session, None
             await session.close()
+            if self.url.startswith("https://"):
+                await asyncio.sleep(_limits.TLS_CLOSE_GRACE_MS / 1000)
