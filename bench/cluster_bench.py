@@ -34,6 +34,7 @@ import platform
 import secrets
 import shutil
 import signal
+import ssl
 import statistics
 import subprocess
 import sys
@@ -96,10 +97,11 @@ class Broker:
     http_port: int
     log_path: Path
     proc: subprocess.Popen[bytes]
+    tls: ssl.SSLContext | None = None  # https, checked against this CA context
 
     @property
     def url(self) -> str:
-        return f"http://{self.host}:{self.http_port}"
+        return f"{'https' if self.tls else 'http'}://{self.host}:{self.http_port}"
 
     def alive(self) -> bool:
         return self.proc.poll() is None
@@ -132,11 +134,18 @@ def _spawn(args: list[str], log_path: Path) -> subprocess.Popen[bytes]:
 
 @contextlib.contextmanager
 def dmq_cluster(
-    work_dir: Path, nodes: int, durability: str, *, secret: bool = True
+    work_dir: Path,
+    nodes: int,
+    durability: str,
+    *,
+    secret: bool = True,
+    extra_args: Sequence[str] = (),
+    tls: ssl.SSLContext | None = None,
 ) -> Iterator[list[Broker]]:
     """`nodes` brokers (1: a plain `dmq serve`, no --peers), ready; all killed at exit.
     A cluster of several shares a fresh secret (`--cluster-secret-file`) unless
-    `secret=False`: that is how a cluster should run."""
+    `secret=False`: that is how a cluster should run. `extra_args` go to every broker;
+    `tls`: they serve https (given the --tls-* flags), checked with this context."""
     hosts = [f"127.0.0.{HOST_FIRST + k}" for k in range(nodes)]
     http_port = common_free_port(hosts)
     raft_port = common_free_port(hosts, avoid=[http_port])
@@ -156,8 +165,10 @@ def dmq_cluster(
                     "--log-level", "warning", "--raft-durability", durability]  # fmt: skip
             if nodes > 1:
                 args += ["--peers", peers, *secret_args]
+            args += extra_args
             log_path = work_dir / f"{node_id}.log"
-            brokers.append(Broker(node_id, host, http_port, log_path, _spawn(args, log_path)))
+            proc = _spawn(args, log_path)
+            brokers.append(Broker(node_id, host, http_port, log_path, proc, tls))
         _wait_ready(brokers)
         yield brokers
     except BaseException:
@@ -188,7 +199,7 @@ def _wait_ready(brokers: list[Broker]) -> None:
                 + log_tail(broker.log_path)
             )
         try:
-            with urlopen_status(broker.url + "/readyz") as status:
+            with urlopen_status(broker.url + "/readyz", broker.tls) as status:
                 if status == 200:
                     pending.pop(0)
                     continue
@@ -203,13 +214,13 @@ def _wait_ready(brokers: list[Broker]) -> None:
 
 
 @contextlib.contextmanager
-def urlopen_status(url: str) -> Iterator[int]:
+def urlopen_status(url: str, tls: ssl.SSLContext | None = None) -> Iterator[int]:
     """The HTTP status of a GET (urllib raises on non-2xx; this does not)."""
     import urllib.error
     import urllib.request
 
     try:
-        with urllib.request.urlopen(url, timeout=1.0) as response:  # noqa: S310 - a broker's http URL
+        with urllib.request.urlopen(url, timeout=1.0, context=tls) as response:  # noqa: S310 - a broker's http(s) URL
             yield int(response.status)
     except urllib.error.HTTPError as error:
         yield int(error.code)

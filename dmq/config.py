@@ -57,6 +57,29 @@ class BrokerConfig:
             "private network)"
         ),
     )
+    # TLS (dmq/tls.py; dmq/README.md, "TLS"): on when tls_cert is set.
+    tls_cert: str = field(
+        default="",
+        metadata=_doc(
+            "PEM certificate (chain) of this broker: TLS on the HTTP API, the internal "
+            "calls and the Raft port (empty: TLS off)"
+        ),
+    )
+    tls_key: str = field(default="", metadata=_doc("PEM private key of tls_cert"))
+    tls_ca: str = field(
+        default="",
+        metadata=_doc(
+            "PEM CA certificate(s) that sign the brokers' (and clients') certificates: "
+            "checks other brokers and client certificates (needed with tls_cert)"
+        ),
+    )
+    tls_client_auth: str = field(
+        default="none",
+        metadata=_doc(
+            "client certificates on the HTTP API: none, optional (checked if sent) or "
+            "required (Kafka's ssl.client.auth)"
+        ),
+    )
     raft_durability: str = field(
         default="fsync",
         metadata=_doc("fsync: acks=all survives power loss; none: only process crashes"),
@@ -275,6 +298,7 @@ class BrokerConfig:
             host, _, port = getattr(self, name).rpartition(":")
             if not host or not port.isdigit():
                 raise InvalidConfig(f"{name} must be host:port", field=name)
+        self._check_tls()
         if self.raft_durability not in ("fsync", "none"):
             raise InvalidConfig("raft_durability must be fsync or none", field="raft_durability")
         peers = self.peer_addrs  # parses and checks
@@ -287,6 +311,30 @@ class BrokerConfig:
             raise InvalidConfig(
                 f"metadata voter {unknown[0]!r} is not a peer", field="metadata_voters"
             )
+
+    def _check_tls(self) -> None:
+        if self.tls_client_auth not in ("none", "optional", "required"):
+            raise InvalidConfig(
+                "tls_client_auth must be none, optional or required", field="tls_client_auth"
+            )
+        if bool(self.tls_cert) != bool(self.tls_key):
+            missing = "tls_key" if self.tls_cert else "tls_cert"
+            raise InvalidConfig("tls_cert and tls_key go together", field=missing)
+        if self.tls_cert and not self.tls_ca:
+            # Brokers check each other's certificates (internal calls, Raft) against it.
+            raise InvalidConfig("tls_cert needs tls_ca (the CA of the brokers)", field="tls_ca")
+        if not self.tls_cert and (self.tls_ca or self.tls_client_auth != "none"):
+            field_name = "tls_ca" if self.tls_ca else "tls_client_auth"
+            raise InvalidConfig(f"{field_name} needs tls_cert and tls_key", field=field_name)
+
+    @property
+    def tls_enabled(self) -> bool:
+        return bool(self.tls_cert)
+
+    @property
+    def http_scheme(self) -> str:
+        """How this cluster's HTTP API is reached: https with TLS on."""
+        return "https" if self.tls_enabled else "http"
 
     @property
     def http_host(self) -> str:

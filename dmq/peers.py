@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import ssl
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
@@ -33,6 +34,10 @@ FORWARDED_HEADER = "X-Dmq-Forwarded"  # set on a forwarded request: it is never 
 CONNECTIONS_PER_PEER_MAX = 32
 
 
+def scheme_of(tls: ssl.SSLContext | None) -> str:
+    return "http" if tls is None else "https"
+
+
 def _error_from(status: int, body: bytes) -> errors.DmqError:
     try:
         doc = json.loads(body)["error"]
@@ -44,9 +49,14 @@ def _error_from(status: int, body: bytes) -> errors.DmqError:
 class PeerClient:
     """Async calls to other brokers; one aiohttp session for all of them."""
 
-    def __init__(self, local_host: str = "", secret: bytes | None = None) -> None:
+    def __init__(
+        self, local_host: str = "", secret: bytes | None = None, tls: ssl.SSLContext | None = None
+    ) -> None:
         self._session: aiohttp.ClientSession | None = None
         self.secret = secret  # the cluster secret: internal calls are signed with it
+        # dmq/tls.py's http_client: with it every call is https, the other broker checked
+        # against the cluster's CA and its address; None: plain http (TLS off).
+        self.tls = tls
         # This broker's cluster id, named in every call once known (dmq/internal_auth.py).
         self.cluster_id = ""
         # Calls leave from this broker's own HTTP address when it has a specific one, as
@@ -58,7 +68,9 @@ class PeerClient:
     async def start(self) -> None:
         self._session = aiohttp.ClientSession(
             connector=aiohttp.TCPConnector(
-                limit_per_host=CONNECTIONS_PER_PEER_MAX, local_addr=self._local_addr
+                limit_per_host=CONNECTIONS_PER_PEER_MAX,
+                local_addr=self._local_addr,
+                ssl=self.tls if self.tls is not None else True,
             ),
             headers={FORWARDED_HEADER: "1"},
         )
@@ -67,6 +79,10 @@ class PeerClient:
         if self._session is not None:
             await self._session.close()
             self._session = None
+
+    def url(self, http_addr: str, path_qs: str) -> URL:
+        """Another broker's route, https with TLS on (all brokers of a cluster use it)."""
+        return URL(f"{scheme_of(self.tls)}://{http_addr}{path_qs}")
 
     @property
     def session(self) -> aiohttp.ClientSession:
@@ -92,7 +108,7 @@ class PeerClient:
         broker may be asked. A failure after it may have arrived (reset, timeout) is too
         when `retry_safe`; otherwise RequestTimeout, because the peer may have acted on it
         and asking again could do it twice (an append would store the batch twice)."""
-        url = URL(f"http://{http_addr}{path}")
+        url = URL(f"{scheme_of(self.tls)}://{http_addr}{path}")
         if params:
             url = url.update_query(params)
         headers = signed_headers(self.secret, method, url.raw_path_qs, body)
@@ -164,6 +180,7 @@ def fetch_batches_blocking(
     timeout_s: float,
     secret: bytes | None = None,
     cluster_id: str = "",
+    tls: ssl.SSLContext | None = None,
 ) -> Iterator[tuple[bytes, int]]:
     """Raw batches of [start_offset, end_offset) from a broker's replica, in chunks.
 
@@ -175,12 +192,12 @@ def fetch_batches_blocking(
     offset = start_offset
     while offset < end_offset:
         url = (
-            f"http://{http_addr}/v1/internal/partitions/{topic}/{partition}/batches"
+            f"{scheme_of(tls)}://{http_addr}/v1/internal/partitions/{topic}/{partition}/batches"
             f"?start_offset={offset}&end_offset={end_offset}"
         )
         with (
             _blocking_errors(http_addr),
-            _open_internal(url, secret, cluster_id, timeout_s) as resp,
+            _open_internal(url, secret, cluster_id, timeout_s, tls) as resp,
         ):
             body = resp.read()
             next_offset = int(resp.headers["X-Dmq-Next-Offset"])
@@ -200,30 +217,33 @@ def fetch_delayed_blocking(
     timeout_s: float,
     secret: bytes | None = None,
     cluster_id: str = "",
+    tls: ssl.SSLContext | None = None,
 ) -> Iterator[bytes]:
     """A broker's delay store of a partition as it was at `position`, streamed
     (dmq/partition/delay.py, `export`). Blocking, on the tick thread inside a snapshot's
     restore; the caller checks the stream's end frame and count."""
     url = (
-        f"http://{http_addr}/v1/internal/delay/{topic}/{partition}/pending"
+        f"{scheme_of(tls)}://{http_addr}/v1/internal/delay/{topic}/{partition}/pending"
         f"?index={position[0]}&k={position[1]}"
     )
     with (
         _blocking_errors(http_addr),
-        _open_internal(url, secret, cluster_id, timeout_s) as resp,
+        _open_internal(url, secret, cluster_id, timeout_s, tls) as resp,
     ):
         while chunk := resp.read(DELAYED_READ_BYTES):
             yield chunk
 
 
-def _open_internal(url: str, secret: bytes | None, cluster_id: str, timeout_s: float) -> Any:
-    """A signed GET of an internal route, blocking (urllib)."""
+def _open_internal(
+    url: str, secret: bytes | None, cluster_id: str, timeout_s: float, tls: ssl.SSLContext | None
+) -> Any:
+    """A signed GET of an internal route, blocking (urllib); https checked by `tls`."""
     headers = {FORWARDED_HEADER: "1", **signed_headers(secret, "GET", target_of(url))}
     if cluster_id:
         headers[CLUSTER_ID_HEADER] = cluster_id
-    request = urllib.request.Request(url, headers=headers)  # noqa: S310 - http:// only
-    # The URL is http:// + a broker's address from the catalogue, never a file: one.
-    return urllib.request.urlopen(request, timeout=timeout_s)  # noqa: S310
+    request = urllib.request.Request(url, headers=headers)  # noqa: S310 - http(s):// only
+    # The URL is http(s):// + a broker's address from the catalogue, never a file: one.
+    return urllib.request.urlopen(request, timeout=timeout_s, context=tls)  # noqa: S310
 
 
 @contextlib.contextmanager

@@ -68,9 +68,22 @@ async def run_broker(config: BrokerConfig, stop: asyncio.Event) -> None:
     )
     await runner.setup()
     try:
-        site = web.TCPSite(runner, config.http_host, config.http_port, reuse_address=True)
+        tls = broker.tls  # dmq/tls.py: None with TLS off
+        site = web.TCPSite(
+            runner,
+            config.http_host,
+            config.http_port,
+            reuse_address=True,
+            ssl_context=None if tls is None else tls.http_server,
+        )
         await site.start()
-        _log.info("listening on http://%s; raft on %s", config.http_addr, config.raft_addr)
+        _log.info(
+            "listening on %s://%s; raft on %s%s",
+            config.http_scheme,
+            config.http_addr,
+            config.raft_addr,
+            " (TLS)" if tls is not None else "",
+        )
         starting = asyncio.ensure_future(broker.start())
         stopping = asyncio.ensure_future(stop.wait())
         failing = asyncio.ensure_future(broker.failed.wait())

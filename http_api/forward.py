@@ -13,7 +13,6 @@ from collections.abc import Awaitable, Callable
 
 import aiohttp
 from aiohttp import web
-from yarl import URL
 
 from dmq import errors
 from dmq.broker import Broker, ForwardRequest
@@ -60,7 +59,7 @@ async def _relay(request: web.Request, http_addr: str, hops: int = 1) -> web.Res
     # read() returns the body again when the handler already read it (can_read_body is
     # then False): group handlers parse their body before they know where it goes.
     body = await request.read() or None
-    url = URL(f"http://{http_addr}{request.path_qs}")
+    url = broker.peers.url(http_addr, request.path_qs)
     headers.update(signed_headers(broker.cluster_secret, request.method, url.raw_path_qs, body))
     # A long-poll may wait fetch_wait_ms_max at the leader, then the usual request time.
     timeout_s = broker.config.fetch_wait_ms_max / 1000 + broker.timeout_s

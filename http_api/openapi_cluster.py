@@ -234,6 +234,10 @@ def cluster_schemas() -> dict[str, Any]:
             {
                 "node_id": {"type": "string"},
                 "http_addr": {"type": "string"},
+                "url": {
+                    "type": "string",
+                    "description": "its HTTP API's URL: https:// when the cluster has TLS on",
+                },
                 "raft_addr": {"type": "string"},
                 "live": {"type": "boolean", "description": "heartbeat within the session"},
                 "reachable": {"type": "boolean", "description": "answered this status call"},

@@ -4,6 +4,10 @@ The binary fetch path answers with the raw batches exactly as stored: the body i
 one or more (fd, position, length) ranges of segment files. The descriptors are
 private duplicates owned by the read result, so the ranges stay valid even if
 retention deletes or compaction replaces a segment while the response is sent.
+
+Under TLS the bytes must pass through the ssl object, so sendfile(2) cannot be used:
+asyncio refuses it for an SSL transport and each range is then read with pread and
+written in chunks of _FALLBACK_CHUNK_BYTES (`_copy`), the same bytes at a copy's cost.
 """
 
 from __future__ import annotations
@@ -78,7 +82,16 @@ class FileRangesResponse(web.StreamResponse):
             if r.length == 0:
                 continue
             try:
-                await loop.sendfile(transport, _FdFile(r.fd), r.position, r.length)  # type: ignore[arg-type]
+                # fallback=False: asyncio's own fallback reads through file.readinto, which
+                # _FdFile has not; a TLS transport raises SendfileNotAvailableError (a
+                # RuntimeError) before sending anything, and _copy sends the range.
+                await loop.sendfile(
+                    transport,
+                    _FdFile(r.fd),  # type: ignore[arg-type]
+                    r.position,
+                    r.length,
+                    fallback=False,
+                )
             except (NotImplementedError, RuntimeError):
                 await self._copy(writer, r)
         await super().write_eof()

@@ -64,6 +64,7 @@ from raft.messages import trim_append_entries
 from raft.proposals import Proposal, settle_batch
 from raft.replica import STALL_RETRY_S, Replica
 from raft.stats import LatencyBuckets
+from raft.tls import RaftTls
 from raft.transport import GROUP_ID_MAX, Network
 from raft.types import ReplicaStatus, StateMachine
 
@@ -90,6 +91,7 @@ class RaftNode:
         durable_trace: bool = False,
         cluster_secret: bytes | None = None,
         cluster_id: bytes = b"",
+        tls: RaftTls | None = None,
     ) -> None:
         self.config = config or RaftConfig()
         self.config.check()
@@ -109,6 +111,7 @@ class RaftNode:
             on_peer_down=self._on_peer_down,
             secret=cluster_secret,  # raft/auth.py; None: an unsecured cluster
             cluster_id=cluster_id,  # raft/auth.py; b"": none known yet
+            tls=tls,  # raft/tls.py; None: plain TCP
         )
         self.groups: dict[int, Replica] = {}
         self.failed: BaseException | None = None

@@ -22,6 +22,10 @@ Three pieces:
   yet);
 - `GroupTransport`: pysyncobj's Transport for one group, which only forwards to Network.
 
+With a `RaftTls` (raft/tls.py) every connection first runs a non-blocking TLS handshake
+on its selector events, then the handshake above inside it; decrypted bytes the selector
+cannot see (`SSLSocket.pending()`) are read at the next poll without waiting (`_backlog`).
+
 Node-level liveness (for quiesced groups, raft/node.py): `Network.last_heard[peer]` is when
 a frame of any group last arrived from that peer, and a peer that was sent nothing for a
 heartbeat_interval_s gets an empty frame of group HELLO_GROUP_ID as a node heartbeat
@@ -43,6 +47,7 @@ import errno
 import logging
 import selectors
 import socket
+import ssl
 import struct
 import time
 from collections.abc import Callable, Iterator
@@ -55,6 +60,7 @@ from raft import auth, wire
 from raft.config import FRAME_BYTES_MAX, RaftConfig
 from raft.errors import AuthFailed, PeerRefused
 from raft.messages import SentMark, trim_outgoing_append_entries
+from raft.tls import RaftTls
 
 logger = logging.getLogger(__name__)
 
@@ -70,6 +76,9 @@ RECV_CHUNK_BYTES = 256 * 1024
 # Before its hello checks out, a connection is read this much per event at most: a stranger
 # cannot make this node buffer more than one hello frame.
 RECV_BYTES_BEFORE_HELLO = FRAME_HEADER_BYTES + auth.HELLO_FRAME_BYTES_MAX
+# What a non-blocking socket raises when it cannot go on now; a TLS socket (raft/tls.py)
+# may want to read to write or write to read.
+_WOULD_BLOCK = (BlockingIOError, InterruptedError, ssl.SSLWantReadError, ssl.SSLWantWriteError)
 
 
 class FrameError(PeerRefused):
@@ -173,7 +182,9 @@ class _Outbound:
     peer_id: str
     address: tuple[str, int]
     sock: socket.socket | None = None
-    connected: bool = False  # TCP is up; the challenge is being read
+    connected: bool = False  # TCP is up; the TLS handshake or the challenge is under way
+    handshaking: bool = False  # TLS (raft/tls.py): the handshake is not finished
+    tls_error: str = ""  # the last TLS failure, logged once until it changes
     up: bool = False  # the hello is queued: frames may be sent
     challenge: bytearray = field(default_factory=bytearray)
     handshake_deadline: float = 0.0
@@ -194,6 +205,7 @@ class _Inbound:
     handshake_deadline: float
     out: bytearray  # the challenge, until written
     peer_id: str | None = None  # set once its hello checks out
+    handshaking: bool = False  # TLS (raft/tls.py): the handshake is not finished
 
 
 class Network:
@@ -211,8 +223,14 @@ class Network:
         on_peer_down: PeerHandler,
         secret: bytes | None = None,
         cluster_id: bytes = b"",
+        tls: RaftTls | None = None,
     ) -> None:
         self.node_id = node_id
+        # raft/tls.py: every connection is TLS (mutual, as the contexts say); None: plain.
+        self._tls = tls
+        # TLS connections holding decrypted bytes not read yet: the selector cannot see
+        # them (they left the kernel), so poll() reads them without waiting.
+        self._backlog: set[_Inbound] = set()
         self.address = parse_address(address)
         self._config = config
         self._secret = secret
@@ -343,7 +361,7 @@ class Network:
 
     def poll(self, timeout_s: float) -> None:
         """Wait up to timeout_s for socket events and handle them; messages go to on_message."""
-        for key, mask in self._selector.select(timeout_s):
+        for key, mask in self._selector.select(0 if self._backlog else timeout_s):
             kind, obj = key.data
             if kind == "wake":
                 self._drain_wake()
@@ -353,6 +371,10 @@ class Network:
                 self._inbound_event(obj, mask)
             elif kind == "out":
                 self._outbound_event(obj, mask)
+        backlog, self._backlog = self._backlog, set()
+        for conn in backlog:
+            if conn.sock in self._inbound:
+                self._read_inbound(conn)
 
     def maintain(self, now: float) -> None:
         """Start connections to peers that are down, at most every connect_retry_s; queue a
@@ -410,9 +432,15 @@ class Network:
                 self._close_outbound(link, notify=False)
                 return
             # Connected: wait for the peer's challenge before sending anything (step 2 of
-            # raft/auth.py).
+            # raft/auth.py), after the TLS handshake if any.
             link.connected = True
+            if self._tls is not None:
+                self._start_tls_outbound(link, sock)
+                return
             self._selector.modify(sock, selectors.EVENT_READ, ("out", link))
+            return
+        if link.handshaking:
+            self._continue_tls_outbound(link)
             return
         if not link.up:
             self._read_challenge(link)
@@ -421,7 +449,7 @@ class Network:
             # The peer never sends after its challenge: readable means closed or reset.
             try:
                 data = sock.recv(4096)
-            except (BlockingIOError, InterruptedError):
+            except _WOULD_BLOCK:  # TLS: a record with no data (a session ticket)
                 data = b"?"
             except OSError:
                 data = b""
@@ -431,12 +459,54 @@ class Network:
         if mask & selectors.EVENT_WRITE:
             self._write(link)
 
+    def _start_tls_outbound(self, link: _Outbound, sock: socket.socket) -> None:
+        """raft/tls.py: wrap the connected socket; the handshake runs on its events. The
+        peer's certificate must name its address as the peers map has it."""
+        assert self._tls is not None
+        self._selector.unregister(sock)
+        try:
+            link.sock = self._tls.client.wrap_socket(
+                sock, server_hostname=link.address[0], do_handshake_on_connect=False
+            )
+        except (OSError, ValueError) as error:
+            sock.close()
+            link.sock = None
+            self._tls_failed(link, error)
+            return
+        link.handshaking = True
+        self._selector.register(link.sock, selectors.EVENT_WRITE, ("out", link))
+        self._continue_tls_outbound(link)
+
+    def _continue_tls_outbound(self, link: _Outbound) -> None:
+        assert isinstance(link.sock, ssl.SSLSocket)
+        try:
+            wanted = _step_handshake(link.sock)
+        except (OSError, ValueError) as error:
+            self._close_outbound(link, notify=False)
+            self._tls_failed(link, error)
+            return
+        if wanted is not None:
+            self._selector.modify(link.sock, wanted, ("out", link))
+            return
+        link.handshaking = False
+        link.tls_error = ""
+        self._selector.modify(link.sock, selectors.EVENT_READ, ("out", link))
+        self._read_challenge(link)  # it may have come with the handshake's last flight
+
+    def _tls_failed(self, link: _Outbound, error: Exception) -> None:
+        """One warning per kind of failure (a misconfigured peer is retried every
+        connect_retry_s), then debug lines until it changes."""
+        text = f"{type(error).__name__}: {error}"
+        level = logging.DEBUG if text == link.tls_error else logging.WARNING
+        link.tls_error = text
+        logger.log(level, "TLS handshake with %s failed: %s", link.peer_id, text)
+
     def _read_challenge(self, link: _Outbound) -> None:
         """Step 2 of raft/auth.py: read the challenge, queue the hello, the link is up."""
         assert link.sock is not None
         try:
             data = link.sock.recv(auth.CHALLENGE_BYTES - len(link.challenge))
-        except (BlockingIOError, InterruptedError):
+        except _WOULD_BLOCK:
             return
         except OSError:
             data = b""
@@ -467,7 +537,7 @@ class Network:
         while link.out:
             try:
                 sent = sock.send(link.out)
-            except (BlockingIOError, InterruptedError):
+            except _WOULD_BLOCK:
                 break
             except OSError:
                 self._close_outbound(link, notify=True)
@@ -486,6 +556,7 @@ class Network:
             link.sock = None
         link.up = False
         link.connected = False
+        link.handshaking = False
         link.challenge.clear()
         link.held.clear()
         link.out.clear()
@@ -516,6 +587,16 @@ class Network:
                 sock.close()
                 continue
             sock.setblocking(False)
+            if self._tls is not None:
+                try:
+                    sock = self._tls.server.wrap_socket(
+                        sock, server_side=True, do_handshake_on_connect=False
+                    )
+                except (OSError, ValueError) as error:
+                    logger.warning("TLS from %s failed: %s", address[0], error)
+                    self.stats.handshakes_refused += 1
+                    sock.close()
+                    continue
             challenge, nonce = auth.new_challenge()
             conn = _Inbound(
                 sock,
@@ -528,12 +609,32 @@ class Network:
             self._inbound[sock] = conn
             self._pending.add(conn)
             self._selector.register(sock, selectors.EVENT_READ, ("in", conn))
-            self._write_challenge(conn)  # step 1 of raft/auth.py
+            if self._tls is not None:
+                conn.handshaking = True
+                self._continue_tls_inbound(conn)
+            else:
+                self._write_challenge(conn)  # step 1 of raft/auth.py
+
+    def _continue_tls_inbound(self, conn: _Inbound) -> None:
+        """The TLS handshake of an accepted connection, then the challenge. A peer without
+        a certificate of the cluster's CA is refused here (one warning)."""
+        assert isinstance(conn.sock, ssl.SSLSocket)
+        try:
+            wanted = _step_handshake(conn.sock)
+        except (OSError, ValueError) as error:
+            self._refuse(conn, AuthFailed(f"TLS handshake failed: {error}"))
+            return
+        if wanted is not None:
+            self._selector.modify(conn.sock, wanted, ("in", conn))
+            return
+        conn.handshaking = False
+        self._selector.modify(conn.sock, selectors.EVENT_READ, ("in", conn))
+        self._write_challenge(conn)  # step 1 of raft/auth.py
 
     def _write_challenge(self, conn: _Inbound) -> None:
         try:
             sent = conn.sock.send(conn.out)
-        except (BlockingIOError, InterruptedError):
+        except _WOULD_BLOCK:
             sent = 0
         except OSError:
             self._close_inbound(conn)
@@ -544,6 +645,9 @@ class Network:
             self._selector.modify(conn.sock, events, ("in", conn))
 
     def _inbound_event(self, conn: _Inbound, mask: int) -> None:
+        if conn.handshaking:
+            self._continue_tls_inbound(conn)
+            return
         if mask & selectors.EVENT_WRITE and conn.out:
             self._write_challenge(conn)
         if mask & selectors.EVENT_READ and conn.sock in self._inbound:
@@ -551,6 +655,7 @@ class Network:
 
     def _read_inbound(self, conn: _Inbound) -> None:
         received = 0
+        tls = isinstance(conn.sock, ssl.SSLSocket)
         while True:
             # Before the hello: one hello's worth of bytes per event, no more.
             budget = RECV_BYTES_PER_EVENT if conn.peer_id else RECV_BYTES_BEFORE_HELLO
@@ -559,7 +664,7 @@ class Network:
             chunk = min(RECV_CHUNK_BYTES, budget - received)
             try:
                 data = conn.sock.recv(chunk)
-            except (BlockingIOError, InterruptedError):
+            except _WOULD_BLOCK:
                 break
             except OSError:
                 data = b""
@@ -569,10 +674,13 @@ class Network:
                 return
             received += len(data)
             conn.decoder.feed(data)
-            if len(data) < chunk or conn.peer_id is None:
+            # A TLS recv returns one record (16 KiB) at most: read on until it would block.
+            if (len(data) < chunk and not tls) or conn.peer_id is None:
                 break
         self.stats.bytes_received += received
         self._dispatch(conn)
+        if tls and conn.sock in self._inbound and conn.sock.pending():  # type: ignore[attr-defined]
+            self._backlog.add(conn)
 
     def _dispatch(self, conn: _Inbound) -> None:
         if conn.sock not in self._inbound:
@@ -623,6 +731,7 @@ class Network:
 
     def _close_inbound(self, conn: _Inbound) -> None:
         self._pending.discard(conn)
+        self._backlog.discard(conn)
         if self._inbound.pop(conn.sock, None) is None:
             return
         self._selector.unregister(conn.sock)
@@ -634,6 +743,18 @@ class Network:
                 pass
         except (BlockingIOError, InterruptedError):
             pass
+
+
+def _step_handshake(sock: ssl.SSLSocket) -> int | None:
+    """One step of a non-blocking TLS handshake: None when done, else the selector events
+    to wait for. Raises ssl.SSLError (a certificate refused) or OSError."""
+    try:
+        sock.do_handshake()
+    except ssl.SSLWantReadError:
+        return selectors.EVENT_READ
+    except ssl.SSLWantWriteError:
+        return selectors.EVENT_WRITE
+    return None
 
 
 # Messages that acknowledge nothing about the sender's journal may leave before it is synced.

@@ -10,6 +10,11 @@ Fetches do not go through `dmq.client.Consumer`: it turns each record into a Pyt
 object, and the Spark hot path builds Arrow columns from the raw bytes instead
 (spark_io/_arrow.py). They use http.client, which is blocking like a Spark task and
 keeps one connection per task.
+
+https URLs are checked against the CA of DMQ_CA (else the system's), and DMQ_CERT/DMQ_KEY
+are presented when a broker asks for a client certificate, in the driver and in every
+executor (spark.executorEnv.DMQ_CA=...): metadata, fetches, the sink's producers and its
+transactions all read them (dmq/client/_tls.py).
 """
 
 from __future__ import annotations
@@ -23,6 +28,7 @@ from dataclasses import dataclass
 from typing import TypeVar
 
 from dmq.client import Admin
+from dmq.client._tls import tls_from_env
 from dmq.errors import BrokerUnavailable, DmqError, RetriableError, error_for_code
 
 T = TypeVar("T")
@@ -164,7 +170,13 @@ class Brokers:
                 if parts.scheme == "https"
                 else http.client.HTTPConnection
             )
-            self._connection = kind(parts.netloc, timeout=REQUEST_TIMEOUT_S)
+            if kind is http.client.HTTPSConnection:
+                # The CA and client certificate of DMQ_CA/DMQ_CERT/DMQ_KEY, as dmq.client's.
+                self._connection = http.client.HTTPSConnection(
+                    parts.netloc, timeout=REQUEST_TIMEOUT_S, context=tls_from_env()
+                )
+            else:
+                self._connection = kind(parts.netloc, timeout=REQUEST_TIMEOUT_S)
         return self._connection
 
     def _drop_connection(self) -> None:

@@ -58,6 +58,7 @@ from dmq.config import BrokerConfig
 from dmq.metadata.machine import RegisterBroker
 from dmq.metadata.service import METADATA_LEFT_MARKER, MetadataService, wall_ms
 from dmq.peers import PeerClient
+from dmq.tls import BrokerTls
 from raft.config import RaftConfig
 from raft.node import RaftNode
 
@@ -148,6 +149,11 @@ class Broker:
     @property
     def cluster_secret(self) -> bytes | None:
         return self._ctx.cluster_secret
+
+    @property
+    def tls(self) -> BrokerTls | None:
+        """dmq/tls.py's contexts; None with TLS off."""
+        return self._ctx.tls
 
     @property
     def metadata(self) -> MetadataService:
@@ -241,6 +247,7 @@ class Broker:
             durable_trace=os.environ.get(DURABLE_TRACE_ENV) == "1",
             cluster_secret=ctx.cluster_secret,  # raft/auth.py's handshake
             cluster_id=ctx.cluster_id.encode(),  # and the cluster it names
+            tls=None if ctx.tls is None else ctx.tls.raft,  # raft/tls.py; None: plain TCP
         )
         await ctx.raft_node.start()
 

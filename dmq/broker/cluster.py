@@ -134,6 +134,8 @@ class ClusterService:
                 {
                     "node_id": b.broker_id,
                     "http_addr": b.http_addr,
+                    # The URL clients use: every broker of a cluster has TLS on, or none.
+                    "url": f"{self._ctx.config.http_scheme}://{b.http_addr}",
                     "raft_addr": b.raft_addr,
                     "live": b.broker_id in live,
                     # As of its last heartbeat (-1 / None: not reported yet).

@@ -20,6 +20,7 @@ from dmq.config import BrokerConfig
 from dmq.internal_auth import read_secret_file
 from dmq.metadata.service import MetadataService
 from dmq.peers import PeerClient
+from dmq.tls import broker_tls
 from log.space import SpaceGuard
 from raft.node import RaftNode
 
@@ -35,7 +36,13 @@ class BrokerContext:
         self.timeout_s = config.request_timeout_ms / 1000
         # dmq/internal_auth.py: signs this broker's internal calls, checks the others'.
         self.cluster_secret = read_secret_file(config.cluster_secret_file)
-        self.peers = PeerClient(local_host=config.http_host, secret=self.cluster_secret)
+        # dmq/tls.py: None with TLS off; else the HTTP listener's, the peers' and Raft's.
+        self.tls = broker_tls(config)
+        self.peers = PeerClient(
+            local_host=config.http_host,
+            secret=self.cluster_secret,
+            tls=None if self.tls is None else self.tls.http_client,
+        )
         self.replicas = ReplicaSet()
         # Records and bytes produced and fetched per partition (traffic.py; metrics.py).
         self.traffic = TrafficCounters()

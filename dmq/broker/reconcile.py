@@ -309,6 +309,7 @@ class Reconciler:
                         self._ctx.timeout_s,
                         self._ctx.cluster_secret,
                         self._ctx.cluster_id,
+                        self._ctx.peers.tls,
                     )
                 )
             except errors.DmqError as exc:
@@ -344,7 +345,7 @@ class Reconciler:
                 )  # fmt: skip
                 yield fetch_delayed_blocking(
                     addr, topic, partition, position, self._ctx.timeout_s,
-                    self._ctx.cluster_secret, self._ctx.cluster_id,
+                    self._ctx.cluster_secret, self._ctx.cluster_id, self._ctx.peers.tls,
                 )  # fmt: skip
 
     def remove_orphans(self) -> None:

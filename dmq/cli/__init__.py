@@ -21,16 +21,21 @@
     dmq bench broker [--quick] [--runs N] [--total-mb MB] [--rate N] ...
     dmq bench reads [--quick] [--runs N] [--readers N]    ReadIndex reads against leader reads
     dmq bench spark [--quick] [--runs N] [--total-mb MB] [--batch-records N]
+    dmq bench tls [--quick] [--runs N] [--nodes 1|3]   batched produce, TLS on against off
+    dmq cert dev [--dir D] [--hosts 127.0.0.1,localhost,...]   a CA and certificates (dev)
 
 Commands that talk to a broker take `--url` (before or after the command; default: the
 environment variable DMQ_URL, else http://127.0.0.1:8080) and go through `dmq.client`.
+For https URLs, `--ca FILE` (env DMQ_CA) names the CA the brokers' certificates are
+checked against, and `--cert FILE --key FILE` (DMQ_CERT, DMQ_KEY) a client certificate.
 
 Exit status: 0 on success; 1 on an error, printed on stderr as `error: <code>: <message>`
 with the code of `dmq.errors`; 2 on a usage error; 130 when interrupted.
 
 One module per command area, each with an `add_<area>(commands, ...)` that registers its
 parser and handlers: `serve.py` (and `--join`), `topic.py`, `produce.py`, `consume.py`
-(and `--group`), `cluster.py`, `group.py`, `storage.py`, `share.py`, `txn.py`, `bench.py`;
+(and `--group`), `cluster.py`, `group.py`, `storage.py`, `share.py`, `txn.py`, `bench.py`,
+`cert.py`;
 `_common.py` holds the argument types, `UsageError` and the table printer they share. This
 module only builds the parser (`build_parser`) and runs a command (`main`); it imports no
 area's internals, and no area imports it.
@@ -48,6 +53,7 @@ from collections.abc import Callable, Sequence
 
 from dmq.cli._common import UsageError
 from dmq.cli.bench import add_bench
+from dmq.cli.cert import add_cert
 from dmq.cli.cluster import add_cluster
 from dmq.cli.consume import add_consume
 from dmq.cli.group import add_group
@@ -57,6 +63,7 @@ from dmq.cli.share import add_share
 from dmq.cli.storage import add_storage
 from dmq.cli.topic import add_topic
 from dmq.cli.txn import add_txn
+from dmq.client._tls import ENV_CA, ENV_CERT, ENV_KEY
 from dmq.errors import DmqError
 
 URL_DEFAULT = "http://127.0.0.1:8080"
@@ -74,6 +81,8 @@ def build_parser() -> argparse.ArgumentParser:
     # The same option after the command; SUPPRESS keeps the value given before it.
     url = argparse.ArgumentParser(add_help=False)
     url.add_argument("--url", default=argparse.SUPPRESS, help="broker URL (as before the command)")
+    for parent, suppress in ((parser, False), (url, True)):
+        _add_tls_arguments(parent, suppress=suppress)
     commands = parser.add_subparsers(dest="command", metavar="COMMAND")
     add_serve(commands)
     add_topic(commands, url)
@@ -85,7 +94,34 @@ def build_parser() -> argparse.ArgumentParser:
     add_share(commands, url)
     add_txn(commands, url)
     add_bench(commands)
+    add_cert(commands)
     return parser
+
+
+# The client's TLS options: each is exported to the environment variable the clients read
+# (dmq/client/_tls.py), so every client a command builds uses it.
+_TLS_OPTIONS = (
+    ("--ca", ENV_CA, "PEM CA file the brokers' certificates are checked against"),
+    ("--cert", ENV_CERT, "PEM client certificate, for brokers that ask for one"),
+    ("--key", ENV_KEY, "the private key of --cert"),
+)
+
+
+def _add_tls_arguments(parser: argparse.ArgumentParser, *, suppress: bool) -> None:
+    for flag, env, text in _TLS_OPTIONS:
+        parser.add_argument(
+            flag,
+            dest=flag[2:] + "_file",
+            default=argparse.SUPPRESS if suppress else None,
+            help=f"{text} [env {env}]",
+        )
+
+
+def _export_tls(args: argparse.Namespace) -> None:
+    for flag, env, _ in _TLS_OPTIONS:
+        value = getattr(args, flag[2:] + "_file", None)
+        if value:
+            os.environ[env] = value
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -99,6 +135,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if handler is None:
         parser.print_help(sys.stderr)
         return 2
+    _export_tls(args)
     try:
         return handler(args)
     except DmqError as error:

@@ -130,6 +130,25 @@ def add_bench(commands: Subparsers) -> None:
     delay.add_argument("--runs", type=int, default=3, help="runs; medians are shown (3)")
     delay.add_argument("--quick", action="store_true", help="one small run (CI)")
     delay.set_defaults(handler=_cmd_bench_delay)
+    # Likewise bench/tls_bench.py's add_arguments.
+    tls = kinds.add_parser("tls", help="batched produce with TLS on against off")
+    tls.add_argument("--dir", help="create the work directory inside DIR")
+    tls.add_argument("--nodes", type=int, default=1, help="brokers per cluster (1; or 3)")
+    tls.add_argument("--runs", type=int, default=3, help="runs of each mode (3)")
+    tls.add_argument("--total-mb", type=float, default=64.0, help="MB per run (64)")
+    tls.add_argument("--in-flight", type=int, default=4, help="concurrent requests (4)")
+    tls.add_argument(
+        "--durability", default="fsync", choices=("fsync", "none"), help="raft durability"
+    )
+    tls.add_argument("--quick", action="store_true", help="one small run of each (CI)")
+    tls.set_defaults(handler=_cmd_bench_tls)
+
+
+def _cmd_bench_tls(args: argparse.Namespace) -> int:
+    from bench import tls_bench
+
+    tls_bench.run(args)
+    return 0
 
 
 def _cmd_bench_delay(args: argparse.Namespace) -> int:

@@ -17,6 +17,7 @@ import argparse
 import dataclasses
 import importlib
 import json
+import ssl
 import sys
 import time
 import urllib.error
@@ -26,6 +27,7 @@ from typing import Any
 
 from dmq import meta_file
 from dmq.cli._common import Subparsers, comma_items
+from dmq.client._tls import tls_context
 from dmq.config import BrokerConfig, load_config
 from dmq.config import add_arguments as add_broker_arguments
 from dmq.errors import ClusterIdMismatch, DmqError
@@ -62,7 +64,9 @@ def _cmd_serve(args: argparse.Namespace) -> int:
 JOINED_FILE = "joined_cluster.json"  # in <data dir>/meta/: what the last --join read
 
 
-def _ask_one(url: str, data_dir: Path, own_cluster_id: str) -> dict[str, Any]:
+def _ask_one(
+    url: str, data_dir: Path, own_cluster_id: str, tls: ssl.SSLContext | None = None
+) -> dict[str, Any]:
     """GET /v1/cluster of one broker, naming this data directory's cluster (if any).
 
     ClusterIdMismatch, the refusal (one line, both ids, the remedy), if the broker answers
@@ -71,7 +75,7 @@ def _ask_one(url: str, data_dir: Path, own_cluster_id: str) -> dict[str, Any]:
     if own_cluster_id:
         request.add_header(CLUSTER_ID_HEADER, own_cluster_id)
     try:
-        with urllib.request.urlopen(request, timeout=JOIN_ASK_TIMEOUT_S) as resp:  # noqa: S310 - the operator's --join http(s) URLs
+        with urllib.request.urlopen(request, timeout=JOIN_ASK_TIMEOUT_S, context=tls) as resp:  # noqa: S310 - the operator's --join http(s) URLs
             doc: dict[str, Any] = json.loads(resp.read())
     except urllib.error.HTTPError as exc:
         if exc.code != 409:
@@ -92,7 +96,11 @@ def _ask_one(url: str, data_dir: Path, own_cluster_id: str) -> dict[str, Any]:
 
 
 def _ask_cluster(
-    urls: list[str], patience_s: float, data_dir: Path, own_cluster_id: str = ""
+    urls: list[str],
+    patience_s: float,
+    data_dir: Path,
+    own_cluster_id: str = "",
+    tls: ssl.SSLContext | None = None,
 ) -> tuple[dict[str, str], list[str]]:
     """Peers (id -> Raft address) and metadata voters from the first broker of urls that
     answers with every voter registered and the cluster's id known (a cluster still
@@ -105,7 +113,7 @@ def _ask_cluster(
         failures = []
         for url in urls:
             try:
-                doc = _ask_one(url, data_dir, own_cluster_id)
+                doc = _ask_one(url, data_dir, own_cluster_id, tls)
                 peers = {b["node_id"]: b["raft_addr"] for b in doc["brokers"]}
                 voters = list(doc["metadata_voters"])
             except (OSError, ValueError, KeyError, TypeError) as exc:
@@ -163,7 +171,11 @@ def resolve_join(config: BrokerConfig) -> BrokerConfig:
     if not config.join:
         return config
     urls = [u.rstrip("/") for u in comma_items(config.join)]
-    urls = [u if "://" in u else f"http://{u}" for u in urls]
+    # With TLS on, a bare host:port is https, checked against tls_ca (dmq/README.md, "TLS").
+    urls = [u if "://" in u else f"{config.http_scheme}://{u}" for u in urls]
+    tls = (
+        tls_context(config.tls_ca, config.tls_cert, config.tls_key) if config.tls_enabled else None
+    )
     if not urls:
         raise DmqError(f"--join {config.join!r}: name at least one broker URL")
     saved = config.data_path / "meta" / JOINED_FILE
@@ -173,7 +185,7 @@ def resolve_join(config: BrokerConfig) -> BrokerConfig:
         _refuse_unidentified_data(config.data_path)
     own_cluster_id = identity.cluster_id if identity is not None else ""
     try:
-        peers, voters = _ask_cluster(urls, patience_s, config.data_path, own_cluster_id)
+        peers, voters = _ask_cluster(urls, patience_s, config.data_path, own_cluster_id, tls)
     except ClusterIdMismatch:
         raise  # never started from the copy: the seeds said which cluster they are
     except DmqError as exc:

@@ -40,6 +40,11 @@ number of members read the same partitions, each record is locked to one member 
 is accepted, released (optionally with a delay) or rejected (to the dead-letter topic);
 see `_share.py` and groups/README.md, "Share groups".
 
+`https://` URLs are checked against the system's CAs, or the CA given as
+`tls=tls_context(ca_file=..., cert_file=..., key_file=...)` to `Producer`, `Consumer` and
+`Admin` (sync and async), or in the environment (`DMQ_CA`, `DMQ_CERT`, `DMQ_KEY`), which
+every client class reads when given no `tls=` (`_tls.py`).
+
 The producer batches records per partition and sends each batch as one binary
 RecordBatch (zstd-compressed end to end if asked); the consumer fetches stored batches
 as they are and checks their CRC. The modules `_producer.py`, `_consumer.py`,
@@ -58,6 +63,7 @@ from dmq.client._share import (
     describe_share_group,
 )
 from dmq.client._sync import Admin, Consumer, Producer
+from dmq.client._tls import tls_context
 from dmq.client._types import (
     BrokerInfo,
     ClusterInfo,
@@ -96,4 +102,5 @@ __all__ = [
     "TopicSummary",
     "configure_share_group",
     "describe_share_group",
+    "tls_context",
 ]

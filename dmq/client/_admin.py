@@ -8,6 +8,7 @@ TopicAlreadyExists or TopicNotFound for the change it made itself.
 
 from __future__ import annotations
 
+import ssl
 from collections.abc import Mapping
 from typing import Any
 from urllib.parse import quote
@@ -33,12 +34,14 @@ class AsyncAdmin:
         retries: int = _limits.RETRIES_DEFAULT,
         retry_backoff_ms: int = _limits.RETRY_BACKOFF_MS_DEFAULT,
         request_timeout_ms: int = _limits.REQUEST_TIMEOUT_MS_DEFAULT,
+        tls: ssl.SSLContext | None = None,
     ) -> None:
         self._transport = Transport(
             url,
             request_timeout_ms=request_timeout_ms,
             retries=retries,
             retry_backoff_ms=retry_backoff_ms,
+            tls=tls,
         )
 
     @property

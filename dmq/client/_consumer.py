@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import ssl
 from collections import deque
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -147,6 +148,7 @@ class AsyncConsumer:
         retry_backoff_ms: int = _limits.RETRY_BACKOFF_MS_DEFAULT,
         request_timeout_ms: int = _limits.REQUEST_TIMEOUT_MS_DEFAULT,
         isolation: Isolation = "read_uncommitted",
+        tls: ssl.SSLContext | None = None,
     ) -> None:
         if isolation not in ("read_uncommitted", "read_committed"):
             raise ValueError(
@@ -164,6 +166,7 @@ class AsyncConsumer:
             request_timeout_ms=request_timeout_ms,
             retries=retries,
             retry_backoff_ms=retry_backoff_ms,
+            tls=tls,
         )
         self._topic = topic
         self._auto_offset_reset = auto_offset_reset

@@ -9,7 +9,9 @@ twins) goes through `Transport.request`, which:
    body names (`error_for_code`), or, when the body is not in that shape (a proxy, an
    unknown route), into the class its status implies;
 4. turns connection failures into `BrokerUnavailable` and timeouts into `RequestTimeout`,
-   so no aiohttp or asyncio exception reaches the user;
+   so no aiohttp or asyncio exception reaches the user; a TLS failure (the broker's
+   certificate does not verify against the CA, or the broker refused ours) is a
+   `ClientError` naming the CA options, never retried (dmq/client/_tls.py);
 5. retries a `RetriableError` up to `retries` times, waiting as the broker asked
    (`details.retry_after_ms`, else `Retry-After`) or with exponential backoff, and never
    retries a `ClientError` or a `StorageError`.
@@ -24,6 +26,7 @@ from __future__ import annotations
 import asyncio
 import json
 import random
+import ssl
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -32,8 +35,10 @@ from urllib.parse import quote
 import aiohttp
 
 from dmq.client import _limits
+from dmq.client._tls import tls_from_env
 from dmq.errors import (
     BrokerUnavailable,
+    ClientError,
     DmqError,
     InvalidRequest,
     RequestTimeout,
@@ -195,7 +200,13 @@ class Transport:
     """
 
     def __init__(
-        self, url: str, *, request_timeout_ms: int, retries: int, retry_backoff_ms: int
+        self,
+        url: str,
+        *,
+        request_timeout_ms: int,
+        retries: int,
+        retry_backoff_ms: int,
+        tls: ssl.SSLContext | None = None,
     ) -> None:
         if request_timeout_ms < 1 or retries < 0 or retry_backoff_ms < 0:
             raise ValueError("need request_timeout_ms >= 1, retries >= 0, retry_backoff_ms >= 0")
@@ -205,6 +216,9 @@ class Transport:
         self._retry_backoff_ms = retry_backoff_ms
         self._session: aiohttp.ClientSession | None = None
         self._closed = False
+        # dmq/client/_tls.py: the caller's context, else DMQ_CA/DMQ_CERT/DMQ_KEY, else
+        # aiohttp's default (https checked against the system's CAs).
+        self._tls = tls if tls is not None else tls_from_env()
 
     async def request(
         self,
@@ -262,9 +276,25 @@ class Transport:
             raise RequestTimeout(f"{method} {path}: no answer within {timeout_ms} ms") from exc
         except aiohttp.InvalidURL as exc:
             raise InvalidRequest(f"invalid URL {self.url + path}: {exc}", field="url") from exc
+        except (aiohttp.ClientConnectorCertificateError, aiohttp.ClientSSLError) as exc:
+            # Not retried: another try meets the same certificate.
+            raise ClientError(
+                f"{method} {path}: TLS with {self.url} failed: {exc}; give the CA that signs "
+                f"the brokers' certificates (tls=tls_context(ca_file=...), --ca or DMQ_CA)"
+            ) from exc
         except aiohttp.ClientError as exc:
+            hint = ""
+            if isinstance(exc, aiohttp.ServerDisconnectedError) and self.url.startswith("https"):
+                # TLS 1.3: a broker with tls_client_auth = required checks the client's
+                # certificate after the handshake and just closes the connection.
+                hint = (
+                    " (a broker that requires a client certificate closes the connection "
+                    "of a client without one: give cert_file/key_file, --cert/--key or "
+                    "DMQ_CERT/DMQ_KEY)"
+                )
             raise BrokerUnavailable(
-                f"{method} {path}: cannot reach the broker at {self.url}: {exc or type(exc).__name__}"
+                f"{method} {path}: cannot reach the broker at {self.url}: "
+                f"{exc or type(exc).__name__}{hint}"
             ) from exc
         if 200 <= status < 300:
             return Response(status, answer_headers, payload)
@@ -274,7 +304,8 @@ class Transport:
         if self._closed:
             raise RuntimeError("this client is closed")
         if self._session is None:
-            self._session = aiohttp.ClientSession()
+            connector = None if self._tls is None else aiohttp.TCPConnector(ssl=self._tls)
+            self._session = aiohttp.ClientSession(connector=connector)
         return self._session
 
     async def close(self) -> None:
@@ -282,3 +313,5 @@ class Transport:
         if self._session is not None:
             session, self._session = self._session, None
             await session.close()
+            if self.url.startswith("https://"):
+                await asyncio.sleep(_limits.TLS_CLOSE_GRACE_MS / 1000)

@@ -68,3 +68,9 @@ POLL_RECORDS_DEFAULT: Final = 500
 # A group consumer that does not poll for this long leaves its group (Kafka's
 # max.poll.interval.ms default): its partitions go to members that do.
 MAX_POLL_INTERVAL_MS_DEFAULT: Final = 300_000
+
+# After closing its session, a client with an https URL waits this long: a request it
+# cancelled (a consumer's long-poll in flight at close) closes its TLS connection with a
+# close_notify exchange, one round trip, that must end before a sync client's event loop
+# stops, or asyncio leaves the socket to the garbage collector (ResourceWarning).
+TLS_CLOSE_GRACE_MS: Final = 100

@@ -48,6 +48,7 @@ import asyncio
 import base64
 import contextlib
 import random
+import ssl
 import time
 from collections.abc import Coroutine, Mapping, Sequence
 from dataclasses import dataclass
@@ -145,6 +146,7 @@ class AsyncProducer:
         transactional_id: str | None = None,
         transaction_timeout_ms: int = _transactions.TRANSACTION_TIMEOUT_MS_DEFAULT,
         transaction_commit_wait: _transactions.CommitWait = "decision",
+        tls: ssl.SSLContext | None = None,
     ) -> None:
         if not 1 <= batch_bytes <= _limits.BATCH_BYTES_MAX:
             raise ValueError(f"batch_bytes must be in 1..{_limits.BATCH_BYTES_MAX}")
@@ -157,6 +159,7 @@ class AsyncProducer:
             request_timeout_ms=request_timeout_ms,
             retries=retries,
             retry_backoff_ms=retry_backoff_ms,
+            tls=tls,
         )
         self._acks = normalise_acks(acks)
         self._codec = Codec.ZSTD if compression == "zstd" else Codec.NONE

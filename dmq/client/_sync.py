@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import ssl
 import threading
 from collections import deque
 from collections.abc import Callable, Coroutine, Iterable, Mapping
@@ -152,6 +153,7 @@ class Producer:
         transactional_id: str | None = None,
         transaction_timeout_ms: int = TRANSACTION_TIMEOUT_MS_DEFAULT,
         transaction_commit_wait: CommitWait = "decision",
+        tls: ssl.SSLContext | None = None,
     ) -> None:
         self._inner = AsyncProducer(
             url,
@@ -167,6 +169,7 @@ class Producer:
             transactional_id=transactional_id,
             transaction_timeout_ms=transaction_timeout_ms,
             transaction_commit_wait=transaction_commit_wait,
+            tls=tls,
         )
         self._runner = _LoopThread("dmq-producer")
         self._room = threading.BoundedSemaphore(_limits.SYNC_SENDS_PENDING_MAX)
@@ -338,6 +341,7 @@ class Consumer:
         on_revoke: Callback | None = None,
         max_poll_interval_ms: int = _limits.MAX_POLL_INTERVAL_MS_DEFAULT,
         isolation: Isolation = "read_uncommitted",
+        tls: ssl.SSLContext | None = None,
     ) -> None:
         self._group: AsyncGroupConsumer | None = None
         if group is not None:
@@ -357,6 +361,7 @@ class Consumer:
             retry_backoff_ms=retry_backoff_ms,
             request_timeout_ms=request_timeout_ms,
             isolation=isolation,
+            tls=tls,
         )
         self._runner = _LoopThread("dmq-consumer")
 
@@ -432,12 +437,14 @@ class Admin:
         retries: int = _limits.RETRIES_DEFAULT,
         retry_backoff_ms: int = _limits.RETRY_BACKOFF_MS_DEFAULT,
         request_timeout_ms: int = _limits.REQUEST_TIMEOUT_MS_DEFAULT,
+        tls: ssl.SSLContext | None = None,
     ) -> None:
         self._inner = AsyncAdmin(
             url,
             retries=retries,
             retry_backoff_ms=retry_backoff_ms,
             request_timeout_ms=request_timeout_ms,
+            tls=tls,
         )
         self._runner = _LoopThread("dmq-admin")
 

@@ -27,6 +27,7 @@ import http.client
 import json
 import os
 import signal
+import ssl
 import struct
 import subprocess
 import sys
@@ -113,6 +114,7 @@ class Node:
         self.args: list[str] = []
         self.env: dict[str, str] = {}
         self.secret: bytes | None = None  # signs /v1/internal requests when set
+        self.tls: ssl.SSLContext | None = None  # https, checked against the cluster's CA
         self.proc: subprocess.Popen[bytes] | None = None
         self.stopped = False  # SIGSTOPped
 
@@ -121,7 +123,7 @@ class Node:
 
     @property
     def url(self) -> str:
-        return f"http://{self.host}:{self.http_port}"
+        return f"{'https' if self.tls else 'http'}://{self.host}:{self.http_port}"
 
     @property
     def alive(self) -> bool:
@@ -189,7 +191,7 @@ class Node:
         if self.secret is not None and path.startswith("/v1/internal/"):
             req.add_header(SIGNATURE_HEADER, sign_internal(self.secret, method, path, data or b""))
         try:
-            with urllib.request.urlopen(req, timeout=timeout_s) as resp:
+            with urllib.request.urlopen(req, timeout=timeout_s, context=self.tls) as resp:
                 return Response(resp.status, dict(resp.headers), resp.read())
         except urllib.error.HTTPError as err:
             return Response(err.code, dict(err.headers), err.read())
@@ -223,6 +225,13 @@ class Node:
         return self.data_dir / "raft" / "groups" / str(group_id)
 
 
+def _tls_args(tls_dir: Path) -> list[str]:
+    return [
+        "--tls-cert", str(tls_dir / "broker.pem"), "--tls-key", str(tls_dir / "broker-key.pem"),
+        "--tls-ca", str(tls_dir / "ca.pem"),
+    ]  # fmt: skip
+
+
 class DmqCluster:
     """n `dmq serve` nodes on 127.0.0.11.., one HTTP and one Raft port shared by all."""
 
@@ -235,7 +244,10 @@ class DmqCluster:
         env: dict[str, str] | None = None,
         metadata_voters: list[str] | None = None,
         secret: bytes | None = None,
+        tls_dir: Path | None = None,
     ) -> None:
+        """tls_dir: certificates of `dmq cert dev` for every node's address: TLS on, with
+        its ca.pem the harness's CA too."""
         self.tmp_path = tmp_path
         tmp_path.mkdir(parents=True, exist_ok=True)
         self.secret_file = tmp_path / "cluster-secret"
@@ -257,10 +269,14 @@ class DmqCluster:
                 "--raft-addr", f"{host}:{self.raft_port}", "--peers", peers,
                 *(["--metadata-voters", ",".join(metadata_voters)] if metadata_voters else []),
                 *(["--cluster-secret-file", str(self.secret_file)] if secret else []),
+                *(_tls_args(tls_dir) if tls_dir else []),
                 *(extra_args or []),
             ]  # fmt: skip
             node.env = dict(env or {})
             node.secret = secret
+            if tls_dir is not None:
+                node.tls = ssl.create_default_context(cafile=str(tls_dir / "ca.pem"))
+                node.tls.load_cert_chain(tls_dir / "client.pem", tls_dir / "client-key.pem")
             self.nodes[node_id] = node
 
     def limit_peers(self, node_ids: Iterable[str], known: Iterable[str]) -> None:

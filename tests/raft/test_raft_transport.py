@@ -9,28 +9,43 @@ harness rely on, with two Networks in this process on their own loopback address
   tests/raft/test_raft_auth.py proves what it refuses);
 - a peer that goes away is reported down, and up again once it is back;
 - a peer whose send buffer is full gets no more frames (send returns False) rather than
-  an unbounded buffer.
+  an unbounded buffer;
+- with TLS (raft/tls.py, contexts from dmq/tls.py, certificates from dmq/dev_certs.py),
+  small and multi-MiB frames arrive intact and in order, the hello and the frames queued
+  behind it included (decrypted bytes the selector cannot see are read without waiting
+  for more); a peer whose certificate another CA signed, or that speaks plain TCP, is
+  refused at the handshake and never reported up.
 """
 
 from __future__ import annotations
 
+import contextlib
 import pickle
+import socket
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import replace
+from pathlib import Path
 from typing import Any
 
 import pytest
 from raft_harness import free_port_on
 
+from dmq.config import BrokerConfig
+from dmq.dev_certs import write_dev_certs
+from dmq.tls import broker_tls
 from raft.config import RaftConfig
-from raft.transport import Network
+from raft.tls import RaftTls
+from raft.transport import HELLO_GROUP_ID, Network, encode_frame
 
 
 class Pair:
     """Networks a (127.0.0.11) and b (127.0.0.12) polled by hand, recording what arrives."""
 
-    def __init__(self, config: RaftConfig | None = None) -> None:
+    def __init__(
+        self, config: RaftConfig | None = None, tls: dict[str, RaftTls] | None = None
+    ) -> None:
+        self.tls = tls or {}
         port = free_port_on(["127.0.0.11", "127.0.0.12"])
         self.peers = {"a": f"127.0.0.11:{port}", "b": f"127.0.0.12:{port}"}
         self.received: dict[str, list[tuple[int, str, Any]]] = {"a": [], "b": []}
@@ -51,6 +66,7 @@ class Pair:
             ),
             on_peer_up=lambda peer: self.events.append((node_id, "up", peer)),
             on_peer_down=lambda peer: self.events.append((node_id, "down", peer)),
+            tls=self.tls.get(node_id),
         )
         network.open()
         return network
@@ -139,5 +155,63 @@ def test_full_peer_buffer_refuses_frames() -> None:
         accepted = sum(networks.a.send("b", 1, big, hold=True) for _ in range(20))
         assert accepted == 6
         assert networks.a.stats.frames_dropped_full == 14
+    finally:
+        networks.close()
+
+
+def _raft_tls(directory: Path) -> RaftTls:
+    certs = write_dev_certs(directory, ["127.0.0.11", "127.0.0.12"])
+    config = BrokerConfig(
+        tls_cert=str(certs.broker_cert), tls_key=str(certs.broker_key), tls_ca=str(certs.ca)
+    )
+    tls = broker_tls(config)
+    assert tls is not None
+    return tls.raft
+
+
+@pytest.fixture(scope="module")
+def cluster_tls(tmp_path_factory: pytest.TempPathFactory) -> RaftTls:
+    return _raft_tls(tmp_path_factory.mktemp("certs"))
+
+
+def test_tls_frames_small_and_large_arrive_in_order(cluster_tls: RaftTls) -> None:
+    networks = Pair(tls={"a": cluster_tls, "b": cluster_tls})
+    try:
+        assert networks.pump(lambda: networks.a.is_up("b") and networks.b.is_up("a"), seconds=5)
+        big = [
+            {**HEARTBEAT, "entries": (batch_entry(bytes([k]) * 3 * 1024 * 1024, idx=k + 1),)}
+            for k in range(3)
+        ]
+        sent = [REPLY, *big, HEARTBEAT]
+        for message in sent:
+            assert networks.a.send("b", 9, message, hold=False)
+        networks.a.write_unheld()
+        assert networks.pump(lambda: len(networks.received["b"]) == len(sent), seconds=10)
+        assert networks.received["b"] == [(9, "a", m) for m in sent]
+        assert networks.a.stats.handshakes_refused + networks.b.stats.handshakes_refused == 0
+    finally:
+        networks.close()
+
+
+def test_tls_peer_of_another_ca_or_plain_tcp_is_refused(
+    cluster_tls: RaftTls, tmp_path: Path
+) -> None:
+    networks = Pair(tls={"a": _raft_tls(tmp_path / "other-ca"), "b": cluster_tls})
+    try:
+        networks.pump(lambda: networks.b.stats.handshakes_refused >= 2, seconds=3)
+        assert networks.b.stats.handshakes_refused >= 2  # a's certificate: unknown CA
+        assert networks.a.stats.handshakes_refused >= 1  # b's, to a
+        assert not networks.a.is_up("b") and not networks.b.is_up("a")
+        assert networks.events == [] and networks.received == {"a": [], "b": []}
+        # A plain TCP peer's first bytes (a hello frame) are not a TLS ClientHello.
+        refused = networks.b.stats.handshakes_refused
+        host, port = networks.peers["b"].split(":")
+        with socket.create_connection((host, int(port)), timeout=2) as plain:
+            plain.sendall(encode_frame(HELLO_GROUP_ID, bytes(64)))
+            networks.pump(lambda: networks.b.stats.handshakes_refused > refused, seconds=3)
+            assert networks.b.stats.handshakes_refused > refused
+            plain.settimeout(2)
+            with contextlib.suppress(ConnectionError):
+                assert plain.recv(4096) == b""  # closed, no challenge sent
     finally:
         networks.close()
