@@ -46,6 +46,7 @@ from dmq.errors import (
     error_for_code,
 )
 
+_CLIENT_CERT_HINT = " give cert_file/key_file, --cert/--key or DMQ_CERT/DMQ_KEY"
 USER_AGENT = "dmq-python-client/0.1"
 JSON = "application/json"
 BATCH = "application/vnd.dmq.batch"  # one RecordBatch, produced
@@ -278,19 +279,24 @@ class Transport:
             raise InvalidRequest(f"invalid URL {self.url + path}: {exc}", field="url") from exc
         except (aiohttp.ClientConnectorCertificateError, aiohttp.ClientSSLError) as exc:
             # Not retried: another try meets the same certificate.
+            if "certificate required" in str(exc).lower().replace("_", " "):
+                raise ClientError(
+                    f"{method} {path}: the broker at {self.url} requires a client "
+                    f"certificate: {exc}{_CLIENT_CERT_HINT}"
+                ) from exc
             raise ClientError(
                 f"{method} {path}: TLS with {self.url} failed: {exc}; give the CA that signs "
                 f"the brokers' certificates (tls=tls_context(ca_file=...), --ca or DMQ_CA)"
             ) from exc
         except aiohttp.ClientError as exc:
             hint = ""
-            if isinstance(exc, aiohttp.ServerDisconnectedError) and self.url.startswith("https"):
+            closed = (aiohttp.ServerDisconnectedError, aiohttp.ClientOSError)
+            if isinstance(exc, closed) and self.url.startswith("https"):
                 # TLS 1.3: a broker with tls_client_auth = required checks the client's
-                # certificate after the handshake and just closes the connection.
-                hint = (
-                    " (a broker that requires a client certificate closes the connection "
-                    "of a client without one: give cert_file/key_file, --cert/--key or "
-                    "DMQ_CERT/DMQ_KEY)"
+                # certificate after the handshake and closes the connection (the client
+                # sees it closed, reset, or the alert above, by timing).
+                hint = " (a broker that requires a client certificate closes the connection " + (
+                    f"of a client without one:{_CLIENT_CERT_HINT})"
                 )
             raise BrokerUnavailable(
                 f"{method} {path}: cannot reach the broker at {self.url}: "
