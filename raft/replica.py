@@ -37,6 +37,7 @@ from raft.errors import (
     Discarded,
     GroupStalled,
     NotLeader,
+    OutcomeUnknown,
     QueueFull,
     RaftError,
     ReplicaStopped,
@@ -697,17 +698,19 @@ class Replica:
 
     def give_up_commits(self) -> None:
         """This node lost its leader, or its leadership, without learning of a new one:
-        every proposal waiting here for its entry to commit fails now with LEADER_CHANGED
-        (OutcomeUnknown: the entry may still commit), not at its deadline. Until the
-        partition heals nothing would tell it; its proposers may ask elsewhere meanwhile."""
-        sync_obj = self.syncobj
-        waiting = sync_obj._SyncObj__commandsWaitingCommit
-        if not waiting:
-            return
-        sync_obj._SyncObj__commandsWaitingCommit = collections.defaultdict(list)
-        for index in sorted(waiting):
-            for _term, callback in waiting[index]:
-                callback(None, FAIL_REASON.LEADER_CHANGED)
+        every proposal batch handed to pysyncobj here and not settled yet (forwarded to
+        the lost leader, or waiting for its entry to commit) fails now with OutcomeUnknown
+        (the entry may still commit), not at its deadline: until the partition heals
+        nothing would settle it, and its proposers may ask elsewhere meanwhile.
+        pysyncobj's own later callback finds them answered (settle_batch skips them).
+        Membership changes (raft/membership.py) are left to pysyncobj's callbacks."""
+        batches, self._submitted = self._submitted, set()
+        for batch in batches:
+            error = OutcomeUnknown(
+                f"group {self.group_id}: the leader was lost before the entry was known to "
+                "commit; it may still commit"
+            )
+            self.node.settle(batch, None, error)
 
     def answer_prevote(self, peer_id: str, message: dict[str, Any], now: float) -> None:
         """Pre-vote step 2 (any member, no tick)."""
