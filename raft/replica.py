@@ -307,8 +307,8 @@ class Replica:
         within the maximum election timeout (a quiesced follower: from its node): its
         own election deadline has passed, so the leader is dead or out of reach. A group
         that never had a leader here (just opened) is not lost: one is being elected.
-        Any thread (it reads floats the tick thread writes); a stale answer only moves
-        the moment a proposal is refused by a round."""
+        Any thread: it reads values the tick thread writes, so it may lag by a round,
+        which only shifts by a round the moment proposals start or stop being refused."""
         if self._status.is_leader:
             return False
         quiesced = self.quiesced_leader
