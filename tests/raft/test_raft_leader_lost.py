@@ -129,3 +129,32 @@ def test_a_group_that_never_had_a_leader_is_not_lost(tmp_path: Path) -> None:
             await cluster.stop()
 
     asyncio.run(asyncio.wait_for(scenario(), 60))
+
+
+def test_a_command_for_a_leader_whose_link_is_down_is_proposed_again(tmp_path: Path) -> None:
+    """The follower still hears its leader (the leader's own connection is up) but its
+    link to the leader is down and reconnects only after 1 s (as after a heal): the
+    forwarded command never leaves, fails as not applied (GroupTransport._unsent_command)
+    and is proposed again once the link is back, not lost until its 10 s deadline."""
+
+    async def scenario() -> None:
+        cluster = InProcessCluster(tmp_path)
+        replicas, leader = await cluster.start_group(1)
+        try:
+            follower = next(n for n in replicas if n != leader)
+            await replicas[follower].propose(b"before", timeout_s=5.0)
+            network = cluster.nodes[follower].network
+
+            def drop_link() -> None:
+                link = network._outbound[leader]
+                network._close_outbound(link, notify=True)
+                link.next_attempt_at = time.monotonic() + 1.0
+
+            await cluster.nodes[follower]._on_tick_thread(drop_link)
+            took, error = await timed_propose(replicas[follower], b"while-down")
+            assert error is None, error
+            assert 0.5 < took < 3.0, f"took {took:.2f} s"
+        finally:
+            await cluster.stop()
+
+    asyncio.run(asyncio.wait_for(scenario(), 60))
