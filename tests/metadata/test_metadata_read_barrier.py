@@ -75,6 +75,7 @@ def test_the_leader_s_read_barrier_uses_read_index_and_appends_nothing(tmp_path:
 
             def applied() -> int:
                 return other.status().last_applied
+
             await services[follower].propose(register("b9"))
             await wait_until(lambda: replica.status().last_applied >= applied(), 5, "lagging")
             commit = replica.status().commit_index
