@@ -4,11 +4,14 @@ A Broker method raises `ForwardRequest(http_addr)` when another broker must answ
 (a fetch or offset lookup for a partition led elsewhere). `forward_middleware` then
 sends the same request there, marked with the forwarded header so that it is never
 relayed a second time, and returns that broker's answer as it is: status, body,
-content type, Retry-After and the X-Dmq-* headers.
+content type, Retry-After and the X-Dmq-* headers. A relay to a named broker is given
+up once that broker goes out of reach (no Raft heartbeat within an election timeout):
+not_leader for a read, request_timeout (outcome unknown) for anything else.
 """
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Awaitable, Callable
 
 import aiohttp
@@ -41,7 +44,21 @@ async def forward_middleware(request: web.Request, handler: Handler) -> web.Stre
     try:
         return await handler(request)
     except ForwardRequest as forward:
-        return await _relay(request, forward.http_addr, forward.hops)
+        relay = _relay(request, forward.http_addr, forward.hops)
+        if forward.node_id is None:
+            return await relay
+        lost = functools.partial(_lost, request.method, forward.node_id)
+        return await broker_of(request).unless_out_of_reach(forward.node_id, relay, lost)
+
+
+def _lost(method: str, node_id: str) -> errors.DmqError:
+    """A relay whose target went out of reach (not heard from within an election
+    timeout) before it answered: a read may be asked again anywhere; anything else
+    may have been done there."""
+    what = f"broker {node_id} went out of reach before it answered"
+    if method in ("GET", "HEAD"):
+        return errors.NotLeader(what, retry_after_ms=200)
+    return errors.RequestTimeout(f"{what}; the outcome is unknown", retry_after_ms=200)
 
 
 def forwarded_hops(request: web.Request) -> int:

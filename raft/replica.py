@@ -37,6 +37,7 @@ from raft.errors import (
     Discarded,
     GroupStalled,
     NotLeader,
+    OutcomeUnknown,
     QueueFull,
     RaftError,
     ReplicaStopped,
@@ -244,7 +245,10 @@ class Replica:
 
         Raises CommandTooLarge or QueueFull at once; retries while no leader is known
         (NotLeader) or the entry was discarded, until the deadline; then raises the last
-        NotApplied error, or Timeout if the command may still commit.
+        NotApplied error, or Timeout if the command may still commit. A follower cut off
+        from its leader (`leader_lost`) raises NotLeader at once instead, nothing proposed:
+        forwarded, the command would be lost in the cut, and the leader may stay out of
+        reach for as long as the partition lasts (a bridge partition: raft/README.md).
         """
         if wait not in ("apply", "append"):
             raise ValueError(f"wait must be 'apply' or 'append', not {wait!r}")
@@ -253,6 +257,8 @@ class Replica:
         deadline = loop.time() + timeout
         delay = PROPOSE_RETRY_S_MIN
         while True:
+            if self.leader_lost(time.monotonic()):
+                raise NotLeader(self.group_id, None, None)
             try:
                 return await self._propose_once(command, deadline, timeout, wait == "append")
             except (NotLeader, Discarded):
@@ -295,6 +301,22 @@ class Replica:
     def status(self) -> ReplicaStatus:
         """As of this group's last tick (any thread may read it)."""
         return self._status
+
+    def leader_lost(self, now: float) -> bool:
+        """A follower that followed a leader since it opened and has not heard from it
+        within the maximum election timeout (a quiesced follower: from its node): its
+        own election deadline has passed, so the leader is dead or out of reach. A group
+        that never had a leader here (just opened) is not lost: one is being elected.
+        Any thread: it reads values the tick thread writes, so it may lag by a round,
+        which only shifts by a round the moment proposals start or stop being refused."""
+        if self._status.is_leader:
+            return False
+        quiesced = self.quiesced_leader
+        if quiesced is not None:
+            heard = self.node.network.last_heard.get(quiesced, 0.0)
+        else:
+            heard = self.leader_heard_at
+        return heard > 0.0 and now - heard >= self._config.election_timeout_max_s
 
     async def read_index(self, *, timeout_s: float | None = None) -> int:
         """ReadIndex (raft/read_index.py): wait until a read of this replica's state machine
@@ -414,10 +436,19 @@ class Replica:
         # the node. One from restore() is (see _read_snapshot): raised here instead.
         if self._config.pre_vote:
             self.maybe_hold_election(time.monotonic())
+        was_leader = self.syncobj._isLeader()
         self.syncobj.doTick(0.0)
         self.raise_failure()
         sync_obj = self.syncobj
+        if was_leader and not sync_obj._isLeader():
+            # Check-quorum stepped it down (a higher term arrives as a message, not in a
+            # tick): no majority hears it, so nothing tells it its entries' fate soon.
+            self.give_up_commits()
         leader = sync_obj._getLeader()
+        if leader is not None and sync_obj._isLeader():
+            # Leading counts as hearing from the leader (leader_lost): a leader deposed
+            # by check-quorum refuses proposals an election timeout later, as a follower.
+            self.leader_heard_at = time.monotonic()
         self._status = ReplicaStatus(
             self.group_id,
             self.node.node_id,
@@ -651,14 +682,35 @@ class Replica:
             self.prevote_won_term = None
             return False  # a majority granted: pysyncobj campaigns in this tick
         sync_obj._SyncObj__raftElectionDeadline = now + sync_obj._SyncObj__generateRaftTimeout()
-        # Its leader went silent: it knows none (as pysyncobj's campaign would have said).
-        sync_obj._SyncObj__raftLeader = None
+        # Its leader went silent: it knows none (as pysyncobj's campaign would have said),
+        # and the commands it forwarded to that leader fail now with LEADER_CHANGED
+        # (OutcomeUnknown), as pysyncobj's campaign fails them, not at their deadline.
+        if sync_obj._SyncObj__raftLeader is not None:
+            sync_obj._SyncObj__raftLeader = None
+            sync_obj._SyncObj__onLeaderChanged()
+            self.give_up_commits()
         self.prevote_round = prevote.PreVoteRound(term + 1)
         self.prevotes_sent += 1
         message = prevote.request(term, *self._last_log())
         for node in sync_obj._SyncObj__otherNodes:
             self.transport.send(node, message)
         return True
+
+    def give_up_commits(self) -> None:
+        """This node lost its leader, or its leadership, without learning of a new one:
+        every proposal batch handed to pysyncobj here and not settled yet (forwarded to
+        the lost leader, or waiting for its entry to commit) fails now with OutcomeUnknown
+        (the entry may still commit), not at its deadline: until the partition heals
+        nothing would settle it, and its proposers may ask elsewhere meanwhile.
+        pysyncobj's own later callback finds them answered (settle_batch skips them).
+        Membership changes (raft/membership.py) are left to pysyncobj's callbacks."""
+        batches, self._submitted = self._submitted, set()
+        for batch in batches:
+            error = OutcomeUnknown(
+                f"group {self.group_id}: the leader was lost before the entry was known to "
+                "commit; it may still commit"
+            )
+            self.node.settle(batch, None, error)
 
     def answer_prevote(self, peer_id: str, message: dict[str, Any], now: float) -> None:
         """Pre-vote step 2 (any member, no tick)."""

@@ -54,6 +54,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
+from pysyncobj import FAIL_REASON
 from pysyncobj.transport import Transport
 
 from raft import auth, wire
@@ -795,6 +796,7 @@ class GroupTransport(Transport):  # type: ignore[misc]  # pysyncobj is untyped
         term_at: Callable[[int], int | None],
     ) -> None:
         super().__init__(syncObj, selfNode, otherNodes)
+        self._sync_obj = syncObj
         if not 0 <= group_id <= GROUP_ID_MAX:
             raise ValueError(f"group id {group_id} out of range [0, {GROUP_ID_MAX}]")
         self._network = network
@@ -842,7 +844,20 @@ class GroupTransport(Transport):  # type: ignore[misc]  # pysyncobj is untyped
                 self._sent[peer_id] = mark
             else:
                 self._sent.pop(peer_id, None)
+        elif kind == "apply_command" and not sent and "request_id" in message:
+            self._unsent_command(message["request_id"])
         return sent
+
+    def _unsent_command(self, request_id: int) -> None:
+        """A command a follower forwarded to its leader that never left (the link is down:
+        a cut, the leader restarting, a reconnect after a heal; or its buffer is full):
+        pysyncobj ignores send()'s answer and would wait for a reply that cannot come,
+        until the proposer's deadline. It is in no log, so it fails now as NOT_LEADER
+        (raft/errors.py NotLeader: not applied) and the facade proposes it again."""
+        waiting = self._sync_obj._SyncObj__commandsWaitingReply
+        callback = waiting.pop(request_id, None)
+        if callback is not None:
+            callback(None, FAIL_REASON.NOT_LEADER)
 
     def destroy(self) -> None:
         self.setOnMessageReceivedCallback(None)

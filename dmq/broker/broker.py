@@ -31,13 +31,13 @@ import asyncio
 import fcntl
 import logging
 import os
-from collections.abc import Callable, Coroutine
+from collections.abc import Awaitable, Callable, Coroutine
 from pathlib import Path
 from typing import Any
 
 from dmq import errors, planted
 from dmq.broker.cluster import ClusterService
-from dmq.broker.context import BrokerContext
+from dmq.broker.context import BrokerContext, T
 from dmq.broker.delay import DelayService
 from dmq.broker.fetch import FetchService
 from dmq.broker.groups import GroupsService
@@ -149,6 +149,12 @@ class Broker:
     @property
     def cluster_secret(self) -> bytes | None:
         return self._ctx.cluster_secret
+
+    async def unless_out_of_reach(
+        self, node_id: str, call: Awaitable[T], lost: Callable[[], errors.DmqError]
+    ) -> T:
+        """A call to another broker, given up once it goes out of reach (context.py)."""
+        return await self._ctx.unless_out_of_reach(node_id, call, lost)
 
     @property
     def tls(self) -> BrokerTls | None:

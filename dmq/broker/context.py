@@ -12,6 +12,9 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
+from collections.abc import Awaitable, Callable
+from typing import TypeVar
 
 from dmq import errors
 from dmq.broker.replicas import ReplicaSet
@@ -25,6 +28,8 @@ from log.space import SpaceGuard
 from raft.node import RaftNode
 
 _log = logging.getLogger("dmq.broker")
+T = TypeVar("T")
+REACH_CHECK_S = 0.2  # how often a call to another broker checks it is still in reach
 
 
 class BrokerContext:
@@ -74,6 +79,37 @@ class BrokerContext:
     @property
     def node_id(self) -> str:
         return self.config.node_id
+
+    def out_of_reach(self, node_id: str) -> bool:
+        """Whether this broker's Raft node has heard nothing from broker `node_id` within
+        the maximum election timeout. Every broker sends every other a node heartbeat
+        each Raft heartbeat interval (raft/transport.py), so silence that long means a
+        network cut, a paused or a dead broker: a request sent there now would wait out
+        its whole timeout. False when not known (no Raft node yet; a broker never heard
+        from since this one started)."""
+        node = self.raft_node
+        heard = None if node is None else node.network.last_heard.get(node_id)
+        if node is None or heard is None:
+            return False
+        return time.monotonic() - heard >= node.config.election_timeout_max_s
+
+    async def unless_out_of_reach(
+        self, node_id: str, call: Awaitable[T], lost: Callable[[], errors.DmqError]
+    ) -> T:
+        """Await a call to broker `node_id`, but raise `lost()` once that broker goes out
+        of reach meanwhile (`out_of_reach`, checked every REACH_CHECK_S) instead of
+        waiting out the call's own timeout; the call is cancelled then."""
+        task = asyncio.ensure_future(call)
+        try:
+            while True:
+                done, _ = await asyncio.wait({task}, timeout=REACH_CHECK_S)
+                if done:
+                    return task.result()
+                if self.out_of_reach(node_id):
+                    raise lost()
+        finally:
+            if not task.done():
+                task.cancel()
 
     def check_ready(self) -> None:
         """Requests on topics and records wait for the start (and stop at the stop)."""

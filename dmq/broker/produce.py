@@ -5,15 +5,18 @@ auto_create_topics), a partition per record (explicit, else the key's hash over 
 active partitions, else the sticky partition of this batch), every record checked against
 the limits before any is queued, one RecordBatch per partition; then per partition:
 with a replica here it is proposed to the partition's group (a follower's proposal
-reaches the leader through pysyncobj); without one it is forwarded to a broker hosting a
-replica, the reported leader first, retrying across leader changes until the request's
-deadline. acks=all answers after apply (offsets are assigned there), acks=1 once the
+reaches the leader through pysyncobj; a follower cut off from its leader refuses it at
+once, not_leader); without one it is forwarded to a broker hosting a replica, the
+reported leader first, skipping brokers out of reach, retrying across leader changes for
+one election (two maximum election timeouts), and given up (504, outcome unknown) once
+its target goes out of reach. acks=all answers after apply (offsets are assigned there), acks=1 once the
 leader's journal has it, acks=0 at once (failures are only logged).
 """
 
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 from collections.abc import Awaitable, Callable, Coroutine, Iterable, Sequence
 from typing import Any
@@ -32,6 +35,10 @@ from log import limits as log_limits
 from log.records import Record, RecordLimits, encode_batch, validate_batch
 
 _log = logging.getLogger("dmq.broker")
+
+# A relayed append (no replica here) retries refusals for this many maximum election
+# timeouts: long enough for one election, short of the request timeout (_append_remote).
+RELAY_RETRY_ELECTIONS = 2
 
 # Records of one request by partition, each with its index in the request.
 ByPartition = dict[int, list[tuple[int, Record]]]
@@ -303,10 +310,17 @@ class ProduceService:
     async def _append_remote(
         self, topic: TopicView, partition: int, batch: bytes, append_time: int | None, acks: Acks
     ) -> int | None:
-        """No replica here: hand the batch to a broker hosting one, the leader first,
-        retrying across leader changes until the request's deadline."""
+        """No replica here: hand the batch to a broker hosting one, the leader first.
+
+        A broker out of reach (`BrokerContext.out_of_reach`: not heard from within an
+        election timeout) is skipped, nothing sent; refusals (not_leader, unavailable) are
+        retried across the hosting brokers for at most `relay_retry_s` (one election), not
+        the whole request timeout: a bridge partition can keep every hosting broker on
+        this side without a leader for as long as it lasts, and the client does better
+        asking another broker (dmq/README.md, "Errors under a partition")."""
         loop = asyncio.get_running_loop()
         deadline = loop.time() + self._ctx.timeout_s
+        give_up_at = min(deadline, loop.time() + self._relay_retry_s())
         delay = 0.02
         last: errors.DmqError = errors.NotLeader(
             f"no broker hosting {topic.name}-{partition} answered", retry_after_ms=200
@@ -320,23 +334,49 @@ class ProduceService:
                 remaining = deadline - loop.time()
                 if addr is None or remaining <= 0:
                     continue
-                try:
-                    return await self._ctx.peers.append(
-                        addr,
-                        topic.name,
-                        topic.topic_id,
-                        partition,
-                        batch,
-                        acks=acks,
-                        log_append_time_ms=append_time,
-                        timeout_s=remaining,
+                if self._ctx.out_of_reach(node_id):
+                    last = errors.NotLeader(
+                        f"broker {node_id} hosting {topic.name}-{partition} is out of reach "
+                        "from here (not heard from within an election timeout)",
+                        retry_after_ms=200,
                     )
+                    continue
+                append = self._ctx.peers.append(
+                    addr,
+                    topic.name,
+                    topic.topic_id,
+                    partition,
+                    batch,
+                    acks=acks,
+                    log_append_time_ms=append_time,
+                    timeout_s=remaining,
+                )
+                lost = functools.partial(self._lost_after_sending, node_id)
+                try:
+                    return await self._ctx.unless_out_of_reach(node_id, append, lost)
                 except (errors.NotLeader, errors.BrokerUnavailable) as exc:
                     last = exc  # this broker cannot take it now: try the next
-            if loop.time() + delay >= deadline:
+            if loop.time() + delay >= give_up_at:
                 raise last
             await asyncio.sleep(delay)
             delay = min(delay * 2, 0.5)
+
+    def _relay_retry_s(self) -> float:
+        """How long a relayed append retries refusals: two maximum election timeouts."""
+        node = self._ctx.raft_node
+        return RELAY_RETRY_ELECTIONS * (
+            node.config.election_timeout_max_s if node is not None else 1.0
+        )
+
+    @staticmethod
+    def _lost_after_sending(node_id: str) -> errors.DmqError:
+        """A relayed append whose target went out of reach after the batch left: the batch
+        may have arrived and may commit, as the request timeout would say 10 s later."""
+        return errors.RequestTimeout(
+            f"broker {node_id} went out of reach while it held the batch (not heard from "
+            "within an election timeout); the outcome is unknown",
+            retry_after_ms=200,
+        )
 
 
 def _check_writable(topic: TopicView, partition: int, field: str) -> None:

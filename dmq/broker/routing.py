@@ -143,6 +143,8 @@ class Routing:
         request that lands on a broker that does not lead (the catalogue's leader report
         lags) is not relayed again: it gets NotLeader and the client retries. Answering it
         from a follower's replica, as before, answered stale reads (both found by jepsen/).
+        A leader out of reach from here (`BrokerContext.out_of_reach`) gets NotLeader at
+        once, and a relay is given up once its leader goes out of reach.
         """
         view = self.topic(topic)
         self.check_partition(view, partition)
@@ -164,12 +166,20 @@ class Routing:
             return replica
         leader = self.leader_of(view, partition)
         addr = None if leader is None else self.http_addr_of(leader)
-        if forwarded or addr is None or leader == self._ctx.node_id:
+        if forwarded or addr is None or leader is None or leader == self._ctx.node_id:
             raise errors.NotLeader(
                 f"partition {topic}-{partition} has no leader reachable from here yet",
                 retry_after_ms=200,
             )
-        raise ForwardRequest(addr)
+        if self._ctx.out_of_reach(leader):
+            # A cut: the relay would wait out its timeout (a bridge partition keeps the
+            # leader out of reach while it lasts); the client asks another broker.
+            raise errors.NotLeader(
+                f"partition {topic}-{partition}'s leader {leader} is out of reach from here "
+                "(not heard from within an election timeout)",
+                retry_after_ms=200,
+            )
+        raise ForwardRequest(addr, node_id=leader)
 
     def _lease_read(self, topic: str, partition: int, raft: Replica) -> bool:
         """The planted bug lease-read: a leader that heard from a majority takes a lease of

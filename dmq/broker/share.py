@@ -492,7 +492,7 @@ class ShareService:
                     # write of the old producer is never repeated under the new one.
                     await self._mark(g.name, done)
                     done = []
-                    await self._ctx.metadata.read_barrier()
+                    await self._ctx.metadata.commit_barrier()
                     now = self._state().groups.get(g.name)
                     if now is not None and now.dlq_producer == producer:
                         await self._new_producer(g.name, producer)
@@ -558,7 +558,7 @@ class ShareService:
                 )
             )
         except errors.DmqError:  # refused (or unknown outcome): what does the state hold?
-            await self._ctx.metadata.read_barrier()
+            await self._ctx.metadata.commit_barrier()
             g = self._state().groups.get(group)
             if g is None or g.dlq_producer is None or g.dlq_producer == replaces:
                 raise

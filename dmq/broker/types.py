@@ -25,12 +25,15 @@ class ForwardRequest(Exception):  # noqa: N818 - a control signal, not an error
     """Not a DmqError: tells the HTTP layer to relay this request to `http_addr`.
 
     `hops` is the forwarded header's value on the relayed request (consumer-group requests
-    may take two: observer -> voter -> metadata leader; everything else takes one)."""
+    may take two: observer -> voter -> metadata leader; everything else takes one).
+    `node_id`, when given, is the broker at `http_addr`: the relay is given up once that
+    broker goes out of reach (`BrokerContext.out_of_reach`)."""
 
-    def __init__(self, http_addr: str, hops: int = 1) -> None:
+    def __init__(self, http_addr: str, hops: int = 1, node_id: str | None = None) -> None:
         super().__init__(http_addr)
         self.http_addr = http_addr
         self.hops = hops
+        self.node_id = node_id
 
 
 @dataclass(frozen=True, slots=True)

@@ -13,9 +13,11 @@ Either way this service offers the same three things to the Broker:
   are never older than that, and it only moves forward (`metadata_version` never drops);
 - `propose(command)`: commit a command and return its `Applied` result once this broker's
   state includes it (read-your-writes), or raise the dmq error for a `Rejected` one;
-- `read_barrier()`: a linearizable read. On a voter it commits a no-op heartbeat through
-  the group (Raft's read-index by log, simple and correct); an observer asks a voter for
-  its state after such a barrier and adopts it.
+- `read_barrier()`: a linearizable read. On the group-0 leader through ReadIndex
+  (raft/read_index.py, no log entry); on another voter it commits a no-op heartbeat through
+  the group (Raft's read-index by log); an observer asks a voter for its state after a
+  barrier there and adopts it. `commit_barrier()` always commits the no-op (on a voter):
+  for callers that must also learn the fate of entries already in the leader's log.
 
 `on_change` is called on the event loop after every change of `metadata_version`.
 """
@@ -409,7 +411,34 @@ class MetadataService:
         raise last
 
     async def read_barrier(self) -> None:
-        """After this, `state` includes every change committed before the call."""
+        """After this, `state` includes every change committed before the call.
+
+        On the group-0 leader through ReadIndex (raft/read_index.py: one confirmation
+        round shared by the reads of a tick, no log entry); elsewhere as
+        `commit_barrier`. It does not settle entries still uncommitted in the leader's
+        log when it arrived: a caller that must learn the fate of such an entry (its own
+        proposal whose outcome is unknown, a membership change) uses `commit_barrier`."""
+        replica = self.replica
+        if replica is not None and replica.status().is_leader:
+            try:
+                await replica.read_index(timeout_s=self._timeout_s)
+                return
+            except raft_errors.NotLeader:
+                pass  # it lost the leadership meanwhile: the no-op finds the new leader
+            except raft_errors.Timeout as exc:
+                raise errors.NotLeader(
+                    f"metadata: leadership not confirmed in {self._timeout_s} s",
+                    retry_after_ms=200,
+                ) from exc
+            except raft_errors.RaftError as exc:
+                raise translate_raft_error(exc, "metadata read") from exc
+        await self.commit_barrier()
+
+    async def commit_barrier(self) -> None:
+        """After this, `state` includes every change committed before the call and, on a
+        voter, every entry that was in the leader's log when the no-op heartbeat this
+        commits reached it (Raft's read-index by log); an observer asks a voter for its
+        state after a read barrier there and adopts it."""
         if self.is_voter:
             await self.propose(BrokerHeartbeat(self.node_id, wall_ms()))
             return
@@ -604,7 +633,7 @@ class MetadataService:
             progress = await self._raft_node.group_progress(METADATA_GROUP_ID)
         except raft_errors.RaftError as exc:
             raise translate_raft_error(exc, "metadata voters") from exc
-        await self.read_barrier()
+        await self.commit_barrier()  # commits the membership entries appended before it
         return {
             "leader": self.node_id,
             "members": list(progress.members),

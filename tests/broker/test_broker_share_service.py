@@ -43,6 +43,9 @@ class Metadata:
     async def read_barrier(self) -> None:
         pass  # one machine: every change is in its state already
 
+    async def commit_barrier(self) -> None:
+        pass  # the same: nothing is ever uncommitted
+
 
 class Log:
     """Partition t-0: offsets [0, 5) but the `compacted` ones; reads from `failing`
