@@ -60,7 +60,9 @@ retention did. Commands without producer ids are still skipped on replay.
 
 **Transactions.** A transactional batch opens its producer's transaction in the
 partition; a control batch (a marker the coordinator writes) closes it, commit or abort,
-and moves the producer to the marker's epoch (dmq/partition/transactions.py). The open
+and moves the producer to the marker's epoch, which fences the ended transaction's late
+batches; a bumped marker (epoch + 1 per transaction) of an epoch the producer already
+has here is a duplicate, refused, nothing written (dmq/partition/transactions.py). The open
 transactions and aborted ranges are replicated state like the producer states: stored
 in the same `raft-producers` file (its head's `transactions` key) and in the snapshot
 (`PartitionSnapshot.transactions`, left out while empty); every batch of either kind has
