@@ -17,7 +17,8 @@ disk, the journal replayed), and the two races of the epoch bump:
   any later step, also after the producer's next transaction's first batch there;
 
 (half the examples use one producer and the steps these races need, so that they happen
-often: about one example in five meets each), ends, once the driver has finished, with
+often: a late batch refused in about one example in five, a duplicate marker after the
+next transaction's first batch in one in nine), ends, once the driver has finished, with
 every transaction either fully visible to
 read_committed in every partition it wrote to, or in none; visible exactly when the
 coordinator decided commit. At every step read_committed never shows a record of a
