@@ -279,15 +279,7 @@ def _open_transaction(
             "timeout_ms",
         )
     txn = state.transactions.get(tid)
-    if (
-        txn is not None
-        and txn.is_open
-        and (txn.producer_id, txn.producer_epoch)
-        != (
-            producer_id,
-            epoch,
-        )
-    ):
+    if txn is not None and txn.is_open and _identity(txn) != (producer_id, epoch):
         return Rejected(
             REJECT_CONCURRENT_TRANSACTIONS,
             f"the transaction of {tid!r} epoch {txn.producer_epoch} is still open ({txn.state})",
@@ -456,11 +448,11 @@ def _end_txn_bump(state: MetadataState, cmd: EndTxnBumpEpoch, now_ms: int) -> Ou
     """`_end_txn`, then the epoch bump of the decision it made (module docstring)."""
     tid = cmd.transactional_id
     txn = state.transactions.get(tid)
-    if txn is not None and txn.next_producer_id >= 0 and (
-        txn.producer_id, txn.producer_epoch) == (cmd.producer_id, cmd.producer_epoch
-    ):  # fmt: skip
+    producer = (cmd.producer_id, cmd.producer_epoch)
+    if txn is not None and txn.next_producer_id >= 0 and _identity(txn) == producer:
         return _end_txn_again(state, cmd, txn)
-    decided_state, result = _end_txn(state, EndTxn(**_end_fields(cmd)), now_ms)
+    end = EndTxn(tid, cmd.producer_id, cmd.producer_epoch, cmd.commit, cmd.now_ms, cmd.version)
+    decided_state, result = _end_txn(state, end, now_ms)
     if isinstance(result, Rejected) or decided_state.transactions.get(tid) == txn:
         return decided_state, result  # refused, or a retry of a decision made by EndTxn
     decided = decided_state.transactions[tid]
@@ -484,15 +476,9 @@ def _end_txn_bump(state: MetadataState, cmd: EndTxnBumpEpoch, now_ms: int) -> Ou
     return new_state, Applied(new_state.metadata_version, producer=following)
 
 
-def _end_fields(cmd: EndTxnBumpEpoch) -> dict[str, Any]:
-    return {
-        "transactional_id": cmd.transactional_id,
-        "producer_id": cmd.producer_id,
-        "producer_epoch": cmd.producer_epoch,
-        "commit": cmd.commit,
-        "now_ms": cmd.now_ms,
-        "version": cmd.version,
-    }
+def _identity(txn: Transaction) -> tuple[int, int]:
+    """The producer id and epoch a transaction runs with (its batches carry them)."""
+    return txn.producer_id, txn.producer_epoch
 
 
 def _end_txn_again(state: MetadataState, cmd: EndTxnBumpEpoch, txn: Transaction) -> Outcome:
@@ -610,7 +596,7 @@ def successor(txn: Transaction) -> tuple[int, int]:
     decision bumped to, or (no bump) its own."""
     if txn.next_producer_id >= 0:
         return txn.next_producer_id, txn.next_producer_epoch
-    return txn.producer_id, txn.producer_epoch
+    return _identity(txn)
 
 
 def add_status(
@@ -621,7 +607,7 @@ def add_status(
     wait), or "moved" (the state went elsewhere: propose again, which answers why)."""
     if txn is None:
         return "moved"
-    if txn.state == TXN_ONGOING and (txn.producer_id, txn.producer_epoch) == producer:
+    if txn.state == TXN_ONGOING and _identity(txn) == producer:
         return "added" if set(partitions) <= set(txn.partitions) else "moved"
     if txn.state in _COMPLETE_OF and successor(txn) == producer:
         return "queued" if set(partitions) <= set(txn.next_partitions) else "moved"

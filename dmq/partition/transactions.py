@@ -7,7 +7,7 @@ dmq/metadata/transactions.py) decides, durably, then writes one **marker** to ea
 partition the transaction touched: a control batch (attributes bits 4 and 5) of one
 record whose key is `MARKER_KEY` (version 0, type 0 abort / 1 commit, as Kafka's), with
 the producer id and the epoch the coordinator chose. Its value is empty (a marker from
-before the epoch bump: it carries the producer's epoch) or `MARKER_VALUE` (version 1, the
+before the epoch bump: it carries the producer's epoch) or `_MARKER_VALUE` (version 1, the
 transaction's epoch): a **bumped marker**, whose own epoch is the transaction's + 1, the
 producer's next epoch (KIP-890 part 2; dmq/metadata/transactions.py). Applied in log
 order on every replica:
