@@ -39,15 +39,18 @@ def transaction_paths() -> dict[str, Any]:
         "commit_transaction",
         "Commit: durable decision, then a commit marker in every partition of the "
         "transaction and its group offsets; answers once complete (or prepare_commit), or "
-        "with wait=decision once the decision is durable",
-        {"200": ok("Transaction")},
+        "with wait=decision once the decision is durable. The decision bumps the "
+        "producer's epoch: the answer names the producer id and epoch of its next "
+        "transaction",
+        {"200": ok("TransactionEnded")},
         body=json_body("EndTransaction"),
         errors=(400, 404, 409, 503, 504),
     )
     abort["post"] = operation(
         "abort_transaction",
-        "Abort: durable decision, then an abort marker in every partition of the transaction",
-        {"200": ok("Transaction")},
+        "Abort: durable decision, then an abort marker in every partition of the "
+        "transaction; the epoch is bumped as by a commit",
+        {"200": ok("TransactionEnded")},
         body=json_body("EndTransaction"),
         errors=(400, 404, 409, 503, 504),
     )
@@ -103,6 +106,35 @@ def transaction_schemas() -> dict[str, Any]:
         {"topic": {"type": "string"}, "partition": OFFSET, "offset": OFFSET},
         ("topic", "partition", "offset"),
     )
+    transaction = object_schema(
+        {
+            "transactional_id": _TID,
+            **producer,
+            "state": _STATE,
+            "partitions": {"type": "array", "items": {"type": "string"}},
+            "offsets": {"type": "array", "items": {"type": "string"}},
+            "started_ms": OFFSET,
+            "age_ms": OFFSET,
+            "timeout_ms": OFFSET,
+            "fenced": {"type": "boolean"},
+        },
+        ("transactional_id", "producer_id", "producer_epoch", "state", "partitions"),
+    )
+    following = {
+        "next_producer_id": {
+            **integer(0, INT64_MAX),
+            "description": "the producer id of the producer's next transaction",
+        },
+        "next_producer_epoch": {
+            **integer(0, 32_767),
+            "description": "its epoch: this one's + 1 (KIP-890 part 2), or 0 with a new "
+            "producer id once the epoch is spent; every sequence starts over",
+        },
+    }
+    ended = object_schema(
+        {**transaction["properties"], **following},
+        (*transaction["required"], "next_producer_id", "next_producer_epoch"),
+    )
     return {
         "EndTransaction": object_schema(
             {
@@ -128,20 +160,8 @@ def transaction_schemas() -> dict[str, Any]:
             },
             ("producer_id", "producer_epoch", "group", "offsets"),
         ),
-        "Transaction": object_schema(
-            {
-                "transactional_id": _TID,
-                **producer,
-                "state": _STATE,
-                "partitions": {"type": "array", "items": {"type": "string"}},
-                "offsets": {"type": "array", "items": {"type": "string"}},
-                "started_ms": OFFSET,
-                "age_ms": OFFSET,
-                "timeout_ms": OFFSET,
-                "fenced": {"type": "boolean"},
-            },
-            ("transactional_id", "producer_id", "producer_epoch", "state", "partitions"),
-        ),
+        "Transaction": transaction,
+        "TransactionEnded": ended,
     }
 
 

@@ -10,6 +10,8 @@ Each worker owns a transactional id (`jepsen-tx{k}`). Operations (history values
   decided; the commit is asked with `"wait": "decision"`, so it answers once the decision is durable and the markers follow); fail: it was
   certainly not committed (a send or the commit refused with a 4xx, then aborted, or the
   abort itself succeeded); info: unknown (a timeout or a 5xx on the decision). After a
+  decision the worker goes on with the producer id and epoch the answer names (the
+  coordinator bumps the epoch with each decision), its sequences starting over. After a
   fail or info the worker starts its producer again (`POST /v1/producers`): the new epoch
   fences the old one and makes the coordinator abort whatever it left open.
 - txn-read: read_committed fetch of every partition from offset 0 (wait 0); ok
@@ -87,6 +89,19 @@ class TxnClient:
         self.sequences = {}
         return True
 
+    def adopt(self, answer: dict[str, Any] | None) -> None:
+        """The producer id and epoch a decision's answer names for the next transaction
+        (the coordinator bumps the epoch with each decision); sequences start over."""
+        if self.producer is None or answer is None or "next_producer_id" not in answer:
+            return
+        following = {
+            "producer_id": answer["next_producer_id"],
+            "producer_epoch": answer["next_producer_epoch"],
+        }
+        if following != self.producer:
+            self.producer = following
+            self.sequences = {}
+
     def transaction(self, partitions: list[int], commit: bool) -> None:
         txn = f"T{self.k}.{next(self.count)}"
         decision = "commit" if commit else "abort"
@@ -117,6 +132,7 @@ class TxnClient:
         # "decision": answered once the decision is durable (the markers follow); the
         # next transaction's first add then waits on the broker for them (queued).
         kind, status, doc = self._post(end, {**self.producer, "wait": "decision"})
+        self.adopt(doc)
         if kind == "ok" and decision == "commit":
             done = "ok"
         elif kind == "ok" or (decision == "abort" and kind == "fail" and status != 0):
@@ -320,7 +336,8 @@ class CtpClient(TxnClient):
         if kind != "ok":
             self._post(f"/v1/transactions/{self.tid}/abort", self.producer)
             return "fail" if kind == "fail" else "info"
-        kind, _, _ = self._post(f"/v1/transactions/{self.tid}/commit", self.producer)
+        kind, _, doc = self._post(f"/v1/transactions/{self.tid}/commit", self.producer)
+        self.adopt(doc)
         return kind
 
 

@@ -10,14 +10,20 @@ life of one transaction (KIP-98, with KIP-890's server-side adds):
    (`before_append`): the coordinator knows every partition before it holds a batch; the
    batches carry the transactional attribute and the producer id and epoch;
 3. `send_offsets_to_transaction` proposes `AddOffsetsToTxn` (generation checked now);
-4. commit or abort proposes `EndTxn`: `prepare_commit` / `prepare_abort` is durable in the
-   metadata Raft log before any marker exists: that is the decision;
+4. commit or abort proposes `EndTxnBumpEpoch`: `prepare_commit` / `prepare_abort` is
+   durable in the metadata Raft log before any marker exists: that is the decision; the
+   same entry bumps the producer's epoch (KIP-890 part 2), and the answer gives the
+   producer the id and epoch of its next transaction (`next_producer_id`,
+   `next_producer_epoch`), its sequences starting over;
 5. the driver (`loop`, on the metadata leader only) writes a marker (a control batch) to
    every partition of the transaction, acks=all through each partition's Raft group,
-   then proposes `CompleteTxn` (a commit's group offsets become committed there);
+   then proposes `CompleteTxn` (a commit's group offsets become committed there). A
+   bumped marker carries the new epoch: the partition fences the transaction's epoch as
+   it closes it, so a late batch of it is refused there;
 6. a new metadata leader finds `prepare_*` transactions in the state it applied and does
-   step 5 again: markers are idempotent (a second marker for a closed transaction closes
-   nothing), so a failover anywhere in step 5 never half-commits;
+   step 5 again: markers are idempotent (a marker of an epoch the producer already has
+   in the partition is refused as a duplicate, which the driver counts as written), so a
+   failover anywhere in step 5 never half-commits;
 7. the driver also aborts (`AbortTxn`) an ongoing transaction whose producer was fenced
    by a newer epoch, or that outlived its `timeout_ms` (`transaction_timeout_ms`, default
    60 s): its markers carry epoch + 1, so the partitions refuse the old producer's
@@ -50,8 +56,9 @@ from dmq.metadata.machine import (
     AddOffsetsToTxn,
     AddPartitionsToTxn,
     CompleteTxn,
-    EndTxn,
+    EndTxnBumpEpoch,
     Transaction,
+    add_status,
     transactions_to_abort,
     transactions_to_finish,
 )
@@ -102,7 +109,7 @@ class TransactionsService:
                     ),
                     deadline,
                 )
-                if await self._added(transactional_id, epoch, names, deadline):
+                if await self._added(transactional_id, (producer_id, epoch), names, deadline):
                     return
                 if loop.time() >= deadline:
                     raise errors.ConcurrentTransactions(
@@ -113,19 +120,20 @@ class TransactionsService:
 
         return add
 
-    async def _added(self, tid: str, epoch: int, names: tuple[str, ...], deadline: float) -> bool:
-        """After an applied add: True once the transaction of `epoch` is ongoing with
-        `names` (at once, unless the add was queued behind the previous transaction's
-        markers: then when its CompleteTxn opens this one); False if the state moved
-        elsewhere (propose again: it answers what is wrong) or at the deadline."""
+    async def _added(
+        self, tid: str, producer: tuple[int, int], names: tuple[str, ...], deadline: float
+    ) -> bool:
+        """After an applied add: True once the transaction of `producer` (id, epoch) is
+        ongoing with `names` (at once, unless the add was queued behind the previous
+        transaction's markers: then when its CompleteTxn opens this one); False if the
+        state moved elsewhere (propose again: it answers what is wrong) or at the
+        deadline."""
         loop = asyncio.get_running_loop()
         while True:
-            txn = self._ctx.metadata.state.transactions.get(tid)
-            if txn is None or txn.producer_epoch != epoch:
-                return False
-            if txn.state == "ongoing" and set(names) <= set(txn.partitions):
+            status = add_status(self._ctx.metadata.state.transactions.get(tid), producer, names)
+            if status == "added":
                 return True
-            if not (txn.is_open and set(names) <= set(txn.next_partitions)):
+            if status != "queued":
                 return False
             remaining = deadline - loop.time()
             if remaining <= 0:
@@ -194,13 +202,16 @@ class TransactionsService:
     ) -> dict[str, Any]:
         """Step 4, then, with wait="complete", wait (up to the request timeout) for step 5;
         with wait="decision" answer once the decision is durable (as Kafka's EndTxn): the
-        markers follow, and the producer's next add waits for them on the broker."""
-        await self._ctx.metadata.propose(
-            EndTxn(transactional_id, producer_id, epoch, int(commit), wall_ms())
+        markers follow, and the producer's next add waits for them on the broker. The
+        answer names the producer id and epoch of the next transaction."""
+        applied = await self._ctx.metadata.propose(
+            EndTxnBumpEpoch(transactional_id, producer_id, epoch, int(commit), wall_ms())
         )
+        following = applied.producer or (producer_id, epoch)  # None: decided before the bump
+        bumped = {"next_producer_id": following[0], "next_producer_epoch": following[1]}
         self._kick()
         if wait == "decision":
-            return self.describe(transactional_id)
+            return self.describe(transactional_id) | bumped
         loop = asyncio.get_running_loop()
         deadline = loop.time() + self._ctx.timeout_s
         while loop.time() < deadline:
@@ -214,7 +225,7 @@ class TransactionsService:
                 continue
             with contextlib.suppress(TimeoutError):  # the markers, then CompleteTxn
                 await asyncio.wait_for(asyncio.shield(task), deadline - loop.time())
-        return self.describe(transactional_id)
+        return self.describe(transactional_id) | bumped
 
     def check_stable(self, group: str) -> None:
         """Refuse (retriable) a read of `group`'s committed offsets while an open
@@ -298,7 +309,10 @@ class TransactionsService:
             partitions = list(txn.partitions)
             if commit and planted.active("txn-partial-markers"):
                 partitions = partitions[:1]
-            marker = encode_marker(txn.producer_id, txn.marker_epoch, commit, wall_ms())
+            # Bumped (its epoch above the transaction's, module docstring step 5) unless the
+            # producer was at the last epoch: then it closes as markers did before the bump.
+            ended = txn.producer_epoch if txn.marker_epoch > txn.producer_epoch else None
+            marker = encode_marker(txn.producer_id, txn.marker_epoch, commit, wall_ms(), ended)
             await asyncio.gather(*(self._write_marker(p, marker) for p in partitions))
             if not self._is_leader():
                 return  # the new leader completes it (its markers are idempotent)
@@ -310,7 +324,8 @@ class TransactionsService:
 
     async def _write_marker(self, partition_text: str, marker: bytes) -> None:
         topic, _, number = partition_text.rpartition(":")
-        # ProducerFenced: a newer epoch's marker is there already, this one is moot.
+        # ProducerFenced: a newer epoch's marker is there already, this one is moot; or
+        # (DuplicateMarkerError) this very marker is: written before this attempt.
         with contextlib.suppress(errors.ProducerFenced):
             await self._produce.append_marker(topic, int(number), marker)
 

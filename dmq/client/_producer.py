@@ -260,7 +260,8 @@ class AsyncProducer:
             raise RuntimeError("transactions need Producer(url, transactional_id=...)")
         self._txn.check_open()
         await self.flush()
-        await self._txn.end(await self.producer_identity(), commit=True)
+        answer = await self._txn.end(await self.producer_identity(), commit=True)
+        await self._adopt_next_identity(answer)
 
     async def abort_transaction(self) -> None:
         """Flush, then abort: no record sent since begin_transaction is ever visible to
@@ -270,10 +271,26 @@ class AsyncProducer:
         self._txn.check_open()
         await self.flush()
         failed = self._txn.error is not None
-        await self._txn.end(await self.producer_identity(), commit=False)
-        if failed:  # sequences unknown after a failed send: a new epoch starts them over
+        answer = await self._txn.end(await self.producer_identity(), commit=False)
+        if not await self._adopt_next_identity(answer) and failed:
+            # Sequences unknown after a failed send, and the abort gave no new epoch
+            # (nothing reached the coordinator): a new epoch starts them over.
             async with self._producer_lock:
                 self._producer = None
+
+    async def _adopt_next_identity(self, answer: dict[str, Any]) -> bool:
+        """After a commit or abort: the producer id and epoch the coordinator bumped to
+        (KIP-890 part 2), with every sequence starting over; False if the answer names
+        none (nothing was decided) or the same (a decision from before the bump)."""
+        if "next_producer_id" not in answer:
+            return False
+        async with self._producer_lock:
+            following = (int(answer["next_producer_id"]), int(answer["next_producer_epoch"]))
+            changed = following != self._producer
+            if changed:
+                self._producer = following
+                self._sequences.clear()
+        return changed
 
     def _prepare(
         self,

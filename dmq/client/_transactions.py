@@ -14,9 +14,13 @@ As confluent-kafka / kafka-python, over dmq's HTTP API (dmq/broker/transactions.
 4. `commit_transaction()` flushes; if any send of the transaction failed it raises that
    error (the transaction must then be aborted), else posts `.../commit`, which answers
    once the decision is durable (`transaction_commit_wait="decision"`, the default, as
-   Kafka's EndTxn) or every marker is written (`"complete"`);
-5. `abort_transaction()` flushes and posts `.../abort`. After a failed send the producer's
-   sequences are unknown: it takes a new epoch (step 1 again) before the next transaction.
+   Kafka's EndTxn) or every marker is written (`"complete"`). The coordinator bumps the
+   epoch with the decision (KIP-890 part 2): the answer's `next_producer_id` and
+   `next_producer_epoch` are the producer's from now on, every sequence starting over,
+   so a late batch of the transaction just ended can never join the next one;
+5. `abort_transaction()` flushes and posts `.../abort`, and takes the bumped epoch as a
+   commit does (which also starts over the sequences a failed send left unknown); if
+   nothing reached the coordinator it takes a new epoch (step 1 again) after a failure.
 
 `ProducerFenced` (409) means a newer instance owns the transactional id, or the
 coordinator aborted this one's transaction after its `transaction_timeout_ms`: close the

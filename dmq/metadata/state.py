@@ -152,6 +152,12 @@ class Transaction:
     # unless prepare_*.
     next_partitions: tuple[str, ...] = ()
     next_timeout_ms: int = 0  # the queued transaction's timeout_ms
+    # The producer id and epoch the producer goes on with after this transaction, set by
+    # the decision of `EndTxnBumpEpoch` (KIP-890 part 2: epoch + 1, or a new producer id
+    # with epoch 0 once the epoch is spent); -1 for a decision that bumped nothing (an
+    # `EndTxn` from before the bump, or no decision yet).
+    next_producer_id: int = -1
+    next_producer_epoch: int = -1
 
     @property
     def is_open(self) -> bool:

@@ -8,7 +8,10 @@ durable before any partition sees a marker. Commands:
   KIP-890) names the partitions it writes; the first one opens the transaction;
 - `AddOffsetsToTxn`: consume-transform-produce (`send_offsets_to_transaction`): a group's
   offsets, checked against the member's generation now, committed only with the transaction;
-- `EndTxn`: the producer's commit or abort: `ongoing` -> `prepare_commit` / `prepare_abort`;
+- `EndTxnBumpEpoch`: the producer's commit or abort: `ongoing` -> `prepare_commit` /
+  `prepare_abort`, and, in the same apply, the producer's epoch + 1 (KIP-890 part 2);
+- `EndTxn`: the same decision without the bump, as before it existed: kept so that
+  journals written then replay as they did; brokers propose `EndTxnBumpEpoch` only;
 - `AbortTxn`: the coordinator's own abort of a transaction whose producer was fenced (a
   newer epoch of its transactional id) or that outlived its `timeout_ms`;
 - `CompleteTxn`: every marker is written: `prepare_*` -> `complete_*`; a commit's offsets
@@ -30,8 +33,17 @@ Rules apply() keeps:
   carried out whoever leads (the broker's driver, dmq/broker/transactions.py, re-reads the
   state after a failover and writes the markers again; markers are idempotent);
 - the markers of a coordinator abort carry the epoch + 1 (`marker_epoch`), so the
-  partitions refuse the fenced producer's late batches; a producer's own commit or abort
-  carries its epoch;
+  partitions refuse the fenced producer's late batches;
+- `EndTxnBumpEpoch` bumps the epoch of every transaction it decides (KIP-890 part 2): the
+  transactional id's identity becomes (producer id, epoch + 1), or, once epoch + 1 reaches
+  TXN_PRODUCER_EPOCH_MAX, (a new producer id, 0) as Kafka; it is recorded in
+  `transactional_ids` and in the transaction (`next_producer_*`), and returned
+  (`Applied.producer`). The markers carry epoch + 1 (`marker_epoch`), so each partition
+  fences the transaction's epoch as it closes it: a batch of transaction N that arrives
+  after N's marker is refused, never taken into N + 1 (which runs at epoch + 1). A retry
+  of the same decision with the old epoch is answered with the new identity; any other
+  use of the old epoch is `producer_fenced`. (`EndTxn`, from before, keeps the epoch: its
+  markers carry the producer's epoch);
 - `partitions` and `offsets` only grow while `ongoing`, and are cleared at `complete_*`;
 - an add of the same producer epoch while `prepare_*` (its commit was answered once the
   decision was durable) is queued in `next_partitions`; `CompleteTxn`, applied only after
@@ -137,6 +149,19 @@ class EndTxn:
 
 
 @dataclass(frozen=True, slots=True)
+class EndTxnBumpEpoch:
+    """The producer's decision (`commit` 1 or 0) and its next epoch (KIP-890 part 2): the
+    answer (`Applied.producer`) is the producer id and epoch of its next transaction."""
+
+    transactional_id: str
+    producer_id: int
+    producer_epoch: int
+    commit: int
+    now_ms: int
+    version: int = COMMAND_VERSION
+
+
+@dataclass(frozen=True, slots=True)
 class AbortTxn:
     """The coordinator's abort (`reason` "fenced" or "timeout") of the transaction of
     `producer_epoch`; proposed by the metadata leader's driver, checked here at `now_ms`."""
@@ -159,7 +184,9 @@ class CompleteTxn:
     version: int = COMMAND_VERSION
 
 
-TransactionCommand = AddPartitionsToTxn | AddOffsetsToTxn | EndTxn | AbortTxn | CompleteTxn
+TransactionCommand = (
+    AddPartitionsToTxn | AddOffsetsToTxn | EndTxn | EndTxnBumpEpoch | AbortTxn | CompleteTxn
+)
 
 CODEC: Final = FieldCodec(
     {
@@ -252,10 +279,10 @@ def _open_transaction(
             "timeout_ms",
         )
     txn = state.transactions.get(tid)
-    if txn is not None and txn.is_open and txn.producer_epoch != epoch:
+    if txn is not None and txn.is_open and _identity(txn) != (producer_id, epoch):
         return Rejected(
             REJECT_CONCURRENT_TRANSACTIONS,
-            f"the transaction of {tid!r} epoch {txn.producer_epoch} is being aborted",
+            f"the transaction of {tid!r} epoch {txn.producer_epoch} is still open ({txn.state})",
             "transactional_id",
         )
     if txn is not None and txn.state in (TXN_PREPARE_COMMIT, TXN_PREPARE_ABORT):
@@ -333,7 +360,9 @@ def _maybe_queue_partitions(
     them once every marker of the previous one is written. The broker appends only once
     that transaction is ongoing. None if the transaction is not prepare_*."""
     txn = state.transactions.get(cmd.transactional_id)
-    if txn is None or txn.producer_epoch != cmd.producer_epoch or txn.state not in _COMPLETE_OF:
+    if txn is None or txn.state not in _COMPLETE_OF:
+        return None
+    if successor(txn) != (cmd.producer_id, cmd.producer_epoch):
         return None
     if not 1 <= cmd.timeout_ms <= TXN_TIMEOUT_MS_MAX:
         return _reject(
@@ -415,6 +444,73 @@ def _end_txn(state: MetadataState, cmd: EndTxn, now_ms: int) -> Outcome:
     )  # fmt: skip
 
 
+def _end_txn_bump(state: MetadataState, cmd: EndTxnBumpEpoch, now_ms: int) -> Outcome:
+    """`_end_txn`, then the epoch bump of the decision it made (module docstring)."""
+    tid = cmd.transactional_id
+    txn = state.transactions.get(tid)
+    producer = (cmd.producer_id, cmd.producer_epoch)
+    if txn is not None and txn.next_producer_id >= 0 and _identity(txn) == producer:
+        return _end_txn_again(state, cmd, txn)
+    end = EndTxn(tid, cmd.producer_id, cmd.producer_epoch, cmd.commit, cmd.now_ms, cmd.version)
+    decided_state, result = _end_txn(state, end, now_ms)
+    if isinstance(result, Rejected) or decided_state.transactions.get(tid) == txn:
+        return decided_state, result  # refused, or a retry of a decision made by EndTxn
+    decided = decided_state.transactions[tid]
+    epoch, next_producer_id = cmd.producer_epoch, decided_state.next_producer_id
+    if epoch + 1 < TXN_PRODUCER_EPOCH_MAX:
+        following = (cmd.producer_id, epoch + 1)
+    else:  # the epoch is spent: a new producer id, as Kafka
+        following, next_producer_id = (next_producer_id, 0), next_producer_id + 1
+    decided = replace(
+        decided,
+        marker_epoch=min(epoch + 1, TXN_PRODUCER_EPOCH_MAX),
+        next_producer_id=following[0],
+        next_producer_epoch=following[1],
+    )
+    new_state = replace(
+        decided_state,
+        transactions={**decided_state.transactions, tid: decided},
+        transactional_ids={**decided_state.transactional_ids, tid: (*following, now_ms)},
+        next_producer_id=next_producer_id,
+    )
+    return new_state, Applied(new_state.metadata_version, producer=following)
+
+
+def _identity(txn: Transaction) -> tuple[int, int]:
+    """The producer id and epoch a transaction runs with (its batches carry them)."""
+    return txn.producer_id, txn.producer_epoch
+
+
+def _end_txn_again(state: MetadataState, cmd: EndTxnBumpEpoch, txn: Transaction) -> Outcome:
+    """An `EndTxnBumpEpoch` of a transaction whose decision already bumped the epoch: a
+    retry of that decision gets the identity it gave; anything else is refused."""
+    tid = cmd.transactional_id
+    if cmd.commit not in (0, 1):
+        return _reject(state, REJECT_INVALID_ARGUMENT, "commit must be 0 or 1", "commit")
+    following = successor(txn)
+    current = state.transactional_ids.get(tid)
+    if current is None or current[:2] != following:
+        return _reject(
+            state, REJECT_PRODUCER_FENCED,
+            f"producer {cmd.producer_id} epoch {cmd.producer_epoch} of {tid!r} is fenced: "
+            f"its transaction ended and a newer instance started", "producer_epoch",
+        )  # fmt: skip
+    if txn.next_partitions:  # the next transaction began: this is not a retry
+        return _reject(
+            state, REJECT_CONCURRENT_TRANSACTIONS,
+            f"the last transaction of {tid!r} is still writing its markers ({txn.state})",
+            "transactional_id",
+        )  # fmt: skip
+    prepare = TXN_PREPARE_COMMIT if cmd.commit else TXN_PREPARE_ABORT
+    if txn.state in (prepare, _COMPLETE_OF[prepare]):
+        return state, Applied(state.metadata_version, producer=following)
+    what = "commit" if cmd.commit else "abort"
+    return _reject(
+        state, REJECT_INVALID_TXN_STATE,
+        f"cannot {what} the transaction of {tid!r}: it is {txn.state}", "transactional_id",
+    )  # fmt: skip
+
+
 def _abort_txn(state: MetadataState, cmd: AbortTxn, now_ms: int) -> Outcome:
     tid = cmd.transactional_id
     txn = state.transactions.get(tid)
@@ -476,13 +572,15 @@ def _complete_txn(state: MetadataState, cmd: CompleteTxn, now_ms: int) -> Outcom
         next_partitions=(), next_timeout_ms=0,
     )  # fmt: skip
     current = state.transactional_ids.get(tid)
-    still_current = current is not None and current[:2] == (txn.producer_id, txn.producer_epoch)
+    following = successor(txn)
+    still_current = current is not None and current[:2] == following
     if txn.next_partitions and still_current and not txn.fenced:
-        # The producer's next transaction, queued while this one was prepare_*.
+        # The producer's next transaction, queued while this one was prepare_* (with the
+        # epoch this one's decision bumped to, if it did).
         done = Transaction(
-            txn.producer_id, txn.producer_epoch, TXN_ONGOING, txn.next_partitions,
+            following[0], following[1], TXN_ONGOING, txn.next_partitions,
             started_ms=now_ms, updated_ms=now_ms, timeout_ms=txn.next_timeout_ms,
-            marker_epoch=txn.producer_epoch,
+            marker_epoch=following[1],
         )  # fmt: skip
     new_state = replace(
         state, transactions={**state.transactions, tid: done}, groups=groups, clock_ms=now_ms
@@ -491,6 +589,29 @@ def _complete_txn(state: MetadataState, cmd: CompleteTxn, now_ms: int) -> Outcom
 
 
 # --- queries the driver uses (pure) ---------------------------------------------------------
+
+
+def successor(txn: Transaction) -> tuple[int, int]:
+    """The producer id and epoch of the producer's transaction after `txn`: the ones its
+    decision bumped to, or (no bump) its own."""
+    if txn.next_producer_id >= 0:
+        return txn.next_producer_id, txn.next_producer_epoch
+    return _identity(txn)
+
+
+def add_status(
+    txn: Transaction | None, producer: tuple[int, int], partitions: tuple[str, ...]
+) -> str:
+    """Where an applied add of `partitions` by `producer` stands: "added" (its transaction
+    is ongoing with them: append), "queued" (behind the previous transaction's markers:
+    wait), or "moved" (the state went elsewhere: propose again, which answers why)."""
+    if txn is None:
+        return "moved"
+    if txn.state == TXN_ONGOING and _identity(txn) == producer:
+        return "added" if set(partitions) <= set(txn.partitions) else "moved"
+    if txn.state in _COMPLETE_OF and successor(txn) == producer:
+        return "queued" if set(partitions) <= set(txn.next_partitions) else "moved"
+    return "moved"
 
 
 def transactions_to_finish(state: MetadataState) -> list[tuple[str, Transaction]]:
@@ -517,21 +638,32 @@ def transactions_to_abort(state: MetadataState, now_ms: int) -> list[tuple[str, 
 
 
 def transaction_to_json(txn: Transaction) -> dict[str, Any]:
-    return {
-        "producer_id": txn.producer_id,
-        "producer_epoch": txn.producer_epoch,
-        "state": txn.state,
-        "partitions": list(txn.partitions),
-        "offsets": list(txn.offsets),
-        "started_ms": txn.started_ms,
-        "updated_ms": txn.updated_ms,
-        "timeout_ms": txn.timeout_ms,
-        "marker_epoch": txn.marker_epoch,
-        "fenced": txn.fenced,
-    } | (
-        {"next_partitions": list(txn.next_partitions), "next_timeout_ms": txn.next_timeout_ms}
-        if txn.next_partitions
-        else {}  # left out: snapshots without queued adds keep their bytes
+    return (
+        {
+            "producer_id": txn.producer_id,
+            "producer_epoch": txn.producer_epoch,
+            "state": txn.state,
+            "partitions": list(txn.partitions),
+            "offsets": list(txn.offsets),
+            "started_ms": txn.started_ms,
+            "updated_ms": txn.updated_ms,
+            "timeout_ms": txn.timeout_ms,
+            "marker_epoch": txn.marker_epoch,
+            "fenced": txn.fenced,
+        }
+        | (
+            {"next_partitions": list(txn.next_partitions), "next_timeout_ms": txn.next_timeout_ms}
+            if txn.next_partitions
+            else {}  # left out: snapshots without queued adds keep their bytes
+        )
+        | (
+            {
+                "next_producer_id": txn.next_producer_id,
+                "next_producer_epoch": txn.next_producer_epoch,
+            }
+            if txn.next_producer_id >= 0
+            else {}  # left out: snapshots from before the epoch bump keep their bytes
+        )
     )
 
 
@@ -560,6 +692,8 @@ def _from_json(doc: dict[str, Any], state: MetadataState) -> MetadataState:
             bool(x["fenced"]),
             tuple(x.get("next_partitions", ())),
             int(x.get("next_timeout_ms", 0)),
+            int(x.get("next_producer_id", -1)),
+            int(x.get("next_producer_epoch", -1)),
         )  # fmt: skip
         for t, x in doc["transactions"].items()
     }
@@ -572,6 +706,7 @@ DOMAIN: Final = Domain(
         CommandSpec(AddPartitionsToTxn, _add_partitions, CODEC),
         CommandSpec(AddOffsetsToTxn, _add_offsets, CODEC),
         CommandSpec(EndTxn, _end_txn, CODEC),
+        CommandSpec(EndTxnBumpEpoch, _end_txn_bump, CODEC),
         CommandSpec(AbortTxn, _abort_txn, CODEC),
         CommandSpec(CompleteTxn, _complete_txn, CODEC),
     ),

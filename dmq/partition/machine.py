@@ -60,7 +60,9 @@ retention did. Commands without producer ids are still skipped on replay.
 
 **Transactions.** A transactional batch opens its producer's transaction in the
 partition; a control batch (a marker the coordinator writes) closes it, commit or abort,
-and moves the producer to the marker's epoch (dmq/partition/transactions.py). The open
+and moves the producer to the marker's epoch, which fences the ended transaction's late
+batches; a bumped marker (epoch + 1 per transaction) of an epoch the producer already
+has here is a duplicate, refused, nothing written (dmq/partition/transactions.py). The open
 transactions and aborted ranges are replicated state like the producer states: stored
 in the same `raft-producers` file (its head's `transactions` key) and in the snapshot
 (`PartitionSnapshot.transactions`, left out while empty); every batch of either kind has
@@ -85,7 +87,7 @@ import crc32c
 from dmq.errors import DmqError
 from dmq.partition.delay import DelayCommand, DelayCopyError, DelayStore, is_delay_command
 from dmq.partition.producers import ProducerStates
-from dmq.partition.transactions import TransactionStates, marker_type
+from dmq.partition.transactions import TransactionStates, read_marker
 from log import InvalidOffsetError, InvalidRecordError, LogError, PartitionLog, StorageError
 from log.errors import CorruptRecordError, StorageWriteError
 from log.records import BatchHeader, read_header
@@ -399,6 +401,7 @@ class PartitionStateMachine:
                 if header.is_control:  # a transaction marker (dmq/partition/transactions.py)
                     results.append(self._apply_marker(batch, header, produce))
                     continue
+                self.transactions.check_data(header)
                 duplicate = self.producers.check(header, end_before)
                 if duplicate is not None:  # a producer's retry: answered, not written again
                     results.append(duplicate)
@@ -441,10 +444,11 @@ class PartitionStateMachine:
         """Append a marker and close its producer's open transaction; raises the
         InvalidRecordError that refuses it (fenced, malformed), the same on every replica."""
         end_before = self.log.log_end_offset
-        kind = marker_type(batch)
+        kind, transaction_epoch = read_marker(batch)
         if header.producer_id < 0 or not header.is_transactional:
             raise CorruptRecordError("a marker names its producer", field="producer_id")
-        self.producers.check_marker(header, end_before)
+        self.producers.check_marker(header, end_before, bumped=transaction_epoch is not None)
+        self.transactions.check_marker(header, transaction_epoch)
         appended = self.log.append(
             batch, assign_offsets=True, log_append_time_ms=produce.log_append_time_ms
         )

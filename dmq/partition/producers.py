@@ -48,6 +48,11 @@ class ProducerFencedError(InvalidRecordError):
     """The batch's producer epoch is older than one already written here."""
 
 
+class DuplicateMarkerError(ProducerFencedError):
+    """A bumped transaction marker (dmq/partition/transactions.py) of an epoch the producer
+    already has here: its transaction ended before; nothing is written."""
+
+
 class OutOfOrderSequenceError(InvalidRecordError):
     """The batch's first sequence does not follow the producer's last one."""
 
@@ -153,14 +158,23 @@ class ProducerStates:
             else:
                 self._producers[producer_id] = state
 
-    def check_marker(self, header: BatchHeader, log_end_offset: int) -> None:
+    def check_marker(self, header: BatchHeader, log_end_offset: int, *, bumped: bool) -> None:
         """Before appending a transaction marker (dmq/partition/transactions.py): one
-        older than the producer's known epoch is refused. Changes nothing."""
+        older than the producer's known epoch is refused; a `bumped` one (its epoch is
+        its transaction's + 1) of the known epoch is a duplicate: that epoch came here
+        with the marker that ended the transaction, or with the next transaction's
+        batches, which follow it. Changes nothing."""
         known = self._known(header.producer_id, log_end_offset)
         if known is not None and header.producer_epoch < known.epoch:
             raise ProducerFencedError(
                 f"marker of producer {header.producer_id} epoch {header.producer_epoch} is "
                 f"fenced by epoch {known.epoch}",
+                field="producer_epoch",
+            )
+        if bumped and known is not None and header.producer_epoch == known.epoch:
+            raise DuplicateMarkerError(
+                f"marker of producer {header.producer_id} epoch {header.producer_epoch}: "
+                "that epoch is here already, its transaction ended before",
                 field="producer_epoch",
             )
 

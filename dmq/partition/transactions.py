@@ -6,16 +6,26 @@ bit 4) and its producer id and epoch. The transaction coordinator (the metadata 
 dmq/metadata/transactions.py) decides, durably, then writes one **marker** to each
 partition the transaction touched: a control batch (attributes bits 4 and 5) of one
 record whose key is `MARKER_KEY` (version 0, type 0 abort / 1 commit, as Kafka's), with
-the producer id and the epoch the coordinator chose. Applied in log order on every replica:
+the producer id and the epoch the coordinator chose. Its value is empty (a marker from
+before the epoch bump: it carries the producer's epoch) or `_MARKER_VALUE` (version 1, the
+transaction's epoch): a **bumped marker**, whose own epoch is the transaction's + 1, the
+producer's next epoch (KIP-890 part 2; dmq/metadata/transactions.py). Applied in log
+order on every replica:
 
 1. a transactional data batch of a producer with no open transaction here opens one at
-   its base offset;
+   its base offset, with the batch's epoch; a batch of an epoch older than the open
+   transaction's, or than the producer's known epoch, is refused (`ProducerFencedError`);
 2. a marker with an epoch older than the producer's known epoch is refused
-   (`ProducerFencedError`); otherwise it closes the producer's open transaction (if any):
-   an abort adds `(producer_id, first_offset, marker_offset)` to the aborted list; and the
-   producer's epoch becomes the marker's (a coordinator abort carries epoch + 1, which
-   fences the old producer's late batches). A marker without an open transaction is a
-   coordinator's retry: written, harmless;
+   (`ProducerFencedError`). A bumped marker whose epoch the producer already has here
+   (known epoch, or its open transaction's) is a duplicate of one applied before (a
+   coordinator's retry, or a stale coordinator's marker arriving after the next
+   transaction's first batch): refused (`DuplicateMarkerError`), nothing written, nothing
+   closed. Otherwise the marker closes the producer's open transaction (if any): an abort
+   adds `(producer_id, first_offset, marker_offset)` to the aborted list; and the
+   producer's epoch becomes the marker's, which fences the closed transaction's late
+   batches (step 1). An unbumped marker (from before the bump, or one of a producer at
+   the last epoch) closes whatever is open and, without an open transaction, is written,
+   harmless, as before;
 3. the **last stable offset** (LSO) is the first offset of the oldest open transaction, or
    the high watermark when none is open: a `read_committed` reader never reads at or past
    it, and filters out the records of aborted transactions (same producer id, inside an
@@ -37,6 +47,7 @@ import struct
 from collections.abc import Iterable
 from typing import Any, Final, Literal
 
+from dmq.partition.producers import DuplicateMarkerError, ProducerFencedError
 from log.errors import CorruptRecordError
 from log.records import BatchHeader, DecodedBatch, Record, decode_batch, encode_batch
 
@@ -44,6 +55,10 @@ MARKER_ABORT: Final = 0
 MARKER_COMMIT: Final = 1
 _MARKER_KEY = struct.Struct(">hh")  # version, type (Kafka's ControlRecordType key)
 MARKER_VERSION: Final = 0
+# A bumped marker's value: version, the epoch of the transaction it ends (Kafka's marker
+# value is version + coordinator epoch; this one names what the partition must check).
+_MARKER_VALUE = struct.Struct(">hh")
+MARKER_VALUE_VERSION: Final = 1
 
 Isolation = Literal["read_uncommitted", "read_committed"]
 ISOLATIONS: Final = ("read_uncommitted", "read_committed")
@@ -52,11 +67,23 @@ ISOLATIONS: Final = ("read_uncommitted", "read_committed")
 AbortedRange = tuple[int, int, int]
 
 
-def encode_marker(producer_id: int, producer_epoch: int, commit: bool, timestamp_ms: int) -> bytes:
-    """The control batch that commits or aborts a producer's open transaction."""
+def encode_marker(
+    producer_id: int,
+    producer_epoch: int,
+    commit: bool,
+    timestamp_ms: int,
+    transaction_epoch: int | None = None,
+) -> bytes:
+    """The control batch that commits or aborts a producer's open transaction; with
+    `transaction_epoch` (< producer_epoch) a bumped marker, else one as before the bump."""
     key = _MARKER_KEY.pack(MARKER_VERSION, MARKER_COMMIT if commit else MARKER_ABORT)
+    value = b""
+    if transaction_epoch is not None:
+        if not 0 <= transaction_epoch < producer_epoch:
+            raise ValueError("a bumped marker's epoch is above its transaction's")
+        value = _MARKER_VALUE.pack(MARKER_VALUE_VERSION, transaction_epoch)
     return encode_batch(
-        [Record(key, b"", (), timestamp_ms)],
+        [Record(key, value, (), timestamp_ms)],
         producer_id=producer_id,
         producer_epoch=producer_epoch,
         is_transactional=True,
@@ -66,6 +93,12 @@ def encode_marker(producer_id: int, producer_epoch: int, commit: bool, timestamp
 
 def marker_type(batch: bytes) -> int:
     """MARKER_COMMIT or MARKER_ABORT of a control batch; CorruptRecordError otherwise."""
+    return read_marker(batch)[0]
+
+
+def read_marker(batch: bytes) -> tuple[int, int | None]:
+    """(MARKER_COMMIT or MARKER_ABORT, the epoch of the transaction a bumped marker ends,
+    None for an unbumped one) of a control batch; CorruptRecordError if malformed."""
     records = decode_batch(batch).records
     key = records[0].key if len(records) == 1 else None
     if key is None or len(key) != _MARKER_KEY.size:
@@ -73,42 +106,90 @@ def marker_type(batch: bytes) -> int:
     version, kind = _MARKER_KEY.unpack(key)
     if version != MARKER_VERSION or kind not in (MARKER_ABORT, MARKER_COMMIT):
         raise CorruptRecordError(f"unknown marker {version}/{kind}", field="batch")
-    return int(kind)
+    value = records[0].value or b""
+    if not value:
+        return int(kind), None
+    if len(value) != _MARKER_VALUE.size:
+        raise CorruptRecordError("a marker value is empty or 4 bytes", field="batch")
+    value_version, transaction_epoch = _MARKER_VALUE.unpack(value)
+    if value_version != MARKER_VALUE_VERSION or transaction_epoch < 0:
+        raise CorruptRecordError(f"unknown marker value {value_version}", field="batch")
+    return int(kind), int(transaction_epoch)
 
 
 class TransactionStates:
     """The open and aborted transactions of one partition (module docstring)."""
 
     def __init__(self) -> None:
-        self._open: dict[int, int] = {}  # producer_id -> first offset of its open transaction
+        # producer_id -> (first offset, epoch) of its open transaction; the epoch is -1 for
+        # one opened before epochs were kept (a state written before the epoch bump).
+        self._open: dict[int, tuple[int, int]] = {}
         # Aborted ranges in marker order (so sorted by marker offset).
         self._aborted: list[AbortedRange] = []
 
     @property
     def open_transactions(self) -> dict[int, int]:
-        return dict(self._open)
+        """producer_id -> first offset of its open transaction."""
+        return {p: first for p, (first, _) in self._open.items()}
+
+    def open_epoch(self, producer_id: int) -> int | None:
+        """The epoch of the producer's open transaction (-1 if unknown), None if none."""
+        entry = self._open.get(producer_id)
+        return None if entry is None else entry[1]
 
     @property
     def aborted(self) -> list[AbortedRange]:
         return list(self._aborted)
 
     def first_open_offset(self) -> int | None:
-        return min(self._open.values()) if self._open else None
+        return min(first for first, _ in self._open.values()) if self._open else None
 
     def last_stable_offset(self, high_watermark: int) -> int:
         first = self.first_open_offset()
         return high_watermark if first is None else min(first, high_watermark)
 
+    def check_data(self, header: BatchHeader) -> None:
+        """Before appending a transactional data batch (step 1): one of an epoch older than
+        its producer's open transaction is refused. (The producer states refuse it too
+        while they know the producer; this holds after they forgot it.) Changes nothing."""
+        open_epoch = self.open_epoch(header.producer_id) if header.is_transactional else None
+        if open_epoch is not None and header.producer_epoch < open_epoch:
+            raise ProducerFencedError(
+                f"producer {header.producer_id} epoch {header.producer_epoch} is fenced by "
+                f"its open transaction of epoch {open_epoch}",
+                field="producer_epoch",
+            )
+
+    def check_marker(self, header: BatchHeader, transaction_epoch: int | None) -> None:
+        """Before appending a marker (step 2), its checks on the open transaction: a bumped
+        marker must end an epoch below its own, and one whose epoch the producer's open
+        transaction already has is a duplicate. Changes nothing."""
+        if transaction_epoch is None:
+            return
+        if header.producer_epoch <= transaction_epoch:
+            raise CorruptRecordError(
+                f"a bumped marker's epoch {header.producer_epoch} is not above its "
+                f"transaction's {transaction_epoch}",
+                field="producer_epoch",
+            )
+        open_epoch = self.open_epoch(header.producer_id)
+        if open_epoch is not None and open_epoch >= header.producer_epoch:
+            raise DuplicateMarkerError(
+                f"marker of producer {header.producer_id} epoch {header.producer_epoch}: its "
+                f"transaction ended here before (the open one is of epoch {open_epoch})",
+                field="producer_epoch",
+            )
+
     def on_data(self, header: BatchHeader, base_offset: int) -> None:
         """After a data batch was appended at base_offset (step 1)."""
         if header.is_transactional and header.producer_id >= 0:
-            self._open.setdefault(header.producer_id, base_offset)
+            self._open.setdefault(header.producer_id, (base_offset, header.producer_epoch))
 
     def on_marker(self, producer_id: int, kind: int, marker_offset: int) -> None:
         """After a marker was appended at marker_offset (step 2)."""
-        first = self._open.pop(producer_id, None)
-        if first is not None and kind == MARKER_ABORT:
-            self._aborted.append((producer_id, first, marker_offset))
+        entry = self._open.pop(producer_id, None)
+        if entry is not None and kind == MARKER_ABORT:
+            self._aborted.append((producer_id, entry[0], marker_offset))
 
     def forget_before(self, log_start_offset: int) -> None:
         """Aborted ranges that retention removed entirely are no longer needed."""
@@ -127,7 +208,7 @@ class TransactionStates:
     def to_doc(self) -> dict[str, Any]:
         """Canonical JSON form (sorted open producers)."""
         return {
-            "open": [[p, o] for p, o in sorted(self._open.items())],
+            "open": [[p, o, e] for p, (o, e) in sorted(self._open.items())],
             "aborted": [list(r) for r in self._aborted],
         }
 
@@ -138,9 +219,12 @@ class TransactionStates:
         if doc is None:
             return states
         try:
-            states._open = {int(p): int(o) for p, o in doc["open"]}
+            # [producer, first offset] before the epoch bump: epoch unknown (-1).
+            states._open = {
+                int(e[0]): (int(e[1]), int(e[2]) if len(e) > 2 else -1) for e in doc["open"]
+            }
             states._aborted = [(int(p), int(f), int(m)) for p, f, m in doc["aborted"]]
-        except (TypeError, KeyError, ValueError) as error:
+        except (TypeError, KeyError, ValueError, IndexError) as error:
             raise ValueError(f"malformed transaction state: {error}") from error
         return states
 

@@ -5,7 +5,9 @@ Proves: `Producer(url, transactional_id=...)` with `begin_transaction`, `send`,
 output records and the group's input offsets together, and `abort_transaction` neither;
 a read_committed `Consumer` (the binary fetch, which filters the aborted ranges the
 broker names) sees only committed output while a read_uncommitted one sees all of it;
-a second producer with the same transactional id fences the first (`ProducerFenced`);
+each commit or abort moves the producer to the epoch the coordinator bumped to (its
+sends of the next transaction go through with it); a second producer with the same
+transactional id fences the first (`ProducerFenced`);
 sending outside a transaction is a programming error.
 """
 
@@ -53,13 +55,17 @@ def test_consume_transform_produce_commits_output_and_offsets_together(broker: A
         for r in first:
             producer.send("out", (r.value or b"").upper(), partition=r.offset % 2)
         producer.send_offsets_to_transaction(offsets_of(first), group)
+        identity = producer.producer_identity()
         producer.commit_transaction()
+        # The decision bumped the epoch: the producer goes on with the new one.
+        assert producer.producer_identity() == (identity[0], identity[1] + 1)
         # Transaction 2: aborted; neither its output nor its offsets count.
         producer.begin_transaction()
         for r in rest:
             producer.send("out", b"aborted-" + (r.value or b""), partition=r.offset % 2)
         producer.send_offsets_to_transaction(offsets_of(rest), group)
         producer.abort_transaction()
+        assert producer.producer_identity() == (identity[0], identity[1] + 2)
         committed = read_values(url, "out", "read_committed")
         assert sorted(committed) == [b"V0", b"V1", b"V2"]
         everything = read_values(url, "out", "read_uncommitted")

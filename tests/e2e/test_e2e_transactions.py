@@ -10,7 +10,10 @@ offsets commit only with the transaction; bad input is a 4xx naming the field, a
 changes nothing; all of it holds after kill -9 and a restart (the partition's open and
 aborted transactions are stored with its producer state); a commit answered at the
 decision (`"wait": "decision"`) is followed by the next transaction's produce, which
-lands after the markers.
+lands after the markers. Each commit or abort bumps the producer's epoch (KIP-890 part
+2): the answer names the next transaction's producer id and epoch, a retry of the
+decision with the old epoch gets the same answer, and a produce with the old epoch is
+refused (`producer_fenced`).
 """
 
 from __future__ import annotations
@@ -34,6 +37,14 @@ def produce(broker: BrokerProcess, tid: str, producer: dict[str, int], partition
     body = {**producer, "base_sequence": seq, "records": [{"value": v} for v in values]}
     path = f"/v1/topics/{TOPIC}/records?partition={partition}&transactional_id={tid}"
     return call(broker, "POST", path, body, expect)
+
+
+def following(answer: dict[str, Any]) -> dict[str, int]:
+    """The producer identity a commit or abort answer names for the next transaction."""
+    return {
+        "producer_id": answer["next_producer_id"],
+        "producer_epoch": answer["next_producer_epoch"],
+    }
 
 
 def read(broker: BrokerProcess, partition: int, isolation: str) -> tuple[list[str], Any]:
@@ -68,22 +79,31 @@ def test_commit_abort_fence_and_offsets_on_one_broker(broker_factory: Any) -> No
     assert listed[0]["partitions"] == [f"{TOPIC}:0", f"{TOPIC}:1", f"{TOPIC}:2"]
     done = call(broker, "POST", "/v1/transactions/t1/commit", {k: p[k] for k in p})
     assert done["state"] == "complete_commit"
+    q = following(done)  # the epoch bumped with the decision
+    assert q == {"producer_id": p["producer_id"], "producer_epoch": p["producer_epoch"] + 1}
     assert committed_view(broker) == [["a0"], ["a1"], ["a2"]]
-    # A commit again is a retry of the same decision; an abort now is another state.
-    assert call(broker, "POST", "/v1/transactions/t1/commit", p)["state"] == "complete_commit"
+    # A commit again is a retry of the same decision (the same next epoch); an abort now
+    # is another state; a produce with the old epoch is fenced.
+    again = call(broker, "POST", "/v1/transactions/t1/commit", p)
+    assert again["state"] == "complete_commit" and following(again) == q
     doc = call(broker, "POST", "/v1/transactions/t1/abort", p, 409)
     assert doc["error"]["code"] == "invalid_txn_state"
+    doc = produce(broker, "t1", p, 0, 1, ["late"], expect=409)
+    assert doc["error"]["code"] == "producer_fenced"
 
-    # Aborted: never visible to read_committed; read_uncommitted saw it.
-    produce(broker, "t1", p, 0, 1, ["b0"])
-    produce(broker, "t1", p, 1, 1, ["b1"])
-    assert call(broker, "POST", "/v1/transactions/t1/abort", p)["state"] == "complete_abort"
+    # Aborted: never visible to read_committed; read_uncommitted saw it. The new epoch
+    # starts its sequences over.
+    produce(broker, "t1", q, 0, 0, ["b0"])
+    produce(broker, "t1", q, 1, 0, ["b1"])
+    doc = call(broker, "POST", "/v1/transactions/t1/abort", q)
+    assert doc["state"] == "complete_abort"
+    q = following(doc)
     assert committed_view(broker) == [["a0"], ["a1"], ["a2"]]
     assert read(broker, 0, "read_uncommitted")[0] == ["a0", "b0"]
 
     # An open transaction holds read_committed back at its first offset (the LSO), even
     # for records written after it by plain producers.
-    first = produce(broker, "t1", p, 0, 2, ["c0"])["offsets"][0]["offset"]
+    first = produce(broker, "t1", q, 0, 0, ["c0"])["offsets"][0]["offset"]
     call(
         broker, "POST", f"/v1/topics/{TOPIC}/records?partition=0", {"records": [{"value": "plain"}]}
     )
@@ -98,8 +118,8 @@ def test_commit_abort_fence_and_offsets_on_one_broker(broker_factory: Any) -> No
 
     # A new instance fences the old one and aborts its open transaction.
     p2 = call(broker, "POST", "/v1/producers", {"transactional_id": "t1"}, 201)
-    assert p2["producer_epoch"] == p["producer_epoch"] + 1
-    doc = produce(broker, "t1", p, 1, 2, ["zombie"], expect=409)
+    assert p2["producer_epoch"] == q["producer_epoch"] + 1
+    doc = produce(broker, "t1", q, 1, 0, ["zombie"], expect=409)
     assert doc["error"]["code"] == "producer_fenced"
     deadline = time.monotonic() + 10
     while read(broker, 0, "read_committed")[0] != ["a0", "plain"]:
@@ -123,27 +143,28 @@ def test_commit_abort_fence_and_offsets_on_one_broker(broker_factory: Any) -> No
     offsets = {**p2, "group": "g1", "offsets": [{"topic": TOPIC, "partition": 0, "offset": 2}]}
     produce(broker, "t1", p2, 2, 0, ["d2"])
     call(broker, "POST", "/v1/transactions/t1/offsets", offsets)
-    call(broker, "POST", "/v1/transactions/t1/abort", p2)
+    p3 = following(call(broker, "POST", "/v1/transactions/t1/abort", p2))
     assert group_offsets(broker) == []
-    call(broker, "POST", "/v1/transactions/t1/offsets", offsets)
-    produce(broker, "t1", p2, 2, 1, ["e2"])
-    call(broker, "POST", "/v1/transactions/t1/commit", p2)
+    call(broker, "POST", "/v1/transactions/t1/offsets", {**offsets, **p3})
+    produce(broker, "t1", p3, 2, 0, ["e2"])
+    p4 = following(call(broker, "POST", "/v1/transactions/t1/commit", p3))
     assert committed_view(broker) == [["a0", "plain"], ["a1"], ["a2", "e2"]]
     assert group_offsets(broker) == [{"topic": TOPIC, "partition": 0, "offset": 2}]
 
     broker.kill9()
     broker.start()
     assert committed_view(broker) == [["a0", "plain"], ["a1"], ["a2", "e2"]]
-    first = produce(broker, "t1", p2, 1, 0, ["f1"])["offsets"][0]["offset"]
+    first = produce(broker, "t1", p4, 1, 0, ["f1"])["offsets"][0]["offset"]
     assert read(broker, 1, "read_committed")[1]["last_stable_offset"] == first
     assert read(broker, 1, "read_uncommitted")[0] == ["a1", "b1", "f1"]
 
     # Answered once the decision is durable; the next transaction's produce waits on the
     # broker for the markers (its add queued behind them) and lands after them.
-    doc = call(broker, "POST", "/v1/transactions/t1/commit", {**p2, "wait": "decision"})
+    doc = call(broker, "POST", "/v1/transactions/t1/commit", {**p4, "wait": "decision"})
     assert doc["state"] in ("prepare_commit", "complete_commit")
-    produce(broker, "t1", p2, 1, 1, ["g1"])
-    call(broker, "POST", "/v1/transactions/t1/abort", p2)
+    p5 = following(doc)
+    produce(broker, "t1", p5, 1, 0, ["g1"])
+    call(broker, "POST", "/v1/transactions/t1/abort", p5)
     assert read(broker, 1, "read_committed")[0] == ["a1", "f1"]
-    doc = call(broker, "POST", "/v1/transactions/t1/commit", {**p2, "wait": "soon"}, 400)
+    doc = call(broker, "POST", "/v1/transactions/t1/commit", {**p5, "wait": "soon"}, 400)
     assert doc["error"]["details"]["field"] == "wait"

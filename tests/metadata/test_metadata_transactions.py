@@ -1,11 +1,13 @@
 """Proves the transactions domain (dmq/metadata/transactions.py) of the catalogue.
 
-- a hypothesis property over random command sequences (adds, offsets, commit, abort,
-  coordinator aborts, completes, new producer epochs, time): a rejection leaves the whole
-  state unchanged; a transaction only moves along empty/complete -> ongoing -> prepare ->
-  its own complete; a prepare never changes its decision; partitions only grow while
-  ongoing; pending offsets reach the groups only at complete_commit; snapshot and restore
-  give the same bytes;
+- a hypothesis property over random command sequences (adds, offsets, commit and abort
+  with and without the epoch bump, coordinator aborts, completes, new producer epochs,
+  time): a rejection leaves the whole state unchanged; a transaction only moves along
+  empty/complete -> ongoing -> prepare -> its own complete; a prepare never changes its
+  decision; partitions only grow while ongoing; pending offsets reach the groups only at
+  complete_commit; a bumped decision moves the transactional id to the identity it
+  returns, above the transaction's epoch, and its markers carry that epoch; the next
+  transaction opens only with that identity; snapshot and restore give the same bytes;
 - the refusals a client meets, each naming its field: unknown transactional id, stale
   epoch, commit in another state, offsets of a member that holds no such partition.
 """
@@ -29,12 +31,14 @@ from dmq.metadata.machine import (
     CompleteTxn,
     CreateTopic,
     EndTxn,
+    EndTxnBumpEpoch,
     InitProducer,
     MetadataMachine,
     MetadataState,
     RegisterBroker,
     Rejected,
     apply,
+    successor,
 )
 from groups.commands import JoinGroup
 
@@ -88,6 +92,8 @@ COMMANDS = st.one_of(
         st.just(0),
     ),  # fmt: skip
     st.builds(EndTxn, TID, st.just(0), EPOCH, st.integers(0, 2), st.just(0)),
+    st.builds(EndTxnBumpEpoch, TID, st.just(0), EPOCH, st.integers(0, 2), st.just(0)),
+    st.builds(EndTxnBumpEpoch, TID, st.just(0), EPOCH, st.integers(0, 1), st.just(0)),
     st.builds(AbortTxn, TID, EPOCH, st.sampled_from(["timeout", "fenced", "x"]), st.just(0)),
     st.builds(
         CompleteTxn,
@@ -111,15 +117,23 @@ def test_transactions_move_only_forward_and_rejections_change_nothing(steps: lis
         if isinstance(result, Rejected):
             assert new == state, result
             continue
+        if isinstance(command, EndTxnBumpEpoch) and result.producer is not None:
+            txn = new.transactions[command.transactional_id]
+            assert new.transactional_ids[command.transactional_id][:2] == result.producer
+            assert successor(txn) == result.producer != (txn.producer_id, txn.producer_epoch)
+            assert txn.marker_epoch == txn.producer_epoch + 1 and txn.state.startswith("prepare")
         for tid, txn in new.transactions.items():
             old = state.transactions.get(tid)
+            if old is not None and old.state.startswith("prepare") and txn.state == "ongoing":
+                # only CompleteTxn opens the queued next transaction, with the identity
+                # the decision left (bumped or not)
+                assert isinstance(command, CompleteTxn) and not old.fenced
+                assert (txn.producer_id, txn.producer_epoch) == successor(old)
+                assert txn.partitions == old.next_partitions != ()
             if old is not None and old.producer_epoch == txn.producer_epoch:
                 assert txn.state in ALLOWED[old.state], (old.state, txn.state, command)
                 if old.state == "ongoing" and txn.state == "ongoing":
                     assert set(old.partitions) <= set(txn.partitions)
-                if old.state.startswith("prepare") and txn.state == "ongoing":
-                    assert isinstance(command, CompleteTxn) and not old.fenced
-                    assert txn.partitions == old.next_partitions != ()
             if txn.next_partitions:
                 assert txn.state.startswith("prepare")
             if txn.state.startswith("complete"):
@@ -200,3 +214,49 @@ def test_an_add_behind_a_decided_transaction_is_queued_and_opens_the_next_one() 
     state, _ = apply(state, CompleteTxn("t1", epoch, "prepare_abort", 18))
     txn = state.transactions["t1"]
     assert (txn.state, txn.partitions, txn.next_partitions) == ("complete_abort", (), ())
+
+
+def test_a_decision_bumps_the_epoch_and_a_retry_gets_the_same_identity() -> None:
+    state = base()
+    pid, epoch = state.transactional_ids["t1"][:2]
+    state, _ = apply(state, AddPartitionsToTxn("t1", pid, epoch, ("a:0",), 1_000, 10))
+    state, result = apply(state, EndTxnBumpEpoch("t1", pid, epoch, 1, 11))
+    assert isinstance(result, Applied) and result.producer == (pid, epoch + 1)
+    txn = state.transactions["t1"]
+    assert (txn.state, txn.marker_epoch) == ("prepare_commit", epoch + 1)
+    assert state.transactional_ids["t1"][:2] == (pid, epoch + 1)
+    # A retry of the decision with the old epoch: the same answer, nothing changed.
+    again, result = apply(state, EndTxnBumpEpoch("t1", pid, epoch, 1, 12))
+    assert isinstance(result, Applied) and result.producer == (pid, epoch + 1)
+    assert again.transactions == state.transactions
+    assert reject(state, EndTxnBumpEpoch("t1", pid, epoch, 0, 12)).code == REJECT_INVALID_TXN_STATE
+    # The old epoch can add nothing; the new one's add waits behind the markers.
+    r = reject(state, AddPartitionsToTxn("t1", pid, epoch, ("a:1",), 1_000, 13))
+    assert (r.code, r.field) == (REJECT_PRODUCER_FENCED, "producer_epoch")
+    state, _ = apply(state, AddPartitionsToTxn("t1", pid, epoch + 1, ("a:1",), 1_000, 13))
+    assert state.transactions["t1"].next_partitions == ("a:1",)
+    state, _ = apply(state, CompleteTxn("t1", epoch, "prepare_commit", 14))
+    txn = state.transactions["t1"]
+    assert (txn.producer_epoch, txn.state, txn.partitions) == (epoch + 1, "ongoing", ("a:1",))
+    # A newer instance since: the old decision's retry is fenced.
+    state, _ = apply(state, InitProducer("t1", 15))
+    r = reject(state, EndTxnBumpEpoch("t1", pid, epoch, 1, 16))
+    assert r.code == REJECT_PRODUCER_FENCED
+
+
+def test_at_the_last_epoch_the_decision_moves_to_a_new_producer_id() -> None:
+    state = base()
+    pid = state.transactional_ids["t1"][0]
+    last = 32_766  # epoch + 1 reaches the batch header's int16 maximum
+    state = replace(state, transactional_ids={"t1": (pid, last, 3)})
+    state, _ = apply(state, AddPartitionsToTxn("t1", pid, last, ("a:0",), 1_000, 10))
+    fresh = state.next_producer_id
+    state, result = apply(state, EndTxnBumpEpoch("t1", pid, last, 0, 11))
+    assert isinstance(result, Applied) and result.producer == (fresh, 0)
+    assert state.next_producer_id == fresh + 1
+    txn = state.transactions["t1"]
+    assert (txn.producer_id, txn.producer_epoch, txn.marker_epoch) == (pid, last, last + 1)
+    state, _ = apply(state, AddPartitionsToTxn("t1", fresh, 0, ("a:2",), 1_000, 12))
+    state, _ = apply(state, CompleteTxn("t1", last, "prepare_abort", 13))
+    txn = state.transactions["t1"]
+    assert (txn.producer_id, txn.producer_epoch, txn.state) == (fresh, 0, "ongoing")
