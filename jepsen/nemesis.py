@@ -30,7 +30,8 @@ each time), polls until the catalogue no longer lists it (its replicas moved awa
 unregistered), then stops it (SIGTERM) and deletes its data directory. Both run in a
 thread of their own across fault windows (a leave cut off by a partition finishes after
 healing: `settle` waits for them); a 4xx refusal (too few brokers would stay) ends the
-leave as `refused`. At most `nodes + MEMBERSHIP_EXTRA_MAX` brokers at once, one join or
+leave as `refused`, except 409 `operation_conflict` (a metadata voter change runs: the
+broker says to wait for it), after which the leave asks again. At most `nodes + MEMBERSHIP_EXTRA_MAX` brokers at once, one join or
 leave per node at a time. `self.lock` serialises process actions (faults, heals, a
 departing broker's stop) so a heal never restarts a broker that just left.
 
@@ -731,7 +732,8 @@ class Nemesis:
         began (a restarted unregistered broker registers again: poll again)."""
         broker = self.cluster.every[node_id]
         listed_at = int(fault.detail["listed_at"])
-        asked = 0
+        asked = conflicts = 0
+        conflict = False  # the last ask met another change (409 operation_conflict)
         while not self._settle_over():
             starts = broker.starts
             view = self._catalogue()
@@ -745,15 +747,22 @@ class Nemesis:
                         return
                 continue
             current = view is not None and view.version >= listed_at
-            if not asked or (current and view is not None and node_id not in view.leaving):
+            if (
+                not asked
+                or conflict
+                or (current and view is not None and node_id not in view.leaving)
+            ):
                 asked += 1
                 path = f"/v1/cluster/brokers/{node_id}/decommission"
                 status, answer = self._ask(path, {}, rng)
-                if 400 <= status < 500 and status != 404:
+                conflict = status == 409 and _error_code(answer) == "operation_conflict"
+                if conflict:  # a voter change runs: "wait for it", as an operator would
+                    conflicts += 1
+                elif 400 <= status < 500 and status != 404:
                     self._end(fault, "refused", status=status, answer=answer)
                     return
             time.sleep(MEMBERSHIP_POLL_S)
-        self._end(fault, "unfinished", requests=asked)
+        self._end(fault, "unfinished", requests=asked, conflicts=conflicts)
 
     # --- metadata voter changes -----------------------------------------------------
 
@@ -877,3 +886,9 @@ class Nemesis:
                 "membership operations unfinished "
                 f"{timeout_s} s after healing: {[(f.kind, f.targets) for f in unfinished]}"
             )
+
+
+def _error_code(answer: object) -> str | None:
+    """The `error.code` of a JSON error answer, else None."""
+    error = answer.get("error") if isinstance(answer, dict) else None
+    return error.get("code") if isinstance(error, dict) else None
