@@ -108,7 +108,7 @@ class PeerClient:
         broker may be asked. A failure after it may have arrived (reset, timeout) is too
         when `retry_safe`; otherwise RequestTimeout, because the peer may have acted on it
         and asking again could do it twice (an append would store the batch twice)."""
-        url = URL(f"{scheme_of(self.tls)}://{http_addr}{path}")
+        url = self.url(http_addr, path)
         if params:
             url = url.update_query(params)
         headers = signed_headers(self.secret, method, url.raw_path_qs, body)

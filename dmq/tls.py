@@ -86,14 +86,3 @@ def broker_tls(config: BrokerConfig) -> BrokerTls | None:
         http_client=_client(config),
         raft=RaftTls(server=_server(config, ssl.CERT_REQUIRED), client=_client(config)),
     )
-
-
-def client_context(
-    ca_file: str | None = None, cert_file: str | None = None, key_file: str | None = None
-) -> ssl.SSLContext:
-    """A client's context: the server checked against `ca_file` (else the system's CAs),
-    and `cert_file`/`key_file` presented when the broker asks for a client certificate."""
-    context = ssl.create_default_context(cafile=ca_file or None)
-    if cert_file:
-        context.load_cert_chain(cert_file, key_file or None)
-    return context

@@ -21,6 +21,8 @@ ASSIGNOR_NAMES = ("range", "roundrobin", "sticky")
 
 
 def _routed(request: web.Request) -> Broker:
+    """This broker when it leads the metadata group; else ForwardRequest to the leader
+    (the group, share-group and REST v2 consumer routes: the leader keeps their state)."""
     broker = request.app[BROKER]
     if not broker.ready:
         raise errors.BrokerUnavailable("the broker is starting or stopping", retry_after_ms=500)

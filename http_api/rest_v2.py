@@ -26,8 +26,8 @@ from dmq.broker.rest_v2 import ConsumerInstance, FetchedRecord
 from dmq.broker.types import PartitionInfo
 from http_api import codec
 from http_api.errors import status_for
-from http_api.forward import BROKER, forwarded_hops, is_forwarded
-from http_api.groups import _name, _subscription
+from http_api.forward import BROKER, is_forwarded
+from http_api.groups import _name, _routed, _subscription
 
 V2 = "application/vnd.kafka.v2+json"
 V2_JSON = "application/vnd.kafka.json.v2+json"
@@ -164,9 +164,18 @@ def _partitions(broker: Broker, topic: str) -> list[PartitionInfo]:
     return [p for p in described if p.status != "gone"]
 
 
+def _partition_number(raw: str, topic: str) -> int:
+    """The {p} of a path: a partition number, else 404 (40402) as for a missing one."""
+    if not (raw.isascii() and raw.isdigit()) or int(raw) > INT32_MAX:
+        raise errors.PartitionNotFound(f"partition {raw!r} of topic {topic!r} not found")
+    return int(raw)
+
+
 def _partition(broker: Broker, topic: str, raw: str) -> PartitionInfo:
-    for p in _partitions(broker, topic):
-        if raw.isascii() and raw.isdigit() and p.partition == int(raw):
+    partitions = _partitions(broker, topic)  # an unknown topic is 40401 first
+    number = _partition_number(raw, topic)
+    for p in partitions:
+        if p.partition == number:
             return p
     raise errors.PartitionNotFound(f"partition {raw!r} of topic {topic!r} not found")
 
@@ -320,22 +329,11 @@ async def produce_topic(request: web.Request) -> web.Response:
 
 @_v2
 async def produce_partition(request: web.Request) -> web.Response:
-    raw = request.match_info["p"]
-    if not (raw.isascii() and raw.isdigit()) or int(raw) > INT32_MAX:
-        raise errors.PartitionNotFound(f"partition {raw!r} not found")
-    return await _produce(request, int(raw))
+    number = _partition_number(request.match_info["p"], request.match_info["topic"])
+    return await _produce(request, number)
 
 
 # ---------------------------------------------------------------------- consumers
-
-
-def _routed(request: web.Request) -> Broker:
-    """The metadata leader keeps the instances: relay there (as http_api/groups.py)."""
-    broker = request.app[BROKER]
-    if not broker.ready:
-        raise errors.BrokerUnavailable("the broker is starting or stopping", retry_after_ms=500)
-    broker.groups.route(forwarded_hops(request))
-    return broker
 
 
 def _names(request: web.Request) -> tuple[str, str]:

@@ -12,13 +12,12 @@ from typing import Any
 from aiohttp import web
 
 from dmq import errors, limits
-from dmq.broker import Broker
 from dmq.broker.share import ACK_KINDS, SHARE_LIMITS, Ack, Delivery, group_json
 from dmq.topics import check_topic_name
 from http_api import codec
 from http_api.filtering import record_filter
-from http_api.forward import BROKER, forwarded_hops
-from http_api.groups import _int, _name
+from http_api.forward import BROKER
+from http_api.groups import _int, _name, _routed
 
 LIMITS = SHARE_LIMITS
 CONFIG_FIELDS = {
@@ -27,14 +26,6 @@ CONFIG_FIELDS = {
     "max_in_flight_records": (1, LIMITS.max_in_flight_records_max),
     "session_timeout_ms": (LIMITS.session_timeout_ms_min, LIMITS.session_timeout_ms_max),
 }
-
-
-def _routed(request: web.Request) -> Broker:
-    broker = request.app[BROKER]
-    if not broker.ready:
-        raise errors.BrokerUnavailable("the broker is starting or stopping", retry_after_ms=500)
-    broker.groups.route(forwarded_hops(request))
-    return broker
 
 
 def _group(request: web.Request) -> str:

@@ -165,18 +165,15 @@ class Brokers:
     def _connect(self, url: str) -> http.client.HTTPConnection:
         if self._connection is None:
             parts = urllib.parse.urlsplit(url)
-            kind = (
-                http.client.HTTPSConnection
-                if parts.scheme == "https"
-                else http.client.HTTPConnection
-            )
-            if kind is http.client.HTTPSConnection:
+            if parts.scheme == "https":
                 # The CA and client certificate of DMQ_CA/DMQ_CERT/DMQ_KEY, as dmq.client's.
                 self._connection = http.client.HTTPSConnection(
                     parts.netloc, timeout=REQUEST_TIMEOUT_S, context=tls_from_env()
                 )
             else:
-                self._connection = kind(parts.netloc, timeout=REQUEST_TIMEOUT_S)
+                self._connection = http.client.HTTPConnection(
+                    parts.netloc, timeout=REQUEST_TIMEOUT_S
+                )
         return self._connection
 
     def _drop_connection(self) -> None:

@@ -20,7 +20,7 @@ generated long-polls and bodies stay fast; the document states those same limits
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
@@ -224,3 +224,17 @@ def assert_no_traceback(live_broker: BrokerProcess) -> None:
     """Called after the generated requests (file order). A handler exception is logged
     with its traceback even though the client sees a JSON 500."""
     assert "Traceback" not in live_broker.log(), live_broker.log()
+
+
+def shard_tests(shard: str) -> tuple[Callable[..., None], Callable[..., None]]:
+    """The two tests of one shard's module (SHARDS), to be bound there under their names,
+    beside the fixtures `live_broker` and `api_schema` imported from here."""
+
+    @pytest.mark.parametrize("operation_id", SHARDS[shard])
+    def test_every_answer_conforms_and_no_5xx(api_schema: Any, operation_id: str) -> None:
+        check_operation(api_schema, operation_id)
+
+    def test_broker_logged_no_traceback(live_broker: BrokerProcess) -> None:
+        assert_no_traceback(live_broker)  # defined after the generated ones: runs after
+
+    return test_every_answer_conforms_and_no_5xx, test_broker_logged_no_traceback
