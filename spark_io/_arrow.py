@@ -199,14 +199,14 @@ def _checked_batches(
         pos += size
         walked_to = base_offset + last_delta + 1
         next_offset = max(next_offset, walked_to)
-        if base_offset + last_delta < start_offset:
-            continue
-        if base_offset >= end_offset:
+        if base_offset >= end_offset:  # base_offset is checked against walked_to above
             break
-        # Checked before the control bit is trusted: a flipped bit there would
-        # otherwise hide a data batch.
+        # Checked before last_delta or the control bit is trusted: a flipped bit in
+        # either would otherwise skip or hide a data batch without a word.
         if crc32c.crc32c(view[batch_pos + CRC_START : pos]) != crc:
             raise ValueError(f"CRC-32C mismatch in the batch at offset {base_offset}")
+        if base_offset + last_delta < start_offset:
+            continue
         if attributes & TRANSACTIONAL_BIT and any(
             p == header[8] and f <= base_offset <= m for p, f, m in aborted
         ):

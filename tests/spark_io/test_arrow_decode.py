@@ -128,6 +128,17 @@ def test_a_flipped_byte_or_a_cut_answer_is_refused(specs: list[Any], data: st.Da
             assert bad is cut and len(columns) <= len(expected)
 
 
+@pytest.mark.parametrize("position", range(17, 23))  # attributes and last_offset_delta
+def test_a_flipped_header_field_under_the_crc_is_refused_not_skipped(position: int) -> None:
+    """Found by the property above: a flipped high byte of last_offset_delta made the
+    delta negative, and the batch was skipped as below start_offset before its CRC was
+    checked, so an answer of one corrupt batch decoded to nothing, without a word."""
+    broken = bytearray(encode_batch([Record(None, None, (), 0, 0)], base_offset=0))
+    broken[position] ^= 0xFF
+    with pytest.raises(StorageError, match="orders-0"):
+        decode_into(Columns("orders", 0, with_headers=False), bytes(broken), 0, 2**62)
+
+
 def test_log_append_time_takes_the_batch_max_timestamp() -> None:
     recs = [Record(b"k", b"v", timestamp_ms=5), Record(None, None, timestamp_ms=9)]
     body = encode_batch(recs, base_offset=10, timestamp_type=TimestampType.LOG_APPEND_TIME)
