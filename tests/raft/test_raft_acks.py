@@ -74,7 +74,7 @@ def test_append_acks_on_the_leader_alone_apply_waits_for_a_majority(tmp_path: Pa
             last_before = journal.last_index
             started = time.monotonic()
             assert await replicas[leader].propose(b"acks=1", timeout_s=5, wait="append") is None
-            assert time.monotonic() - started < 0.5
+            assert time.monotonic() - started < 2.5  # answered at append, not at its 5 s timeout
             assert journal.last_index == last_before + 1 and journal.is_synced()
             assert b"acks=1" not in machines[leader].commands  # not committed, not applied
             with pytest.raises(Timeout):

@@ -1,7 +1,9 @@
 """Proves a leader commits in the round after it appends, not at its next heartbeat tick.
 
-- a one-node group (the leader is the whole majority: no reply will come to tick it)
-  answers 200 sequential proposals with a p99 far below the 100 ms heartbeat interval;
+- a one-node group (the leader is the whole majority: no reply will come to tick it), its
+  heartbeat and tick-thread sleep stretched to 2 s, answers 40 sequential proposals in far
+  less than one such interval: committing at the next idle tick would take ~40 x 2 s. The
+  latency itself is a benchmark's figure (`python -m bench.raft_bench`), not asserted here;
 - the re-tick that makes this possible does not spin: ten idle one-node groups cost few
   rounds and little CPU over 2 s.
 """
@@ -18,10 +20,20 @@ from raft_harness import free_port_on
 
 from raft import RaftConfig, RaftNode
 
-PROPOSALS = 200
-# The heartbeat interval is 100 ms: a regression to "commit at the next idle tick" shows as
-# a p99 near 100 ms. The bound is loose because the machine is shared and noisy.
-P99_BOUND_S = 0.020
+PROPOSALS = 40
+# The idle heartbeat tick comes every SLOW_TICK_S (the thread sleeps up to half that): a regression to "commit at the next idle tick"
+# takes about PROPOSALS x SLOW_TICK_S (80 s); a commit per round takes well under 1 s, so
+# the bound of a few ticks leaves a wide margin for a loaded machine on both sides.
+SLOW_TICK_S = 2.0
+SLOW = RaftConfig(
+    tick_interval_s=SLOW_TICK_S / 2,
+    follower_tick_interval_s=SLOW_TICK_S,
+    heartbeat_interval_s=SLOW_TICK_S,
+    election_timeout_min_s=7.0,
+    election_timeout_max_s=8.0,
+    leader_step_down_s=8.0,
+)
+TOTAL_BOUND_S = 5 * SLOW_TICK_S
 IDLE_GROUPS = 10
 IDLE_S = 2.0
 
@@ -48,25 +60,24 @@ def one_node() -> dict[str, str]:
 
 def test_one_node_group_commits_in_about_one_round(tmp_path: Path) -> None:
     async def scenario() -> list[float]:
-        node = RaftNode("n1", one_node(), tmp_path / "raft", RaftConfig())
+        node = RaftNode("n1", one_node(), tmp_path / "raft", SLOW)
         replica = await node.add_group(1, Counter())
         await node.start()
         try:
-            assert await replica.propose(b"warm-up", timeout_s=10) == 1  # after the election
+            assert await replica.propose(b"warm-up", timeout_s=30) == 1  # after the election
             latencies = []
             for k in range(PROPOSALS):
                 started = time.perf_counter()
-                assert await replica.propose(b"c%d" % k, timeout_s=10) == k + 2
+                assert await replica.propose(b"c%d" % k, timeout_s=30) == k + 2
                 latencies.append(time.perf_counter() - started)
             return latencies
         finally:
             await node.stop()
 
-    latencies = sorted(asyncio.run(asyncio.wait_for(scenario(), 60)))
-    p50 = statistics.median(latencies)
-    p99 = latencies[int(len(latencies) * 0.99) - 1]
-    print(f"one-node commit latency: p50 {p50 * 1e3:.2f} ms, p99 {p99 * 1e3:.2f} ms")
-    assert p99 < P99_BOUND_S, f"p50 {p50 * 1e3:.2f} ms, p99 {p99 * 1e3:.2f} ms"
+    latencies = sorted(asyncio.run(asyncio.wait_for(scenario(), 200)))
+    p50, total = statistics.median(latencies), sum(latencies)
+    print(f"one-node commits with a {SLOW_TICK_S} s tick: p50 {p50 * 1e3:.2f} ms, total {total:.2f} s")
+    assert total < TOTAL_BOUND_S, f"{PROPOSALS} commits took {total:.2f} s: they waited for ticks"
 
 
 def test_idle_one_node_groups_do_not_spin(tmp_path: Path) -> None:

@@ -58,8 +58,9 @@ def test_bridge_a_follower_cut_from_its_leader_refuses_at_once(tmp_path: Path) -
                 assert isinstance(error, NotLeader), error
                 refusals.append(took)
                 await replicas[leader].propose(b"w%d" % k, timeout_s=5.0)  # the leader writes
-            # The first may wait for the follower to give its leader up; then at once.
-            assert refusals[0] < prompt_s and max(refusals[1:]) < 0.2, f"took {refusals}"
+            # The first may wait for the follower to give its leader up; then at once (the
+            # bound is loose for a loaded machine: waiting for the cut shows as >= prompt_s).
+            assert refusals[0] < prompt_s and max(refusals[1:]) < prompt_s / 2, f"took {refusals}"
             assert ready_leader(replicas) == leader
             cluster.heal(leader, follower)
             await wait_until(
