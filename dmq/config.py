@@ -217,6 +217,29 @@ class BrokerConfig:
     retention_check_interval_ms: int = field(
         default=60_000, metadata=_doc("how often retention and compaction run, ms")
     )
+    # Tiered storage (dmq/tiered/README.md): closed segments of topics with
+    # remote_storage_enable go to this object store; reads below the local log start
+    # come back through a bounded chunk cache.
+    remote_storage: str = field(
+        default="",
+        metadata=_doc("object store for tiered storage: file:///dir ('': tiered storage off)"),
+    )
+    remote_upload_concurrency: int = field(
+        default=2, metadata=_doc("segment uploads in flight at once, per broker")
+    )
+    remote_upload_bytes_per_s: int = field(
+        default=64 * limits.MiB, metadata=_doc("upload bandwidth of this broker, bytes/s")
+    )
+    remote_upload_interval_ms: int = field(
+        default=1_000, metadata=_doc("how often leaders look for closed segments to upload, ms")
+    )
+    remote_cache_bytes: int = field(
+        default=256 * limits.MiB,
+        metadata=_doc("local cache of remote segment chunks (LRU), bytes on disk"),
+    )
+    remote_cache_chunk_bytes: int = field(
+        default=limits.MiB, metadata=_doc("one cached (and fetched) byte range of a remote segment")
+    )
     # A full disk (log/space.py): produce is refused (507) below the floor, which is also
     # the reserve the metadata group, deletions and Raft terms may still use.
     storage_min_free_bytes: int = field(
@@ -299,6 +322,17 @@ class BrokerConfig:
             if not host or not port.isdigit():
                 raise InvalidConfig(f"{name} must be host:port", field=name)
         self._check_tls()
+        if self.remote_storage and not self.remote_storage.startswith("file:///"):
+            raise InvalidConfig(
+                "remote_storage must be file:///absolute/dir (or empty: off)",
+                field="remote_storage",
+            )
+        if self.remote_cache_bytes < 2 * self.remote_cache_chunk_bytes:
+            raise InvalidConfig(
+                "remote_cache_bytes must hold at least two chunks (remote_cache_chunk_bytes)",
+                field="remote_cache_bytes",
+                limit=2 * self.remote_cache_chunk_bytes,
+            )
         if self.raft_durability not in ("fsync", "none"):
             raise InvalidConfig("raft_durability must be fsync or none", field="raft_durability")
         peers = self.peer_addrs  # parses and checks

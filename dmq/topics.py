@@ -36,7 +36,7 @@ def check_topic_name(name: str) -> None:
 
 @dataclass(frozen=True, slots=True)
 class _Key:
-    kind: str  # "int" or "choice"
+    kind: str  # "int", "choice" or "bool" (stored as "true"/"false": config holds ints and strings)
     minimum: int = 0
     maximum: int = 2**63 - 1
     choices: tuple[str, ...] = ()
@@ -52,6 +52,10 @@ TOPIC_CONFIG_KEYS: dict[str, _Key] = {
     "delete_retention_ms": _Key("int", minimum=0),
     "max_record_bytes": _Key("int", minimum=1),
     "timestamp_type": _Key("choice", choices=("create", "log_append")),
+    # Tiered storage (dmq/tiered/README.md): off unless set; -1: as retention_ms/_bytes.
+    "remote_storage_enable": _Key("bool", choices=("true", "false")),
+    "local_retention_ms": _Key("int", minimum=-1),
+    "local_retention_bytes": _Key("int", minimum=-1),
 }
 
 
@@ -65,6 +69,9 @@ def default_topic_config(broker: BrokerConfig) -> dict[str, Any]:
         "delete_retention_ms": 24 * 3600 * 1000,
         "max_record_bytes": broker.record_bytes_max,
         "timestamp_type": "create",
+        "remote_storage_enable": "false",
+        "local_retention_ms": -1,
+        "local_retention_bytes": -1,
     }
 
 
@@ -90,12 +97,43 @@ def validate_topic_config(updates: Any, broker: BrokerConfig) -> dict[str, Any]:
                     field=f"config.{key}",
                     limit=maximum if value > maximum else spec.minimum,
                 )
+        elif spec.kind == "bool":
+            if isinstance(value, bool):
+                value = "true" if value else "false"
+            if value not in spec.choices:
+                raise InvalidConfig(
+                    f"config {key} must be true or false", field=f"config.{key}"
+                )
+            if value == "true" and not broker.remote_storage:
+                raise InvalidConfig(
+                    f"config {key}: this broker has no --remote-storage", field=f"config.{key}"
+                )
         elif value not in spec.choices:
             raise InvalidConfig(
                 f"config {key} must be one of {', '.join(spec.choices)}", field=f"config.{key}"
             )
         out[key] = value
     return out
+
+
+def check_tiered_config(config: dict[str, Any]) -> None:
+    """Relations of a topic's whole config (defaults, stored and updates merged): local
+    retention at most the total one; no tiered storage of a compacted topic (compaction
+    rewrites closed segments, which would then differ from their uploaded copies)."""
+    for kind in ("ms", "bytes"):
+        local, total = config.get(f"local_retention_{kind}", -1), config.get(f"retention_{kind}", -1)
+        if local >= 0 and total >= 0 and local > total:
+            raise InvalidConfig(
+                f"config local_retention_{kind}={local} exceeds retention_{kind}={total}",
+                field=f"config.local_retention_{kind}",
+                limit=total,
+            )
+    if config.get("remote_storage_enable") == "true" and config.get("cleanup_policy") != "delete":
+        raise InvalidConfig(
+            "config remote_storage_enable needs cleanup_policy delete (a compacted topic's "
+            "segments are rewritten after they close)",
+            field="config.remote_storage_enable",
+        )
 
 
 def log_config_for(topic_config: dict[str, Any], broker: BrokerConfig) -> LogConfig:
@@ -110,6 +148,17 @@ def log_config_for(topic_config: dict[str, Any], broker: BrokerConfig) -> LogCon
         retention_bytes=None if retention_bytes < 0 else retention_bytes,
         cleanup_policy=CleanupPolicy(topic_config["cleanup_policy"]),
         delete_retention_ms=topic_config["delete_retention_ms"],
+        remote_storage_enable=topic_config.get("remote_storage_enable") == "true",
+        local_retention_ms=_local(topic_config, "ms"),
+        local_retention_bytes=_local(topic_config, "bytes"),
         batch_bytes_max=broker.batch_bytes_max,
         flush=FlushPolicy(interval_records=None, interval_ms=None),
     )
+
+
+def _local(topic_config: dict[str, Any], kind: str) -> int | None:
+    """local_retention_<kind>, -1 meaning the total retention's (None: no limit)."""
+    local = topic_config.get(f"local_retention_{kind}", -1)
+    total = topic_config[f"retention_{kind}"]
+    value = total if local < 0 else local
+    return None if value < 0 else value

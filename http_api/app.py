@@ -75,6 +75,9 @@ def _description(d: TopicDescription) -> dict[str, Any]:
                 "high_watermark": p.high_watermark,
                 "log_end_offset": p.log_end_offset,
                 "status": p.status,
+                "remote_end_offset": p.remote_end_offset,
+                "local_bytes": p.local_bytes,
+                "remote_bytes": p.remote_bytes,
             }
             for p in d.partitions
         ],

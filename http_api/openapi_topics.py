@@ -165,6 +165,10 @@ def _description_schemas(config: BrokerConfig) -> dict[str, Any]:
                             "log_start_offset": or_null(OFFSET),
                             "high_watermark": or_null(OFFSET),
                             "log_end_offset": or_null(OFFSET),
+                            # tiered storage (dmq/tiered/README.md): null where off
+                            "remote_end_offset": or_null(OFFSET),
+                            "local_bytes": or_null(OFFSET),
+                            "remote_bytes": or_null(OFFSET),
                             "status": {
                                 "type": "string",
                                 "enum": ["active", "decommissioned", "gone"],
@@ -197,6 +201,12 @@ def _topic_config(config: BrokerConfig, *, for_request: bool) -> dict[str, Any]:
     for key, spec in TOPIC_CONFIG_KEYS.items():
         if spec.kind == "choice":
             properties[key] = {"type": "string", "enum": list(spec.choices)}
+        elif spec.kind == "bool":  # stored and described as "true"/"false"
+            kinds = ["boolean", "string"] if for_request else ["string"]
+            properties[key] = {
+                "type": kinds,
+                "enum": [*([True, False] * for_request), "true", "false"],
+            }
         elif for_request:
             maximum = config.batch_bytes_max if key == "max_record_bytes" else spec.maximum
             properties[key] = integer(spec.minimum, maximum)

@@ -60,6 +60,13 @@ class LogConfig:
     # Delete the oldest closed segments while the log is larger than this (None: no cap).
     retention_bytes: int | None = None
     cleanup_policy: CleanupPolicy = CleanupPolicy.DELETE
+    # Tiered storage (dmq/tiered/README.md): the broker uploads closed segments to an
+    # object store; then only this much stays on local disk (None: no local limit but the
+    # total retention above). The log itself never deletes by these: its owner does, for
+    # segments the partition's Raft group recorded as uploaded (delete_oldest_segments).
+    remote_storage_enable: bool = False
+    local_retention_ms: int | None = None
+    local_retention_bytes: int | None = None
     # Compaction keeps a tombstone (null value) this long after its timestamp, so
     # consumers that are behind still see the delete.
     delete_retention_ms: int = DAY_MS
@@ -83,6 +90,10 @@ class LogConfig:
             raise ValueError("retention_ms must be >= 0 or None")
         if self.retention_bytes is not None and self.retention_bytes < 0:
             raise ValueError("retention_bytes must be >= 0 or None")
+        for name in ("local_retention_ms", "local_retention_bytes"):
+            local = getattr(self, name)
+            if local is not None and local < 0:
+                raise ValueError(f"{name} must be >= 0 or None")
         if self.delete_retention_ms < 0:
             raise ValueError("delete_retention_ms must be >= 0")
         if not 1 <= self.batch_bytes_max <= limits.BATCH_BYTES_MAX:

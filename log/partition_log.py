@@ -761,3 +761,22 @@ class PartitionLog:
             fsync_directory(self.directory)
             self._high_watermark = max(self._high_watermark, self.log_start_offset)
         return deleted
+
+    def delete_oldest_segments(self, count: int) -> int:
+        """Delete up to `count` of the oldest closed segments (never the active one, never
+        past the high watermark), moving log_start_offset past them. The caller decides
+        which may go (tiered storage: only segments uploaded and recorded, past local
+        retention: dmq/partition/remote_manifest.py). Returns how many were deleted."""
+        deleted = 0
+        while deleted < count and len(self.segments) > 1:
+            oldest = self.segments[0]
+            if oldest.next_offset > self._high_watermark:
+                break
+            self._set_log_start_offset(self.segments[1].base_offset)
+            oldest.delete()
+            self.segments.pop(0)
+            deleted += 1
+        if deleted:
+            fsync_directory(self.directory)
+            self._high_watermark = max(self._high_watermark, self.log_start_offset)
+        return deleted

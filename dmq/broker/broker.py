@@ -51,6 +51,7 @@ from dmq.broker.routing import Routing
 from dmq.broker.share import ShareService
 from dmq.broker.storage import StorageService
 from dmq.broker.strays import StrayData
+from dmq.broker.tiered import TieredService
 from dmq.broker.topics import TopicsService
 from dmq.broker.transactions import TransactionsService
 from dmq.broker.types import ForwardRequest
@@ -106,7 +107,9 @@ class Broker:
         self.reconciler = Reconciler(ctx, self.routing, self.operations, self.strays)
         self.topics = TopicsService(ctx, self.routing, self.reconciler)
         self.produce = ProduceService(ctx, self.routing, self.topics)
-        self.fetch = FetchService(ctx, self.routing)
+        # Tiered storage (tiered.py): None unless --remote-storage names an object store.
+        self.tiered = TieredService.open(ctx) if config.remote_storage else None
+        self.fetch = FetchService(ctx, self.routing, self.tiered)
         self.storage = StorageService(ctx, lambda: self.produce.acks0_refused)
         self.cluster = ClusterService(ctx, self.storage.report)
         self.delay = DelayService(ctx, self.routing, self.topics, self.produce)
@@ -279,6 +282,8 @@ class Broker:
             self.delay.release_loop,
             self.transactions.loop,
         ]
+        if self.tiered is not None:
+            duties.append(self.tiered.upload_loop)
         loop = asyncio.get_running_loop()
         for duty in duties:
             self._background.append(loop.create_task(duty()))

@@ -26,6 +26,7 @@ from dmq import errors, limits, planted
 from dmq.broker.context import BrokerContext
 from dmq.broker.filtering import fetch_filtered
 from dmq.broker.routing import Routing
+from dmq.broker.tiered import TieredService
 from dmq.broker.transactions import Isolation, read_committed
 from dmq.broker.translate import translate
 from dmq.broker.types import Consistency, FetchResult, ForwardRequest, OffsetsResult
@@ -42,9 +43,12 @@ GROUP_AHEAD_OF_LOG_WAIT_MS = 500
 class FetchService:
     """Owns the count of parked long-polls (waiting_fetches_max bounds it)."""
 
-    def __init__(self, ctx: BrokerContext, routing: Routing) -> None:
+    def __init__(
+        self, ctx: BrokerContext, routing: Routing, tiered: TieredService | None = None
+    ) -> None:
         self._ctx = ctx
         self._routing = routing
+        self._tiered = tiered  # tiered storage (tiered.py): reads below the local log
         self._waiting_fetches = 0  # long-polls parked now, at most waiting_fetches_max
 
     @property
@@ -83,7 +87,7 @@ class FetchService:
             found = await replica.offset_for_timestamp(timestamp_ms)
             return replica.high_watermark if found is None else found
         if offset == "earliest":
-            return replica.log_start_offset
+            return self._first_offset(replica)
         if offset == "latest":
             return replica.high_watermark
         return offset
@@ -109,11 +113,18 @@ class FetchService:
         stable = isolation == "read_committed"
         count = self._ctx.traffic.fetched  # what is served is counted (traffic.py)
         replica = await self._serving(topic, partition, forwarded, consistency)
+        if offset < replica.log_start_offset and self._tiered is not None and record_filter is None:
+            remote = await self._tiered.fetch(
+                replica, offset, max_bytes, max_records, raw=raw, stable=stable
+            )
+            if remote is not None:
+                return count(remote)
         if not replica.log_start_offset <= offset <= replica.log_end_offset:
+            start = self._first_offset(replica)
             raise errors.OffsetOutOfRange(
-                f"offset {offset} is outside [{replica.log_start_offset}, {replica.log_end_offset}]",
+                f"offset {offset} is outside [{start}, {replica.log_end_offset}]",
                 offset=offset,
-                log_start_offset=replica.log_start_offset,
+                log_start_offset=start,
                 log_end_offset=replica.log_end_offset,
             )
         if planted.active("fetch-off-by-one") and 0 < offset < replica.high_watermark:
@@ -163,6 +174,12 @@ class FetchService:
             last_stable_offset=replica.last_stable_offset,
         ))  # fmt: skip
 
+    def _first_offset(self, replica: PartitionReplica) -> int:
+        """The log start a reader sees: below the local one when tiered storage holds more."""
+        if self._tiered is None:
+            return replica.log_start_offset
+        return self._tiered.first_offset(replica)
+
     @contextlib.contextmanager
     def _parked(self) -> Iterator[None]:
         """A long-poll parked for its wait: at most waiting_fetches_max at once (429)."""
@@ -191,7 +208,7 @@ class FetchService:
         if timestamp_ms is not None:
             found = await replica.offset_for_timestamp(timestamp_ms)
         return OffsetsResult(
-            partition, replica.log_start_offset, replica.high_watermark, found,
+            partition, self._first_offset(replica), replica.high_watermark, found,
             replica.last_stable_offset,
         )  # fmt: skip
 

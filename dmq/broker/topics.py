@@ -27,7 +27,13 @@ from dmq.metadata.machine import (
     config_items,
 )
 from dmq.metadata.service import wall_ms
-from dmq.topics import check_topic_name, default_topic_config, validate_topic_config
+from dmq.partition.replica import PartitionReplica
+from dmq.topics import (
+    check_tiered_config,
+    check_topic_name,
+    default_topic_config,
+    validate_topic_config,
+)
 
 _log = logging.getLogger("dmq.broker")
 
@@ -82,6 +88,7 @@ class TopicsService:
         topic_config = default_topic_config(c)
         # Only an absent config means "defaults": `false` or `[]` is refused, not ignored.
         topic_config.update(validate_topic_config({} if config is None else config, c))
+        check_tiered_config(topic_config)
         await self._ctx.metadata.propose(
             CreateTopic(name, count, rf, config_items(topic_config), wall_ms())
         )
@@ -124,17 +131,19 @@ class TopicsService:
                     p,
                     self._routing.leader_of(view, p),
                     placement.replicas,
-                    local.log_start_offset if local else None,
+                    # with tiered storage, below the local log start (remote_manifest.py)
+                    local.remote_manifest.first_offset(local.log_start_offset) if local else None,
                     local.high_watermark if local else None,
                     local.log_end_offset if local else None,
                     placement.status,
+                    *_tiered_fields(local),
                 )
             )
         return TopicDescription(view.name, view.replication_factor, tuple(parts), view.config)
 
     async def alter_topic_config(self, name: str, updates: dict[str, Any]) -> TopicDescription:
         checked = validate_topic_config(updates, self._ctx.config)
-        self._routing.topic(name)
+        check_tiered_config(dict(self._routing.topic(name).config) | checked)
         await self._ctx.metadata.propose(
             AlterTopicConfig(name, config_items(checked), (), wall_ms())
         )
@@ -175,3 +184,15 @@ class TopicsService:
         with contextlib.suppress(errors.TopicAlreadyExists):  # a concurrent produce made it
             await self.create_topic(name)
         return self._routing.topic(name)
+
+
+def _tiered_fields(local: PartitionReplica | None) -> tuple[int | None, int | None, int | None]:
+    """remote_end_offset, local_bytes, remote_bytes of this broker's replica."""
+    if local is None:
+        return None, None, None
+    manifest = local.remote_manifest
+    return (
+        manifest.end_offset if manifest.started else None,
+        local.log_size_bytes,
+        manifest.remote_bytes,
+    )

@@ -81,6 +81,11 @@ class PartitionInfo:
     high_watermark: int | None
     log_end_offset: int | None
     status: str = PARTITION_ACTIVE  # or decommissioned (no new records), gone
+    # Tiered storage (tiered.py), this broker's replica: uploaded up to (None: nothing
+    # uploaded), bytes of its local segments, bytes in the object store.
+    remote_end_offset: int | None = None
+    local_bytes: int | None = None
+    remote_bytes: int | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -140,7 +140,9 @@ def _print_description(description: TopicDescription) -> None:
     )
     for key in sorted(description.config):
         print(f"  {key} = {description.config[key]}")
-    rows = [("PARTITION", "LEADER", "REPLICAS", "LOG_START", "HIGH_WATERMARK", "LOG_END")]
+    tiered = description.config.get("remote_storage_enable") == "true"
+    head = ("PARTITION", "LEADER", "REPLICAS", "LOG_START", "HIGH_WATERMARK", "LOG_END")
+    rows = [head + (("REMOTE_END", "LOCAL_BYTES", "REMOTE_BYTES") if tiered else ())]
     rows += [
         (
             str(p.partition),
@@ -149,6 +151,14 @@ def _print_description(description: TopicDescription) -> None:
             "-" if p.log_start_offset is None else str(p.log_start_offset),
             "-" if p.high_watermark is None else str(p.high_watermark),
             "-" if p.log_end_offset is None else str(p.log_end_offset),
+        )
+        + (
+            tuple(
+                "-" if v is None else str(v)
+                for v in (p.remote_end_offset, p.local_bytes, p.remote_bytes)
+            )
+            if tiered
+            else ()
         )
         for p in description.partitions
     ]

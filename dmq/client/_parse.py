@@ -43,6 +43,9 @@ def parse_partition(obj: Any, where: str) -> PartitionInfo:
         high_watermark=_optional_int(obj, "high_watermark", where),
         log_end_offset=_optional_int(obj, "log_end_offset", where),
         status=str(obj.get("status", "active")) if isinstance(obj, dict) else "active",
+        remote_end_offset=_optional_int(obj, "remote_end_offset", where),
+        local_bytes=_optional_int(obj, "local_bytes", where),
+        remote_bytes=_optional_int(obj, "remote_bytes", where),
     )
 
 

@@ -52,6 +52,10 @@ class PartitionInfo:
     high_watermark: int | None  # first offset not yet committed: consumers read below it
     log_end_offset: int | None  # next offset to assign
     status: str = "active"  # decommissioned: takes no new records; gone: removed
+    # Tiered storage: uploaded up to (None: nothing or off); local and remote bytes.
+    remote_end_offset: int | None = None
+    local_bytes: int | None = None
+    remote_bytes: int | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -87,6 +87,14 @@ import crc32c
 from dmq.errors import DmqError
 from dmq.partition.delay import DelayCommand, DelayCopyError, DelayStore, is_delay_command
 from dmq.partition.producers import ProducerStates
+from dmq.partition.remote_manifest import (
+    RemoteCommand,
+    RemoteCommandError,
+    RemoteManifest,
+    RemoteSegment,
+    is_remote_command,
+)
+from dmq.partition.remote_manifest import apply as apply_remote
 from dmq.partition.transactions import TransactionStates, read_marker
 from log import InvalidOffsetError, InvalidRecordError, LogError, PartitionLog, StorageError
 from log.errors import CorruptRecordError, StorageWriteError
@@ -104,6 +112,9 @@ _BATCH_LENGTH = struct.Struct("<I")
 _FLAG_LOG_APPEND_TIME = 0x01
 
 APPLIED_CHECKPOINT = "raft-applied"
+# Tiered storage's manifest (dmq/partition/remote_manifest.py), written durably at each
+# apply of a remote command (its apply is idempotent: a replay changes nothing).
+REMOTE_MANIFEST = "remote-manifest"
 PRODUCER_STATE = "raft-producers"
 # Set in a checkpoint record's index when its command carried a batch with a producer id.
 _PRODUCERS_TOUCHED = 1 << 63
@@ -222,6 +233,8 @@ class PartitionSnapshot:
     # Delayed records pending at `applied`: a restore copies the store (delay.py) and
     # checks the count. Left out when 0 (older nodes read the snapshot).
     delay_pending: int = 0
+    # RemoteManifest.to_json() at `applied` (tiered storage); left out while never used.
+    remote: str | None = None
 
     def encode(self) -> bytes:
         fields: dict[str, object] = {
@@ -239,6 +252,8 @@ class PartitionSnapshot:
             fields["transactions"] = self.transactions
         if self.delay_pending:
             fields["delay_pending"] = self.delay_pending
+        if self.remote is not None:
+            fields["remote"] = self.remote
         return json.dumps(fields, sort_keys=True, separators=(",", ":")).encode()
 
     @classmethod
@@ -255,6 +270,7 @@ class PartitionSnapshot:
             None if fields.get("delayed") is None else str(fields["delayed"]),
             None if fields.get("transactions") is None else str(fields["transactions"]),
             int(fields.get("delay_pending", 0)),
+            None if fields.get("remote") is None else str(fields["remote"]),
         )
 
 
@@ -288,6 +304,13 @@ class PartitionStateMachine:
         self.applied: Position = POSITION_NONE
         self.replayed_commands = 0  # skipped as already applied (a metric, and for tests)
         self._checkpoint_fd = -1  # appends one record per applied command
+        self.remote_path = log.directory / REMOTE_MANIFEST
+        # Tiered storage: replaced whole at each remote command, so other threads read
+        # it without the lock (one attribute read).
+        self.remote = _read_remote_manifest(self.remote_path)
+        # Segments a trim removed from the manifest, for the leader to delete the objects
+        # of (taken by the broker's tiered service; bounded by what trims remove).
+        self.remote_removed: list[RemoteSegment] = []
         self._reconcile()
         self.delay = DelayStore.open(log.directory, self.applied)  # dmq/partition/delay.py
 
@@ -319,6 +342,8 @@ class PartitionStateMachine:
             return None
         if is_delay_command(command):  # schedule, release, cancel: dmq/partition/delay.py
             return self._apply_delay(position, DelayCommand.decode(command))
+        if is_remote_command(command):  # tiered storage: dmq/partition/remote_manifest.py
+            return self._apply_remote(position, command)
         produce = ProduceCommand.decode(command)
         start_offset = self.log.log_end_offset
         undo = self.producers.save_for(produce.batches)
@@ -374,6 +399,29 @@ class PartitionStateMachine:
         self.log.set_high_watermark(self.log.log_end_offset)
         self.applied = position
         return list(applied)
+
+    def _apply_remote(self, position: Position, command: bytes) -> list[int | LogError]:
+        """Record uploaded segments or a remote trim. The manifest is written durably
+        before the checkpoint record: a replay (of a command the checkpoint lost) applies
+        it again to the same manifest, which changes nothing."""
+        try:
+            applied = apply_remote(self.remote, RemoteCommand.decode(command))
+        except RemoteCommandError as error:
+            raise CommandDecodeError(f"partition {self.partition}: {error}") from error
+        if applied.manifest != self.remote:
+            try:
+                _write_remote_manifest(self.remote_path, applied.manifest)
+            except OSError as error:
+                raise ApplyDeferred(
+                    f"partition {self.partition}: remote manifest not written: {error}",
+                    no_space=error.errno in NO_SPACE_ERRNOS,
+                ) from error
+            self.remote = applied.manifest
+            self.remote_removed.extend(applied.removed)
+        answer: list[int | LogError] = [self.remote.end_offset]
+        if applied.refused is not None:
+            answer = [InvalidOffsetError(applied.refused, field="segments")]
+        return self._delay_answer(position, answer, touched=False)
 
     def _delay_answer(
         self, position: Position, answer: list[int | LogError], *, touched: bool
@@ -484,6 +532,7 @@ class PartitionStateMachine:
             None,
             self._transactions_text(),
             self.delay.pending_count,
+            None if not self.remote.started else self.remote.to_json(),
         ).encode()
 
     def export_delay(self, position: Position) -> Generator[bytes, None, None]:
@@ -564,6 +613,10 @@ class PartitionStateMachine:
             None if wanted.transactions is None else json.loads(wanted.transactions)
         )
         self.last_stable_offset = self.transactions.last_stable_offset(log.log_end_offset)
+        remote = RemoteManifest.from_json(wanted.remote)
+        if remote != self.remote:
+            _write_remote_manifest(self.remote_path, remote)
+            self.remote = remote
         self.applied = wanted.applied
         self._save(wanted.applied, log.log_end_offset)
 
@@ -763,3 +816,24 @@ def _read_producer_state(path: Path) -> StoredState | None:
         ProducerStates.from_json(state.decode()),
         TransactionStates.from_doc(doc.get("transactions")),
     )
+
+
+def _read_remote_manifest(path: Path) -> RemoteManifest:
+    """The durable manifest (CRC-checked); empty if never written."""
+    try:
+        raw = path.read_bytes()
+    except FileNotFoundError:
+        return RemoteManifest()
+    _invariant(len(raw) >= 4, f"{path}: torn remote manifest")
+    (crc,) = struct.unpack_from("<I", raw)
+    _invariant(crc32c.crc32c(raw[4:]) == crc, f"{path}: remote manifest CRC mismatch")
+    try:
+        return RemoteManifest.from_json(raw[4:].decode())
+    except (RemoteCommandError, ValueError) as exc:
+        raise StorageError(f"{path}: {exc}") from exc
+
+
+def _write_remote_manifest(path: Path, manifest: RemoteManifest) -> None:
+    body = manifest.to_json().encode()
+    write_durably(path, struct.pack("<I", crc32c.crc32c(body)) + body)
+    fsync_directory(path.parent)

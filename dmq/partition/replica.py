@@ -43,6 +43,7 @@ from dmq.partition.machine import (
     PartitionStateMachine,
     ProduceCommand,
 )
+from dmq.partition.remote_manifest import RemoteManifest, local_deletable
 from dmq.partition.transactions import AbortedRange, visible_records
 from log import compaction
 from log.config import LogConfig
@@ -581,6 +582,8 @@ class PartitionReplica:
             log = self._log
             assert log is not None
             deleted = await self.run(self._locked, log.maybe_delete_segments, now_ms)
+            if log.config.remote_storage_enable:
+                deleted += await self.run(self._locked, self._delete_uploaded, log, now_ms)
             compacted = False
             if log.config.compacts:
                 plan = await self.run(self._locked, self._plan_compaction, log)
@@ -594,6 +597,31 @@ class PartitionReplica:
                     )
             self._mirror_offsets()
             return deleted, compacted
+
+    def _delete_uploaded(self, log: PartitionLog, now_ms: int) -> int:
+        """Tiered storage, under the lock: local segments past local retention go, but
+        only those a committed remote `add` recorded (dmq/partition/remote_manifest.py)."""
+        machine = self._machine
+        if machine is None or not machine.remote.started:
+            return 0
+        closed = [
+            (s.base_offset, s.next_offset, s.size_bytes, s.max_timestamp_ms)
+            for s in log.segments  # the active one too: it counts, never goes
+        ]
+        count = local_deletable(
+            closed,
+            machine.remote.end_offset,
+            now_ms=now_ms,
+            local_retention_ms=log.config.local_retention_ms,
+            local_retention_bytes=log.config.local_retention_bytes,
+        )
+        return log.delete_oldest_segments(count)
+
+    @property
+    def remote_manifest(self) -> RemoteManifest:
+        """Tiered storage's manifest (replaced whole at each apply: read without the lock)."""
+        machine = self._machine
+        return RemoteManifest() if machine is None else machine.remote
 
     def _plan_compaction(self, log: PartitionLog) -> compaction.CompactionPlan | None:
         """Under the lock: compaction stops at the LSO (an open transaction's records
