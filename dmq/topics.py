@@ -101,9 +101,7 @@ def validate_topic_config(updates: Any, broker: BrokerConfig) -> dict[str, Any]:
             if isinstance(value, bool):
                 value = "true" if value else "false"
             if value not in spec.choices:
-                raise InvalidConfig(
-                    f"config {key} must be true or false", field=f"config.{key}"
-                )
+                raise InvalidConfig(f"config {key} must be true or false", field=f"config.{key}")
             if value == "true" and not broker.remote_storage:
                 raise InvalidConfig(
                     f"config {key}: this broker has no --remote-storage", field=f"config.{key}"
@@ -121,7 +119,10 @@ def check_tiered_config(config: dict[str, Any]) -> None:
     retention at most the total one; no tiered storage of a compacted topic (compaction
     rewrites closed segments, which would then differ from their uploaded copies)."""
     for kind in ("ms", "bytes"):
-        local, total = config.get(f"local_retention_{kind}", -1), config.get(f"retention_{kind}", -1)
+        local, total = (
+            config.get(f"local_retention_{kind}", -1),
+            config.get(f"retention_{kind}", -1),
+        )
         if local >= 0 and total >= 0 and local > total:
             raise InvalidConfig(
                 f"config local_retention_{kind}={local} exceeds retention_{kind}={total}",

@@ -120,7 +120,8 @@ def _collect(machine: PartitionStateMachine) -> tuple[list[_Candidate], RemoteMa
             ):
                 continue
             fds = [
-                _open_sized(p) for p in (segment.log_path, segment.index_path, segment.timeindex_path)
+                _open_sized(p)
+                for p in (segment.log_path, segment.index_path, segment.timeindex_path)
             ]
             candidates.append(
                 _Candidate(

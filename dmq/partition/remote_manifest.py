@@ -22,8 +22,9 @@ Invariants (checked by `check_manifest`, and by tests/partition/test_remote_mani
   start_offset <= end_offset; segments' end offsets strictly increase; each segment's
   base_offset <= the previous one's end_offset (contiguous); the first segment holds
   start_offset (base <= start < end) unless the manifest is empty; end_offset is the last
-  segment's end. A replica deletes a local segment only if its next_offset <= end_offset
-  (`local_deletable`): only what a committed `add` recorded.
+  segment's end. A replica deletes a local segment only if the manifest holds it whole
+  (start_offset <= base, next_offset <= end_offset: `local_deletable`), that is only
+  what a committed `add` recorded.
 """
 
 from __future__ import annotations
@@ -105,8 +106,7 @@ class RemoteSegment:
         segment = cls(base, end, size, index_bytes, first_ts, max_ts, key, tuple(ranges))
         if not 0 <= segment.base_offset < segment.end_offset or segment.size_bytes < 0:
             raise RemoteCommandError(
-                f"remote segment [{segment.base_offset}, {segment.end_offset}) is empty "
-                "or negative"
+                f"remote segment [{segment.base_offset}, {segment.end_offset}) is empty or negative"
             )
         return segment
 
@@ -261,9 +261,7 @@ def apply(m: RemoteManifest, command: RemoteCommand) -> Applied:
         if started and segment.end_offset <= end:
             continue  # a retried upload already recorded
         if started and segment.base_offset > end:
-            return Applied(
-                m, refused=f"segment at {segment.base_offset} leaves a gap after {end}"
-            )
+            return Applied(m, refused=f"segment at {segment.base_offset} leaves a gap after {end}")
         if not started or not segments:
             start = max(start, segment.base_offset) if started else segment.base_offset
         segments.append(segment)
@@ -273,19 +271,23 @@ def apply(m: RemoteManifest, command: RemoteCommand) -> Applied:
 
 def local_deletable(
     segments: list[tuple[int, int, int, int]],
-    uploaded_end_offset: int,
+    manifest: RemoteManifest,
     *,
     now_ms: int,
     local_retention_ms: int | None,
     local_retention_bytes: int | None,
 ) -> int:
-    """How many of the oldest closed local segments (base, next_offset, size_bytes,
-    max_timestamp_ms), oldest first, may go: each uploaded (next_offset <=
-    uploaded_end_offset, recorded by a committed add) and past local retention."""
+    """How many of the oldest local segments (base, next_offset, size_bytes,
+    max_timestamp_ms), oldest first, may go: each held remotely, whole (start_offset <=
+    base and next_offset <= end_offset, recorded by a committed add), and past local
+    retention. A segment starting below the remote start (a leader whose log began later
+    uploaded first) stays until total retention removes it."""
+    if not manifest.started:
+        return 0
     total = sum(s[2] for s in segments)
     count = 0
-    for _base, next_offset, size, max_ts in segments:
-        if next_offset > uploaded_end_offset:
+    for base, next_offset, size, max_ts in segments:
+        if next_offset > manifest.end_offset or base < manifest.start_offset:
             break
         expired = local_retention_ms is not None and max_ts < now_ms - local_retention_ms
         oversize = local_retention_bytes is not None and total - size >= local_retention_bytes

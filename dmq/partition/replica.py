@@ -602,7 +602,7 @@ class PartitionReplica:
         """Tiered storage, under the lock: local segments past local retention go, but
         only those a committed remote `add` recorded (dmq/partition/remote_manifest.py)."""
         machine = self._machine
-        if machine is None or not machine.remote.started:
+        if machine is None:
             return 0
         closed = [
             (s.base_offset, s.next_offset, s.size_bytes, s.max_timestamp_ms)
@@ -610,7 +610,7 @@ class PartitionReplica:
         ]
         count = local_deletable(
             closed,
-            machine.remote.end_offset,
+            machine.remote,
             now_ms=now_ms,
             local_retention_ms=log.config.local_retention_ms,
             local_retention_bytes=log.config.local_retention_bytes,

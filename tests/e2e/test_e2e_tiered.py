@@ -60,7 +60,9 @@ def create_topic(b: BrokerProcess, name: str) -> None:
 def produce(b: BrokerProcess, topic: str, start: int, count: int) -> None:
     for first in range(start, start + count, BATCH):
         records = [{"value": value_of(i)} for i in range(first, min(first + BATCH, start + count))]
-        status, doc = b.json("POST", f"/v1/topics/{topic}/records?partition=0", {"records": records})
+        status, doc = b.json(
+            "POST", f"/v1/topics/{topic}/records?partition=0", {"records": records}
+        )
         assert status == 200, doc
 
 
@@ -126,8 +128,10 @@ def test_closed_segments_go_remote_and_every_offset_reads_back(tmp_path: Path) -
         create_topic(b, "t")
         produce(b, "t", 0, RECORDS)
         wait_for(
-            lambda: (partition_doc(b, "t")["remote_end_offset"] or 0) > RECORDS // 2
-            and local_log_bytes(b, "t") <= 4 * SEGMENT_BYTES,
+            lambda: (
+                (partition_doc(b, "t")["remote_end_offset"] or 0) > RECORDS // 2
+                and local_log_bytes(b, "t") <= 4 * SEGMENT_BYTES
+            ),
             30,
             "uploads and local deletion",
         )
@@ -141,6 +145,22 @@ def test_closed_segments_go_remote_and_every_offset_reads_back(tmp_path: Path) -
         expected = [(i, value_of(i)) for i in range(RECORDS)]
         assert read_json(b, "t", RECORDS) == expected
         assert read_binary(b, "t", RECORDS) == expected
+
+        # Total retention removes remote segments too: manifest first, then objects.
+        objects_before = len(list((tmp_path / "store").rglob("*.log")))
+        config = {"retention_bytes": 512 * 1024}
+        assert b.json("PATCH", "/v1/topics/t/config", {"config": config})[0] == 200
+        wait_for(lambda: partition_doc(b, "t")["log_start_offset"] > 0, 30, "a remote trim")
+        start = partition_doc(b, "t")["log_start_offset"]
+        wait_for(
+            lambda: len(list((tmp_path / "store").rglob("*.log"))) < objects_before,
+            30,
+            "trimmed objects deleted",
+        )
+        status, doc = b.json("GET", "/v1/topics/t/partitions/0/records?offset=0")
+        assert status == 416, doc
+        status, doc = b.json("GET", f"/v1/topics/t/partitions/0/records?offset={start}")
+        assert status == 200 and doc["records"][0]["offset"] == start
     finally:
         b.stop()
 
@@ -155,12 +175,16 @@ def test_kill_mid_upload_loses_nothing_and_the_upload_resumes(tmp_path: Path) ->
             lambda: (partition_doc(b, "k")["remote_end_offset"] or 0) > 0, 30, "a first upload"
         )
         b.kill9()
+        # an upload was in flight: its temporary object is there, never a partial object
+        assert list((tmp_path / "store").rglob("*.tmp-*"))
         b = broker_for(tmp_path).start()
         hw = partition_doc(b, "k")["high_watermark"]
         assert hw == RECORDS
         wait_for(
-            lambda: (partition_doc(b, "k")["remote_end_offset"] or 0) > RECORDS // 2
-            and local_log_bytes(b, "k") <= 4 * SEGMENT_BYTES,
+            lambda: (
+                (partition_doc(b, "k")["remote_end_offset"] or 0) > RECORDS // 2
+                and local_log_bytes(b, "k") <= 4 * SEGMENT_BYTES
+            ),
             30,
             "the upload to resume",
         )
