@@ -51,7 +51,7 @@ from dmq.broker.routing import Routing
 from dmq.broker.share import ShareService
 from dmq.broker.storage import StorageService
 from dmq.broker.strays import StrayData
-from dmq.broker.tiered import TieredService
+from dmq.broker.tiered import TieredCollector, TieredService
 from dmq.broker.topics import TopicsService
 from dmq.broker.transactions import TransactionsService
 from dmq.broker.types import ForwardRequest
@@ -130,6 +130,8 @@ class Broker:
         )  # fmt: skip
         # GET /metrics: this broker's own registry, read at scrape time (metrics.py).
         self.metrics = MetricsService(ctx, self.fetch, self.storage)
+        if self.tiered is not None:
+            self.metrics.registry.register(TieredCollector(self.tiered))
 
     # ------------------------------------------------------------------ what others read
 

@@ -29,9 +29,13 @@ import contextlib
 import logging
 import os
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+from prometheus_client.registry import Collector
 
 from dmq import errors
 from dmq.broker.context import BrokerContext
@@ -417,3 +421,39 @@ def _memory_read_result(
             raise
         ranges.append(FileRange(fd, f"remote:{key}", 0, len(data)))
     return ReadResult(ranges, offset, next_offset, hw, start)
+
+
+class TieredCollector(Collector):
+    """/metrics families of tiered storage, read at scrape time (broker totals: bounded
+    series; per partition, GET /v1/topics/{t} says it)."""
+
+    def __init__(self, tiered: TieredService) -> None:
+        self._tiered = tiered
+
+    def collect(self) -> Iterator[CounterMetricFamily | GaugeMetricFamily]:
+        t = self._tiered
+        counters = (
+            ("dmq_tiered_uploaded_segments", "segments uploaded", t.uploaded_segments),
+            ("dmq_tiered_uploaded_bytes", "bytes uploaded", t.uploaded_bytes),
+            ("dmq_tiered_upload_failures", "failed partition upload rounds", t.upload_failures),
+            ("dmq_tiered_remote_reads", "fetches answered from the object store", t.remote_reads),
+            ("dmq_tiered_remote_read_bytes", "bytes those fetches answered", t.remote_read_bytes),
+            ("dmq_tiered_cache_hits", "chunk cache hits", t.cache.hits),
+            ("dmq_tiered_cache_misses", "chunk cache misses (ranged GETs)", t.cache.misses),
+        )
+        for name, text, value in counters:
+            yield CounterMetricFamily(name, text, value=value)
+        replicas = [r for r in t._ctx.replicas.values() if r.log_config.remote_storage_enable]
+        yield GaugeMetricFamily(
+            "dmq_tiered_cache_bytes", "bytes in the chunk cache", value=t.cache.used_bytes
+        )
+        yield GaugeMetricFamily(
+            "dmq_tiered_remote_bytes",
+            "bytes in the object store of the tiered partitions hosted here",
+            value=sum(r.remote_manifest.remote_bytes for r in replicas),
+        )
+        yield GaugeMetricFamily(
+            "dmq_tiered_local_bytes",
+            "local segment bytes of the tiered partitions hosted here",
+            value=sum(r.log_size_bytes for r in replicas),
+        )

@@ -145,6 +145,14 @@ def test_closed_segments_go_remote_and_every_offset_reads_back(tmp_path: Path) -
         expected = [(i, value_of(i)) for i in range(RECORDS)]
         assert read_json(b, "t", RECORDS) == expected
         assert read_binary(b, "t", RECORDS) == expected
+        status, _, metrics = b.request("GET", "/metrics")
+        samples = dict(
+            line.rsplit(" ", 1)
+            for line in metrics.decode().splitlines()
+            if line.startswith("dmq_tiered")
+        )
+        assert float(samples["dmq_tiered_uploaded_bytes_total"]) >= doc["remote_bytes"]
+        assert float(samples["dmq_tiered_remote_read_bytes_total"]) > 0
 
         # Total retention removes remote segments too: manifest first, then objects.
         objects_before = len(list((tmp_path / "store").rglob("*.log")))
