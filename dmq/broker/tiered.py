@@ -163,6 +163,7 @@ class TieredService:
         # Counters (metrics, bench): monotonic since start.
         self.uploaded_segments = 0
         self.uploaded_bytes = 0
+        self.upload_seconds = 0.0  # spent in puts, bandwidth waits included
         self.upload_failures = 0
         self.remote_reads = 0
         self.remote_read_bytes = 0
@@ -238,10 +239,12 @@ class TieredService:
         """Step 2: the three objects; the manifest names them only once all are stored."""
         key = f"{self._key_prefix(replica)}{c.base_offset:020d}-{c.end_offset:020d}"
         async with self._uploads:
+            began = time.monotonic()
             for (fd, size), object_key in zip(c.fds, object_keys(key), strict=True):
                 if fd >= 0:
                     await self.store.put_file(object_key, fd, size, self._bandwidth.acquire)
                     self.uploaded_bytes += size
+            self.upload_seconds += time.monotonic() - began
         self.uploaded_segments += 1
         return RemoteSegment(
             c.base_offset, c.end_offset, c.fds[0][1], c.fds[1][1],
@@ -435,6 +438,7 @@ class TieredCollector(Collector):
         counters = (
             ("dmq_tiered_uploaded_segments", "segments uploaded", t.uploaded_segments),
             ("dmq_tiered_uploaded_bytes", "bytes uploaded", t.uploaded_bytes),
+            ("dmq_tiered_upload_seconds", "time spent uploading", t.upload_seconds),
             ("dmq_tiered_upload_failures", "failed partition upload rounds", t.upload_failures),
             ("dmq_tiered_remote_reads", "fetches answered from the object store", t.remote_reads),
             ("dmq_tiered_remote_read_bytes", "bytes those fetches answered", t.remote_read_bytes),

@@ -142,6 +142,23 @@ def add_bench(commands: Subparsers) -> None:
     )
     tls.add_argument("--quick", action="store_true", help="one small run of each (CI)")
     tls.set_defaults(handler=_cmd_bench_tls)
+    # Likewise bench/tiered_bench.py's add_arguments.
+    tiered = kinds.add_parser(
+        "tiered", help="tiered storage: produce with uploads, upload MB/s, cold vs local reads"
+    )
+    tiered.add_argument("--dir", help="create the work directory inside DIR")
+    tiered.add_argument("--runs", type=int, default=3, help="runs; medians are shown (3)")
+    tiered.add_argument("--total-mb", type=int, default=128, help="MB produced per topic (128)")
+    tiered.add_argument("--segment-mb", type=int, default=8, help="segment_bytes, MiB (8)")
+    tiered.add_argument("--quick", action="store_true", help="one small run (CI)")
+    tiered.set_defaults(handler=_cmd_bench_tiered)
+
+
+def _cmd_bench_tiered(args: argparse.Namespace) -> int:
+    from bench import tiered_bench
+
+    tiered_bench.run(args)
+    return 0
 
 
 def _cmd_bench_tls(args: argparse.Namespace) -> int:

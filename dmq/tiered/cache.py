@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import os
 import shutil
 from collections import OrderedDict
 from pathlib import Path
@@ -54,24 +55,33 @@ class ChunkCache:
         position = start
         while position < end:
             index = position // self.chunk_bytes
-            chunk = await self._chunk(store, object_key, object_size, index)
             offset = position - index * self.chunk_bytes
-            piece = chunk[offset : offset + end - position]
+            want = min(end - position, self.chunk_bytes - offset)
+            piece = await self._piece(store, object_key, object_size, index, offset, want)
             if not piece:
                 raise ObjectStoreError(f"{object_key}: chunk {index} is short")
             parts.append(piece)
             position += len(piece)
         return b"".join(parts)
 
-    async def _chunk(self, store: ObjectStore, object_key: str, size: int, index: int) -> bytes:
+    async def _piece(
+        self, store: ObjectStore, object_key: str, size: int, index: int, offset: int, length: int
+    ) -> bytes:
+        """`length` bytes at `offset` of chunk `index`: read from its file (only those
+        bytes) if cached, else the chunk is fetched whole and kept."""
         key = (object_key, index)
         if key in self._chunks:
             self._chunks.move_to_end(key)
             self.hits += 1
             try:
-                return await asyncio.to_thread(self._path(key).read_bytes)
+                return await asyncio.to_thread(_pread, self._path(key), offset, length)
             except OSError:  # evicted meanwhile: fetch it again
                 self._forget(key)
+        chunk = await self._chunk(store, object_key, size, index)
+        return chunk[offset : offset + length]
+
+    async def _chunk(self, store: ObjectStore, object_key: str, size: int, index: int) -> bytes:
+        key = (object_key, index)
         pending = self._fetching.get(key)
         if pending is not None:
             return await asyncio.shield(pending)
@@ -109,3 +119,11 @@ class ChunkCache:
         """Forget every chunk of an object (deleted by retention)."""
         for key in [k for k in self._chunks if k[0] == object_key]:
             self._forget(key)
+
+
+def _pread(path: Path, offset: int, length: int) -> bytes:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        return os.pread(fd, length, offset)
+    finally:
+        os.close(fd)
