@@ -222,7 +222,13 @@ class BrokerConfig:
     # come back through a bounded chunk cache.
     remote_storage: str = field(
         default="",
-        metadata=_doc("object store for tiered storage: file:///dir ('': tiered storage off)"),
+        metadata=_doc(
+            "object store for tiered storage: file:///dir or s3://bucket/prefix "
+            "('': tiered storage off; s3 credentials and region from the AWS variables)"
+        ),
+    )
+    remote_storage_endpoint: str = field(
+        default="", metadata=_doc("URL of an S3-compatible server ('': AWS's)")
     )
     remote_upload_concurrency: int = field(
         default=2, metadata=_doc("segment uploads in flight at once, per broker")
@@ -322,9 +328,12 @@ class BrokerConfig:
             if not host or not port.isdigit():
                 raise InvalidConfig(f"{name} must be host:port", field=name)
         self._check_tls()
-        if self.remote_storage and not self.remote_storage.startswith("file:///"):
+        if self.remote_storage and not (
+            self.remote_storage.startswith("file:///")
+            or (self.remote_storage.startswith("s3://") and len(self.remote_storage) > 5)
+        ):
             raise InvalidConfig(
-                "remote_storage must be file:///absolute/dir (or empty: off)",
+                "remote_storage must be file:///absolute/dir or s3://bucket/prefix (or empty)",
                 field="remote_storage",
             )
         if self.remote_cache_bytes < 2 * self.remote_cache_chunk_bytes:

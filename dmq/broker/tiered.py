@@ -176,7 +176,7 @@ class TieredService:
             capacity_bytes=c.remote_cache_bytes,
             chunk_bytes=c.remote_cache_chunk_bytes,
         )
-        return cls(ctx, open_store(c.remote_storage), cache)
+        return cls(ctx, open_store(c.remote_storage, c.remote_storage_endpoint), cache)
 
     async def close(self) -> None:
         await self.store.close()

@@ -62,10 +62,18 @@ class ObjectStore(Protocol):
     async def close(self) -> None: ...
 
 
-def open_store(url: str) -> ObjectStore:
+def open_store(url: str, endpoint_url: str = "") -> ObjectStore:
+    """`file:///dir`, or `s3://bucket/prefix` (dmq/tiered/s3.py: needs aiobotocore, the
+    `s3` extra; `endpoint_url` for an S3-compatible server other than AWS)."""
     if url.startswith("file:///"):
         return FileStore(Path(url.removeprefix("file://")))
-    raise ValueError(f"unknown object store {url!r}: file:///dir")
+    if url.startswith("s3://"):
+        try:
+            from dmq.tiered.s3 import S3Store
+        except ImportError as exc:
+            raise ValueError(f"{url}: s3:// needs aiobotocore (pip install 'dmq[s3]')") from exc
+        return S3Store(url, endpoint_url or None)
+    raise ValueError(f"unknown object store {url!r}: file:///dir or s3://bucket/prefix")
 
 
 def _fsync_dir(path: Path) -> None:
