@@ -25,7 +25,7 @@ from typing import Any
 from aiobotocore.session import get_session
 from botocore.exceptions import BotoCoreError, ClientError
 
-from dmq.tiered.store import ObjectNotFound, ObjectStoreError, Throttle
+from dmq.tiered.objects import ObjectNotFound, ObjectStoreError, Throttle
 
 # S3's smallest part but the last is 5 MiB; larger parts mean fewer requests and more
 # memory per upload in flight (remote_upload_concurrency of them).

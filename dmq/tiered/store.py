@@ -18,48 +18,24 @@ import contextlib
 import os
 import time
 import uuid
-from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import Protocol
+
+from dmq.tiered.objects import ObjectNotFound, ObjectStore, ObjectStoreError, Throttle
+
+__all__ = [
+    "FileStore",
+    "ObjectNotFound",
+    "ObjectStore",
+    "ObjectStoreError",
+    "Throttle",
+    "open_store",
+]
 
 # Bytes copied per step of a put: the pacing granularity of the bandwidth limit.
 PUT_PIECE_BYTES = 256 * 1024
 
 # A put's temporary file untouched this long belongs to a dead process: removed at open.
 TEMPORARY_AGE_S = 600
-
-Throttle = Callable[[int], Awaitable[None]]
-
-
-class ObjectStoreError(Exception):
-    """An object-store operation failed (retriable: the caller backs off and retries)."""
-
-
-class ObjectNotFound(ObjectStoreError):
-    """No object under that key (deleted by retention, or never uploaded)."""
-
-
-class ObjectStore(Protocol):
-    url: str
-
-    async def put_file(self, key: str, fd: int, size: int, throttle: Throttle) -> None:
-        """Store bytes [0, size) of the open file `fd` under `key`, awaiting
-        `throttle(n)` before each piece of n bytes; replaces an object whole."""
-        ...
-
-    async def get_range(self, key: str, start: int, length: int) -> bytes:
-        """Bytes [start, start + length) of the object (fewer only at its end)."""
-        ...
-
-    async def delete(self, key: str) -> None:
-        """Remove the object; no error if it is already gone."""
-        ...
-
-    async def list_keys(self, prefix: str) -> list[str]:
-        """Every key that starts with `prefix`, sorted."""
-        ...
-
-    async def close(self) -> None: ...
 
 
 def open_store(url: str, endpoint_url: str = "") -> ObjectStore:
