@@ -84,7 +84,7 @@ class FetchService:
             return offset
         replica = await self._serving(topic, partition, forwarded, consistency)
         if timestamp_ms is not None:
-            found = await replica.offset_for_timestamp(timestamp_ms)
+            found = await self._offset_for_timestamp(replica, timestamp_ms)
             return replica.high_watermark if found is None else found
         if offset == "earliest":
             return self._first_offset(replica)
@@ -174,6 +174,17 @@ class FetchService:
             last_stable_offset=replica.last_stable_offset,
         ))  # fmt: skip
 
+    async def _offset_for_timestamp(
+        self, replica: PartitionReplica, timestamp_ms: int
+    ) -> int | None:
+        """The local log's answer, or, with tiered storage, the start of the first remote
+        segment below the local log holding a timestamp >= timestamp_ms (per segment)."""
+        if self._tiered is not None:
+            remote = self._tiered.offset_for_timestamp(replica, timestamp_ms)
+            if remote is not None:
+                return remote
+        return await replica.offset_for_timestamp(timestamp_ms)
+
     def _first_offset(self, replica: PartitionReplica) -> int:
         """The log start a reader sees: below the local one when tiered storage holds more."""
         if self._tiered is None:
@@ -206,7 +217,7 @@ class FetchService:
         replica = await self._serving(topic, partition, forwarded, consistency)
         found = None
         if timestamp_ms is not None:
-            found = await replica.offset_for_timestamp(timestamp_ms)
+            found = await self._offset_for_timestamp(replica, timestamp_ms)
         return OffsetsResult(
             partition, self._first_offset(replica), replica.high_watermark, found,
             replica.last_stable_offset,

@@ -208,7 +208,7 @@ class TieredService:
             if self._rounds % ORPHAN_SWEEP_ROUNDS == 0:
                 await self._sweep_orphans(replica)
             self._backoff.pop(replica.name, None)
-        except (ObjectStoreError, errors.DmqError, LogError, OSError) as exc:
+        except Exception as exc:  # one partition's failure never ends the duty
             self.upload_failures += 1
             delay = min(UPLOAD_BACKOFF_MAX_S, UPLOAD_BACKOFF_MIN_S * 2**failures)
             self._backoff[replica.name] = (failures + 1, time.monotonic() + delay)
@@ -323,6 +323,21 @@ class TieredService:
         """The partition's log start: the remote start when the remote part reaches the
         local log (else local retention removed what was never uploaded)."""
         return replica.remote_manifest.first_offset(replica.log_start_offset)
+
+    def offset_for_timestamp(self, replica: PartitionReplica, timestamp_ms: int) -> int | None:
+        """A lookup by time below the local log start: the first offset of the first remote
+        segment (from the partition's first offset) whose max_timestamp_ms >= timestamp_ms;
+        None when that lies in the local log. Per segment, not per record: a reader may
+        see a few older records first (the records are not fetched to look)."""
+        manifest = replica.remote_manifest
+        local = replica.log_start_offset
+        first = manifest.first_offset(local)
+        for segment in manifest.segments:
+            if segment.end_offset <= first or segment.max_timestamp_ms < timestamp_ms:
+                continue
+            offset = max(segment.base_offset, first)
+            return offset if offset < local else None
+        return None
 
     async def fetch(
         self,

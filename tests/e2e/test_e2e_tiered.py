@@ -157,6 +157,8 @@ def test_closed_segments_go_remote_and_every_offset_reads_back(tmp_path: Path) -
         assert any((tmp_path / "store").rglob("*.log"))
         status, offsets = b.json("GET", "/v1/topics/t/partitions/0/offsets")
         assert status == 200 and offsets["log_start_offset"] == 0
+        status, by_time = b.json("GET", "/v1/topics/t/partitions/0/offsets?timestamp=0")
+        assert status == 200 and by_time["offset"] == 0  # found in the remote part
         expected = [(i, value_of(i)) for i in range(RECORDS)]
         assert read_json(b, "t", RECORDS) == expected
         assert read_binary(b, "t", RECORDS) == expected
