@@ -234,6 +234,13 @@ class FetchService:
         replica = self._ctx.replicas.local(topic, partition, view.topic_id)
         if replica is None:
             raise errors.BrokerUnavailable(f"no replica of {topic}-{partition} here")
+        if start_offset < replica.log_start_offset and self._tiered is not None:
+            # Uploaded and deleted here since the copier's snapshot: from the store.
+            remote = await self._tiered.read_for_copy(
+                replica, start_offset, end_offset, self._ctx.config.fetch_bytes_max
+            )
+            if remote is not None:
+                return remote
         if not replica.log_start_offset <= start_offset <= replica.high_watermark:
             raise errors.OffsetOutOfRange(
                 f"offset {start_offset} is outside [{replica.log_start_offset}, "

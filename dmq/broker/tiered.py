@@ -324,6 +324,26 @@ class TieredService:
         local log (else local retention removed what was never uploaded)."""
         return replica.remote_manifest.first_offset(replica.log_start_offset)
 
+    async def read_for_copy(
+        self, replica: PartitionReplica, start_offset: int, end_offset: int, max_bytes: int
+    ) -> tuple[bytes, int] | None:
+        """For a replica restoring a snapshot (fetch.py's read_batches): the batches from
+        start_offset that this replica deleted locally after uploading them, and the
+        offset they cover up to; None when no remote segment holds start_offset."""
+        segment = replica.remote_manifest.segment_for(start_offset)
+        if segment is None:
+            return None
+        end = min(end_offset, segment.end_offset, replica.high_watermark)
+        try:
+            data, next_offset = await read_segment(
+                self.store, self.cache, segment, start_offset, max_bytes, end
+            )
+        except ObjectStoreError as exc:
+            raise errors.BrokerUnavailable(
+                f"partition {replica.name}: remote storage: {exc}", retry_after_ms=1000
+            ) from exc
+        return data, min(next_offset, end)
+
     def offset_for_timestamp(self, replica: PartitionReplica, timestamp_ms: int) -> int | None:
         """A lookup by time below the local log start: the first offset of the first remote
         segment (from the partition's first offset) whose max_timestamp_ms >= timestamp_ms;

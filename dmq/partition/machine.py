@@ -596,10 +596,11 @@ class PartitionStateMachine:
         # so that a crash before the end reopens without cutting and restore runs again.
         self.applied = POSITION_RESTORING
         self._rewrite_checkpoint(POSITION_RESTORING, end_offset)
+        start = _restore_start(wanted)
         if applied == POSITION_RESTORING and end_offset > wanted.log_end_offset:
             self._cut_to(wanted)
-        elif not behind or end_offset < wanted.log_start_offset:
-            log.truncate_fully_and_start_at(wanted.log_start_offset)
+        elif not behind or end_offset < start:
+            log.truncate_fully_and_start_at(start)
         self._copy_missing(wanted.log_end_offset)
         log.flush()
         log.set_high_watermark(log.log_end_offset)
@@ -816,6 +817,16 @@ def _read_producer_state(path: Path) -> StoredState | None:
         ProducerStates.from_json(state.decode()),
         TransactionStates.from_doc(doc.get("transactions")),
     )
+
+
+def _restore_start(wanted: PartitionSnapshot) -> int:
+    """Where a log restarted by restore begins: the snapshot's log start, or, with tiered
+    storage, the end of what the object store holds (the replica needs only the local
+    tail from another replica: below it, reads go to the store)."""
+    remote = RemoteManifest.from_json(wanted.remote)
+    if not remote.started or not remote.segments:
+        return wanted.log_start_offset
+    return max(wanted.log_start_offset, min(remote.end_offset, wanted.log_end_offset))
 
 
 def _read_remote_manifest(path: Path) -> RemoteManifest:
