@@ -16,7 +16,8 @@ Steps, every `remote_upload_interval_ms`, for each partition led here whose topi
    retention: `remote_manifest.local_deletable`), each on its own clock.
 4. Total retention over the remote part: propose `trim`; once applied, delete the
    trimmed segments' objects (manifest first, then objects). Objects left by a leader
-   that died between the two, or uploads never recorded, go in the orphan sweep.
+   that died between the two, or uploads never recorded, go in the orphan sweep; those
+   of deleted topics in the metadata leader's sweep (`_sweep_deleted_topics`).
 
 A failure of one partition's round (store down, leadership lost) backs that partition
 off exponentially (UPLOAD_BACKOFF_*), the others go on.
@@ -190,6 +191,25 @@ class TieredService:
             self._rounds += 1
             replicas = [r for r in self._ctx.replicas.values() if not r.closed]
             await asyncio.gather(*(self._tend(r) for r in replicas))
+            if self._rounds % ORPHAN_SWEEP_ROUNDS == 0:
+                try:
+                    await self._sweep_deleted_topics()
+                except Exception:  # the next sweep tries again
+                    _log.exception("tiered storage: sweeping deleted topics failed")
+
+    async def _sweep_deleted_topics(self) -> None:
+        """On the metadata leader: objects of topics the catalogue no longer has (a topic
+        deleted, or deleted and created again: another topic id) are deleted."""
+        metadata = self._ctx.metadata_service
+        raft = None if metadata is None else metadata.replica
+        if metadata is None or raft is None or not raft.status().is_leader:
+            return
+        live = {f"{t.name}-{t.topic_id}" for t in metadata.state.topics.values()}
+        for key in await self.store.list_keys(f"{self._ctx.cluster_id}/"):
+            parts = key.split("/")
+            if len(parts) > 2 and parts[1] not in live:
+                await self.store.delete(key)
+                self.cache.drop_object(key)
 
     async def _tend(self, replica: PartitionReplica) -> None:
         """One partition's round; a failure backs this partition off, never the loop."""
@@ -233,7 +253,7 @@ class TieredService:
                 candidate.close()
 
     def _key_prefix(self, replica: PartitionReplica) -> str:
-        return f"{replica.topic}-{replica.topic_id}/{replica.partition}/"
+        return f"{self._ctx.cluster_id}/{replica.topic}-{replica.topic_id}/{replica.partition}/"
 
     async def _upload(self, replica: PartitionReplica, c: _Candidate) -> RemoteSegment:
         """Step 2: the three objects; the manifest names them only once all are stored."""

@@ -186,6 +186,14 @@ def test_closed_segments_go_remote_and_every_offset_reads_back(tmp_path: Path) -
         assert status == 416, doc
         status, doc = b.json("GET", f"/v1/topics/t/partitions/0/records?offset={start}")
         assert status == 200 and doc["records"][0]["offset"] == start
+
+        # A deleted topic's objects go too (the metadata leader's sweep, every 60 rounds).
+        assert b.json("DELETE", "/v1/topics/t")[0] == 200
+        wait_for(
+            lambda: not [p for p in (tmp_path / "store").rglob("*") if p.is_file()],
+            30,
+            "the deleted topic's objects removed",
+        )
     finally:
         b.stop()
 
