@@ -1,4 +1,4 @@
-"""The object-store interface of tiered storage, and its file:// backend.
+"""The file:// backend of tiered storage, and `open_store` (the interface: objects.py).
 
 An object store holds immutable objects by key. Tiered storage needs four operations:
 put a whole file (streamed piece by piece, so the uploader can pace it), read a byte
@@ -8,7 +8,8 @@ fsync, rename), so an upload cut short (a kill -9) leaves either nothing or the 
 object, and the next attempt writes it again.
 
 `open_store(url)`: `file:///dir` is the embedded backend (one machine, tests, a shared
-filesystem). The store is asyncio-facing: blocking file I/O runs in threads.
+filesystem); `s3://bucket/prefix` is s3.py's. The store is asyncio-facing: blocking file
+I/O runs in threads.
 """
 
 from __future__ import annotations
