@@ -186,6 +186,7 @@ class TieredService:
 
     async def upload_loop(self) -> None:
         interval_s = self._ctx.config.remote_upload_interval_ms / 1000
+        await asyncio.to_thread(self.cache.reset)  # the data directory is locked by now
         while True:
             await asyncio.sleep(interval_s)
             self._rounds += 1

@@ -9,7 +9,7 @@ start thus costs one GET per chunk, and a second consumer none.
 
 Bounded: at most `capacity_bytes` on disk, plus the chunks being fetched (one per reader
 at most). Two readers wanting the same missing chunk share one GET. The directory is
-emptied at start: nothing in it is trusted across restarts. Single event loop; file reads
+emptied at start (`reset`): nothing in it is trusted across restarts. Single event loop; file reads
 and writes run in threads.
 """
 
@@ -34,13 +34,19 @@ class ChunkCache:
         self.directory = directory
         self.capacity_bytes = capacity_bytes
         self.chunk_bytes = chunk_bytes
-        shutil.rmtree(directory, ignore_errors=True)
-        directory.mkdir(parents=True, exist_ok=True)
         self._chunks: OrderedDict[ChunkKey, int] = OrderedDict()  # LRU order, sizes
         self._fetching: dict[ChunkKey, asyncio.Future[bytes]] = {}
         self.used_bytes = 0
         self.hits = 0
         self.misses = 0
+
+    def reset(self) -> None:
+        """Empty the directory (chunks of an earlier run are not trusted). The broker calls
+        it once it holds its data directory's lock, never at construction."""
+        shutil.rmtree(self.directory, ignore_errors=True)
+        self.directory.mkdir(parents=True, exist_ok=True)
+        self._chunks.clear()
+        self.used_bytes = 0
 
     def _path(self, key: ChunkKey) -> Path:
         digest = hashlib.sha256(key[0].encode()).hexdigest()[:32]
@@ -91,7 +97,7 @@ class ChunkCache:
         try:
             start = index * self.chunk_bytes
             data = await store.get_range(object_key, start, min(self.chunk_bytes, size - start))
-            await asyncio.to_thread(self._path(key).write_bytes, data)
+            await asyncio.to_thread(self._write, key, data)
             self._chunks[key] = len(data)
             self.used_bytes += len(data)
             self._evict()
@@ -103,6 +109,10 @@ class ChunkCache:
             raise
         finally:
             del self._fetching[key]
+
+    def _write(self, key: ChunkKey, data: bytes) -> None:
+        self.directory.mkdir(parents=True, exist_ok=True)  # a fetch before reset()
+        self._path(key).write_bytes(data)
 
     def _evict(self) -> None:
         while self.used_bytes > self.capacity_bytes and len(self._chunks) > 1:

@@ -92,6 +92,7 @@ def test_the_cache_answers_every_range_exactly_within_its_capacity(
     data = os.urandom(50_000)
     put(store, "o.log", data, tmp)
     cache = ChunkCache(tmp / "cache", capacity_bytes=12_000, chunk_bytes=4_000)
+    cache.reset()
 
     async def run() -> None:
         for start, length in ranges:
@@ -108,6 +109,7 @@ def test_readers_of_one_missing_chunk_share_one_get(tmp_path: Path) -> None:
     data = os.urandom(10_000)
     put(store, "o.log", data, tmp_path)
     cache = ChunkCache(tmp_path / "cache", capacity_bytes=8_192, chunk_bytes=4_096)
+    cache.reset()
 
     async def run() -> list[bytes]:
         return list(
