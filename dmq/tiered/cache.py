@@ -9,8 +9,8 @@ start thus costs one GET per chunk, and a second consumer none.
 
 Bounded: at most `capacity_bytes` on disk, plus the chunks being fetched (one per reader
 at most). Two readers wanting the same missing chunk share one GET. The directory is
-emptied at start (`reset`): nothing in it is trusted across restarts. Single event loop; file reads
-and writes run in threads.
+emptied at start (`reset`): nothing in it is trusted across restarts. Single event loop;
+file reads and writes run in threads.
 """
 
 from __future__ import annotations
