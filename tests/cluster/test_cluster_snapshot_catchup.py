@@ -97,9 +97,7 @@ def test_follower_behind_compaction_catches_up_through_a_snapshot(
     )
     # The restore copies the missing batches into the segments before the installed
     # snapshot is written under its final name: the file may come a moment later.
-    wait_for(
-        follower_snapshot.exists, 10.0, "the follower caught up without installing a snapshot"
-    )
+    wait_for(follower_snapshot.exists, 10.0, "the follower caught up without installing a snapshot")
     # Entries after the catch-up land after the snapshot's index, not after the old tail.
     produce(leader, "snap", [{"value": "after", "partition": 0}])
     wait_for(
