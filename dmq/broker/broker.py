@@ -58,7 +58,7 @@ from dmq.config import BrokerConfig
 from dmq.metadata.machine import RegisterBroker
 from dmq.metadata.service import METADATA_LEFT_MARKER, MetadataService, wall_ms
 from dmq.peers import PeerClient
-from dmq.tls import BrokerTls
+from dmq.tls import BrokerTls, broker_tls, reload_into
 from raft.config import RaftConfig
 from raft.node import RaftNode
 
@@ -160,6 +160,22 @@ class Broker:
     def tls(self) -> BrokerTls | None:
         """dmq/tls.py's contexts; None with TLS off."""
         return self._ctx.tls
+
+    async def reload_tls(self) -> None:
+        """Read the TLS files again (dmq/tls.py `reload_into`): the HTTP contexts here, the
+        Raft ones on the tick thread that uses them. Raises InvalidConfig, nothing changed,
+        when a file cannot be read or does not match, or TLS is off."""
+        tls, config = self._ctx.tls, self.config
+        if tls is None:
+            raise errors.InvalidConfig("TLS is off: no tls_cert to reload", field="tls_cert")
+        broker_tls(config)  # fresh contexts from the files: raises before anything changes
+        reload_into((tls.http_server, tls.http_client), config)
+        node = self._ctx.raft_node
+        raft_contexts = (tls.raft.server, tls.raft.client)
+        if node is None:
+            reload_into(raft_contexts, config)
+        else:
+            await node.on_tick_thread(lambda: reload_into(raft_contexts, config))
 
     @property
     def metadata(self) -> MetadataService:
