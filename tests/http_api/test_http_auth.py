@@ -25,12 +25,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from tests_support import BrokerProcess
 
 from dmq.config import BrokerConfig
 from http_api.app import ROUTES
 from http_api.auth import PUBLIC, ROUTE_NEEDS
 from http_api.openapi import openapi_document
+from tests_support import BrokerProcess
 
 SUPERUSER = "superuser-token-for-tests-0123"
 
