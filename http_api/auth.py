@@ -20,6 +20,10 @@ closed), and tests/http_api/test_auth_routes.py fails until it has its entry.
 `/metrics` needs describe on the cluster: it names every topic and group (Prometheus sends
 the token with `authorization: {credentials: ...}`).
 
+Another broker calling a public route on its own behalf (a group member's fetch at the
+partition leader, an offset lookup) signs it with the cluster secret, as for the internal
+routes: a valid signature is the principal User:broker, a superuser.
+
 Then the middleware: authenticates (401 with WWW-Authenticate, before anything else),
 checks the ACL (403 naming the operation and resource; 404 for a topic the principal may
 not describe), counts the request against the principal's quotas (429 with Retry-After,
@@ -35,7 +39,7 @@ from typing import Any, Final
 
 from aiohttp import web
 
-from dmq import errors
+from dmq import errors, internal_auth
 from dmq.broker.security import CHALLENGE, QUOTA_KINDS, Principal, SecurityService
 from dmq.metadata.state import AclBinding
 from http_api import codec
@@ -44,6 +48,7 @@ from http_api.forward import broker_of
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 PRINCIPAL: Final = web.RequestKey("principal", Principal)
+BROKER_PRINCIPAL: Final = Principal("broker", superuser=True)  # a signed broker-to-broker call
 
 
 @dataclass(frozen=True, slots=True)
@@ -224,7 +229,7 @@ async def auth_middleware(request: web.Request, handler: Handler) -> web.StreamR
     if need is None or need in (PUBLIC, INTERNAL):
         return await handler(request)
     try:
-        principal = await security.authenticate(request.headers.get("Authorization"))
+        principal = await _principal(request, security)
     except errors.Unauthenticated as exc:
         response = response_for(exc)
         response.headers["WWW-Authenticate"] = CHALLENGE
@@ -239,6 +244,18 @@ async def auth_middleware(request: web.Request, handler: Handler) -> web.StreamR
     if need.operation == "read":
         security.charge_fetch(principal, response.content_length or 0)
     return response
+
+
+async def _principal(request: web.Request, security: SecurityService) -> Principal:
+    """A broker of the cluster (a call signed with the cluster secret, made on its own
+    behalf: dmq/internal_auth.py, broker_headers), else the caller's credentials."""
+    signature = request.headers.get(internal_auth.SIGNATURE_HEADER)
+    secret = broker_of(request).cluster_secret
+    if signature is not None and secret is not None:
+        body = await request.read()
+        internal_auth.verify(secret, request.method, request.raw_path, body, signature)
+        return BROKER_PRINCIPAL
+    return await security.authenticate(request.headers.get("Authorization"))
 
 
 def may(request: web.Request, resource_type: str, name: str, operation: str) -> bool:

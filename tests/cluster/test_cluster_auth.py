@@ -6,6 +6,8 @@
 - a produce sent to a broker that does not lead the partition is relayed with the
   caller's Authorization and checked again where it lands: it succeeds for the user
   allowed to write, and a topic outside its ACLs stays 403 (or 404) on every broker;
+- a group member's fetch on a broker that does not lead the partition reads at the leader
+  as the broker (its call signed with the cluster secret), and gets the records;
 - after kill -9 of every broker and a restart, the users and ACLs are still there
   (journal and snapshot of the metadata group), and a deleted user stays refused.
 """
@@ -72,6 +74,25 @@ def test_users_and_acls_replicate_and_survive_kill9(
         status, body = call(node, "POST", "/v1/topics/other/records", {"records": [{"value": "x"}]},
                             alice)  # fmt: skip
         assert status == 404, (node, body)  # may not even describe it
+    # A group member's fetch on a broker that does not lead t-1 goes to the leader as the
+    # broker itself (signed with the cluster secret), not as alice: it must pass there.
+    group_acl = {"principal": "User:alice", "resource_type": "group", "pattern": "prefixed",
+                 "resource_name": "g-", "operation": "read"}  # fmt: skip
+    assert call(n1, "POST", "/v1/acls", group_acl)[0] == 201
+    wait_for(lambda: all(_acl_count(n) == 3 for n in (n1, n2, n3)), 20, "group ACL everywhere")
+    for node in (n1, n2, n3):
+        group = f"/v1/groups/g-{node.node_id}"
+        status, member = call(node, "POST", f"{group}/members", {"topics": ["t-1"]}, alice)
+        assert status == 201, member
+        records = f"{group}/members/{member['member_id']}/records?wait_ms=200"
+
+        def polled(node: Node = node, records: str = records) -> list[str] | None:
+            status, body = call(node, "GET", records, auth=alice)
+            assert status == 200, body
+            values = sorted(r["value"] for p in body["partitions"] for r in p["records"])
+            return values if len(values) == 3 else None
+
+        assert wait_for(polled, 20, f"group fetch on {node.node_id}") == ["n1", "n2", "n3"]
     status, body = call(n2, "POST", "/v1/auth/users", {"name": "bob", "password": "bob-pass-1"})
     assert status == 201, body
     wait_for(lambda: "bob" in _names(n3), 20, "bob known on n3")
@@ -89,8 +110,12 @@ def test_users_and_acls_replicate_and_survive_kill9(
     for node in (n1, n2, n3):
         assert call(node, "GET", "/v1/topics/other", auth=alice)[0] == 404
         assert call(node, "GET", "/v1/auth/whoami", auth="Bearer bob:bob-pass-1")[0] == 401
-    _, acls = call(n2, "GET", "/v1/acls?principal=User:alice")
+    _, acls = call(n2, "GET", "/v1/acls?principal=User:alice&resource_type=topic")
     assert sorted(a["operation"] for a in acls["acls"]) == ["read", "write"]
+
+
+def _acl_count(node: Node) -> int:
+    return len(call(node, "GET", "/v1/acls")[1]["acls"])
 
 
 def _names(node: Node) -> list[str]:

@@ -9,7 +9,8 @@ dmq/broker/security.py), over real HTTP:
   and Bearer carry the same credential; a wrong password is 401; a deleted user is 401
   at once (the credential cache follows the catalogue);
 - a principal over its requests/s quota gets 429 with Retry-After, and its next request
-  after the wait passes; the quota and what is left show in GET /v1/quotas.
+  after the wait passes; the quota and what is left show in GET /v1/quotas;
+- a forged broker signature (X-Dmq-Signature) on a public route is 401.
 """
 
 from __future__ import annotations
@@ -169,3 +170,14 @@ def test_over_quota_is_429_with_retry_after_then_passes(auth_broker: BrokerProce
     _, _, quotas = call(b, "GET", "/v1/quotas", auth=SU)
     (busy,) = [q for q in quotas["quotas"] if q["principal"] == "User:busy"]
     assert busy["requests_per_s"] == 3 and "requests_per_s" in busy["available_on_this_broker"]
+
+
+def test_a_forged_broker_signature_is_refused(auth_broker: BrokerProcess) -> None:
+    # A single node with --auth on and no secret file makes up a secret no one else has:
+    # no caller can pass as a broker (http_api/auth.py, dmq/internal_auth.py).
+    req = urllib.request.Request(auth_broker.url + "/v1/topics")
+    req.add_header("X-Dmq-Signature", f"v1:{int(time.time() * 1000)}:{'0' * 64}")
+    with pytest.raises(urllib.error.HTTPError) as refused:
+        urllib.request.urlopen(req, timeout=10)
+    assert refused.value.code == 401
+    assert json.loads(refused.value.read())["error"]["details"]["reason"] == "signature"
