@@ -22,6 +22,7 @@
     dmq bench reads [--quick] [--runs N] [--readers N]    ReadIndex reads against leader reads
     dmq bench spark [--quick] [--runs N] [--total-mb MB] [--batch-records N]
     dmq bench tls [--quick] [--runs N] [--nodes 1|3]   batched produce, TLS on against off
+    dmq bench auth [--quick] [--runs N] [--nodes 1|3]  produce, --auth on against off
     dmq cert dev [--dir D] [--hosts 127.0.0.1,localhost,...]   a CA and certificates (dev)
     dmq user add NAME [--password P] | remove NAME | list | whoami   (brokers with --auth on)
     dmq acl add|remove --principal User:N --resource-type T [--resource-name N]
