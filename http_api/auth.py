@@ -40,8 +40,7 @@ from typing import Any, Final
 from aiohttp import web
 
 from dmq import errors, internal_auth
-from dmq.broker.security import CHALLENGE, QUOTA_KINDS, Principal, SecurityService
-from dmq.metadata.state import AclBinding
+from dmq.broker.security import CHALLENGE, QUOTA_KINDS, AclBinding, Principal, SecurityService
 from http_api import codec
 from http_api.errors import response_for
 from http_api.forward import broker_of

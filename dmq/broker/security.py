@@ -79,6 +79,7 @@ HEADER_CHARS_MAX: Final = 4096  # a longer Authorization header is refused unrea
 VERIFY_CONCURRENCY: Final = 2  # scrypt derivations at once (each one core, 16 MiB)
 QUOTA_BURST_S: Final = 1.0  # a bucket holds this many seconds of its rate
 CHALLENGE: Final = 'Bearer realm="dmq", Basic realm="dmq"'  # WWW-Authenticate
+__all__ = ["CHALLENGE", "QUOTA_KINDS", "AclBinding", "Principal", "SecurityService"]  # http_api
 
 
 @dataclass(frozen=True, slots=True)
