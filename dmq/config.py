@@ -95,7 +95,8 @@ class BrokerConfig:
         metadata=_doc("verified credentials kept (LRU) so scrypt runs once per credential"),
     )
     auth_cache_ttl_ms: int = field(
-        default=60_000, metadata=_doc("how long a verified credential is trusted without scrypt, ms")
+        default=60_000,
+        metadata=_doc("how long a verified credential is trusted without scrypt, ms"),
     )
     raft_durability: str = field(
         default="fsync",
@@ -333,8 +334,10 @@ class BrokerConfig:
     def _check_auth(self) -> None:
         if self.auth not in ("on", "off"):
             raise InvalidConfig("auth must be on or off", field="auth")
-        if self.auth == "on" and not self.cluster_secret_file and (
-            len(self.peer_addrs) > 1 or self.join
+        if (
+            self.auth == "on"
+            and not self.cluster_secret_file
+            and (len(self.peer_addrs) > 1 or self.join)
         ):
             # Without it anyone could call /v1/internal/metadata/propose and add a user.
             raise InvalidConfig(

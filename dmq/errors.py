@@ -256,6 +256,8 @@ class InsufficientStorage(RetriableError):
 
     code = "insufficient_storage"
     retry_after_ms = 1000
+
+
 class ConcurrentTransactions(RetriableError):
     """The transactional id's previous transaction is still writing its markers."""
 

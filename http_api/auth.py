@@ -230,9 +230,9 @@ async def auth_middleware(request: web.Request, handler: Handler) -> web.StreamR
     try:
         principal = await _principal(request, security)
     except errors.Unauthenticated as exc:
-        response = response_for(exc)
-        response.headers["WWW-Authenticate"] = CHALLENGE
-        return response
+        refusal = response_for(exc)
+        refusal.headers["WWW-Authenticate"] = CHALLENGE
+        return refusal
     if need != AUTHENTICATED:
         name = await _resource_name(request, need)
         security.check(principal, need.resource_type, name, need.operation)

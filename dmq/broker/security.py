@@ -390,7 +390,13 @@ class SecurityService:
                 "principal must be User:<name> or User:*", field="principal"
             )
         await self._ctx.metadata.propose(
-            SetQuota(principal, *(rates.get(k, 0) for k in QUOTA_KINDS), wall_ms())
+            SetQuota(
+                principal,
+                produce_bytes_per_s=rates.get("produce_bytes_per_s", 0),
+                fetch_bytes_per_s=rates.get("fetch_bytes_per_s", 0),
+                requests_per_s=rates.get("requests_per_s", 0),
+                now_ms=wall_ms(),
+            )
         )
 
     def list_quotas(self) -> list[dict[str, Any]]:
@@ -404,7 +410,7 @@ class SecurityService:
                 if (name, kind) in self._buckets and getattr(spec, kind)
             }
             default = principal == ANY_PRINCIPAL
-            out.append({"principal": principal, **_quota_json(spec), "default": default,
+            out.append({"principal": principal, **(_quota_json(spec) or {}), "default": default,
                         "available_on_this_broker": levels})  # fmt: skip
         return out
 
