@@ -129,6 +129,8 @@ def test_read_on_a_gives_403_producing_404_describing_b(auth_broker: BrokerProce
     assert status == 404 and body["error"]["code"] == "topic_not_found"
     status, _, body = call(b, "GET", "/v1/topics", auth=f"Bearer {token}")
     assert status == 200 and [t["name"] for t in body["topics"]] == ["a"]
+    status, _, body = call(b, "GET", "/topics", auth=f"Bearer {token}")  # REST v2
+    assert status == 200 and body == ["a"], body
     name, password = token.split(":", 1)
     status, _, body = call(
         b, "GET", "/v1/topics/a/partitions/0/records", auth=basic(name, password)
