@@ -10,6 +10,8 @@ dmq/broker/security.py), over real HTTP:
   at once (the credential cache follows the catalogue);
 - a principal over its requests/s quota gets 429 with Retry-After, and its next request
   after the wait passes; the quota and what is left show in GET /v1/quotas;
+- a produce over the principal's bytes/s is 429 and writes nothing (the log holds only
+  the request before it);
 - a forged broker signature (X-Dmq-Signature) on a public route is 401.
 """
 
@@ -183,3 +185,25 @@ def test_a_forged_broker_signature_is_refused(auth_broker: BrokerProcess) -> Non
         urllib.request.urlopen(req, timeout=10)
     assert refused.value.code == 401
     assert json.loads(refused.value.read())["error"]["details"]["reason"] == "signature"
+
+
+def test_produce_bytes_quota_refuses_before_writing(auth_broker: BrokerProcess) -> None:
+    b = auth_broker
+    body = {"name": "writer", "password": "writer-pass-1"}
+    assert call(b, "POST", "/v1/auth/users", body, SU)[0] == 201
+    acl = {"principal": "User:writer", "resource_type": "topic", "resource_name": "w",
+           "operation": "all"}  # fmt: skip
+    assert call(b, "POST", "/v1/acls", acl, SU)[0] == 201
+    quota = {"principal": "User:writer", "produce_bytes_per_s": 1000}
+    assert call(b, "POST", "/v1/quotas", quota, SU)[0] == 200
+    auth = "Bearer writer:writer-pass-1"
+    assert call(b, "POST", "/v1/topics", {"name": "w"}, auth)[0] == 201
+    record = {"records": [{"value": "x" * 1200}]}  # one body above the rate still passes
+    status, _, first = call(b, "POST", "/v1/topics/w/records", record, auth)
+    assert status == 200, first
+    status, headers, refused = call(b, "POST", "/v1/topics/w/records", record, auth)
+    assert status == 429 and refused["error"]["details"]["quota"] == "produce_bytes_per_s"
+    assert int(headers["Retry-After"]) >= 1
+    # Nothing of the refused request was written: one record in the log.
+    _, _, log = call(b, "GET", "/v1/topics/w/partitions/0/offsets", auth=auth)
+    assert log["high_watermark"] == 1
