@@ -103,16 +103,17 @@ def _unauthenticated(reason: str, message: str) -> errors.Unauthenticated:
     return errors.Unauthenticated(message, field="Authorization", reason=reason)
 
 
-def parse_authorization(header: str) -> tuple[str, str, bool]:
-    """(name or token, password, is_bearer) of an Authorization header; Unauthenticated
-    if it is neither `Bearer <token>` nor `Basic <base64 name:password>`."""
+def parse_authorization(header: str) -> tuple[str, str, str | None]:
+    """(name, password, the bearer token as sent or None for Basic) of an Authorization
+    header; Unauthenticated if it is neither `Bearer <token>` nor `Basic <base64
+    name:password>`."""
     if len(header) > HEADER_CHARS_MAX:
         raise _unauthenticated("malformed", f"Authorization header over {HEADER_CHARS_MAX} chars")
     scheme, _, value = header.strip().partition(" ")
     value = value.strip()
     if scheme.lower() == "bearer" and value:
-        name, sep, password = value.partition(":")
-        return (name, password, True) if sep else (value, "", True)
+        name, _, password = value.partition(":")
+        return name, password, value
     if scheme.lower() == "basic" and value:
         try:
             decoded = base64.b64decode(value, validate=True).decode()
@@ -120,7 +121,7 @@ def parse_authorization(header: str) -> tuple[str, str, bool]:
             raise _unauthenticated("malformed", "Basic credentials are not base64") from None
         name, sep, password = decoded.partition(":")
         if sep:
-            return name, password, False
+            return name, password, None
     raise _unauthenticated(
         "malformed", "Authorization must be 'Bearer <name>:<password>' or 'Basic <base64>'"
     )
@@ -223,8 +224,9 @@ class SecurityService:
 
     async def _authenticate(self, header: str) -> Principal:
         name, password, bearer = parse_authorization(header)
-        if bearer and not password and self._superuser_digest is not None:
-            digest = hashlib.sha256(name.encode()).digest()
+        if bearer is not None and self._superuser_digest is not None:
+            # The whole token, whatever it holds (a ':' too), against the superuser's.
+            digest = hashlib.sha256(bearer.encode()).digest()
             if hmac.compare_digest(digest, self._superuser_digest):
                 return Principal(SUPERUSER_NAME, superuser=True)
         if not password:
