@@ -156,6 +156,8 @@ def serve(config: BrokerConfig) -> int:
 
     if not config.cluster_secret_file and (len(config.peer_addrs) > 1 or config.join):
         _log.warning(UNSECURED_WARNING, config.raft_addr, config.http_addr)
+    if config.auth == "on" and not config.tls_enabled:  # dmq/README.md, "Security"
+        _log.warning("auth on without TLS: passwords and tokens cross the network in clear")
 
     async def main() -> None:
         stop = asyncio.Event()

@@ -16,7 +16,8 @@ Every request is one call on one service (dmq/README.md, "dmq/broker/"):
 - `identity` (identity.py): the cluster id, checked before the data directory is
   touched and adopted once registered; `strays` (strays.py): data set aside;
 - `metrics` (metrics.py): `GET /metrics`, this broker's Prometheus registry;
-- `rest_v2` (rest_v2.py): Confluent REST Proxy v2 consumer instances on groups.
+- `rest_v2` (rest_v2.py): Confluent REST Proxy v2 consumer instances on groups;
+- `security` (security.py): with --auth on, credentials, ACL checks and quotas.
 
 The Broker owns what lives as long as the process: the data-directory lock, the cluster
 id, the Raft node (raft/node.py: every group of this broker on one address and one
@@ -48,6 +49,7 @@ from dmq.broker.produce import ProduceService
 from dmq.broker.reconcile import Reconciler
 from dmq.broker.rest_v2 import RestConsumers
 from dmq.broker.routing import Routing
+from dmq.broker.security import SecurityService
 from dmq.broker.share import ShareService
 from dmq.broker.storage import StorageService
 from dmq.broker.strays import StrayData
@@ -127,6 +129,7 @@ class Broker:
         )  # fmt: skip
         # GET /metrics: this broker's own registry, read at scrape time (metrics.py).
         self.metrics = MetricsService(ctx, self.fetch, self.storage)
+        self.security = SecurityService(ctx)  # --auth on: users, ACLs, quotas (security.py)
 
     # ------------------------------------------------------------------ what others read
 
