@@ -80,6 +80,24 @@ class BrokerConfig:
             "required (Kafka's ssl.client.auth)"
         ),
     )
+    # Authentication, ACLs and quotas of the HTTP API (dmq/broker/security.py; dmq/README.md,
+    # "Security"): off by default, so the embedded single node needs no credentials.
+    auth: str = field(
+        default="off",
+        metadata=_doc(
+            "on: every public route but /healthz, /readyz, /openapi.json and /ui needs a "
+            "bearer token or HTTP Basic (users and ACLs in the metadata group; bootstrap "
+            "superuser token from env DMQ_SUPERUSER_TOKEN); off: no checks"
+        ),
+    )
+    auth_cache_entries_max: int = field(
+        default=10_000,
+        metadata=_doc("verified credentials kept (LRU) so scrypt runs once per credential"),
+    )
+    auth_cache_ttl_ms: int = field(
+        default=60_000,
+        metadata=_doc("how long a verified credential is trusted without scrypt, ms"),
+    )
     raft_durability: str = field(
         default="fsync",
         metadata=_doc("fsync: acks=all survives power loss; none: only process crashes"),
@@ -342,6 +360,7 @@ class BrokerConfig:
                 field="remote_cache_bytes",
                 limit=2 * self.remote_cache_chunk_bytes,
             )
+        self._check_auth()
         if self.raft_durability not in ("fsync", "none"):
             raise InvalidConfig("raft_durability must be fsync or none", field="raft_durability")
         peers = self.peer_addrs  # parses and checks
@@ -354,6 +373,23 @@ class BrokerConfig:
             raise InvalidConfig(
                 f"metadata voter {unknown[0]!r} is not a peer", field="metadata_voters"
             )
+
+    def _check_auth(self) -> None:
+        if self.auth not in ("on", "off"):
+            raise InvalidConfig("auth must be on or off", field="auth")
+        if (
+            self.auth == "on"
+            and not self.cluster_secret_file
+            and (len(self.peer_addrs) > 1 or self.join)
+        ):
+            # Without it anyone could call /v1/internal/metadata/propose and add a user.
+            raise InvalidConfig(
+                "auth on in a cluster needs cluster_secret_file (it guards /v1/internal)",
+                field="cluster_secret_file",
+            )
+        for name in ("auth_cache_entries_max", "auth_cache_ttl_ms"):
+            if getattr(self, name) < 0:
+                raise InvalidConfig(f"{name} must be >= 0 (0: no cache)", field=name)
 
     def _check_tls(self) -> None:
         if self.tls_client_auth not in ("none", "optional", "required"):

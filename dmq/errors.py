@@ -5,7 +5,10 @@
     DmqError
     ├── ClientError                  the request is wrong: retrying it unchanged fails again
     │   ├── InvalidRequest           400  malformed input; `field` and `limit` say what
-    │   ├── Unauthenticated          401  an internal route without a valid broker signature
+    │   ├── Unauthenticated          401  an internal route without a valid broker signature,
+    │   │                                 or (--auth on) a public one without valid credentials
+    │   ├── Forbidden                403  authenticated, but no ACL allows it; details name the
+    │   │                                 operation and the resource (dmq/broker/security.py)
     │   │   └── InvalidConfig        400  an unknown or out-of-range topic/broker setting
     │   ├── NotFound                 404
     │   │   ├── TopicNotFound
@@ -36,6 +39,7 @@
     │   ├── NotLeader                503  this broker does not lead the partition now
     │   ├── BrokerUnavailable        503  shutting down, or no leader could be found
     │   ├── Backpressure             429  a bounded queue is full
+    │   │   └── QuotaExceeded        429  the principal's quota (bytes/s, requests/s) is spent
     │   ├── InsufficientStorage      507  the disk is below its free-space floor: produce is
     │   │                                 refused before anything is written (reads go on);
     │   │                                 `free_bytes` and `floor_bytes` say how far
@@ -89,6 +93,13 @@ class Unauthenticated(ClientError):
     `reason` says what failed: missing, malformed, expired or signature."""
 
     code = "unauthenticated"
+
+
+class Forbidden(ClientError):
+    """Authenticated, but no ACL allows the operation on the resource (or one denies it);
+    details name `operation`, `resource_type` and `resource_name`."""
+
+    code = "forbidden"
 
 
 class NotFound(ClientError):
@@ -228,6 +239,13 @@ class Backpressure(RetriableError):
     code = "backpressure"
 
 
+class QuotaExceeded(Backpressure):
+    """The principal spent its quota on this broker; nothing was done: retry after
+    `retry_after_ms` (dmq/broker/security.py)."""
+
+    code = "quota_exceeded"
+
+
 class RequestTimeout(RetriableError):
     code = "request_timeout"
 
@@ -238,6 +256,8 @@ class InsufficientStorage(RetriableError):
 
     code = "insufficient_storage"
     retry_after_ms = 1000
+
+
 class ConcurrentTransactions(RetriableError):
     """The transactional id's previous transaction is still writing its markers."""
 
@@ -267,6 +287,7 @@ _ALL: tuple[type[DmqError], ...] = (
     InvalidRequest,
     InvalidConfig,
     Unauthenticated,
+    Forbidden,
     NotFound,
     TopicNotFound,
     PartitionNotFound,
@@ -295,6 +316,7 @@ _ALL: tuple[type[DmqError], ...] = (
     NotLeader,
     BrokerUnavailable,
     Backpressure,
+    QuotaExceeded,
     RequestTimeout,
     InsufficientStorage,
     StorageError,

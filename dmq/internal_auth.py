@@ -110,6 +110,20 @@ def signed_headers(
     return {SIGNATURE_HEADER: sign(secret, method, target, body or b"")}
 
 
+def broker_headers(
+    secret: bytes | None, method: str, target: str, body: bytes | None = None
+) -> dict[str, str]:
+    """{SIGNATURE_HEADER: ...} for any target when there is a secret; else {}.
+
+    A broker calling a public route of another on its own behalf (a group member's fetch
+    at the partition leader, an offset lookup, a delayed record's status) signs it too:
+    with --auth on, a valid signature authenticates the caller as a broker of the cluster
+    (http_api/auth.py), which may do anything, as the internal routes allow."""
+    if secret is None:
+        return {}
+    return {SIGNATURE_HEADER: sign(secret, method, target, body or b"")}
+
+
 def verify(
     secret: bytes,
     method: str,

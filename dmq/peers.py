@@ -26,7 +26,7 @@ import aiohttp
 from yarl import URL
 
 from dmq import errors
-from dmq.internal_auth import CLUSTER_ID_HEADER, signed_headers, target_of
+from dmq.internal_auth import CLUSTER_ID_HEADER, broker_headers, signed_headers, target_of
 
 DELAYED_READ_BYTES = 1024 * 1024  # a delay store copy is read in pieces of this size
 FORWARDED_HEADER = "X-Dmq-Forwarded"  # set on a forwarded request: it is never forwarded again
@@ -111,7 +111,8 @@ class PeerClient:
         url = self.url(http_addr, path)
         if params:
             url = url.update_query(params)
-        headers = signed_headers(self.secret, method, url.raw_path_qs, body)
+        # Every route, public ones too: a broker's own call (dmq/internal_auth.py).
+        headers = broker_headers(self.secret, method, url.raw_path_qs, body)
         if self.cluster_id:
             headers[CLUSTER_ID_HEADER] = self.cluster_id
         if body is not None:

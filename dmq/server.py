@@ -1,4 +1,4 @@
-"""`dmq serve`: run one broker until SIGTERM or SIGINT.
+"""`dmq serve`: run one broker until SIGTERM or SIGINT; SIGHUP reloads the TLS files.
 
 Lifecycle, one log line per event: starting, listening, stopping, stopped. On a
 signal the listener closes, in-flight requests get `shutdown_grace_ms` to finish
@@ -67,6 +67,16 @@ async def run_broker(config: BrokerConfig, stop: asyncio.Event) -> None:
         max_line_size=request_line_bytes_max(config),
     )
     await runner.setup()
+    loop = asyncio.get_running_loop()
+    reloads: set[asyncio.Task[None]] = set()  # held until done (a task is weakly kept)
+    if broker.tls is not None:
+
+        def on_sighup() -> None:
+            task = asyncio.ensure_future(_reload_tls(broker))
+            reloads.add(task)
+            task.add_done_callback(reloads.discard)
+
+        loop.add_signal_handler(signal.SIGHUP, on_sighup)
     try:
         tls = broker.tls  # dmq/tls.py: None with TLS off
         site = web.TCPSite(
@@ -100,12 +110,25 @@ async def run_broker(config: BrokerConfig, stop: asyncio.Event) -> None:
         _log.info("stopping: draining in-flight requests")
         broker.ready = False
     finally:
+        if broker.tls is not None:
+            loop.remove_signal_handler(signal.SIGHUP)
         # Close partitions first so parked long-polls wake and answer, then the server.
         await broker.stop()
         await runner.cleanup()
     if broker.failure is not None:
         raise errors.StorageError(f"the broker stopped on an error: {broker.failure!r}")
     _log.info("stopped")
+
+
+async def _reload_tls(broker: Broker) -> None:
+    """SIGHUP with TLS on: read tls_cert, tls_key and tls_ca again (dmq/tls.py). A file
+    that cannot be read or does not match is logged and changes nothing."""
+    try:
+        await broker.reload_tls()
+    except errors.DmqError as exc:
+        _log.error("TLS reload refused, the running certificates stay: %s", exc)
+    else:
+        _log.info("TLS reloaded: new connections use %s", broker.config.tls_cert)
 
 
 def raise_open_files_limit() -> int:
@@ -133,6 +156,8 @@ def serve(config: BrokerConfig) -> int:
 
     if not config.cluster_secret_file and (len(config.peer_addrs) > 1 or config.join):
         _log.warning(UNSECURED_WARNING, config.raft_addr, config.http_addr)
+    if config.auth == "on" and not config.tls_enabled:  # dmq/README.md, "Security"
+        _log.warning("auth on without TLS: passwords and tokens cross the network in clear")
 
     async def main() -> None:
         stop = asyncio.Event()

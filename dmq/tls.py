@@ -14,6 +14,15 @@ the four contexts a broker uses:
   (mutual TLS): the Raft port serves brokers only.
 
 TLS 1.2 is the oldest version accepted; the cipher suites are the ssl module's defaults.
+
+Reload (`reload_into`, on SIGHUP: dmq/server.py): the files are read again into the
+running contexts, so connections made after it present the new certificate and trust the
+CAs of the new `tls_ca` file; connections already open keep theirs. The new files are
+checked first by building fresh contexts from them: a file that cannot be read or a key
+that does not match leaves every context as it was. A CA only ever adds to a running
+context's trust (OpenSSL has no way to drop one): a CA removed from the file stays trusted
+until the broker restarts -- which is what a rotation needs anyway (old and new CA trusted
+while certificates move from one to the other).
 """
 
 from __future__ import annotations
@@ -74,6 +83,15 @@ def _client(config: BrokerConfig) -> ssl.SSLContext:
     _load_ca(context, config)
     _load_chain(context, config)  # presented when the other broker asks for one
     return context
+
+
+def reload_into(contexts: tuple[ssl.SSLContext, ...], config: BrokerConfig) -> None:
+    """Read the certificate chain and the CA file again into running contexts (module
+    docstring). Call `broker_tls(config)` first: it raises on bad files, this does not
+    check them again half-way."""
+    for context in contexts:
+        _load_chain(context, config)
+        _load_ca(context, config)
 
 
 def broker_tls(config: BrokerConfig) -> BrokerTls | None:

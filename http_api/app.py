@@ -18,6 +18,7 @@ from dmq import errors
 from dmq.broker import Acks, Broker, Consistency, FetchResult, TopicDescription
 from dmq.types import PARTITION_COUNT_HEADER
 from http_api import codec, transactions
+from http_api.auth import AUTH_ROUTES, auth_middleware, may
 from http_api.console import CONSOLE_ROUTES
 from http_api.delay import (
     DELAY_ROUTES,
@@ -120,7 +121,7 @@ async def cluster(request: web.Request) -> web.Response:
 async def list_topics(request: web.Request) -> web.Response:
     broker = broker_of(request)
     await broker.topics.metadata_barrier(request.query.get("consistency"))
-    topics = broker.topics.list_topics()
+    topics = [t for t in broker.topics.list_topics() if may(request, "topic", t.name, "describe")]
     return codec.json_response(
         {
             "topics": [
@@ -515,6 +516,7 @@ ROUTES: tuple[tuple[str, str, Any], ...] = (
     *IDENTITY_ROUTES,
     *CONSOLE_ROUTES,  # the web console's static files at /ui/ (http_api/console/)
     *REST_V2_ROUTES,  # Confluent REST Proxy v2, outside /v1 (http_api/rest_v2.py)
+    *AUTH_ROUTES,  # users, ACLs, quotas (http_api/auth.py)
 )
 
 
@@ -524,6 +526,7 @@ def make_app(broker: Broker) -> web.Application:
             metrics_middleware,  # outermost: it sees the status error_middleware gives
             error_middleware,
             internal_auth_middleware,
+            auth_middleware,  # --auth on: credentials, ACLs, quotas (http_api/auth.py)
             cluster_identity_middleware,
             forward_middleware,
         ],

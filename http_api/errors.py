@@ -28,6 +28,7 @@ STATUS_TABLE: tuple[tuple[type[errors.DmqError], int], ...] = (
     (errors.UnsupportedMediaType, 415),
     (errors.NotAcceptable, 406),
     (errors.Unauthenticated, 401),
+    (errors.Forbidden, 403),
     (errors.InvalidRequest, 400),
     (errors.PartitionGone, 410),
     (errors.NotFound, 404),

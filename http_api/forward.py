@@ -31,7 +31,8 @@ def broker_of(request: web.Request) -> Broker:
     return request.app[BROKER]
 
 
-_PASSED_REQUEST_HEADERS = ("Accept", "Content-Type")
+# Authorization: the broker that answers checks the caller again (http_api/auth.py).
+_PASSED_REQUEST_HEADERS = ("Accept", "Authorization", "Content-Type")
 _PASSED_RESPONSE_HEADERS = ("Content-Type", "Retry-After")
 
 

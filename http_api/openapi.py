@@ -9,7 +9,7 @@ schemathesis test then holds the running broker to it.
 Shape: `openapi_document(config)` is one dict literal assembled from one module per
 area: openapi_cluster (probes, cluster, operations), openapi_internal (broker to broker),
 openapi_topics, openapi_records, openapi_groups, openapi_identity (set-aside data),
-openapi_share, openapi_delay (scheduled records), openapi_transactions, openapi_rest_v2
+openapi_share, openapi_delay (scheduled records), openapi_transactions, openapi_auth (users, ACLs, quotas), openapi_rest_v2
 (the Confluent REST Proxy v2 routes, in the proxy's error shape). Each builds its
 paths and its named schemas with openapi_schema's helpers (parameters, bodies, operations,
 error responses); no area imports this module or another area.
@@ -21,6 +21,7 @@ from typing import Any
 
 from dmq import __version__
 from dmq.config import BrokerConfig
+from http_api.openapi_auth import auth_paths, auth_schemas
 from http_api.openapi_cluster import cluster_paths, cluster_schemas, operations_paths
 from http_api.openapi_delay import delay_paths, delay_schemas
 from http_api.openapi_groups import group_paths, group_schemas
@@ -86,6 +87,7 @@ def _paths(config: BrokerConfig) -> dict[str, Any]:
         **delay_paths(config),
         **transaction_paths(),
         **rest_v2_paths(config),  # Confluent REST Proxy v2, outside /v1
+        **auth_paths(),  # users, ACLs, quotas
     }
 
 
@@ -101,4 +103,5 @@ def _schemas(config: BrokerConfig) -> dict[str, Any]:
         **delay_schemas(),
         **transaction_schemas(),
         **rest_v2_schemas(config),
+        **auth_schemas(),
     }

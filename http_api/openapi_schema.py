@@ -64,8 +64,14 @@ ERROR_STATUSES: dict[int, tuple[str, tuple[str, ...], bool]] = {
         False,
     ),
     401: (
-        "an internal route without a valid broker signature (X-Dmq-Signature)",
+        "an internal route without a valid broker signature (X-Dmq-Signature); with "
+        "--auth on, a route without valid credentials (WWW-Authenticate names the schemes)",
         ("unauthenticated",),
+        False,
+    ),
+    403: (
+        "--auth on: no ACL allows the operation on the resource; details name them",
+        ("forbidden",),
         False,
     ),
     405: ("method not allowed on this path", ("method_not_allowed",), False),
@@ -103,7 +109,11 @@ ERROR_STATUSES: dict[int, tuple[str, tuple[str, ...], bool]] = {
     ),
     415: ("unsupported Content-Type", ("unsupported_media_type",), False),
     416: ("offset outside [log_start_offset, log_end_offset]", ("offset_out_of_range",), False),
-    429: ("a bounded queue is full; retry after Retry-After", ("backpressure",), True),
+    429: (
+        "a bounded queue is full, or the principal's quota is spent; retry after Retry-After",
+        ("backpressure", "quota_exceeded"),
+        True,
+    ),
     500: (
         "the broker's data is broken, or a bug",
         ("storage_error", "internal_error", "meta_file_corrupt", "data_dir_mismatch"),

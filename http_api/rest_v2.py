@@ -25,6 +25,7 @@ from dmq.broker import Broker, ProduceRecord
 from dmq.broker.rest_v2 import ConsumerInstance, FetchedRecord
 from dmq.broker.types import PartitionInfo
 from http_api import codec
+from http_api.auth import may
 from http_api.errors import status_for
 from http_api.forward import BROKER, is_forwarded
 from http_api.groups import _name, _routed, _subscription
@@ -183,7 +184,8 @@ def _partition(broker: Broker, topic: str, raw: str) -> PartitionInfo:
 @_v2
 async def list_topics(request: web.Request) -> web.Response:
     kind = _answer_type(request)
-    return _json([t.name for t in request.app[BROKER].topics.list_topics()], kind)
+    topics = request.app[BROKER].topics.list_topics()
+    return _json([t.name for t in topics if may(request, "topic", t.name, "describe")], kind)
 
 
 @_v2

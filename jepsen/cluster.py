@@ -47,6 +47,9 @@ SECRET_FILE = "cluster-secret"  # noqa: S105 - a file name; the secret is drawn 
 # The secret of the cluster under test, set by Cluster: http() signs /v1/internal calls
 # with it, as a broker does (dmq/internal_auth.py). One cluster per harness process.
 _secret: bytes | None = None
+# The bearer token http() sends (brokers with --auth on): DMQ_TOKEN, or the superuser token
+# Cluster(auth=True) draws per run and gives the brokers as DMQ_SUPERUSER_TOKEN.
+_token: str | None = os.environ.get("DMQ_TOKEN") or None
 
 
 class HarnessError(RuntimeError):
@@ -112,6 +115,8 @@ def http(
     (ConnectionRefusedError when nothing listens)."""
     data = json.dumps(body).encode() if body is not None else None
     headers = {**(headers or {}), **signed_headers(_secret, method, target_of(url), data)}
+    if _token is not None:
+        headers.setdefault("Authorization", f"Bearer {_token}")
     req = urllib.request.Request(url, data=data, method=method, headers=headers)  # noqa: S310 - a broker's http URL
     if data is not None:
         req.add_header("Content-Type", "application/json")
@@ -219,7 +224,10 @@ class Cluster:
         durable_trace: bool,
         seed: int = 0,
         metadata_voters: list[str] | None = None,
+        auth: bool = False,
     ) -> None:
+        """auth: the brokers run with --auth on and a superuser token drawn per run, which
+        every request of the harness carries."""
         directory.mkdir(parents=True, exist_ok=True)
         self.directory = directory
         # Every broker shares a secret, as a cluster should run: the harness checks dmq
@@ -234,6 +242,11 @@ class Cluster:
         self.env = {DURABLE_TRACE_ENV: "1"} if durable_trace else {}
         if planted_bug:
             self.env[PLANTED_BUG_ENV] = planted_bug
+        self.auth = auth
+        if auth:
+            global _token
+            _token = secrets.token_hex(24)
+            self.env["DMQ_SUPERUSER_TOKEN"] = _token
         # None: the brokers' default (the first 1, 3 or 5 ids, dmq/README.md)
         self.voters = metadata_voters
         self.brokers: dict[str, Broker] = {}
@@ -263,6 +276,7 @@ class Cluster:
             "--http-addr", f"{broker.host}:{self.http_port}",
             "--raft-addr", f"{broker.host}:{self.raft_port}",
             "--cluster-secret-file", str(self.secret_file),
+            *(["--auth", "on"] if self.auth else []),
         ]  # fmt: skip
 
     def add_broker(self, join_url: str, voters: list[str]) -> Broker:

@@ -104,6 +104,11 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
         action="store_true",
         help="one consume-transform-produce worker (jepsen/txn.py CtpWorker)",
     )
+    p.add_argument(
+        "--auth",
+        action="store_true",
+        help="brokers with --auth on; the harness sends a superuser token drawn per run",
+    )
     p.add_argument("--dir", type=Path, default=None, help="default: jepsen/store/<time>-seed<seed>")
     args = p.parse_args(argv)
     items = [] if args.nemesis in ("", "none") else args.nemesis.split(",")
@@ -258,6 +263,7 @@ def run(args: argparse.Namespace) -> int:
         # VOTERS_SMALL ids, so the other brokers are non-voters a voter change can add
         # (and, without the voters nemesis, the only ones a leave decommissions).
         metadata_voters=[f"n{k + 1}" for k in range(VOTERS_SMALL)] if membership else None,
+        auth=args.auth,
     )
     nemesis = Nemesis(cluster, history, args.nemesis, args.seed, TOPIC, args.partitions, Focus())
     args.schedule = draw(

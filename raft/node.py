@@ -196,6 +196,11 @@ class RaftNode:
         """
         await self._on_tick_thread(lambda: self._remove_group(group_id, delete=delete))
 
+    async def on_tick_thread(self, call: Callable[[], _T]) -> _T:
+        """Run `call` on the tick thread, between two rounds, and return its result: for
+        a caller changing what the thread uses (e.g. reloading the RaftTls contexts' files)."""
+        return await self._on_tick_thread(call)
+
     async def _on_tick_thread(self, call: Callable[[], _T]) -> _T:
         """Run `call` on the tick thread (or here, before start) and return its result."""
         if self._thread is None:

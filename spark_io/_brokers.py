@@ -15,12 +15,18 @@ https URLs are checked against the CA of DMQ_CA (else the system's), and DMQ_CER
 are presented when a broker asks for a client certificate, in the driver and in every
 executor (spark.executorEnv.DMQ_CA=...): metadata, fetches, the sink's producers and its
 transactions all read them (dmq/client/_tls.py).
+
+Brokers with `--auth on` want a token: the `token` option (else DMQ_TOKEN), which
+`use_token` exports to DMQ_TOKEN in the process that reads the options (the driver, and
+each executor task before it talks to a broker), so the clients spark_io builds send it
+and the fetches here carry it as `Authorization: Bearer`.
 """
 
 from __future__ import annotations
 
 import http.client
 import json
+import os
 import time
 import urllib.parse
 from collections.abc import Callable
@@ -28,6 +34,7 @@ from dataclasses import dataclass
 from typing import TypeVar
 
 from dmq.client import Admin
+from dmq.client._http import ENV_TOKEN
 from dmq.client._tls import tls_from_env
 from dmq.errors import BrokerUnavailable, DmqError, RetriableError, error_for_code
 
@@ -38,6 +45,21 @@ FAILOVER_ROUNDS_MAX = 3  # times round the URL list before a retriable error is 
 FAILOVER_BACKOFF_MS = 200  # pause between two rounds
 REQUEST_TIMEOUT_S = 30.0  # one fetch or metadata request
 ADMIN_RETRIES = 2  # the client's own retries on one URL, before the next URL is tried
+
+
+# DMQ_TOKEN as the process started with: what a read or write without the option uses, also
+# in a Python worker that an earlier query with another token ran in.
+_TOKEN_AT_START = os.environ.get(ENV_TOKEN)
+
+
+def use_token(token: str | None) -> None:
+    """The `token` option, for every client this process builds (module docstring); None:
+    DMQ_TOKEN as the process started with (a reused worker forgets an earlier query's)."""
+    value = token or _TOKEN_AT_START
+    if value:
+        os.environ[ENV_TOKEN] = value
+    else:
+        os.environ.pop(ENV_TOKEN, None)
 
 
 def parse_urls(value: str) -> tuple[str, ...]:
@@ -138,7 +160,11 @@ class Brokers:
     def _get(self, url: str, path: str) -> Fetched:
         try:
             connection = self._connect(url)
-            connection.request("GET", path, headers={"Accept": BATCHES})
+            headers = {"Accept": BATCHES}
+            token = os.environ.get(ENV_TOKEN)
+            if token:
+                headers["Authorization"] = f"Bearer {token}"
+            connection.request("GET", path, headers=headers)
             response = connection.getresponse()
             body = response.read()
         except (OSError, http.client.HTTPException) as exc:

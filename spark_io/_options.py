@@ -12,10 +12,10 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from dmq.client import Admin
-from spark_io._brokers import parse_urls
+from spark_io._brokers import parse_urls, use_token
 
 EARLIEST = -2
 LATEST = -1
@@ -58,6 +58,8 @@ class ReadOptions:
     # read_committed (the default, unlike Kafka's source): only committed transactions'
     # records, up to each partition's last stable offset; read_uncommitted: everything.
     isolation: str = "read_committed"
+    # Brokers with --auth on: NAME:PASSWORD (spark_io/_brokers.py, use_token).
+    token: str | None = field(default=None, repr=False)
 
 
 def _lower(options: Mapping[str, str]) -> dict[str, str]:
@@ -167,7 +169,14 @@ def read_options(options: Mapping[str, str], streaming: bool) -> ReadOptions:
         fetch_bytes=_int(opts, "fetchMaxBytes", FETCH_BYTES_MIN) or FETCH_BYTES_DEFAULT,
         record_filter=tuple((k, opts[k]) for k in ("tags", "filter") if opts.get(k)),
         isolation=_isolation(opts),
+        token=_token(opts),
     )
+
+
+def _token(opts: Mapping[str, str]) -> str | None:
+    token = opts.get("token") or None
+    use_token(token)  # the driver's clients: planning, offsets
+    return token
 
 
 def _isolation(opts: Mapping[str, str]) -> str:

@@ -16,7 +16,8 @@ Every request is one call on one service (dmq/README.md, "dmq/broker/"):
 - `identity` (identity.py): the cluster id, checked before the data directory is
   touched and adopted once registered; `strays` (strays.py): data set aside;
 - `metrics` (metrics.py): `GET /metrics`, this broker's Prometheus registry;
-- `rest_v2` (rest_v2.py): Confluent REST Proxy v2 consumer instances on groups.
+- `rest_v2` (rest_v2.py): Confluent REST Proxy v2 consumer instances on groups;
+- `security` (security.py): with --auth on, credentials, ACL checks and quotas.
 
 The Broker owns what lives as long as the process: the data-directory lock, the cluster
 id, the Raft node (raft/node.py: every group of this broker on one address and one
@@ -48,6 +49,7 @@ from dmq.broker.produce import ProduceService
 from dmq.broker.reconcile import Reconciler
 from dmq.broker.rest_v2 import RestConsumers
 from dmq.broker.routing import Routing
+from dmq.broker.security import SecurityService
 from dmq.broker.share import ShareService
 from dmq.broker.storage import StorageService
 from dmq.broker.strays import StrayData
@@ -59,7 +61,7 @@ from dmq.config import BrokerConfig
 from dmq.metadata.machine import RegisterBroker
 from dmq.metadata.service import METADATA_LEFT_MARKER, MetadataService, wall_ms
 from dmq.peers import PeerClient
-from dmq.tls import BrokerTls
+from dmq.tls import BrokerTls, broker_tls, reload_into
 from raft.config import RaftConfig
 from raft.node import RaftNode
 
@@ -130,6 +132,7 @@ class Broker:
         )  # fmt: skip
         # GET /metrics: this broker's own registry, read at scrape time (metrics.py).
         self.metrics = MetricsService(ctx, self.fetch, self.storage)
+        self.security = SecurityService(ctx)  # --auth on: users, ACLs, quotas (security.py)
         if self.tiered is not None:
             self.metrics.registry.register(TieredCollector(self.tiered))
 
@@ -165,6 +168,22 @@ class Broker:
     def tls(self) -> BrokerTls | None:
         """dmq/tls.py's contexts; None with TLS off."""
         return self._ctx.tls
+
+    async def reload_tls(self) -> None:
+        """Read the TLS files again (dmq/tls.py `reload_into`): the HTTP contexts here, the
+        Raft ones on the tick thread that uses them. Raises InvalidConfig, nothing changed,
+        when a file cannot be read or does not match, or TLS is off."""
+        tls, config = self._ctx.tls, self.config
+        if tls is None:
+            raise errors.InvalidConfig("TLS is off: no tls_cert to reload", field="tls_cert")
+        broker_tls(config)  # fresh contexts from the files: raises before anything changes
+        reload_into((tls.http_server, tls.http_client), config)
+        node = self._ctx.raft_node
+        raft_contexts = (tls.raft.server, tls.raft.client)
+        if node is None:
+            reload_into(raft_contexts, config)
+        else:
+            await node.on_tick_thread(lambda: reload_into(raft_contexts, config))
 
     @property
     def metadata(self) -> MetadataService:

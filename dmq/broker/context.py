@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import secrets
 import time
 from collections.abc import Awaitable, Callable
 from typing import TypeVar
@@ -41,6 +42,10 @@ class BrokerContext:
         self.timeout_s = config.request_timeout_ms / 1000
         # dmq/internal_auth.py: signs this broker's internal calls, checks the others'.
         self.cluster_secret = read_secret_file(config.cluster_secret_file)
+        if self.cluster_secret is None and config.auth == "on":
+            # One node with auth and no secret file (config.py refuses it for a cluster):
+            # a secret of this process alone keeps /v1/internal closed to every caller.
+            self.cluster_secret = secrets.token_bytes(32)
         # dmq/tls.py: None with TLS off; else the HTTP listener's, the peers' and Raft's.
         self.tls = broker_tls(config)
         self.peers = PeerClient(

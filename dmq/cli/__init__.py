@@ -22,12 +22,19 @@
     dmq bench reads [--quick] [--runs N] [--readers N]    ReadIndex reads against leader reads
     dmq bench spark [--quick] [--runs N] [--total-mb MB] [--batch-records N]
     dmq bench tls [--quick] [--runs N] [--nodes 1|3]   batched produce, TLS on against off
+    dmq bench auth [--quick] [--runs N] [--nodes 1|3]  produce, --auth on against off
     dmq cert dev [--dir D] [--hosts 127.0.0.1,localhost,...]   a CA and certificates (dev)
+    dmq user add NAME [--password P] | remove NAME | list | whoami   (brokers with --auth on)
+    dmq acl add|remove --principal User:N --resource-type T [--resource-name N]
+                       [--pattern literal|prefixed] --operation OP [--deny] | list
+    dmq quota set User:N [--produce-bytes-per-s N] [--fetch-bytes-per-s N]
+                         [--requests-per-s N] | list
 
 Commands that talk to a broker take `--url` (before or after the command; default: the
 environment variable DMQ_URL, else http://127.0.0.1:8080) and go through `dmq.client`.
 For https URLs, `--ca FILE` (env DMQ_CA) names the CA the brokers' certificates are
 checked against, and `--cert FILE --key FILE` (DMQ_CERT, DMQ_KEY) a client certificate.
+Brokers with `--auth on` want `--token NAME:PASSWORD` (env DMQ_TOKEN), or the superuser's.
 
 Exit status: 0 on success; 1 on an error, printed on stderr as `error: <code>: <message>`
 with the code of `dmq.errors`; 2 on a usage error; 130 when interrupted.
@@ -35,7 +42,7 @@ with the code of `dmq.errors`; 2 on a usage error; 130 when interrupted.
 One module per command area, each with an `add_<area>(commands, ...)` that registers its
 parser and handlers: `serve.py` (and `--join`), `topic.py`, `produce.py`, `consume.py`
 (and `--group`), `cluster.py`, `group.py`, `storage.py`, `share.py`, `txn.py`, `bench.py`,
-`cert.py`;
+`cert.py`, `security.py` (user, acl, quota);
 `_common.py` holds the argument types, `UsageError` and the table printer they share. This
 module only builds the parser (`build_parser`) and runs a command (`main`); it imports no
 area's internals, and no area imports it.
@@ -58,11 +65,13 @@ from dmq.cli.cluster import add_cluster
 from dmq.cli.consume import add_consume
 from dmq.cli.group import add_group
 from dmq.cli.produce import add_produce
+from dmq.cli.security import add_security
 from dmq.cli.serve import add_serve
 from dmq.cli.share import add_share
 from dmq.cli.storage import add_storage
 from dmq.cli.topic import add_topic
 from dmq.cli.txn import add_txn
+from dmq.client._http import ENV_TOKEN
 from dmq.client._tls import ENV_CA, ENV_CERT, ENV_KEY
 from dmq.errors import DmqError
 
@@ -93,6 +102,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_storage(commands, url)
     add_share(commands, url)
     add_txn(commands, url)
+    add_security(commands, url)  # user, acl, quota
     add_bench(commands)
     add_cert(commands)
     return parser
@@ -104,6 +114,8 @@ _TLS_OPTIONS = (
     ("--ca", ENV_CA, "PEM CA file the brokers' certificates are checked against"),
     ("--cert", ENV_CERT, "PEM client certificate, for brokers that ask for one"),
     ("--key", ENV_KEY, "the private key of --cert"),
+    # Not a TLS option, but passed the same way: brokers with --auth on (dmq user add).
+    ("--token", ENV_TOKEN, "NAME:PASSWORD (or the superuser token) for brokers with --auth on"),
 )
 
 
@@ -111,15 +123,19 @@ def _add_tls_arguments(parser: argparse.ArgumentParser, *, suppress: bool) -> No
     for flag, env, text in _TLS_OPTIONS:
         parser.add_argument(
             flag,
-            dest=flag[2:] + "_file",
+            dest=_dest(flag),
             default=argparse.SUPPRESS if suppress else None,
             help=f"{text} [env {env}]",
         )
 
 
+def _dest(flag: str) -> str:
+    return "token" if flag == "--token" else flag[2:] + "_file"
+
+
 def _export_tls(args: argparse.Namespace) -> None:
     for flag, env, _ in _TLS_OPTIONS:
-        value = getattr(args, flag[2:] + "_file", None)
+        value = getattr(args, _dest(flag), None)
         if value:
             os.environ[env] = value
 

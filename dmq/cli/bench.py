@@ -142,6 +142,19 @@ def add_bench(commands: Subparsers) -> None:
     )
     tls.add_argument("--quick", action="store_true", help="one small run of each (CI)")
     tls.set_defaults(handler=_cmd_bench_tls)
+    # Likewise bench/auth_bench.py's add_arguments.
+    auth = kinds.add_parser("auth", help="produce with --auth on against off")
+    auth.add_argument("--dir", help="create the work directory inside DIR")
+    auth.add_argument("--nodes", type=int, default=1, help="brokers per cluster (1; or 3)")
+    auth.add_argument("--runs", type=int, default=3, help="runs of each mode (3)")
+    auth.add_argument("--total-mb", type=float, default=32.0, help="batched MB per run (32)")
+    auth.add_argument("--requests", type=int, default=2000, help="small requests per run")
+    auth.add_argument("--in-flight", type=int, default=8, help="small requests at once (8)")
+    auth.add_argument(
+        "--durability", default="fsync", choices=("fsync", "none"), help="raft durability"
+    )
+    auth.add_argument("--quick", action="store_true", help="one small run of each (CI)")
+    auth.set_defaults(handler=_cmd_bench_auth)
     # Likewise bench/tiered_bench.py's add_arguments.
     tiered = kinds.add_parser(
         "tiered", help="tiered storage: produce with uploads, upload MB/s, cold vs local reads"
@@ -165,6 +178,13 @@ def _cmd_bench_tls(args: argparse.Namespace) -> int:
     from bench import tls_bench
 
     tls_bench.run(args)
+    return 0
+
+
+def _cmd_bench_auth(args: argparse.Namespace) -> int:
+    from bench import auth_bench
+
+    auth_bench.run(args)
     return 0
 
 

@@ -35,6 +35,7 @@ class AsyncAdmin:
         retry_backoff_ms: int = _limits.RETRY_BACKOFF_MS_DEFAULT,
         request_timeout_ms: int = _limits.REQUEST_TIMEOUT_MS_DEFAULT,
         tls: ssl.SSLContext | None = None,
+        token: str | None = None,
     ) -> None:
         self._transport = Transport(
             url,
@@ -42,6 +43,7 @@ class AsyncAdmin:
             retries=retries,
             retry_backoff_ms=retry_backoff_ms,
             tls=tls,
+            token=token,
         )
 
     @property
@@ -206,5 +208,61 @@ class AsyncAdmin:
         """The partition data the answering broker set aside (stray: unknown to its
         cluster's catalogue), never opened nor deleted (GET /v1/storage/set-aside)."""
         response = await self._transport.request("GET", "/v1/storage/set-aside")
+        doc: dict[str, Any] = response.json()
+        return doc
+
+    # --- users, ACLs, quotas (brokers with --auth on; http_api/auth.py) -------------------
+
+    async def whoami(self) -> dict[str, Any]:
+        """The principal this client's token authenticates as (GET /v1/auth/whoami)."""
+        return await self._json("GET", "/v1/auth/whoami")
+
+    async def add_user(self, name: str, password: str | None = None) -> dict[str, Any]:
+        """Create a user or replace its password; without one the broker generates it
+        and answers it once, as `token` ("name:password")."""
+        body: dict[str, Any] = {"name": name}
+        if password is not None:
+            body["password"] = password
+        return await self._json("POST", "/v1/auth/users", body)
+
+    async def remove_user(self, name: str) -> None:
+        await self._json("DELETE", f"/v1/auth/users/{quote(name, safe='')}")
+
+    async def list_users(self) -> list[dict[str, Any]]:
+        users: list[dict[str, Any]] = (await self._json("GET", "/v1/auth/users"))["users"]
+        return users
+
+    async def add_acl(self, binding: Mapping[str, str]) -> dict[str, Any]:
+        """One ACL binding: principal, resource_type, resource_name, operation, and
+        pattern (literal) and permission (allow) if not the defaults."""
+        return await self._json("POST", "/v1/acls", dict(binding))
+
+    async def remove_acl(self, binding: Mapping[str, str]) -> None:
+        await self._json("DELETE", "/v1/acls", dict(binding))
+
+    async def list_acls(
+        self, principal: str | None = None, resource_type: str | None = None
+    ) -> list[dict[str, Any]]:
+        params = {k: v for k, v in (("principal", principal), ("resource_type", resource_type))
+                  if v is not None}  # fmt: skip
+        acls: list[dict[str, Any]] = (await self._json("GET", "/v1/acls", params=params))["acls"]
+        return acls
+
+    async def set_quota(self, principal: str, rates: Mapping[str, int]) -> dict[str, Any]:
+        """produce_bytes_per_s, fetch_bytes_per_s, requests_per_s (0 or absent: none)."""
+        return await self._json("POST", "/v1/quotas", {"principal": principal, **rates})
+
+    async def list_quotas(self) -> list[dict[str, Any]]:
+        quotas: list[dict[str, Any]] = (await self._json("GET", "/v1/quotas"))["quotas"]
+        return quotas
+
+    async def _json(
+        self,
+        method: str,
+        path: str,
+        body: dict[str, Any] | None = None,
+        params: Mapping[str, str] | None = None,
+    ) -> dict[str, Any]:
+        response = await self._transport.request(method, path, json_body=body, params=params)
         doc: dict[str, Any] = response.json()
         return doc

@@ -149,6 +149,7 @@ class AsyncConsumer:
         request_timeout_ms: int = _limits.REQUEST_TIMEOUT_MS_DEFAULT,
         isolation: Isolation = "read_uncommitted",
         tls: ssl.SSLContext | None = None,
+        token: str | None = None,
     ) -> None:
         if isolation not in ("read_uncommitted", "read_committed"):
             raise ValueError(
@@ -167,6 +168,7 @@ class AsyncConsumer:
             retries=retries,
             retry_backoff_ms=retry_backoff_ms,
             tls=tls,
+            token=token,
         )
         self._topic = topic
         self._auto_offset_reset = auto_offset_reset

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import random
 import ssl
 from collections.abc import Mapping
@@ -46,6 +47,8 @@ from dmq.errors import (
     error_for_code,
 )
 
+# The token clients send when none is given (brokers with --auth on).
+ENV_TOKEN = "DMQ_TOKEN"  # noqa: S105 - the name of a variable, not a secret
 _CLIENT_CERT_HINT = " give cert_file/key_file, --cert/--key or DMQ_CERT/DMQ_KEY"
 USER_AGENT = "dmq-python-client/0.1"
 JSON = "application/json"
@@ -208,6 +211,7 @@ class Transport:
         retries: int,
         retry_backoff_ms: int,
         tls: ssl.SSLContext | None = None,
+        token: str | None = None,
     ) -> None:
         if request_timeout_ms < 1 or retries < 0 or retry_backoff_ms < 0:
             raise ValueError("need request_timeout_ms >= 1, retries >= 0, retry_backoff_ms >= 0")
@@ -220,6 +224,10 @@ class Transport:
         # dmq/client/_tls.py: the caller's context, else DMQ_CA/DMQ_CERT/DMQ_KEY, else
         # aiohttp's default (https checked against the system's CAs).
         self._tls = tls if tls is not None else tls_from_env()
+        # A broker with --auth on (dmq/README.md, "Security"): the caller's token
+        # ("name:password", or the superuser's), else DMQ_TOKEN; sent as a bearer token.
+        token = token if token is not None else os.environ.get(ENV_TOKEN) or None
+        self._authorization = None if token is None else f"Bearer {token}"
 
     async def request(
         self,
@@ -259,6 +267,8 @@ class Transport:
         wait_ms: int,
     ) -> Response:
         headers = {"Accept": accept, "User-Agent": USER_AGENT}
+        if self._authorization is not None:
+            headers["Authorization"] = self._authorization
         if content_type is not None:
             headers["Content-Type"] = content_type
         timeout_ms = self._request_timeout_ms + wait_ms

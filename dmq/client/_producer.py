@@ -147,6 +147,7 @@ class AsyncProducer:
         transaction_timeout_ms: int = _transactions.TRANSACTION_TIMEOUT_MS_DEFAULT,
         transaction_commit_wait: _transactions.CommitWait = "decision",
         tls: ssl.SSLContext | None = None,
+        token: str | None = None,
     ) -> None:
         if not 1 <= batch_bytes <= _limits.BATCH_BYTES_MAX:
             raise ValueError(f"batch_bytes must be in 1..{_limits.BATCH_BYTES_MAX}")
@@ -160,6 +161,7 @@ class AsyncProducer:
             retries=retries,
             retry_backoff_ms=retry_backoff_ms,
             tls=tls,
+            token=token,
         )
         self._acks = normalise_acks(acks)
         self._codec = Codec.ZSTD if compression == "zstd" else Codec.NONE

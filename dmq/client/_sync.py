@@ -154,6 +154,7 @@ class Producer:
         transaction_timeout_ms: int = TRANSACTION_TIMEOUT_MS_DEFAULT,
         transaction_commit_wait: CommitWait = "decision",
         tls: ssl.SSLContext | None = None,
+        token: str | None = None,
     ) -> None:
         self._inner = AsyncProducer(
             url,
@@ -170,6 +171,7 @@ class Producer:
             transaction_timeout_ms=transaction_timeout_ms,
             transaction_commit_wait=transaction_commit_wait,
             tls=tls,
+            token=token,
         )
         self._runner = _LoopThread("dmq-producer")
         self._room = threading.BoundedSemaphore(_limits.SYNC_SENDS_PENDING_MAX)
@@ -342,6 +344,7 @@ class Consumer:
         max_poll_interval_ms: int = _limits.MAX_POLL_INTERVAL_MS_DEFAULT,
         isolation: Isolation = "read_uncommitted",
         tls: ssl.SSLContext | None = None,
+        token: str | None = None,
     ) -> None:
         self._group: AsyncGroupConsumer | None = None
         if group is not None:
@@ -362,6 +365,7 @@ class Consumer:
             request_timeout_ms=request_timeout_ms,
             isolation=isolation,
             tls=tls,
+            token=token,
         )
         self._runner = _LoopThread("dmq-consumer")
 
@@ -438,6 +442,7 @@ class Admin:
         retry_backoff_ms: int = _limits.RETRY_BACKOFF_MS_DEFAULT,
         request_timeout_ms: int = _limits.REQUEST_TIMEOUT_MS_DEFAULT,
         tls: ssl.SSLContext | None = None,
+        token: str | None = None,
     ) -> None:
         self._inner = AsyncAdmin(
             url,
@@ -445,6 +450,7 @@ class Admin:
             retry_backoff_ms=retry_backoff_ms,
             request_timeout_ms=request_timeout_ms,
             tls=tls,
+            token=token,
         )
         self._runner = _LoopThread("dmq-admin")
 
@@ -493,6 +499,36 @@ class Admin:
 
     def set_aside(self) -> dict[str, Any]:
         return self._runner.run(self._inner.set_aside())
+
+    # users, ACLs, quotas: AsyncAdmin's, run on this client's loop thread
+    def whoami(self) -> dict[str, Any]:
+        return self._runner.run(self._inner.whoami())
+
+    def add_user(self, name: str, password: str | None = None) -> dict[str, Any]:
+        return self._runner.run(self._inner.add_user(name, password))
+
+    def remove_user(self, name: str) -> None:
+        self._runner.run(self._inner.remove_user(name))
+
+    def list_users(self) -> list[dict[str, Any]]:
+        return self._runner.run(self._inner.list_users())
+
+    def add_acl(self, binding: Mapping[str, str]) -> dict[str, Any]:
+        return self._runner.run(self._inner.add_acl(binding))
+
+    def remove_acl(self, binding: Mapping[str, str]) -> None:
+        self._runner.run(self._inner.remove_acl(binding))
+
+    def list_acls(
+        self, principal: str | None = None, resource_type: str | None = None
+    ) -> list[dict[str, Any]]:
+        return self._runner.run(self._inner.list_acls(principal, resource_type))
+
+    def set_quota(self, principal: str, rates: Mapping[str, int]) -> dict[str, Any]:
+        return self._runner.run(self._inner.set_quota(principal, rates))
+
+    def list_quotas(self) -> list[dict[str, Any]]:
+        return self._runner.run(self._inner.list_quotas())
 
     def operations(self) -> dict[str, Any]:
         return self._runner.run(self._inner.operations())

@@ -20,6 +20,7 @@ from dmq.metadata import (
     identity,
     producers,
     reassignment,
+    security,
     share_groups,
     topics,
     transactions,
@@ -40,6 +41,7 @@ CATALOGUE: Final = Registry(
         identity.DOMAIN,
         share_groups.DOMAIN,
         transactions.DOMAIN,
+        security.DOMAIN,  # users, ACLs, quotas (appended: the order is replicated)
     )
 )
 
@@ -52,5 +54,6 @@ CatalogueCommand = (
     | producers.ProducerCommand
     | identity.IdentityCommand
     | transactions.TransactionCommand
+    | security.SecurityCommand
 )
 Command = CatalogueCommand | GroupCommand | ShareCommand

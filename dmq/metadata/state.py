@@ -166,6 +166,50 @@ class Transaction:
 
 
 @dataclass(frozen=True, slots=True)
+class UserCredential:
+    """A user of the HTTP API (security.py): never the password, only its salted scrypt
+    key and the parameters it was derived with (hex strings; `n`, `r`, `p` as scrypt's)."""
+
+    salt: str
+    key: str
+    n: int
+    r: int
+    p: int
+    created_ms: int
+
+
+@dataclass(frozen=True, slots=True, order=True)
+class AclBinding:
+    """One ACL, as Kafka's (security.py): `principal` is "User:<name>" or "User:*";
+    `pattern` literal (a `name` of "*" matches every resource) or prefixed."""
+
+    principal: str
+    resource_type: str  # cluster, topic, group, share_group, transactional_id
+    pattern: str  # literal, prefixed
+    name: str
+    operation: str  # read, write, create, delete, alter, describe, all
+    permission: str  # allow, deny
+
+
+@dataclass(frozen=True, slots=True)
+class QuotaSpec:
+    """A principal's rates on every broker (security.py); 0 = unlimited."""
+
+    produce_bytes_per_s: int = 0
+    fetch_bytes_per_s: int = 0
+    requests_per_s: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class SecurityState:
+    """Users, ACLs and quotas (security.py); read-only once built, like the rest."""
+
+    users: dict[str, UserCredential] = field(default_factory=dict)
+    acls: tuple[AclBinding, ...] = ()  # sorted, distinct
+    quotas: dict[str, QuotaSpec] = field(default_factory=dict)  # principal -> spec
+
+
+@dataclass(frozen=True, slots=True)
 class MetadataState:
     # Field order is the one older code had (repr, positional construction). Each field
     # names its domain; the first, and metadata_version and clock_ms, are the shell's.
@@ -198,6 +242,9 @@ class MetadataState:
     # transactions.py: transactional id -> its current or last transaction (the
     # coordinator's state), out of the catalogue observers follow, like producers.
     transactions: dict[str, Transaction] = field(default_factory=dict)  # read-only once built
+    # security.py: users (salted scrypt keys), ACLs and quotas; in the catalogue (every
+    # broker, observers too, authenticates and authorises).
+    security: SecurityState = field(default_factory=SecurityState)
 
     def eligible_brokers(self, now_ms: int) -> list[str]:
         """Live brokers that may take new replicas (not decommissioning), sorted."""

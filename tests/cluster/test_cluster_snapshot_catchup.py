@@ -6,9 +6,10 @@ group is paused (SIGSTOP), or killed (-9) to restart later from its own files, o
 holds a few entries and no snapshot of its own. The leader then commits several hundred
 single-record produces (each sequential request is one Raft entry), so it snapshots and
 drops its journal prefix past the follower's last entry: append_entries can no longer
-bring the follower up to date. The test checks that precondition on disk (the leader's
-journal starts after the follower's ends), resumes the follower (SIGCONT or restart), and
-requires that it installs a snapshot (its group directory gains a `snapshot` file and its
+bring the follower up to date. The test checks that precondition on disk (the journals of
+both other nodes, either of which may lead, start after the follower's ends), resumes the
+follower (SIGCONT or restart), and requires that it installs a snapshot (its group
+directory gains a `snapshot` file, which may come a moment after the segments, and its
 journal jumps past the gap) and that its segment files become identical to the leader's,
 which needs the snapshot restore to copy the missing batches from the leader. (Fetches
 relay to the leader, so the follower's own files are what the test compares.)
@@ -63,15 +64,20 @@ def test_follower_behind_compaction_catches_up_through_a_snapshot(
         produce(leader, "snap", [{"value": f"paused-{k}", "partition": 0}])
 
     leader_journal = leader.group_dir(group_id) / "journal"
+    # Both nodes that stayed up, not only the leader: under load an election can move the
+    # group's leadership to the other one while the follower is away, and a leader whose
+    # journal still holds the follower's next entry catches it up by append_entries.
+    others = [n for n in cluster.nodes.values() if n is not follower]
 
-    def leader_compacted_past_follower() -> bool:
-        held = journal_indexes(leader_journal)
-        return held is not None and held[0] > follower_last + 1
+    def compacted_past_follower() -> bool:
+        held = [journal_indexes(n.group_dir(group_id) / "journal") for n in others]
+        return all(h is not None and h[0] > follower_last + 1 for h in held)
 
     wait_for(
-        leader_compacted_past_follower,
+        compacted_past_follower,
         20.0,
-        f"the leader's journal starting after the follower's last entry {follower_last}",
+        f"the journals of {[n.node_id for n in others]} starting after the follower's "
+        f"last entry {follower_last}",
     )
     print(
         f"{follower.node_id} stopped ({fault}) at index {follower_last}; "
@@ -89,7 +95,9 @@ def test_follower_behind_compaction_catches_up_through_a_snapshot(
         30.0,
         "the follower's segments equal to the leader's",
     )
-    assert follower_snapshot.exists(), "the follower caught up without installing a snapshot"
+    # The restore copies the missing batches into the segments before the installed
+    # snapshot is written under its final name: the file may come a moment later.
+    wait_for(follower_snapshot.exists, 10.0, "the follower caught up without installing a snapshot")
     # Entries after the catch-up land after the snapshot's index, not after the old tail.
     produce(leader, "snap", [{"value": "after", "partition": 0}])
     wait_for(

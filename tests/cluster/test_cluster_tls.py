@@ -12,12 +12,17 @@ real `dmq cert dev` process, that TLS is on everywhere (issue #20, the TLS part)
 - the Raft port speaks TLS only: a plain TCP hello is refused (logged); a broker killed
   with -9 while records are produced comes back and holds the same log (Raft over TLS);
 - with tls_client_auth = required, a client without a certificate is refused and one
-  with the client certificate of `dmq cert dev` is served.
+  with the client certificate of `dmq cert dev` is served;
+- SIGHUP reloads the files: new connections to the HTTP and the Raft port get the new
+  certificate (of a new CA, trusted from then on); a key that does not match its
+  certificate is refused, logged, and the running certificate stays.
 """
 
 from __future__ import annotations
 
 import os
+import shutil
+import signal
 import socket
 import ssl
 import subprocess
@@ -177,3 +182,55 @@ def test_client_certificate_required(
     with Admin(node.url, tls=tls_context(ca, cert, key)) as admin:  # retries a 503 at start
         admin.create_topic("a", partitions=1, replication_factor=1)
         assert "a" in {t.name for t in admin.list_topics()}
+
+
+def _served_certificate(host: str, port: int, certs: Path) -> bytes:
+    """The DER certificate a TLS listener presents, checked against certs' CA, with certs'
+    client certificate presented (the Raft port requires one)."""
+    context = tls_context(
+        str(certs / "ca.pem"), str(certs / "client.pem"), str(certs / "client-key.pem")
+    )
+    with (
+        socket.create_connection((host, port), timeout=10) as raw,
+        context.wrap_socket(raw, server_hostname=host) as sock,
+    ):
+        der = sock.getpeercert(binary_form=True)
+    assert der is not None
+    return der
+
+
+def _pem_as_der(path: Path) -> bytes:
+    return ssl.PEM_cert_to_DER_cert(path.read_text())
+
+
+def test_sighup_reloads_the_certificates_and_a_bad_file_changes_nothing(
+    tmp_path: Path, dmq_cluster: Callable[..., DmqCluster]
+) -> None:
+    live = dev_certs(tmp_path / "live")  # the files the broker is started with
+    fresh = dev_certs(tmp_path / "fresh")  # another CA and its certificates
+    cluster = dmq_cluster(1, tls_dir=live)
+    node = cluster.start_all()["n1"]
+    http_port = int(node.url.rsplit(":", 1)[1])
+    ports = {"http": http_port, "raft": cluster.raft_port}
+    old = _pem_as_der(live / "broker.pem")
+    for port in ports.values():
+        assert _served_certificate(node.host, port, live) == old
+
+    for name in ("ca.pem", "broker.pem", "broker-key.pem"):
+        shutil.copyfile(fresh / name, live / name)
+    assert node.proc is not None
+    node.proc.send_signal(signal.SIGHUP)
+    wait_for(lambda: "TLS reloaded" in node.log_tail(), 10.0, "the reload's log line")
+    new = _pem_as_der(fresh / "broker.pem")
+    for kind, port in ports.items():
+        assert _served_certificate(node.host, port, fresh) == new, kind
+    with Admin(node.url, tls=tls_context(str(fresh / "ca.pem"))) as admin:
+        admin.create_topic("after-reload", partitions=1, replication_factor=1)
+
+    # A key that does not match the certificate: refused, the running ones stay.
+    shutil.copyfile(fresh / "client-key.pem", live / "broker-key.pem")
+    node.proc.send_signal(signal.SIGHUP)
+    wait_for(lambda: "TLS reload refused" in node.log_tail(), 10.0, "the refusal's log line")
+    for kind, port in ports.items():
+        assert _served_certificate(node.host, port, fresh) == new, kind
+    assert node.proc.poll() is None

@@ -34,6 +34,7 @@ from dmq.metadata import (
     identity,
     producers,
     reassignment,
+    security,
     shell,
     topics,
     transactions,
@@ -48,6 +49,7 @@ from groups import share_commands
 
 DOMAIN_MODULES: Final = (
     brokers, topics, reassignment, voters, producers, consumer_groups, identity, transactions,
+    security,
 )  # fmt: skip
 GOLDEN = [
     json.loads(line)
@@ -78,7 +80,7 @@ def test_every_command_class_is_registered_exactly_once_under_its_name() -> None
     assert [d.name for d in CATALOGUE.domains] == [
         "brokers", "topics", "reassignment", "voters", "producers", "consumer_groups",
         "identity", "share_groups",
-        "transactions",
+        "transactions", "security",
     ]  # fmt: skip
 
 

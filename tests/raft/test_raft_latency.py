@@ -76,7 +76,9 @@ def test_one_node_group_commits_in_about_one_round(tmp_path: Path) -> None:
 
     latencies = sorted(asyncio.run(asyncio.wait_for(scenario(), 200)))
     p50, total = statistics.median(latencies), sum(latencies)
-    print(f"one-node commits with a {SLOW_TICK_S} s tick: p50 {p50 * 1e3:.2f} ms, total {total:.2f} s")
+    print(
+        f"one-node commits with a {SLOW_TICK_S} s tick: p50 {p50 * 1e3:.2f} ms, total {total:.2f} s"
+    )
     assert total < TOTAL_BOUND_S, f"{PROPOSALS} commits took {total:.2f} s: they waited for ticks"
 
 

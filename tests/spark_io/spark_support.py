@@ -10,7 +10,9 @@ from dmq.client import Admin, Producer
 # (topic, partition, offset) -> (key, value, headers, timestamp_ms)
 Produced = dict[tuple[str, int, int], tuple[bytes | None, bytes | None, tuple[Any, ...], int]]
 
-COLUMNS = "topic, partition, offset, key, value, headers, unix_millis(timestamp) AS ts, timestampType"
+COLUMNS = (
+    "topic, partition, offset, key, value, headers, unix_millis(timestamp) AS ts, timestampType"
+)
 
 
 def produce(

@@ -27,9 +27,7 @@ from spark_io._read import DataLossError, _after_loss, _prefetched
 from spark_io.source import _rate_limit
 
 ranges = st.lists(
-    st.tuples(st.integers(0, 10**6), st.integers(0, 5000)).map(
-        lambda t: (t[0], t[0] + t[1])
-    ),
+    st.tuples(st.integers(0, 10**6), st.integers(0, 5000)).map(lambda t: (t[0], t[0] + t[1])),
     min_size=1,
     max_size=8,
 )
@@ -54,7 +52,9 @@ def test_split_covers_every_range_exactly_once(
 
 
 @given(
-    spans=st.lists(st.tuples(st.integers(0, 10**9), st.integers(0, 10**6)), min_size=1, max_size=10),
+    spans=st.lists(
+        st.tuples(st.integers(0, 10**9), st.integers(0, 10**6)), min_size=1, max_size=10
+    ),
     max_rows=st.integers(1, 10**6),
 )
 def test_rate_limit_stays_between_start_and_end_within_the_limit(

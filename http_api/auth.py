@@ -1,0 +1,381 @@
+"""Authentication, ACLs and quotas on the HTTP API: the middleware, the one table of what
+every route needs, and the routes that manage users, ACLs and quotas.
+
+With `--auth on` (dmq/broker/security.py has the rules), `auth_middleware` looks the
+matched route up in `ROUTE_NEEDS`, the one table from every route (method, path template)
+to what it needs:
+
+- `PUBLIC`: nothing (probes, the OpenAPI document, the web console's static files: the
+  data the console then asks for is authorised like any other call);
+- `INTERNAL`: the cluster secret's signature (http_api/internal_auth.py checks it; a
+  single node with auth on makes up a secret of its own, so no caller can sign);
+- `AUTHENTICATED`: any valid principal (the cluster's brokers for client bootstrap, the
+  topic list, which only shows topics the principal may describe, producer ids, whoami);
+- `Need(resource_type, operation, name_from)`: an ACL on a resource, named by a path
+  parameter (`topic`, `group`, `transactional_id`), by the JSON body's `name` (creating a
+  topic) or, for the cluster, "cluster".
+
+A route missing from the table is refused to every principal but superusers (fail
+closed), and tests/http_api/test_auth_routes.py fails until it has its entry.
+`/metrics` needs describe on the cluster: it names every topic and group (Prometheus sends
+the token with `authorization: {credentials: ...}`).
+
+Another broker calling a public route on its own behalf (a group member's fetch at the
+partition leader, an offset lookup) signs it with the cluster secret, as for the internal
+routes: a valid signature is the principal User:broker, a superuser.
+
+Then the middleware: authenticates (401 with WWW-Authenticate, before anything else),
+checks the ACL (403 naming the operation and resource; 404 for a topic the principal may
+not describe), counts the request against the principal's quotas (429 with Retry-After,
+nothing done), runs the handler and, for a read, counts the bytes it answered. A request
+another broker must answer is relayed with its Authorization header, and checked there again.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any, Final
+
+from aiohttp import web
+
+from dmq import errors, internal_auth
+from dmq.broker.security import CHALLENGE, QUOTA_KINDS, AclBinding, Principal, SecurityService
+from http_api import codec
+from http_api.errors import response_for
+from http_api.forward import broker_of
+
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+PRINCIPAL: Final = web.RequestKey("principal", Principal)
+BROKER_PRINCIPAL: Final = Principal("broker", superuser=True)  # a signed broker-to-broker call
+
+
+@dataclass(frozen=True, slots=True)
+class Need:
+    """What a route needs: `resource_type` an ACL resource type, or one of the kinds
+    public, internal, authenticated; `name_from` a path parameter, "body:name", or ""
+    (the cluster)."""
+
+    resource_type: str
+    operation: str = ""
+    name_from: str = ""
+
+
+PUBLIC: Final = Need("public")
+INTERNAL: Final = Need("internal")
+AUTHENTICATED: Final = Need("authenticated")
+
+
+def _cluster(op: str) -> Need:
+    return Need("cluster", op)
+
+
+def _topic(op: str) -> Need:
+    return Need("topic", op, "topic")
+
+
+def _group(op: str) -> Need:
+    return Need("group", op, "group")
+
+
+def _share(op: str) -> Need:
+    return Need("share_group", op, "group")
+
+
+def _txn(op: str) -> Need:
+    return Need("transactional_id", op, "transactional_id")
+
+
+_INTERNAL_PATHS: Final = (
+    ("POST", "/v1/internal/delay/{topic}/{partition}"),
+    ("GET", "/v1/internal/delay/{topic}/{partition}"),
+    ("GET", "/v1/internal/delay/{topic}/{partition}/pending"),
+    ("GET", "/v1/internal/status"),
+    ("POST", "/v1/internal/partitions/{topic}/{partition}/append"),
+    ("GET", "/v1/internal/partitions/{topic}/{partition}/batches"),
+    ("POST", "/v1/internal/metadata/propose"),
+    ("GET", "/v1/internal/metadata"),
+    ("GET", "/v1/internal/metadata/voters"),
+    ("GET", "/v1/internal/partitions/{topic}/{partition}/progress"),
+    ("GET", "/v1/internal/partitions/{topic}/{partition}/log"),
+    ("POST", "/v1/internal/partitions/{topic}/{partition}/membership"),
+    ("POST", "/v1/internal/partitions/{topic}/{partition}/transfer"),
+)
+
+# The one table: (method, path template) -> what the route needs (module docstring).
+ROUTE_NEEDS: Final[dict[tuple[str, str], Need]] = {
+    ("GET", "/healthz"): PUBLIC,
+    ("GET", "/readyz"): PUBLIC,
+    ("GET", "/openapi.json"): PUBLIC,
+    ("GET", "/ui"): PUBLIC,
+    ("GET", "/ui/"): PUBLIC,
+    ("GET", "/ui/{name}"): PUBLIC,
+    ("GET", "/metrics"): _cluster("describe"),
+    **{route: INTERNAL for route in _INTERNAL_PATHS},
+    # cluster
+    ("GET", "/v1/cluster"): AUTHENTICATED,  # brokers and addresses: every client's bootstrap
+    ("GET", "/v1/cluster/status"): _cluster("describe"),
+    ("POST", "/v1/cluster/reassignments"): _cluster("alter"),
+    ("GET", "/v1/cluster/operations"): _cluster("describe"),
+    ("POST", "/v1/cluster/metadata-voters"): _cluster("alter"),
+    ("POST", "/v1/cluster/brokers/{broker_id}/decommission"): _cluster("alter"),
+    ("GET", "/v1/storage/set-aside"): _cluster("describe"),
+    # topics, records
+    ("GET", "/v1/topics"): AUTHENTICATED,  # lists only the topics the principal may describe
+    ("POST", "/v1/topics"): Need("topic", "create", "body:name"),
+    ("GET", "/v1/topics/{topic}"): _topic("describe"),
+    ("DELETE", "/v1/topics/{topic}"): _topic("delete"),
+    ("PATCH", "/v1/topics/{topic}/config"): _topic("alter"),
+    ("POST", "/v1/topics/{topic}/partitions"): _topic("alter"),
+    ("POST", "/v1/topics/{topic}/partitions/{partition}/decommission"): _topic("alter"),
+    ("POST", "/v1/topics/{topic}/records"): _topic("write"),
+    ("GET", "/v1/topics/{topic}/partitions/{partition}/records"): _topic("read"),
+    ("GET", "/v1/topics/{topic}/partitions/{partition}/offsets"): _topic("describe"),
+    ("GET", "/v1/topics/{topic}/scheduled"): _topic("describe"),
+    ("DELETE", "/v1/topics/{topic}/scheduled/{id}"): _topic("write"),
+    ("POST", "/v1/producers"): AUTHENTICATED,  # an id only; writing needs write on the topic
+    # consumer groups
+    ("GET", "/v1/groups"): _cluster("describe"),
+    ("GET", "/v1/groups/{group}"): _group("describe"),
+    ("DELETE", "/v1/groups/{group}"): _group("delete"),
+    ("POST", "/v1/groups/{group}/members"): _group("read"),
+    ("POST", "/v1/groups/{group}/members/{member_id}/heartbeat"): _group("read"),
+    ("DELETE", "/v1/groups/{group}/members/{member_id}"): _group("read"),
+    ("GET", "/v1/groups/{group}/members/{member_id}/records"): _group("read"),
+    ("GET", "/v1/groups/{group}/offsets"): _group("describe"),
+    ("POST", "/v1/groups/{group}/offsets"): _group("read"),
+    ("POST", "/v1/groups/{group}/offsets/reset"): _group("delete"),
+    # share groups
+    ("GET", "/v1/share-groups"): _cluster("describe"),
+    ("GET", "/v1/share-groups/{group}"): _share("describe"),
+    ("PUT", "/v1/share-groups/{group}"): _share("alter"),
+    ("DELETE", "/v1/share-groups/{group}"): _share("delete"),
+    ("POST", "/v1/share-groups/{group}/members"): _share("read"),
+    ("DELETE", "/v1/share-groups/{group}/members/{member_id}"): _share("read"),
+    ("GET", "/v1/share-groups/{group}/members/{member_id}/records"): _share("read"),
+    ("POST", "/v1/share-groups/{group}/members/{member_id}/acks"): _share("read"),
+    # transactions
+    ("GET", "/v1/transactions"): _cluster("describe"),
+    ("GET", "/v1/transactions/{transactional_id}"): _txn("describe"),
+    ("POST", "/v1/transactions/{transactional_id}/commit"): _txn("write"),
+    ("POST", "/v1/transactions/{transactional_id}/abort"): _txn("write"),
+    ("POST", "/v1/transactions/{transactional_id}/offsets"): _txn("write"),
+    # security itself (this module's routes)
+    ("GET", "/v1/auth/whoami"): AUTHENTICATED,
+    ("GET", "/v1/auth/users"): _cluster("describe"),
+    ("POST", "/v1/auth/users"): _cluster("alter"),
+    ("DELETE", "/v1/auth/users/{name}"): _cluster("alter"),
+    ("GET", "/v1/acls"): _cluster("describe"),
+    ("POST", "/v1/acls"): _cluster("alter"),
+    ("DELETE", "/v1/acls"): _cluster("alter"),
+    ("GET", "/v1/quotas"): _cluster("describe"),
+    ("POST", "/v1/quotas"): _cluster("alter"),
+    # Confluent REST Proxy v2 (http_api/rest_v2.py)
+    ("GET", "/topics"): AUTHENTICATED,
+    ("GET", "/topics/{topic}"): _topic("describe"),
+    ("POST", "/topics/{topic}"): _topic("write"),
+    ("GET", "/topics/{topic}/partitions"): _topic("describe"),
+    ("GET", "/topics/{topic}/partitions/{p}"): _topic("describe"),
+    ("POST", "/topics/{topic}/partitions/{p}"): _topic("write"),
+    ("GET", "/topics/{topic}/partitions/{p}/offsets"): _topic("describe"),
+    ("GET", "/topics/{topic}/partitions/{p}/records"): _topic("read"),
+    ("POST", "/consumers/{group}"): _group("read"),
+    ("DELETE", "/consumers/{group}/instances/{instance}"): _group("read"),
+    ("POST", "/consumers/{group}/instances/{instance}/subscription"): _group("read"),
+    ("GET", "/consumers/{group}/instances/{instance}/subscription"): _group("read"),
+    ("DELETE", "/consumers/{group}/instances/{instance}/subscription"): _group("read"),
+    ("GET", "/consumers/{group}/instances/{instance}/assignments"): _group("read"),
+    ("GET", "/consumers/{group}/instances/{instance}/records"): _group("read"),
+    ("POST", "/consumers/{group}/instances/{instance}/offsets"): _group("read"),
+    ("GET", "/consumers/{group}/instances/{instance}/offsets"): _group("describe"),
+    ("POST", "/consumers/{group}/instances/{instance}/positions"): _group("read"),
+    ("POST", "/consumers/{group}/instances/{instance}/positions/beginning"): _group("read"),
+    ("POST", "/consumers/{group}/instances/{instance}/positions/end"): _group("read"),
+}
+_UNLISTED: Final = Need("cluster", "all")  # a route without an entry: superusers only
+
+
+def need_of(request: web.Request) -> Need | None:
+    """What the matched route needs; None for a request no route matched (404/405)."""
+    route = request.match_info.route
+    resource = route.resource
+    if resource is None or not hasattr(route, "handler") or route.method == "*":
+        return None
+    return ROUTE_NEEDS.get((request.method, resource.canonical), _UNLISTED)
+
+
+def _security(request: web.Request) -> SecurityService:
+    return broker_of(request).security
+
+
+async def _resource_name(request: web.Request, need: Need) -> str:
+    if not need.name_from:
+        return "cluster"
+    if need.name_from == "body:name":
+        name = codec.parse_json_object(await request.read()).get("name")
+        if not isinstance(name, str):
+            raise errors.InvalidRequest("name must be a string", field="name")
+        return name
+    return request.match_info[need.name_from]
+
+
+@web.middleware
+async def auth_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
+    security = _security(request)
+    if not security.enabled:
+        return await handler(request)
+    need = need_of(request)
+    if need is None or need in (PUBLIC, INTERNAL):
+        return await handler(request)
+    try:
+        principal = await _principal(request, security)
+    except errors.Unauthenticated as exc:
+        refusal = response_for(exc)
+        refusal.headers["WWW-Authenticate"] = CHALLENGE
+        return refusal
+    if need != AUTHENTICATED:
+        name = await _resource_name(request, need)
+        security.check(principal, need.resource_type, name, need.operation)
+    writes = (need.resource_type, need.operation) == ("topic", "write")
+    security.charge_request(principal, (request.content_length or 0) if writes else 0)
+    request[PRINCIPAL] = principal
+    response = await handler(request)
+    if need.operation == "read":
+        security.charge_fetch(principal, response.content_length or 0)
+    return response
+
+
+async def _principal(request: web.Request, security: SecurityService) -> Principal:
+    """A broker of the cluster (a call signed with the cluster secret, made on its own
+    behalf: dmq/internal_auth.py, broker_headers), else the caller's credentials."""
+    signature = request.headers.get(internal_auth.SIGNATURE_HEADER)
+    secret = broker_of(request).cluster_secret
+    if signature is not None and secret is not None:
+        body = await request.read()
+        internal_auth.verify(secret, request.method, request.raw_path, body, signature)
+        return BROKER_PRINCIPAL
+    return await security.authenticate(request.headers.get("Authorization"))
+
+
+def may(request: web.Request, resource_type: str, name: str, operation: str) -> bool:
+    """May this request's principal do it (always, with auth off)? For lists that show
+    only what the principal may see."""
+    principal = request.get(PRINCIPAL)
+    return principal is None or _security(request).allows(principal, resource_type, name, operation)
+
+
+# ---------------------------------------------------------------------- the routes
+
+
+async def whoami(request: web.Request) -> web.Response:
+    principal = request.get(PRINCIPAL)
+    security = _security(request)
+    return codec.json_response(
+        {
+            "principal": None if principal is None else str(principal),
+            "superuser": principal is not None and principal.superuser,
+            **security.report(),
+        }
+    )
+
+
+async def list_users(request: web.Request) -> web.Response:
+    return codec.json_response({"users": _security(request).list_users()})
+
+
+async def add_user(request: web.Request) -> web.Response:
+    doc = codec.parse_json_object(await request.read())
+    codec.only_fields(doc, {"name", "password"})
+    name, password = doc.get("name"), doc.get("password")
+    if not isinstance(name, str):
+        raise errors.InvalidRequest("name must be a string", field="name")
+    if password is not None and not isinstance(password, str):
+        raise errors.InvalidRequest("password must be a string", field="password")
+    return codec.json_response(await _security(request).put_user(name, password), status=201)
+
+
+async def remove_user(request: web.Request) -> web.Response:
+    name = request.match_info["name"]
+    await _security(request).delete_user(name)
+    return codec.json_response({"deleted": name})
+
+
+_ACL_FIELDS: Final = (
+    "principal", "resource_type", "pattern", "resource_name", "operation", "permission",
+)  # fmt: skip
+
+
+def _binding(doc: dict[str, Any]) -> AclBinding:
+    codec.only_fields(doc, set(_ACL_FIELDS))
+    doc = {"pattern": "literal", "permission": "allow", **doc}
+    if doc.get("resource_type") == "cluster":
+        doc.setdefault("resource_name", "cluster")
+    values = []
+    for name in _ACL_FIELDS:
+        value = doc.get(name)
+        if not isinstance(value, str):
+            raise errors.InvalidRequest(f"{name} must be a string", field=name)
+        values.append(value)
+    return AclBinding(*values)
+
+
+def _acl_json(b: AclBinding) -> dict[str, str]:
+    return {
+        "principal": b.principal,
+        "resource_type": b.resource_type,
+        "pattern": b.pattern,
+        "resource_name": b.name,
+        "operation": b.operation,
+        "permission": b.permission,
+    }
+
+
+async def list_acls(request: web.Request) -> web.Response:
+    q = request.query
+    acls = _security(request).list_acls(q.get("principal"), q.get("resource_type"))
+    return codec.json_response({"acls": [_acl_json(b) for b in acls]})
+
+
+async def add_acl(request: web.Request) -> web.Response:
+    binding = _binding(codec.parse_json_object(await request.read()))
+    await _security(request).add_acl(binding)
+    return codec.json_response(_acl_json(binding), status=201)
+
+
+async def remove_acl(request: web.Request) -> web.Response:
+    binding = _binding(codec.parse_json_object(await request.read()))
+    await _security(request).remove_acl(binding)
+    return codec.json_response({"deleted": _acl_json(binding)})
+
+
+async def list_quotas(request: web.Request) -> web.Response:
+    return codec.json_response({"quotas": _security(request).list_quotas()})
+
+
+async def set_quota(request: web.Request) -> web.Response:
+    doc = codec.parse_json_object(await request.read())
+    codec.only_fields(doc, {"principal", *QUOTA_KINDS})
+    principal = doc.get("principal")
+    if not isinstance(principal, str):
+        raise errors.InvalidRequest("principal must be a string", field="principal")
+    rates: dict[str, int] = {}
+    for kind in QUOTA_KINDS:
+        value = doc.get(kind, 0)
+        if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= 2**40:
+            raise errors.InvalidRequest(f"{kind} must be 0-{2**40} (0: unlimited)", field=kind)
+        rates[kind] = value
+    await _security(request).set_quota(principal, rates)
+    return codec.json_response({"principal": principal, **rates})
+
+
+AUTH_ROUTES: tuple[tuple[str, str, Any], ...] = (
+    ("GET", "/v1/auth/whoami", whoami),
+    ("GET", "/v1/auth/users", list_users),
+    ("POST", "/v1/auth/users", add_user),
+    ("DELETE", "/v1/auth/users/{name}", remove_user),
+    ("GET", "/v1/acls", list_acls),
+    ("POST", "/v1/acls", add_acl),
+    ("DELETE", "/v1/acls", remove_acl),
+    ("GET", "/v1/quotas", list_quotas),
+    ("POST", "/v1/quotas", set_quota),
+)
