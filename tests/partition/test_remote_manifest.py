@@ -44,6 +44,18 @@ def seg(base: int, end: int, size: int = 100, ts: int = 0) -> RemoteSegment:
     return RemoteSegment(base, end, size, 8, ts, ts, f"p/{base:020d}-{end:020d}")
 
 
+def has_gap(manifest: RemoteManifest, batch: list[RemoteSegment]) -> bool:
+    """Whether recording `batch` in order would leave a gap after what came before it."""
+    end = manifest.end_offset if manifest.started else None
+    for s in batch:
+        if end is not None and s.end_offset <= end:
+            continue  # recorded already
+        if end is not None and s.base_offset > end:
+            return True
+        end = s.end_offset
+    return False
+
+
 class TieredLife(RuleBasedStateMachine):
     """Local segments are (base, end, size, max_ts) with contiguous offsets; the partition's
     data is [first, log_end). Deleting locally follows `local_deletable`; the model checks
@@ -86,7 +98,9 @@ class TieredLife(RuleBasedStateMachine):
         applied = apply(before, RemoteCommand.decode(RemoteCommand("add", tuple(batch)).encode()))
         if applied.refused is not None:
             assert applied.manifest == before  # refused: nothing changed
-            assert before.started and any(s.base_offset > before.end_offset for s in batch)
+            assert has_gap(before, batch)
+        else:
+            assert not has_gap(before, batch)
         self.manifest = applied.manifest
         assert self.manifest.end_offset >= before.end_offset  # never goes back
 
