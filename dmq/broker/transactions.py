@@ -100,6 +100,13 @@ class TransactionsService:
 
         async def add(topic: str, partitions: list[int], producer_id: int, epoch: int) -> None:
             names = tuple(f"{topic}:{p}" for p in partitions)
+            txn = self._ctx.metadata.state.transactions.get(transactional_id)
+            if add_status(txn, (producer_id, epoch), names) == "added":
+                # Added before (this broker applied it): no Raft round. The epoch bump
+                # makes (producer id, epoch) name one transaction, so a state that lags
+                # can only show a transaction this batch belongs to; if it was decided
+                # meanwhile, the batch joins it before its marker or is refused after.
+                return
             loop = asyncio.get_running_loop()
             deadline = loop.time() + self._ctx.timeout_s
             while True:
