@@ -7,8 +7,10 @@ life of one transaction (KIP-98, with KIP-890's server-side adds):
 1. `POST /v1/producers {"transactional_id"}` (produce.py's init_producer) gives the
    producer id and a new epoch, which fences any older instance;
 2. each transactional produce (`?transactional_id=`) first proposes `AddPartitionsToTxn`
-   (`before_append`): the coordinator knows every partition before it holds a batch; the
-   batches carry the transactional attribute and the producer id and epoch;
+   (`before_append`; not when this broker's applied state already shows the transaction
+   of that producer id and epoch ongoing with the partition): the coordinator knows every
+   partition before it holds a batch; the batches carry the transactional attribute and
+   the producer id and epoch;
 3. `send_offsets_to_transaction` proposes `AddOffsetsToTxn` (generation checked now);
 4. commit or abort proposes `EndTxnBumpEpoch`: `prepare_commit` / `prepare_abort` is
    durable in the metadata Raft log before any marker exists: that is the decision; the
