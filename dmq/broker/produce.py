@@ -27,7 +27,7 @@ from dmq.broker.routing import Routing
 from dmq.broker.topics import TopicsService
 from dmq.broker.translate import translate
 from dmq.broker.types import Acks, OffsetRun, ProduceRecord, ProducerSequence, TopicView
-from dmq.metadata.machine import PARTITION_ACTIVE, InitProducer
+from dmq.metadata.machine import PARTITION_ACTIVE, InitProducerFenceable
 from dmq.metadata.service import wall_ms
 from dmq.partitioner import StickyPartitioner, partition_for_key
 from log import errors as log_errors
@@ -224,7 +224,9 @@ class ProduceService:
     async def init_producer(self, transactional_id: str) -> tuple[int, int]:
         """A producer id and epoch from the metadata group (idempotent producers); the same
         transactional id gets its id back with the epoch + 1, fencing the old instance."""
-        applied = await self._ctx.metadata.propose(InitProducer(transactional_id, wall_ms()))
+        applied = await self._ctx.metadata.propose(
+            InitProducerFenceable(transactional_id, wall_ms())
+        )
         assert applied.producer is not None
         return applied.producer
 

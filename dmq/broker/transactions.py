@@ -7,8 +7,10 @@ life of one transaction (KIP-98, with KIP-890's server-side adds):
 1. `POST /v1/producers {"transactional_id"}` (produce.py's init_producer) gives the
    producer id and a new epoch, which fences any older instance;
 2. each transactional produce (`?transactional_id=`) first proposes `AddPartitionsToTxn`
-   (`before_append`): the coordinator knows every partition before it holds a batch; the
-   batches carry the transactional attribute and the producer id and epoch;
+   (`before_append`; not when this broker's applied state already shows the transaction
+   of that producer id and epoch ongoing with the partition): the coordinator knows every
+   partition before it holds a batch; the batches carry the transactional attribute and
+   the producer id and epoch;
 3. `send_offsets_to_transaction` proposes `AddOffsetsToTxn` (generation checked now);
 4. commit or abort proposes `EndTxnBumpEpoch`: `prepare_commit` / `prepare_abort` is
    durable in the metadata Raft log before any marker exists: that is the decision; the
@@ -100,6 +102,13 @@ class TransactionsService:
 
         async def add(topic: str, partitions: list[int], producer_id: int, epoch: int) -> None:
             names = tuple(f"{topic}:{p}" for p in partitions)
+            txn = self._ctx.metadata.state.transactions.get(transactional_id)
+            if add_status(txn, (producer_id, epoch), names) == "added":
+                # Added before (this broker applied it): no Raft round. The epoch bump
+                # makes (producer id, epoch) name one transaction, so a state that lags
+                # can only show a transaction this batch belongs to; if it was decided
+                # meanwhile, the batch joins it before its marker or is refused after.
+                return
             loop = asyncio.get_running_loop()
             deadline = loop.time() + self._ctx.timeout_s
             while True:

@@ -27,6 +27,7 @@ from dmq.metadata.producers import (
     PRODUCER_EPOCH_MAX,
     ExpireTransactionalIds,
     InitProducer,
+    InitProducerFenceable,
     idle_transactional_ids,
 )
 from dmq.metadata.reassignment import (
@@ -187,6 +188,7 @@ __all__ = [
     "ExpireTransactionalIds",
     "FormCluster",
     "InitProducer",
+    "InitProducerFenceable",
     "MetadataConfig",
     "MetadataMachine",
     "MetadataState",

@@ -12,6 +12,12 @@ Rules apply() keeps:
 - `InitProducer` with a transactional id returns the same producer id with the epoch + 1,
   which fences the previous instance; at PRODUCER_EPOCH_MAX it gets a new id, epoch 0
   (as Kafka);
+- `InitProducerFenceable` (what brokers propose; `InitProducer` entries of older journals
+  replay as they applied) does the same but never hands out PRODUCER_EPOCH_MAX: from
+  epoch PRODUCER_EPOCH_MAX - 1 it moves to a new id (Kafka's `isEpochExhausted`), so a
+  transaction always has an epoch above its own for the markers that end it and fence
+  its late batches (dmq/metadata/transactions.py: a coordinator abort of the old id's
+  transaction is written with its last epoch);
 - an id unused (no `InitProducer`) for `retention_ms` at the leader-stamped time is
   forgotten by `ExpireTransactionalIds`; it then starts again at a new producer id.
 """
@@ -47,6 +53,16 @@ class InitProducer:
 
 
 @dataclass(frozen=True, slots=True)
+class InitProducerFenceable:
+    """`InitProducer`, except that the epoch handed out is always below
+    PRODUCER_EPOCH_MAX: the last epoch is kept for the markers that fence it."""
+
+    transactional_id: str
+    now_ms: int
+    version: int = COMMAND_VERSION
+
+
+@dataclass(frozen=True, slots=True)
 class ExpireTransactionalIds:
     """Forget the transactional ids not used (InitProducer) for `retention_ms` at `now_ms`
     (Kafka's transactional.id.expiration.ms). Proposed by the metadata leader with its
@@ -57,13 +73,23 @@ class ExpireTransactionalIds:
     version: int = COMMAND_VERSION
 
 
-ProducerCommand = InitProducer | ExpireTransactionalIds
+ProducerCommand = InitProducer | InitProducerFenceable | ExpireTransactionalIds
 
 CODEC: Final = FieldCodec({"transactional_id": "str", "retention_ms": "int", "now_ms": "int"})
 
 
 def _init_producer(state: MetadataState, cmd: InitProducer, now_ms: int) -> Outcome:
-    tid = cmd.transactional_id
+    return _init(state, cmd.transactional_id, now_ms, PRODUCER_EPOCH_MAX)
+
+
+def _init_producer_fenceable(
+    state: MetadataState, cmd: InitProducerFenceable, now_ms: int
+) -> Outcome:
+    return _init(state, cmd.transactional_id, now_ms, PRODUCER_EPOCH_MAX - 1)
+
+
+def _init(state: MetadataState, tid: str, now_ms: int, epoch_max: int) -> Outcome:
+    """A producer id and epoch; the same id with epoch + 1 while that is <= epoch_max."""
     if len(tid) > TOPIC_NAME_CHARS_MAX:
         return state, Rejected(
             REJECT_INVALID_ARGUMENT,
@@ -71,7 +97,7 @@ def _init_producer(state: MetadataState, cmd: InitProducer, now_ms: int) -> Outc
             "transactional_id",
         )
     old = state.transactional_ids.get(tid) if tid else None
-    if old is not None and old[1] < PRODUCER_EPOCH_MAX:
+    if old is not None and old[1] < epoch_max:
         producer = (old[0], old[1] + 1)  # the same id, a newer epoch: fences the old one
         next_id = state.next_producer_id
     else:  # a new id (also when the epoch would overflow, as Kafka)
@@ -139,6 +165,7 @@ DOMAIN: Final = Domain(
     commands=(
         CommandSpec(InitProducer, _init_producer, CODEC),
         CommandSpec(ExpireTransactionalIds, _expire_transactional_ids, CODEC),
+        CommandSpec(InitProducerFenceable, _init_producer_fenceable, CODEC),
     ),
     json_keys=("producers",),
     to_json=_to_json,

@@ -33,7 +33,9 @@ Rules apply() keeps:
   carried out whoever leads (the broker's driver, dmq/broker/transactions.py, re-reads the
   state after a failover and writes the markers again; markers are idempotent);
 - the markers of a coordinator abort carry the epoch + 1 (`marker_epoch`), so the
-  partitions refuse the fenced producer's late batches;
+  partitions refuse the fenced producer's late batches (a transaction never runs at
+  TXN_PRODUCER_EPOCH_MAX: `InitProducerFenceable` and the bump below never hand it out, so
+  epoch + 1 always fits; dmq/metadata/producers.py);
 - `EndTxnBumpEpoch` bumps the epoch of every transaction it decides (KIP-890 part 2): the
   transactional id's identity becomes (producer id, epoch + 1), or, once epoch + 1 reaches
   TXN_PRODUCER_EPOCH_MAX, (a new producer id, 0) as Kafka; it is recorded in

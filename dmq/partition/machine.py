@@ -68,7 +68,11 @@ in the same `raft-producers` file (its head's `transactions` key) and in the sna
 (`PartitionSnapshot.transactions`, left out while empty); every batch of either kind has
 a producer id, so the replay rule above rebuilds them too. `last_stable_offset` (the
 first offset of the oldest open transaction, else the log end) is recomputed after each
-command and read by other threads as one int.
+command and read by other threads as one int. A `TrimCommand` (the leader's, after its
+retention or compaction) shortens the aborted list the same on every replica; each
+replica keeps locally the trimmed ranges its own log still holds (`clean_below`,
+dmq/partition/transactions.py "Forgetting aborted ranges"); its checkpoint record says
+the transaction state changed, so a restart replays it like a transactional batch.
 
 Threading: every method runs on the RaftNode's tick thread, the one writer of the log.
 """
@@ -81,6 +85,7 @@ import struct
 from collections.abc import Callable, Generator, Iterable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Final
 
 import crc32c
 
@@ -218,6 +223,39 @@ class ProduceCommand:
         return cls(version, tuple(batches), log_append_time_ms)
 
 
+_TRIM_MAGIC = b"T"
+TRIM_COMMAND_VERSION: Final = 1
+# magic, version, horizon
+_TRIM_COMMAND = struct.Struct("<cBq")
+
+
+@dataclass(frozen=True, slots=True)
+class TrimCommand:
+    """Forget the aborted ranges whose marker lies below `horizon` (replicated: the
+    partition leader proposes it; dmq/partition/transactions.py, "Forgetting aborted
+    ranges"). `u8 'T' | u8 version | i64 horizon`."""
+
+    horizon: int
+
+    def encode(self) -> bytes:
+        if self.horizon < 0:
+            raise ValueError("a trim horizon is an offset")
+        return _TRIM_COMMAND.pack(_TRIM_MAGIC, TRIM_COMMAND_VERSION, self.horizon)
+
+    @classmethod
+    def decode(cls, data: bytes) -> TrimCommand:
+        if len(data) != _TRIM_COMMAND.size:
+            raise CommandDecodeError(f"trim command of {len(data)} bytes")
+        magic, version, horizon = _TRIM_COMMAND.unpack(data)
+        if magic != _TRIM_MAGIC or version != TRIM_COMMAND_VERSION or horizon < 0:
+            raise CommandDecodeError(f"unknown trim command {magic!r} {version} {horizon}")
+        return cls(horizon)
+
+
+def is_trim_command(command: bytes) -> bool:
+    return command[:1] == _TRIM_MAGIC
+
+
 @dataclass(frozen=True, slots=True)
 class PartitionSnapshot:
     """What a partition group's snapshot holds: metadata only, never segment data."""
@@ -301,6 +339,9 @@ class PartitionStateMachine:
         # producer states; last_stable_offset is read by other threads (an int).
         self.transactions = TransactionStates()
         self.last_stable_offset = 0
+        # A compaction pass covered [log start, this): no aborted record is left there
+        # (log/compaction.py). Local, not stored: 0 after a restart keeps ranges longer.
+        self.compacted_below = 0
         self.applied: Position = POSITION_NONE
         self.replayed_commands = 0  # skipped as already applied (a metric, and for tests)
         self._checkpoint_fd = -1  # appends one record per applied command
@@ -344,6 +385,8 @@ class PartitionStateMachine:
             return self._apply_delay(position, DelayCommand.decode(command))
         if is_remote_command(command):  # tiered storage: dmq/partition/remote_manifest.py
             return self._apply_remote(position, command)
+        if is_trim_command(command):
+            return self._apply_trim(position, TrimCommand.decode(command))
         produce = ProduceCommand.decode(command)
         start_offset = self.log.log_end_offset
         undo = self.producers.save_for(produce.batches)
@@ -436,6 +479,35 @@ class PartitionStateMachine:
         self.applied = position
         return answer
 
+    def _apply_trim(self, position: Position, command: TrimCommand) -> list[int | LogError]:
+        """Trim the replicated aborted list (its checkpoint record says the transaction
+        state changed, so a restart replays it from the stored state)."""
+        record = _checkpoint_record(position, self.log.log_end_offset, True)
+        try:
+            self._append_checkpoint(record)
+        except StorageWriteError as error:
+            raise ApplyDeferred(
+                f"partition {self.partition}: {error}", no_space=error.no_space
+            ) from error
+        self.transactions.trim(command.horizon, self.clean_below)
+        self.applied = position
+        return []
+
+    @property
+    def clean_below(self) -> int:
+        """This replica's log holds no record of an aborted range whose marker is below
+        it: its log start offset, or the end of its last compaction pass (local). With
+        tiered storage, segments below the local log start carry their own aborted ranges
+        in the remote manifest (taken at upload, which waits for the LSO to pass them)."""
+        return max(self.log.log_start_offset, self.compacted_below)
+
+    def after_cleaning(self, compacted_below: int | None = None) -> None:
+        """After retention (and a compaction pass that covered [start, compacted_below)):
+        forget the locally kept aborted ranges whose records are gone here."""
+        if compacted_below is not None:
+            self.compacted_below = max(self.compacted_below, compacted_below)
+        self.transactions.forget_local(self.clean_below)
+
     def _append_command(
         self, position: Position, produce: ProduceCommand
     ) -> list[int | LogError] | None:
@@ -466,7 +538,7 @@ class PartitionStateMachine:
         log_end_offset = self.log.log_end_offset
         self._append_checkpoint(_checkpoint_record(position, log_end_offset, touched))
         self.log.set_high_watermark(log_end_offset)
-        self.transactions.forget_before(self.log.log_start_offset)
+        self.transactions.forget_local(self.clean_below)
         self.last_stable_offset = self.transactions.last_stable_offset(log_end_offset)
         self.applied = position
         return results
@@ -545,7 +617,7 @@ class PartitionStateMachine:
     def _transactions_text(self) -> str | None:
         """The transaction state for a snapshot; None (left out) when there is none."""
         t = self.transactions
-        if not t.open_transactions and not t.aborted:
+        if not t.open_transactions and not t.aborted and not t.trim_horizon:
             return None
         return json.dumps(t.to_doc(), separators=(",", ":"))
 
@@ -601,6 +673,7 @@ class PartitionStateMachine:
             self._cut_to(wanted)
         elif not behind or end_offset < start:
             log.truncate_fully_and_start_at(start)
+            self.transactions = TransactionStates()  # no local data kept: none of its ranges
         self._copy_missing(wanted.log_end_offset)
         log.flush()
         log.set_high_watermark(log.log_end_offset)
@@ -610,9 +683,12 @@ class PartitionStateMachine:
         else:
             self.producers = ProducerStates.from_json(wanted.producers)
         self._restore_delay(wanted)
+        kept_data = self.transactions.aborted  # ranges the local data it kept may need
         self.transactions = TransactionStates.from_doc(
             None if wanted.transactions is None else json.loads(wanted.transactions)
         )
+        self.transactions.keep_local(kept_data)
+        self.transactions.forget_local(self.clean_below)
         self.last_stable_offset = self.transactions.last_stable_offset(log.log_end_offset)
         remote = RemoteManifest.from_json(wanted.remote)
         if remote != self.remote:

@@ -42,6 +42,7 @@ from dmq.partition.machine import (
     CopiedChunk,
     PartitionStateMachine,
     ProduceCommand,
+    TrimCommand,
 )
 from dmq.partition.remote_manifest import RemoteManifest, local_deletable
 from dmq.partition.transactions import AbortedRange, visible_records
@@ -585,9 +586,11 @@ class PartitionReplica:
             if log.config.remote_storage_enable:
                 deleted += await self.run(self._locked, self._delete_uploaded, log, now_ms)
             compacted = False
+            compacted_below: int | None = None
             if log.config.compacts:
-                plan = await self.run(self._locked, self._plan_compaction, log)
-                if plan is not None:
+                planned = await self.run(self._locked, self._plan_compaction, log)
+                if planned is not None:
+                    plan, planned_end = planned
                     loop = asyncio.get_running_loop()
                     result = await loop.run_in_executor(
                         None, compaction.build_compaction, plan, now_ms
@@ -595,8 +598,12 @@ class PartitionReplica:
                     compacted = await self.run(
                         self._locked, compaction.install_compaction, log, result
                     )
+                    compacted_below = planned_end if compacted else None
+            trim = await self.run(self._locked, self._after_cleaning, compacted_below)
             self._mirror_offsets()
-            return deleted, compacted
+        if trim is not None:
+            await self._propose_trim(trim)
+        return deleted, compacted
 
     def _delete_uploaded(self, log: PartitionLog, now_ms: int) -> int:
         """Tiered storage, under the lock: local segments past local retention go, but
@@ -623,17 +630,49 @@ class PartitionReplica:
         machine = self._machine
         return RemoteManifest() if machine is None else machine.remote
 
-    def _plan_compaction(self, log: PartitionLog) -> compaction.CompactionPlan | None:
-        """Under the lock: compaction stops at the LSO (an open transaction's records
-        stay whole) and removes the aborted transactions' records (log/compaction.py)."""
+    def _after_cleaning(self, compacted_below: int | None) -> int | None:
+        """Under the lock: forget the locally kept aborted ranges cleaning removed; on
+        the leader, the horizon to propose if the replicated list can be shortened."""
         machine = self._machine
         if machine is None:
             return None
-        return compaction.plan_compaction(
+        machine.after_cleaning(compacted_below)
+        status = self.raft.status() if self.raft is not None else None
+        if status is None or not status.is_leader:
+            return None
+        clean_below = machine.clean_below
+        return clean_below if machine.transactions.can_trim(clean_below) else None
+
+    async def _propose_trim(self, horizon: int) -> None:
+        """TrimCommand(horizon) through Raft (dmq/partition/transactions.py,
+        "Forgetting aborted ranges"); a failure waits for the next upkeep round."""
+        if self.raft is None:
+            return
+        try:
+            await self.raft.propose(
+                TrimCommand(horizon).encode(), timeout_s=self._timeout_s, wait="apply"
+            )
+        except raft_errors.RaftError as exc:
+            _log.info("partition %s: trim to %d not applied: %s", self.name, horizon, exc)
+
+    def _plan_compaction(self, log: PartitionLog) -> tuple[compaction.CompactionPlan, int] | None:
+        """Under the lock: compaction stops at the LSO (an open transaction's records
+        stay whole) and removes the aborted transactions' records (log/compaction.py).
+        With the plan, the offset its segments end at: once installed, no aborted record
+        is left below it."""
+        machine = self._machine
+        if machine is None:
+            return None
+        plan = compaction.plan_compaction(
             log,
             stable_offset=machine.last_stable_offset,
             aborted=machine.transactions.aborted,
         )
+        if plan is None:
+            return None
+        last = plan.segments[-1].base_offset
+        end = next(s.next_offset for s in log.segments if s.base_offset == last)
+        return plan, end
 
     def status(self) -> dict[str, Any]:
         """This replica's Raft and log position, for `dmq cluster status`."""

@@ -34,8 +34,21 @@ order on every replica:
 The state is replicated state, kept and stored exactly as the producer states are
 (dmq/partition/producers.py): applied in log order, saved with the applied checkpoint
 (`raft-producers`) and in the partition's snapshots, replayed from the journal after it.
-An aborted range is forgotten once the log start offset passes its marker (retention):
-no record of it can be read any more.
+
+**Forgetting aborted ranges.** A range is needed while a replica's log may still hold a
+record of it. Retention and compaction run on each replica's own clock, so the list is
+shortened by a replicated command, the same on every replica: the partition leader, once
+its own log holds nothing of the ranges ending below some offset H (its log start offset,
+or the end of its last compaction pass: a pass removes every aborted record of the
+segments it covers, log/compaction.py), proposes `TrimCommand(H)` (dmq/partition/machine.py);
+applying it drops the ranges whose marker lies below H from the replicated list and
+raises the **trim horizon** to H. A replica whose own log still holds records of a dropped
+range (its retention or compaction lags the leader's) keeps that range in a local list
+(`kept`: stored with the state and in its snapshots, never compared between replicas)
+until its own log start or compaction passes the marker. Reads and compaction use both
+lists, so read_committed returns the same records with or without trimming, on every
+replica; a snapshot carries both, and a restore keeps the ranges of the local data it
+keeps. State written before trimming (no horizon, no `kept`) reads as horizon 0.
 
 Not thread-safe: the tick thread applies, readers hold the replica's lock.
 """
@@ -124,8 +137,13 @@ class TransactionStates:
         # producer_id -> (first offset, epoch) of its open transaction; the epoch is -1 for
         # one opened before epochs were kept (a state written before the epoch bump).
         self._open: dict[int, tuple[int, int]] = {}
-        # Aborted ranges in marker order (so sorted by marker offset).
+        # Aborted ranges in marker order (so sorted by marker offset): replicated state.
         self._aborted: list[AbortedRange] = []
+        # Ranges with a marker below it were trimmed from _aborted (replicated).
+        self._horizon = 0
+        # Trimmed ranges whose records this replica's log may still hold (local state,
+        # sorted by marker; usually empty). See "Forgetting aborted ranges".
+        self._kept: list[AbortedRange] = []
 
     @property
     def open_transactions(self) -> dict[int, int]:
@@ -139,7 +157,20 @@ class TransactionStates:
 
     @property
     def aborted(self) -> list[AbortedRange]:
+        """Every range a reader or compaction of this replica must honour: the replicated
+        ones and the trimmed ones its log may still hold, sorted by marker."""
+        if not self._kept:
+            return list(self._aborted)
+        return sorted(self._aborted + self._kept, key=lambda r: r[2])
+
+    @property
+    def replicated_aborted(self) -> list[AbortedRange]:
+        """The replicated list alone (the same on every replica at a position)."""
         return list(self._aborted)
+
+    @property
+    def trim_horizon(self) -> int:
+        return self._horizon
 
     def first_open_offset(self) -> int | None:
         return min(first for first, _ in self._open.values()) if self._open else None
@@ -191,26 +222,61 @@ class TransactionStates:
         if entry is not None and kind == MARKER_ABORT:
             self._aborted.append((producer_id, entry[0], marker_offset))
 
-    def forget_before(self, log_start_offset: int) -> None:
-        """Aborted ranges that retention removed entirely are no longer needed."""
-        drop = 0
-        while drop < len(self._aborted) and self._aborted[drop][2] < log_start_offset:
-            drop += 1
-        if drop:
-            del self._aborted[:drop]
+    def can_trim(self, clean_below: int) -> bool:
+        """Whether a replicated range ends below `clean_below` (the offset below which
+        this replica's log holds no aborted record): a trim would shorten the list."""
+        return bool(self._aborted) and self._aborted[0][2] < clean_below
+
+    def trim(self, horizon: int, clean_below: int) -> None:
+        """Apply a TrimCommand(horizon) (replicated): ranges whose marker is below it
+        leave the replicated list; those this replica's log may still hold (marker at or
+        past `clean_below`, local) are kept locally."""
+        if horizon <= self._horizon:
+            return
+        self._horizon = horizon
+        i = bisect.bisect_left(self._aborted, horizon, key=lambda r: r[2])
+        dropped, self._aborted = self._aborted[:i], self._aborted[i:]
+        left = [r for r in dropped if r[2] >= clean_below]
+        if left:
+            self._kept = sorted(self._kept + left, key=lambda r: r[2])
+
+    def forget_local(self, clean_below: int) -> None:
+        """Locally kept ranges whose records this replica's retention or compaction
+        removed (marker below `clean_below`) are no longer needed here."""
+        if self._kept and self._kept[0][2] < clean_below:
+            self._kept = [r for r in self._kept if r[2] >= clean_below]
+
+    def keep_local(self, ranges: Iterable[AbortedRange]) -> None:
+        """After a restore that kept local data: the ranges that data needs and the
+        snapshot no longer lists (trimmed by a horizon this replica's log lags)."""
+        have = set(self._aborted) | set(self._kept)
+        extra = [(p, f, m) for p, f, m in ranges if (p, f, m) not in have]
+        if extra:
+            self._kept = sorted(self._kept + extra, key=lambda r: r[2])
 
     def aborted_between(self, start_offset: int, end_offset: int) -> list[AbortedRange]:
-        """Aborted ranges overlapping [start_offset, end_offset)."""
-        # Ranges end at their marker, in increasing order: skip those ending before start.
-        i = bisect.bisect_left(self._aborted, start_offset, key=lambda r: r[2])
-        return [r for r in self._aborted[i:] if r[1] < end_offset]
+        """Aborted ranges (replicated and kept) overlapping [start_offset, end_offset)."""
+        found: list[AbortedRange] = []
+        for ranges in (self._aborted, self._kept):
+            # Ranges end at their marker, in increasing order: skip those ending before start.
+            i = bisect.bisect_left(ranges, start_offset, key=lambda r: r[2])
+            found.extend(r for r in ranges[i:] if r[1] < end_offset)
+        if self._kept:
+            found.sort(key=lambda r: r[2])
+        return found
 
     def to_doc(self) -> dict[str, Any]:
-        """Canonical JSON form (sorted open producers)."""
-        return {
+        """Canonical JSON form (sorted open producers); `horizon` and `kept` only when
+        set, so a state that never trimmed is written as before."""
+        doc: dict[str, Any] = {
             "open": [[p, o, e] for p, (o, e) in sorted(self._open.items())],
             "aborted": [list(r) for r in self._aborted],
         }
+        if self._horizon:
+            doc["horizon"] = self._horizon
+        if self._kept:
+            doc["kept"] = [list(r) for r in self._kept]
+        return doc
 
     @classmethod
     def from_doc(cls, doc: dict[str, Any] | None) -> TransactionStates:
@@ -224,6 +290,8 @@ class TransactionStates:
                 int(e[0]): (int(e[1]), int(e[2]) if len(e) > 2 else -1) for e in doc["open"]
             }
             states._aborted = [(int(p), int(f), int(m)) for p, f, m in doc["aborted"]]
+            states._horizon = int(doc.get("horizon", 0))
+            states._kept = [(int(p), int(f), int(m)) for p, f, m in doc.get("kept", ())]
         except (TypeError, KeyError, ValueError, IndexError) as error:
             raise ValueError(f"malformed transaction state: {error}") from error
         return states

@@ -99,3 +99,75 @@ def test_a_prepared_commit_survives_the_coordinator_leader_kill(dmq_cluster: Any
     while read_all(survivor.url, "read_committed")[0][-1:] != [b"second"]:
         assert time.monotonic() < deadline
         time.sleep(0.1)
+
+
+def _committed_values(url: str) -> list[bytes | None]:
+    with Consumer(url, isolation="read_committed") as consumer:
+        consumer.assign([("trim", 0)])
+        values = [r.value for r in consumer.poll(timeout_ms=1000)]
+        for _ in range(3):
+            values += [r.value for r in consumer.poll(timeout_ms=200)]
+        return values
+
+
+def _stored_transactions(node: Any, topic: str) -> dict[str, Any]:
+    """The partition's transaction state as this replica stored it (`raft-producers`)."""
+    from dmq.partition.machine import PRODUCER_STATE, _read_producer_state
+
+    stored = _read_producer_state(node.partition_dir(topic, 0) / PRODUCER_STATE)
+    assert stored is not None
+    return stored[3].to_doc()
+
+
+def test_the_aborted_list_shrinks_on_every_replica_once_retention_moves_the_start(
+    dmq_cluster: Any,
+) -> None:
+    """Aborted transactions on a partition of 3 replicas, then retention (1 s, small
+    segments) moves each replica's log start past them: the leader proposes a trim and
+    every replica's stored list ends empty, with the same horizon; read_committed still
+    returns the records left, none of the aborted ones, after a restart of all."""
+    cluster: DmqCluster = dmq_cluster(
+        3, extra_args=["--retention-check-interval-ms", "200"]
+    ).start_all()
+    node = cluster.any_live()
+    body = {"name": "trim", "partitions": 1, "replication_factor": 3,
+            "config": {"segment_bytes": 1024, "retention_ms": 1500}}  # fmt: skip
+    assert node.request("POST", "/v1/topics", body).status == 201
+    cluster.leader_of("trim", 0)
+    producer = Producer(node.url, transactional_id="trim", linger_ms=0)
+    for i in range(6):
+        producer.begin_transaction()
+        producer.send("trim", b"x" * 700, partition=0)
+        producer.flush()
+        if i % 2:
+            producer.commit_transaction()
+        else:
+            producer.abort_transaction()
+    producer.close()
+    assert _committed_values(node.url) == [b"x" * 700] * 3
+    time.sleep(2.0)  # every record expires; the next records stay
+    with Producer(node.url, linger_ms=0) as plain:
+        plain.send("trim", b"kept", partition=0)
+        plain.flush()
+
+    def trimmed() -> bool:
+        leader = cluster[cluster.leader_of("trim", 0)]
+        doc = leader.json("GET", "/v1/topics/trim")
+        return bool(doc["partitions"][0].get("log_start_offset"))
+
+    wait_for(trimmed, timeout_s=20, what="retention moves the log start")
+    time.sleep(1.5)  # a few upkeep rounds: the leader proposes the trim
+    for n in cluster.live():
+        assert n.proc is not None
+        n.proc.terminate()  # a clean stop stores the state
+        n.proc.wait(15)
+    stored = [_stored_transactions(n, "trim") for n in cluster.nodes.values()]
+    assert all(s["aborted"] == [] and "kept" not in s for s in stored), stored
+    assert len({s.get("horizon") for s in stored}) == 1 and stored[0]["horizon"] > 0, stored
+    cluster.start_all()
+    url = cluster.any_live().url
+    with Producer(url, linger_ms=0) as plain:
+        plain.send("trim", b"after", partition=0)
+        plain.flush()
+    values = _committed_values(url)  # "kept" may have expired meanwhile
+    assert values in ([b"kept", b"after"], [b"after"]), values

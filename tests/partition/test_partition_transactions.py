@@ -36,7 +36,7 @@ from __future__ import annotations
 
 import json
 import tempfile
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import pytest
@@ -44,6 +44,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from dmq.metadata.machine import (
+    PRODUCER_EPOCH_MAX,
     AbortTxn,
     AddPartitionsToTxn,
     Applied,
@@ -52,6 +53,7 @@ from dmq.metadata.machine import (
     EndTxn,
     EndTxnBumpEpoch,
     InitProducer,
+    InitProducerFenceable,
     MetadataMachine,
     RegisterBroker,
     encode_command,
@@ -123,8 +125,15 @@ class World:
     """The coordinator, three partitions, the producers and the driver. `bump`: decide
     with EndTxnBumpEpoch (else EndTxn, as before the bump)."""
 
-    def __init__(self, root: Path, *, bump: bool = True) -> None:
+    def __init__(
+        self, root: Path, *, bump: bool = True, first_epoch: int = 0, fenceable: bool = True
+    ) -> None:
         self.bump = bump
+        # Transactional ids start at this epoch (near PRODUCER_EPOCH_MAX: the boundary);
+        # `fenceable`: producers start with InitProducerFenceable (as brokers), else
+        # InitProducer (which hands out the last epoch).
+        self.first_epoch = first_epoch
+        self.fenceable = fenceable and bump
         self.meta = MetadataMachine()
         self.now = 1_000
         self._meta(RegisterBroker("n1", "127.0.0.1:1", "127.0.0.1:2", self.now))
@@ -158,7 +167,13 @@ class World:
         return (tid, txn.producer_epoch, txn.started_ms)
 
     def init(self, tid: str) -> None:
-        result = self._meta(InitProducer(tid, self.now))
+        state = self.meta.state
+        if self.first_epoch and tid not in state.transactional_ids:
+            pid = state.next_producer_id  # as if started first_epoch times before
+            tids = {**state.transactional_ids, tid: (pid, self.first_epoch - 1, self.now)}
+            self.meta.state = replace(state, transactional_ids=tids, next_producer_id=pid + 1)
+        init = InitProducerFenceable if self.fenceable else InitProducer
+        result = self._meta(init(tid, self.now))
         assert isinstance(result, Applied) and result.producer is not None
         self.producers[tid] = result.producer
 
@@ -421,6 +436,71 @@ def test_every_transaction_is_visible_everywhere_or_nowhere(steps: list[tuple]) 
         world.check_atomic()
 
 
+# Epoch 32,767 (PRODUCER_EPOCH_MAX): producers start a few epochs below it, so inits and
+# decisions cross it; the same checks (a late batch refused after its marker, every
+# transaction all or nothing) hold at the boundary.
+BOUNDARY_STEP = st.one_of(
+    st.tuples(st.just("init"), st.sampled_from(TIDS)),
+    st.tuples(st.just("produce"), st.sampled_from(TIDS), st.integers(0, PARTITIONS - 1)),
+    st.tuples(st.just("delayed"), st.sampled_from(TIDS), st.integers(0, PARTITIONS - 1)),
+    st.tuples(st.just("deliver"), st.integers(0, 5)),
+    st.tuples(st.just("commit"), st.sampled_from(TIDS)),
+    st.tuples(st.just("abort"), st.sampled_from(TIDS)),
+    st.tuples(
+        st.just("coordinator"),
+    ),
+    st.tuples(st.just("markers"), st.sampled_from(TIDS), st.integers(0, 7), st.booleans()),
+    st.tuples(st.just("time"), st.integers(0, 2 * TIMEOUT_MS)),
+)
+
+
+def _run_at_the_boundary(steps: list[tuple], first_epoch: int, fenceable: bool) -> World:  # type: ignore[type-arg]
+    with tempfile.TemporaryDirectory() as root:
+        world = World(Path(root), first_epoch=first_epoch, fenceable=fenceable)
+        for tid in TIDS:
+            world.init(tid)
+        run(world, steps)
+        world.settle()
+        for _ in range(len(world.delayed)):
+            world.deliver(0)
+            world.check_no_dirty_read()
+        world.settle()
+        world.check_atomic()
+        for part in world.parts:
+            part.machine.close()
+            part.machine.log.close()
+        return world
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(BOUNDARY_STEP, min_size=8, max_size=30), st.integers(32_760, 32_767))
+def test_at_the_last_epoch_every_transaction_still_fences_its_late_batches(
+    steps: list[tuple],
+    first_epoch: int,  # type: ignore[type-arg]
+) -> None:
+    world = _run_at_the_boundary(steps, first_epoch, fenceable=True)
+    assert all(e < PRODUCER_EPOCH_MAX for _, e in world.producers.values())
+
+
+# A producer started at the last epoch it can be given (32,766; InitProducer: 32,767)
+# opens a transaction, a batch is delayed, a new instance starts (the coordinator aborts
+# the old transaction), the batch arrives.
+LAST_EPOCH_FENCE = [
+    ("produce", "t1", 0), ("delayed", "t1", 1), ("init", "t1"), ("coordinator",),
+    ("markers", "t1", 0, True), ("deliver", 0),
+]  # fmt: skip
+
+
+def test_a_new_instance_at_the_last_epoch_moves_to_a_new_id_and_fences_the_old() -> None:
+    world = _run_at_the_boundary(LAST_EPOCH_FENCE, PRODUCER_EPOCH_MAX - 1, fenceable=True)
+    assert world.late_refused == 1
+    assert world.producers["t1"][1] == 0  # a new producer id, epoch 0
+    # InitProducer (older journals) hands out the last epoch: the abort's marker cannot
+    # be bumped, and the late batch is taken (a transaction nothing closes).
+    with pytest.raises(AssertionError, match="Delayed"):
+        _run_at_the_boundary(LAST_EPOCH_FENCE, PRODUCER_EPOCH_MAX, fenceable=False)
+
+
 # The two races, one by one: a produce of transaction N delayed past N's markers, and a
 # duplicate marker of N after N + 1's first batch.
 LATE_BATCH = [
@@ -494,8 +574,8 @@ def test_markers_round_trip_and_the_state_survives_a_snapshot_document() -> None
     again = TransactionStates.from_doc(doc)
     assert again.to_doc() == states.to_doc() and again.open_epoch(5) == 2
     assert again.last_stable_offset(30) == 20 and again.aborted_between(0, 30) == [(5, 10, 14)]
-    again.forget_before(15)
-    assert again.aborted == []
+    again.trim(15, clean_below=15)  # a TrimCommand past its marker, the records gone here
+    assert again.aborted == [] and again.trim_horizon == 15
     # A state stored before the epoch bump: open transactions without their epoch.
     old = TransactionStates.from_doc({"open": [[5, 20]], "aborted": []})
     assert old.open_transactions == {5: 20} and old.open_epoch(5) == -1
