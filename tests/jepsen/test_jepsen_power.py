@@ -7,6 +7,10 @@
 - a row is read from results.json (verdict, anomaly counts, faults in order), and the
   anomalies that caught a run are listed most frequent first;
 - `all` expands to every planted bug and then the correct build, once each;
+- each build runs with the workloads its bug needs (WORKLOADS): the share, transaction
+  and delay bugs with theirs, the older bugs with none beyond the log and groups, and the
+  correct build with every one of them at the largest count any bug asks; the options
+  become jepsen.run arguments that its parser accepts;
 - a campaign (jepsen/campaign.py) draws distinct seeds, the same for the same campaign
   seed, and its summary sums verdicts and anomalies and names the seeds to rerun.
 """
@@ -16,6 +20,7 @@ from __future__ import annotations
 from dmq.planted import PLANTED_BUGS
 from jepsen.power import (
     CORRECT,
+    WORKLOADS,
     Row,
     builds,
     caught_by,
@@ -24,6 +29,8 @@ from jepsen.power import (
     row_from_results,
     runs_table,
     tally,
+    workload_args,
+    workloads_for,
 )
 
 
@@ -79,6 +86,26 @@ def test_all_is_every_planted_bug_then_the_correct_build() -> None:
     assert builds(["all"]) == [*PLANTED_BUGS, CORRECT]
     assert builds(["none", "all"]) == [CORRECT, *PLANTED_BUGS]
     assert builds(["stale-read", "stale-read"]) == ["stale-read"]
+
+
+def test_each_build_runs_the_workloads_its_bug_needs_and_none_runs_them_all() -> None:
+    from jepsen.run import parse
+
+    assert set(WORKLOADS) <= set(PLANTED_BUGS)
+    assert workload_args(workloads_for("share-double-delivery")) == ["--share-workers", "3"]
+    assert workload_args(workloads_for("delay-early")) == ["--delay-workers", "1"]
+    for bug in ("read-committed-leak", "txn-partial-markers"):
+        assert workload_args(workloads_for(bug)) == ["--ctp", "--txn-workers", "3"]
+    for bug in ("ack-before-commit", "no-fsync", "stale-read", "lease-read"):
+        assert workloads_for(bug) == {} and workload_args({}) == []
+    union = workloads_for(CORRECT)
+    assert union == {"--delay-workers": 1, "--ctp": True, "--share-workers": 3, "--txn-workers": 3}
+    for options in WORKLOADS.values():
+        assert all(union[o] is v or union[o] >= v for o, v in options.items())
+    # a zero or False option is left out
+    assert workload_args({"--txn-workers": 0, "--ctp": False}) == []
+    args = parse(["--seed", "1", *workload_args(union)])
+    assert (args.ctp, args.delay_workers, args.share_workers, args.txn_workers) == (True, 1, 3, 3)
 
 
 def test_a_campaign_draws_the_same_distinct_seeds_and_sums_its_runs() -> None:
