@@ -40,17 +40,26 @@ def draw_seeds(campaign_seed: int, runs: int) -> list[int]:
 
 
 def summary(rows: list[Row]) -> str:
-    """Counts of each verdict, each anomaly's total and the seeds to rerun."""
+    """Counts of each verdict, the fault windows of each kind, the sends (acknowledged),
+    each anomaly's total and the seeds to rerun."""
     verdicts = {v: sum(r.valid == v for r in rows) for v in ("valid", "invalid", "unknown")}
     anomalies: dict[str, int] = {}
+    kinds: dict[str, int] = {}
     for row in rows:
         for name, count in row.anomalies.items():
             anomalies[name] = anomalies.get(name, 0) + count
+        for fault in row.faults:
+            kind = fault.partition("/")[0]
+            kinds[kind] = kinds.get(kind, 0) + 1
     rerun = [f"{r.seed} ({r.valid})" for r in rows if r.valid != "valid"]
+    faults = ", ".join(f"{k} {v}" for k, v in sorted(kinds.items())) or "none"
+    sends = f"{sum(r.sends for r in rows)} ({sum(r.sends_ok for r in rows)})"
     lines = [
-        "| runs | valid | invalid | unknown | anomalies (total) | seeds to rerun |",
-        "|---|---|---|---|---|---|",
+        "| runs | valid | invalid | unknown | fault windows (by kind) | sends (ok) "
+        "| anomalies (total) | seeds to rerun |",
+        "|---|---|---|---|---|---|---|---|",
         f"| {len(rows)} | {verdicts['valid']} | {verdicts['invalid']} | {verdicts['unknown']} | "
+        f"{faults} | {sends} | "
         + (", ".join(f"{k} {v}" for k, v in sorted(anomalies.items())) or "none")
         + f" | {', '.join(rerun) or 'none'} |",
     ]

@@ -66,6 +66,8 @@ class Row:
     wall_s: float
     harness_error: str | None = None
     directory: str = ""
+    sends: int = 0  # the log workload's sends, and those acknowledged
+    sends_ok: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -90,6 +92,7 @@ class Power:
 
 def row_from_results(bug: str, seed: int, doc: dict[str, Any], wall_s: float) -> Row:
     """A row from a run's results.json."""
+    log = doc.get("checkers", {}).get("log", {}).get("stats", {})
     return Row(
         bug=bug,
         seed=seed,
@@ -98,6 +101,8 @@ def row_from_results(bug: str, seed: int, doc: dict[str, Any], wall_s: float) ->
         faults=[u["fault"] for u in doc.get("unavailability", [])],
         wall_s=round(wall_s, 1),
         harness_error=doc.get("harness_error"),
+        sends=int(log.get("sends", 0)),
+        sends_ok=int(log.get("sends_ok", 0)),
     )
 
 
@@ -143,16 +148,18 @@ def power_table(rows: list[Row]) -> str:
 
 
 def runs_table(rows: list[Row]) -> str:
-    """One line per run (markdown): verdict, the anomalies that caught it, the faults."""
+    """One line per run (markdown): verdict, the anomalies that caught it, the faults,
+    the log workload's sends (acknowledged)."""
     lines = [
-        "| build | seed | result | anomalies (count) | faults that ran | wall s |",
-        "|---|---|---|---|---|---|",
+        "| build | seed | result | anomalies (count) | faults that ran | sends (ok) | wall s |",
+        "|---|---|---|---|---|---|---|",
     ]
     for r in rows:
         result = r.valid + (" (harness error)" if r.harness_error else "")
         faults = ", ".join(r.faults) or "none"
         lines.append(
-            f"| {r.bug} | {r.seed} | {result} | {caught_by(r)} | {faults} | {r.wall_s:.0f} |"
+            f"| {r.bug} | {r.seed} | {result} | {caught_by(r)} | {faults} | "
+            f"{r.sends} ({r.sends_ok}) | {r.wall_s:.0f} |"
         )
     return "\n".join(lines)
 
@@ -274,8 +281,10 @@ def main(argv: list[str] | None = None) -> int:
         flush=True,
     )
     for bug in builds(args.bug):
+        workload = workload_args(workloads_for(bug))
+        print(f"  {bug}: workloads {' '.join(workload) or 'log and groups only'}", flush=True)
         for seed in range(args.first_seed, args.first_seed + args.seeds):
-            row = run_one(args, bug, seed, workload_args(workloads_for(bug)))
+            row = run_one(args, bug, seed, workload)
             rows.append(row)
             print(f"  {bug} seed {seed}: {row.valid}: {caught_by(row)} ({row.wall_s:.0f} s)",
                   flush=True)  # fmt: skip

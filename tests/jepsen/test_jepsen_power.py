@@ -12,10 +12,13 @@
   correct build with every one of them at the largest count any bug asks; the options
   become jepsen.run arguments that its parser accepts;
 - a campaign (jepsen/campaign.py) draws distinct seeds, the same for the same campaign
-  seed, and its summary sums verdicts and anomalies and names the seeds to rerun.
+  seed, and its summary sums verdicts, fault windows by kind, sends (acknowledged) and
+  anomalies and names the seeds to rerun.
 """
 
 from __future__ import annotations
+
+from dataclasses import asdict
 
 from dmq.planted import PLANTED_BUGS
 from jepsen.power import (
@@ -78,6 +81,11 @@ def test_a_row_reads_results_json_and_names_what_caught_it() -> None:
     }
     found = row_from_results("ack-before-commit", 4, doc, 61.26)
     assert found.faults == ["partition/leader", "power/all"] and found.wall_s == 61.3
+    assert (found.sends, found.sends_ok) == (0, 0)  # no log stats: none counted
+    doc["checkers"] = {"log": {"stats": {"sends": 812, "sends_ok": 790}}}
+    counted = row_from_results("ack-before-commit", 4, doc, 61.26)
+    assert (counted.sends, counted.sends_ok) == (812, 790)
+    assert "| 812 (790) | 61 |" in runs_table([counted])
     assert caught_by(found) == "log:lost-write 7, log:unseen 2"
     assert caught_by(row(CORRECT, 1, "valid")) == "none"
 
@@ -120,8 +128,12 @@ def test_a_campaign_draws_the_same_distinct_seeds_and_sums_its_runs() -> None:
         row(CORRECT, 13, "unknown"),
         row(CORRECT, 14, "invalid", **{"log:stale-read": 1, "log:lost-write": 4}),
     ]
+    rows[1] = Row(**{**asdict(rows[1]), "sends": 100, "sends_ok": 90})
+    rows[3] = Row(**{**asdict(rows[3]), "faults": ["kill/leader", "partition/leader"]})
     line = summary(rows).splitlines()[-1]
-    assert line.startswith("| 4 | 1 | 2 | 1 | log:lost-write 4, log:stale-read 3 |"), line
+    assert line.startswith(
+        "| 4 | 1 | 2 | 1 | kill 1, partition 4 | 100 (90) | log:lost-write 4, log:stale-read 3 |"
+    ), line
     assert "12 (invalid), 13 (unknown), 14 (invalid)" in line
 
 
