@@ -11,6 +11,8 @@
   and delay bugs with theirs, the older bugs with none beyond the log and groups, and the
   correct build with every one of them at the largest count any bug asks; the options
   become jepsen.run arguments that its parser accepts;
+- a campaign with a budget starts no run once the budget is spent (campaign.json holds
+  the runs it made); without one it makes every run;
 - a campaign (jepsen/campaign.py) draws distinct seeds, the same for the same campaign
   seed, and its summary sums verdicts, fault windows by kind, sends (acknowledged) and
   anomalies and names the seeds to rerun.
@@ -18,7 +20,11 @@
 
 from __future__ import annotations
 
+import json
 from dataclasses import asdict
+from pathlib import Path
+
+import pytest
 
 from dmq.planted import PLANTED_BUGS
 from jepsen.power import (
@@ -135,6 +141,29 @@ def test_a_campaign_draws_the_same_distinct_seeds_and_sums_its_runs() -> None:
         "| 4 | 1 | 2 | 1 | kill 1, partition 4 | 100 (90) | log:lost-write 4, log:stale-read 3 |"
     ), line
     assert "12 (invalid), 13 (unknown), 14 (invalid)" in line
+
+
+def test_a_campaign_starts_no_run_once_its_budget_is_spent(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import jepsen.campaign as campaign
+
+    clock = iter(range(0, 1000, 10))  # each look at the clock: 10 s later
+    started: list[int] = []
+
+    def fake_run(args: object, bug: str, seed: int) -> Row:
+        started.append(seed)
+        return row(bug, seed, "valid")
+
+    monkeypatch.setattr(campaign, "run_one", fake_run)
+    monkeypatch.setattr(campaign.time, "monotonic", lambda: float(next(clock)))
+    argv = ["--runs", "8", "--campaign-seed", "3", "--dir", str(tmp_path)]
+    assert campaign.main([*argv, "--budget-s", "25"]) == 0
+    # began at 0 s; the looks at 10 and 20 s start a run each, the one at 30 s none
+    assert started == campaign.draw_seeds(3, 8)[:2]
+    assert len(json.loads((tmp_path / "campaign.json").read_text())) == 2
+    started.clear()
+    assert campaign.main(argv) == 0 and len(started) == 8
 
 
 def test_a_windows_unavailability_ends_where_the_next_window_starts() -> None:
