@@ -3,6 +3,7 @@ seeds drawn at random, one after another, then a summary table.
 
     python -m jepsen.campaign --runs 100            # make jepsen-campaign N=100
     python -m jepsen.campaign --runs 3 --campaign-seed 7 --time-limit-s 60
+    python -m jepsen.campaign --runs 100 --time-limit-s 45 --budget-s 3600   # an hour's worth
 
 Each run is `python -m jepsen.run` with 5 nodes, the full nemesis (FULL_NEMESIS) and the
 time limit given; the seeds come from `--campaign-seed` (printed, so a campaign can be
@@ -10,6 +11,8 @@ drawn again) and each invalid or unknown run names the seed that reproduces it. 
 go one at a time (never two at once: the machine is shared). `<dir>/campaign.json`
 holds every row, written after each run. Exit status 0 when every run was valid, 1 if
 one was invalid, 2 if none was invalid but one ended unknown (a harness error).
+With `--budget-s S` no run starts once S seconds have passed since the campaign began
+(the run under way ends whole): the campaign stops early, with fewer runs, and says so.
 """
 
 from __future__ import annotations
@@ -40,17 +43,26 @@ def draw_seeds(campaign_seed: int, runs: int) -> list[int]:
 
 
 def summary(rows: list[Row]) -> str:
-    """Counts of each verdict, each anomaly's total and the seeds to rerun."""
+    """Counts of each verdict, the fault windows of each kind, the sends (acknowledged),
+    each anomaly's total and the seeds to rerun."""
     verdicts = {v: sum(r.valid == v for r in rows) for v in ("valid", "invalid", "unknown")}
     anomalies: dict[str, int] = {}
+    kinds: dict[str, int] = {}
     for row in rows:
         for name, count in row.anomalies.items():
             anomalies[name] = anomalies.get(name, 0) + count
+        for fault in row.faults:
+            kind = fault.partition("/")[0]
+            kinds[kind] = kinds.get(kind, 0) + 1
     rerun = [f"{r.seed} ({r.valid})" for r in rows if r.valid != "valid"]
+    faults = ", ".join(f"{k} {v}" for k, v in sorted(kinds.items())) or "none"
+    sends = f"{sum(r.sends for r in rows)} ({sum(r.sends_ok for r in rows)})"
     lines = [
-        "| runs | valid | invalid | unknown | anomalies (total) | seeds to rerun |",
-        "|---|---|---|---|---|---|",
+        "| runs | valid | invalid | unknown | fault windows (by kind) | sends (ok) "
+        "| anomalies (total) | seeds to rerun |",
+        "|---|---|---|---|---|---|---|---|",
         f"| {len(rows)} | {verdicts['valid']} | {verdicts['invalid']} | {verdicts['unknown']} | "
+        f"{faults} | {sends} | "
         + (", ".join(f"{k} {v}" for k, v in sorted(anomalies.items())) or "none")
         + f" | {', '.join(rerun) or 'none'} |",
     ]
@@ -67,6 +79,12 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--nemesis", default=FULL_NEMESIS)
     p.add_argument("--time-limit-s", type=float, default=60.0)
     p.add_argument("--run-arg", action="append", default=[], help="an extra jepsen.run argument")
+    p.add_argument(
+        "--budget-s",
+        type=float,
+        default=None,
+        help="start no run once this many seconds have passed (default: no limit)",
+    )
     p.add_argument("--dir", type=Path, default=None, help="default: jepsen/store/campaign-<time>")
     args = p.parse_args(argv)
     if args.campaign_seed is None:
@@ -86,7 +104,12 @@ def main(argv: list[str] | None = None) -> int:
         flush=True,
     )
     rows: list[Row] = []
+    began = time.monotonic()
     for k, seed in enumerate(seeds, 1):
+        if args.budget_s is not None and time.monotonic() - began >= args.budget_s:
+            print(f"  budget of {args.budget_s:g} s spent: {len(rows)} of {args.runs} runs",
+                  flush=True)  # fmt: skip
+            break
         row = run_one(args, CORRECT, seed)
         rows.append(row)
         print(f"  {k}/{args.runs} seed {seed}: {row.valid}: {caught_by(row)}", flush=True)

@@ -6,7 +6,10 @@
 
 For each build (a planted bug of dmq/planted.py, or `none`) it runs `python -m
 jepsen.run` on seeds 1..N one after another (never two at once: the machine is shared),
-each with the same setup (3 nodes, the default nemesis set, 45 s), and prints a table:
+each with the same setup (3 nodes, the default nemesis set, 45 s) plus the workloads
+that bug needs (WORKLOADS: a bug of the share group, the transactions or delayed
+delivery shows only while that workload runs; the correct build runs with every
+workload any bug needs, so "valid on every seed" covers them all), and prints a table:
 for a planted bug how many seeds ended invalid (the bug was caught), for the correct
 build how many ended valid, and per run the anomalies that caught it. A run that ends
 unknown (a harness error) counts as neither: it is shown in its own column, and the
@@ -27,7 +30,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -39,6 +42,16 @@ DEFAULT_NEMESIS = "partition,kill,pause,power"
 RUN_SLACK_S = 600.0  # beyond the time limit: start, heal, final reads, checkers
 STOP_GRACE_S = 60.0  # after SIGTERM, for the run to heal and kill its brokers
 STORE = Path("jepsen") / "store"
+
+# The jepsen.run workloads beyond the log and consumer-group ones (always on) that each
+# planted bug needs to show: option -> value (an int count, or True for a flag). A bug not
+# listed needs none. The correct build gets the union (the largest count of each).
+WORKLOADS: dict[str, dict[str, int | bool]] = {
+    "delay-early": {"--delay-workers": 1},
+    "read-committed-leak": {"--txn-workers": 3, "--ctp": True},
+    "share-double-delivery": {"--share-workers": 3},
+    "txn-partial-markers": {"--txn-workers": 3, "--ctp": True},
+}
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,6 +66,8 @@ class Row:
     wall_s: float
     harness_error: str | None = None
     directory: str = ""
+    sends: int = 0  # the log workload's sends, and those acknowledged
+    sends_ok: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,6 +92,7 @@ class Power:
 
 def row_from_results(bug: str, seed: int, doc: dict[str, Any], wall_s: float) -> Row:
     """A row from a run's results.json."""
+    log = doc.get("checkers", {}).get("log", {}).get("stats", {})
     return Row(
         bug=bug,
         seed=seed,
@@ -85,6 +101,8 @@ def row_from_results(bug: str, seed: int, doc: dict[str, Any], wall_s: float) ->
         faults=[u["fault"] for u in doc.get("unavailability", [])],
         wall_s=round(wall_s, 1),
         harness_error=doc.get("harness_error"),
+        sends=int(log.get("sends", 0)),
+        sends_ok=int(log.get("sends_ok", 0)),
     )
 
 
@@ -130,16 +148,18 @@ def power_table(rows: list[Row]) -> str:
 
 
 def runs_table(rows: list[Row]) -> str:
-    """One line per run (markdown): verdict, the anomalies that caught it, the faults."""
+    """One line per run (markdown): verdict, the anomalies that caught it, the faults,
+    the log workload's sends (acknowledged)."""
     lines = [
-        "| build | seed | result | anomalies (count) | faults that ran | wall s |",
-        "|---|---|---|---|---|---|",
+        "| build | seed | result | anomalies (count) | faults that ran | sends (ok) | wall s |",
+        "|---|---|---|---|---|---|---|",
     ]
     for r in rows:
         result = r.valid + (" (harness error)" if r.harness_error else "")
         faults = ", ".join(r.faults) or "none"
         lines.append(
-            f"| {r.bug} | {r.seed} | {result} | {caught_by(r)} | {faults} | {r.wall_s:.0f} |"
+            f"| {r.bug} | {r.seed} | {result} | {caught_by(r)} | {faults} | "
+            f"{r.sends} ({r.sends_ok}) | {r.wall_s:.0f} |"
         )
     return "\n".join(lines)
 
@@ -165,15 +185,39 @@ def builds(names: list[str]) -> list[str]:
     return out
 
 
-def run_one(args: argparse.Namespace, bug: str, seed: int) -> Row:
-    """`python -m jepsen.run` for one build and seed, in a session of its own (so a run
-    that overruns its budget is stopped, brokers included)."""
+def workloads_for(bug: str) -> dict[str, int | bool]:
+    """The workload options a build runs with: its bug's, or for the correct build every
+    bug's (the largest count of each option)."""
+    if bug != CORRECT:
+        return dict(WORKLOADS.get(bug, {}))
+    union: dict[str, int | bool] = {}
+    for options in WORKLOADS.values():
+        for option, value in options.items():
+            union[option] = max(union.get(option, value), value)
+    return union
+
+
+def workload_args(options: dict[str, int | bool]) -> list[str]:
+    """jepsen.run arguments for workload options (sorted: one spelling per build)."""
+    out: list[str] = []
+    for option, value in sorted(options.items()):
+        if value is True:
+            out.append(option)
+        elif value:
+            out += [option, str(value)]
+    return out
+
+
+def run_one(args: argparse.Namespace, bug: str, seed: int, workload: Sequence[str] = ()) -> Row:
+    """`python -m jepsen.run` for one build and seed with the workload arguments given,
+    in a session of its own (so a run that overruns its budget is stopped, brokers
+    included)."""
     directory = args.dir / f"{bug}-seed{seed}"
     command = [
         sys.executable, "-m", "jepsen.run",
         "--nodes", str(args.nodes), "--nemesis", args.nemesis,
         "--time-limit-s", str(args.time_limit_s), "--seed", str(seed),
-        "--dir", str(directory), *args.run_arg,
+        "--dir", str(directory), *workload, *args.run_arg,
     ]  # fmt: skip
     if bug != CORRECT:
         command += ["--planted-bug", bug]
@@ -237,8 +281,10 @@ def main(argv: list[str] | None = None) -> int:
         flush=True,
     )
     for bug in builds(args.bug):
+        workload = workload_args(workloads_for(bug))
+        print(f"  {bug}: workloads {' '.join(workload) or 'log and groups only'}", flush=True)
         for seed in range(args.first_seed, args.first_seed + args.seeds):
-            row = run_one(args, bug, seed)
+            row = run_one(args, bug, seed, workload)
             rows.append(row)
             print(f"  {bug} seed {seed}: {row.valid}: {caught_by(row)} ({row.wall_s:.0f} s)",
                   flush=True)  # fmt: skip

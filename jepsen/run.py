@@ -25,11 +25,14 @@ from typing import Any
 from dmq.planted import PLANTED_BUGS
 from jepsen import final
 from jepsen.checker import UNKNOWN, Verdict, merge
+from jepsen.checker.delay import RUN_NAMES as DELAY_NAMES
+from jepsen.checker.delay import check_delay
 from jepsen.checker.groups import check_groups
 from jepsen.checker.log import check_log
 from jepsen.checker.share import check_share
 from jepsen.checker.txn import check_ctp, check_txn
 from jepsen.cluster import RETRIABLE, Cluster, HarnessError, http
+from jepsen.delay import DelayWorker, create_run_topic, final_delay_read
 from jepsen.focus import Focus
 from jepsen.groups import GroupClient, GroupWorker, final_drain
 from jepsen.history import NEMESIS, History
@@ -109,6 +112,13 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
         action="store_true",
         help="brokers with --auth on; the harness sends a superuser token drawn per run",
     )
+    p.add_argument(
+        "--delay-workers",
+        type=int,
+        default=0,
+        help="delayed-delivery clients on their own topic (jepsen/delay.py DelayWorker; "
+        "default 0: none)",
+    )
     p.add_argument("--dir", type=Path, default=None, help="default: jepsen/store/<time>-seed<seed>")
     args = p.parse_args(argv)
     items = [] if args.nemesis in ("", "none") else args.nemesis.split(",")
@@ -160,7 +170,9 @@ def run_phases(
         create_txn_topic(cluster, min(args.replication_factor, args.nodes))
     if args.ctp:
         setup_ctp(cluster, min(args.replication_factor, args.nodes))
-    workers: list[Worker | GroupWorker | ShareWorker | TxnWorker] = [
+    if args.delay_workers:
+        create_run_topic(cluster, min(args.replication_factor, args.nodes))
+    workers: list[Worker | GroupWorker | ShareWorker | TxnWorker | DelayWorker] = [
         Worker(
             Client(cluster, history, TOPIC, k, idempotent=args.idempotent),
             processes,
@@ -190,6 +202,11 @@ def run_phases(
     if args.ctp:
         ctp = CtpClient(cluster, history, 0)
         workers.append(CtpWorker(ctp, processes, args.seed * 1000 + 900, stop))
+    delayers = [
+        DelayWorker(cluster, history, k, processes, args.seed * 1000 + 950 + k, stop)
+        for k in range(args.delay_workers)
+    ]
+    workers += delayers
     for worker in workers:
         worker.start()
     began = time.monotonic()
@@ -222,6 +239,8 @@ def run_phases(
         final_txn_read(cluster, history, processes)
     if args.ctp:
         final_ctp_read(cluster, history, processes)
+    if delayers:
+        final_delay_read(cluster, history, delayers, next(processes))
     final.wait_caught_up(cluster)
     final.replica_reads(cluster, history, TOPIC, args.partitions, processes)
 
@@ -312,6 +331,8 @@ def report(
         verdicts["txn"] = check_txn(ops)
     if args.ctp:
         verdicts["ctp"] = check_ctp(ops)
+    if args.delay_workers:
+        verdicts["delay"] = check_delay(ops, DELAY_NAMES)
     valid = merge(verdicts)
     if harness_error is not None:
         # An interrupted run proves nothing valid, and without its final reads and group
@@ -319,7 +340,7 @@ def report(
         # the other anomalies make it invalid.
         unproven = {
             ("log", "unseen"), ("group-queue", "lost"), ("share", "lost"),
-            ("txn", "lost-committed-write"),
+            ("txn", "lost-committed-write"), ("delay", "lost"), ("delay", "no-final-read"),
         }  # fmt: skip
         proven = [
             k for name, v in verdicts.items() for k in v.anomalies if (name, k) not in unproven
@@ -337,6 +358,7 @@ def report(
         "idempotent": args.idempotent,
         "txn_workers": args.txn_workers,
         "ctp": args.ctp,
+        "delay_workers": args.delay_workers,
         "schedule": [
             {"start_s": w.start_s, "stop_s": w.stop_s, "faults": [f"{k}/{v}" for k, v in w.faults]}
             for w in args.schedule

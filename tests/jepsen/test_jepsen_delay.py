@@ -5,6 +5,11 @@ jepsen/checker/delay.py):
   type: a record polled before its deliver_at (early), one value at two offsets
   (duplicated), a scheduled record missing from the final read (lost), a cancelled one
   delivered, a value nobody sent;
+- a cancel whose outcome is unknown makes its record neither lost when missing nor
+  cancelled-delivered when present; a refused cancel (fail) leaves it due (lost if
+  missing);
+- with jepsen.run's names (RUN_NAMES, `delay-` prefixed) the same history is checked the
+  same, and the log workload's own `poll` / `final-poll` operations are not read;
 - live, on three real brokers with the partition leader killed (kill -9) and restarted
   mid-run: `python -m jepsen.delay` is valid (exit 0) with records scheduled, cancelled
   and delivered; with the planted bug `delay-early` (the release duty runs 2 s ahead)
@@ -20,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from jepsen.checker import INVALID, VALID
-from jepsen.checker.delay import check_delay
+from jepsen.checker.delay import NAMES, RUN_NAMES, check_delay
 from jepsen.history import Op
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -29,6 +34,10 @@ ROOT = Path(__file__).resolve().parents[2]
 class H:
     def __init__(self) -> None:
         self.ops: list[Op] = []
+
+    def extend(self, other: H) -> H:
+        self.ops += other.ops
+        return self
 
     def add(self, type_: str, f: str, value: Any) -> H:
         self.ops.append(Op(len(self.ops), float(len(self.ops)), 0, type_, f, "n1", value))
@@ -54,7 +63,38 @@ def base() -> H:
 def test_a_valid_history_passes() -> None:
     v = check_delay(base().poll([[0, "a"], [1, "b"], [2, "c"]], 9_000, "final-poll").ops)
     assert v.valid == VALID, v.anomalies
-    assert v.stats == {"scheduled": 3, "cancelled": 1, "delivered": 3, "early": 0}
+    assert v.stats == {
+        "scheduled": 3, "cancelled": 1, "cancel_unknown": 0, "delivered": 3, "early": 0,
+    }  # fmt: skip
+
+
+def test_an_unknown_cancel_is_neither_lost_nor_cancelled_delivered() -> None:
+    final = [[0, "a"], [1, "b"], [2, "c"]]
+    h = base().send("e", 5_000).add("invoke", "cancel", {"value": "e"})
+    h.add("info", "cancel", {"value": "e", "error": "timeout"})
+    for records in (final, [*final, [3, "e"]]):
+        v = check_delay(H().extend(h).poll(records, 9_000, "final-poll").ops)
+        assert v.valid == VALID and v.stats["cancel_unknown"] == 1, v.anomalies
+    refused = base().send("e", 5_000).add("invoke", "cancel", {"value": "e"})
+    refused.add("fail", "cancel", {"value": "e", "status": 404})
+    v = check_delay(refused.poll(final, 9_000, "final-poll").ops)
+    assert v.valid == INVALID and v.anomalies["lost"] == [{"value": "e", "deliver_at": 5_000}]
+
+
+def test_run_names_check_the_same_and_leave_the_log_workloads_polls_alone() -> None:
+    final = [[0, "a"], [1, "b"], [2, "c"]]
+    for records, valid in ((final, VALID), ([[0, "a"], [2, "c"]], INVALID)):
+        h = base().poll(records, 9_000, "final-poll")
+        renamed = [
+            Op(o.index, o.time, o.process, o.type, RUN_NAMES[k], o.node, o.value)
+            for o in h.ops
+            for k, name in NAMES.items()
+            if o.f == name
+        ]
+        # the log workload's operations of the same names, with values nobody scheduled
+        log = H().poll([[0, "x"], [0, "y"]], 1).poll([], 2, "final-poll").ops
+        v = check_delay([*renamed, *log], RUN_NAMES)
+        assert v.valid == valid and v.stats["scheduled"] == 3, v.anomalies
 
 
 def test_each_anomaly_is_flagged_with_its_type() -> None:
