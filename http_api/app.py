@@ -17,7 +17,7 @@ from aiohttp import web
 from dmq import errors
 from dmq.broker import Acks, Broker, Consistency, FetchResult, TopicDescription
 from dmq.types import PARTITION_COUNT_HEADER
-from http_api import codec, transactions
+from http_api import auth, codec, transactions
 from http_api.auth import AUTH_ROUTES, auth_middleware, may
 from http_api.console import CONSOLE_ROUTES
 from http_api.delay import (
@@ -213,6 +213,8 @@ async def produce(request: web.Request) -> web.Response:
     records_max = broker.config.produce_records_max
     encoding = codec.check_encoding(request.query.get("value_encoding"))  # checked for every body
     producer = None
+    if not broker.topics.exists(topic):  # auto-created: create on it too, as Kafka's
+        auth.require(request, "topic", topic, "create")
     txn = transactions.produce_hook(request, broker)  # ?transactional_id=
     if content_type == BATCH_CONTENT_TYPE and delay_requested(request, []):  # http_api/delay.py
         _no_delay_in_transaction(txn)
@@ -388,6 +390,8 @@ async def init_producer(request: web.Request) -> web.Response:
         raise errors.InvalidRequest(
             "transactional_id must be a string of 1-249 characters", field="transactional_id"
         )
+    if tid:  # Kafka's InitProducerId: write on the transactional id (it fences the holder)
+        auth.require(request, "transactional_id", tid, "write")
     broker = broker_of(request)
     broker.groups.route(forwarded_hops(request))  # the metadata leader answers, as for groups
     producer_id, epoch = await broker.produce.init_producer(tid or "")

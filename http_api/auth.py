@@ -257,6 +257,16 @@ async def _principal(request: web.Request, security: SecurityService) -> Princip
     return await security.authenticate(request.headers.get("Authorization"))
 
 
+def require(request: web.Request, resource_type: str, name: str, operation: str) -> None:
+    """For what the route table cannot see (the topics a group member reads, the
+    transactional id a produce names, a topic a produce would create): raise Forbidden
+    naming the permission (TopicNotFound for a topic the principal may not describe)
+    unless this request's principal may do it. Nothing with auth off."""
+    principal = request.get(PRINCIPAL)
+    if principal is not None:
+        _security(request).check(principal, resource_type, name, operation)
+
+
 def may(request: web.Request, resource_type: str, name: str, operation: str) -> bool:
     """May this request's principal do it (always, with auth off)? For lists that show
     only what the principal may see."""

@@ -13,7 +13,7 @@ from aiohttp import web
 from dmq import errors, limits
 from dmq.broker import Broker
 from dmq.broker.groups import MemberView, PartitionFetch, group_summary
-from http_api import codec
+from http_api import auth, codec
 from http_api.filtering import record_filter
 from http_api.forward import BROKER, forwarded_hops
 
@@ -117,6 +117,8 @@ async def join(request: web.Request) -> web.Response:
         {"topics", "topic_pattern", "session_timeout_ms", "assignor", "instance_id", "member_id"},
     )
     topics, pattern = _subscription(doc)
+    for topic in topics:  # a pattern's topics are checked as they are read
+        auth.require(request, "topic", topic, "read")
     timeout_ms = _int(
         doc, "session_timeout_ms", limits.SESSION_TIMEOUT_MS_DEFAULT,
         limits.SESSION_TIMEOUT_MS_MIN, limits.SESSION_TIMEOUT_MS_MAX,
@@ -167,6 +169,7 @@ async def member_records(request: web.Request) -> web.Response:
     broker = _routed(request)
 
     async def read(topic: str, partition: int, offset: int, wait: int) -> Any:
+        auth.require(request, "topic", topic, "read")  # read on the group is not enough
         return await broker.fetch.partition_read(
             topic, partition, offset, wait, max_records, max_bytes, kept, isolation
         )
@@ -177,6 +180,10 @@ async def member_records(request: web.Request) -> web.Response:
     view, found = await broker.groups.fetch(
         group, member_id, wait_ms, read, log_start, report_skipped=kept is not None
     )
+    # The reads of a topic it may not read were refused above (and left out, as a
+    # partition without a leader is); the member learns why here, with nothing served.
+    for topic in sorted({t for t, _ in view.assignment}):
+        auth.require(request, "topic", topic, "read")
     parts = []
     for f, records in _within_budget(found, max_records, max_bytes):
         # All of the partition's records taken: its position is where the read stopped

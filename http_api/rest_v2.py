@@ -24,7 +24,7 @@ from dmq import errors, limits
 from dmq.broker import Broker, ProduceRecord
 from dmq.broker.rest_v2 import ConsumerInstance, FetchedRecord
 from dmq.broker.types import PartitionInfo
-from http_api import codec
+from http_api import auth, codec
 from http_api.auth import may
 from http_api.errors import status_for
 from http_api.forward import BROKER, is_forwarded
@@ -314,7 +314,10 @@ async def _produce(request: web.Request, partition: int | None) -> web.Response:
     records = _produce_records(doc, fmt, partition is None, broker.config.produce_records_max)
     if partition is not None:
         records = [ProduceRecord(r.key, r.value, partition=partition) for r in records]
-    runs = await broker.produce.produce(request.match_info["topic"], records, acks="all")
+    topic = request.match_info["topic"]
+    if not broker.topics.exists(topic):  # auto-created: create on it too, as Kafka's
+        auth.require(request, "topic", topic, "create")
+    runs = await broker.produce.produce(topic, records, acks="all")
     offsets = [
         {"partition": run.partition, "offset": (run.base_offset or 0) + i,
          "error_code": None, "error": None}
@@ -401,6 +404,8 @@ async def subscribe(request: web.Request) -> web.Response:
     doc = await _body(request)
     codec.only_fields(doc, {"topics", "topic_pattern"})
     topics, pattern = _subscription(doc)
+    for topic in topics:  # read on the group is not enough
+        auth.require(request, "topic", topic, "read")
     await _routed(request).rest_v2.subscribe(group, name, topics, pattern)
     return web.Response(status=204)
 

@@ -14,7 +14,7 @@ from aiohttp import web
 from dmq import errors, limits
 from dmq.broker.share import ACK_KINDS, SHARE_LIMITS, Ack, Delivery, group_json
 from dmq.topics import check_topic_name
-from http_api import codec
+from http_api import auth, codec
 from http_api.filtering import record_filter
 from http_api.forward import BROKER
 from http_api.groups import _int, _name, _routed
@@ -82,6 +82,8 @@ async def join(request: web.Request) -> web.Response:
             limit=topics_max,
         )  # fmt: skip
     names = tuple(_name(t, f"topics[{i}]") for i, t in enumerate(topics))
+    for topic in names:  # read on the share group is not enough
+        auth.require(request, "topic", topic, "read")
     member_id = await _routed(request).share.join(group, names)
     return codec.json_response({"group": group, "member_id": member_id}, status=201)
 

@@ -171,6 +171,10 @@ class TopicsService:
         await self._reconciler.reconcile()
         _log.info("deleted topic %s", name)
 
+    def exists(self, name: str) -> bool:
+        """Whether the catalogue as this broker applied it holds topic `name`."""
+        return self._routing.view(name) is not None
+
     async def topic_for_produce(self, name: str) -> TopicView:
         """The topic a produce names; created with the defaults if auto_create_topics."""
         self._ctx.check_ready()

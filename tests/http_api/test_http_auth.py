@@ -12,7 +12,9 @@ dmq/broker/security.py), over real HTTP:
   after the wait passes; the quota and what is left show in GET /v1/quotas;
 - a produce over the principal's bytes/s is 429 and writes nothing (the log holds only
   the request before it);
-- a forged broker signature (X-Dmq-Signature) on a public route is 401.
+- a forged broker signature (X-Dmq-Signature) on a public route is 401;
+- read on a group is not read on its topics (at the join, and at each fetch for a
+  pattern); a transactional id and an auto-created topic need their own permissions.
 """
 
 from __future__ import annotations
@@ -207,3 +209,55 @@ def test_produce_bytes_quota_refuses_before_writing(auth_broker: BrokerProcess) 
     # Nothing of the refused request was written: one record in the log.
     _, _, log = call(b, "GET", "/v1/topics/w/partitions/0/offsets", auth=auth)
     assert log["high_watermark"] == 1
+
+
+def test_checks_beyond_the_route_table(auth_broker: BrokerProcess) -> None:
+    """Read on a group is not read on its topics; a transactional id and an auto-created
+    topic need their own permissions (dmq/README.md, "Checks beyond the route table")."""
+    b = auth_broker
+    for topic in ("c", "d"):
+        assert call(b, "POST", "/v1/topics", {"name": topic}, SU)[0] in (201, 409)
+        records = {"records": [{"value": f"in-{topic}"}]}
+        assert call(b, "POST", f"/v1/topics/{topic}/records", records, SU)[0] == 200
+    status, _, user = call(b, "POST", "/v1/auth/users", {"name": "member"}, SU)
+    assert status == 201
+    me = f"Bearer {user['token']}"
+    for resource_type, name, operation, pattern in (
+        ("group", "g", "read", "literal"),
+        ("topic", "c", "read", "literal"),
+        ("topic", "d", "describe", "literal"),
+        ("topic", "new", "write", "prefixed"),
+    ):
+        acl = {"principal": "User:member", "resource_type": resource_type, "pattern": pattern,
+               "resource_name": name, "operation": operation}  # fmt: skip
+        assert call(b, "POST", "/v1/acls", acl, SU)[0] == 201
+
+    # A join naming a topic it may not read: 403 naming it, no member.
+    status, _, body = call(b, "POST", "/v1/groups/g/members", {"topics": ["c", "d"]}, me)
+    assert status == 403 and body["error"]["details"]["resource_name"] == "d", body
+    status, _, member = call(b, "POST", "/v1/groups/g/members", {"topics": ["c"]}, me)
+    assert status == 201, member
+    path = f"/v1/groups/g/members/{member['member_id']}/records?wait_ms=200"
+    status, _, body = call(b, "GET", path, auth=me)
+    assert status == 200, body
+    assert [r["value"] for p in body["partitions"] for r in p["records"]] == ["in-c"]
+    assert call(b, "DELETE", f"/v1/groups/g/members/{member['member_id']}", auth=me)[0] == 204
+    # A pattern names no topic at the join: each topic is checked as it is read.
+    status, _, member = call(b, "POST", "/v1/groups/g/members", {"topic_pattern": "^[cd]$"}, me)
+    assert status == 201, member
+    path = f"/v1/groups/g/members/{member['member_id']}/records?wait_ms=200"
+    status, _, body = call(b, "GET", path, auth=me)
+    assert status == 403 and body["error"]["details"]["resource_name"] == "d", body
+
+    # A transactional id it may not write: its producer cannot be fenced nor written into.
+    status, _, body = call(b, "POST", "/v1/producers", {"transactional_id": "t1"}, me)
+    assert status == 403 and body["error"]["details"]["resource_type"] == "transactional_id"
+    acl = {"principal": "User:member", "resource_type": "transactional_id",
+           "resource_name": "t1", "operation": "write"}  # fmt: skip
+    assert call(b, "POST", "/v1/acls", acl, SU)[0] == 201
+    assert call(b, "POST", "/v1/producers", {"transactional_id": "t1"}, me)[0] == 201
+
+    # Write on a prefix, no create: a produce cannot auto-create a topic under it.
+    status, _, body = call(b, "POST", "/v1/topics/new1/records", {"records": [{"value": "x"}]}, me)
+    assert status == 403 and body["error"]["details"]["operation"] == "create", body
+    assert call(b, "GET", "/v1/topics/new1", auth=SU)[0] == 404
