@@ -11,15 +11,19 @@ object, and the Spark hot path builds Arrow columns from the raw bytes instead
 (spark_io/_arrow.py). They use http.client, which is blocking like a Spark task and
 keeps one connection per task.
 
-https URLs are checked against the CA of DMQ_CA (else the system's), and DMQ_CERT/DMQ_KEY
-are presented when a broker asks for a client certificate, in the driver and in every
-executor (spark.executorEnv.DMQ_CA=...): metadata, fetches, the sink's producers and its
-transactions all read them (dmq/client/_tls.py).
+https URLs are checked against the CA of the `ca` option (else DMQ_CA, else the
+system's), and the `cert`/`key` options' (else DMQ_CERT/DMQ_KEY) client certificate is
+presented when a broker asks for one: metadata, fetches, the sink's producers and its
+transactions all read them (dmq/client/_tls.py). The files are paths on every machine
+that runs a task, as Kafka's `kafka.ssl.truststore.location`.
 
-Brokers with `--auth on` want a token: the `token` option (else DMQ_TOKEN), which
-`use_token` exports to DMQ_TOKEN in the process that reads the options (the driver, and
-each executor task before it talks to a broker), so the clients spark_io builds send it
-and the fetches here carry it as `Authorization: Bearer`.
+Brokers with `--auth on` want a token: the `token` option (else DMQ_TOKEN).
+
+`use_credentials` exports these options (`Credentials`) to DMQ_TOKEN, DMQ_CA, DMQ_CERT
+and DMQ_KEY in the process that reads the options (the driver, and each executor task
+before it talks to a broker), so the clients spark_io builds use them and the fetches
+here carry the token as `Authorization: Bearer`; an option not given falls back to the
+variable as the process started with (a reused Python worker forgets an earlier query's).
 """
 
 from __future__ import annotations
@@ -29,13 +33,13 @@ import json
 import os
 import time
 import urllib.parse
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 from typing import TypeVar
 
 from dmq.client import Admin
 from dmq.client._http import ENV_TOKEN
-from dmq.client._tls import tls_from_env
+from dmq.client._tls import ENV_CA, ENV_CERT, ENV_KEY, tls_from_env
 from dmq.errors import BrokerUnavailable, DmqError, RetriableError, error_for_code
 
 T = TypeVar("T")
@@ -47,19 +51,47 @@ REQUEST_TIMEOUT_S = 30.0  # one fetch or metadata request
 ADMIN_RETRIES = 2  # the client's own retries on one URL, before the next URL is tried
 
 
-# DMQ_TOKEN as the process started with: what a read or write without the option uses, also
-# in a Python worker that an earlier query with another token ran in.
-_TOKEN_AT_START = os.environ.get(ENV_TOKEN)
+# The variables as the process started with: what a read or write without the options uses,
+# also in a Python worker that an earlier query with other options ran in.
+_AT_START = {name: os.environ.get(name) for name in (ENV_TOKEN, ENV_CA, ENV_CERT, ENV_KEY)}
 
 
-def use_token(token: str | None) -> None:
-    """The `token` option, for every client this process builds (module docstring); None:
-    DMQ_TOKEN as the process started with (a reused worker forgets an earlier query's)."""
-    value = token or _TOKEN_AT_START
-    if value:
-        os.environ[ENV_TOKEN] = value
-    else:
-        os.environ.pop(ENV_TOKEN, None)
+@dataclass(frozen=True, slots=True)
+class Credentials:
+    """The `token`, `ca`, `cert` and `key` options (module docstring); None: not given."""
+
+    token: str | None = field(default=None, repr=False)  # --auth on: NAME:PASSWORD
+    ca: str | None = None  # PEM file of the CA that signs the brokers' certificates
+    cert: str | None = None  # PEM client certificate (tls_client_auth on the brokers)
+    key: str | None = None  # its private key (else read from the cert file)
+
+    @classmethod
+    def from_options(cls, lowered: Mapping[str, str]) -> Credentials:
+        """From options whose names are lower-cased already; refused (ValueError) when a
+        file option names no readable file, here on the driver rather than in a task."""
+        given = {name: lowered.get(name) or None for name in ("token", "ca", "cert", "key")}
+        for name in ("ca", "cert", "key"):
+            path = given[name]
+            if path is not None and not os.access(path, os.R_OK):
+                raise ValueError(f"option {name}: {path!r} is not a readable file")
+        if given["key"] is not None and given["cert"] is None:
+            raise ValueError("option key needs option cert (the certificate it belongs to)")
+        return cls(**given)
+
+
+def use_credentials(credentials: Credentials) -> None:
+    """Export the options for every client this process builds (module docstring)."""
+    for name, value in (
+        (ENV_TOKEN, credentials.token),
+        (ENV_CA, credentials.ca),
+        (ENV_CERT, credentials.cert),
+        (ENV_KEY, credentials.key),
+    ):
+        value = value or _AT_START[name]
+        if value:
+            os.environ[name] = value
+        else:
+            os.environ.pop(name, None)
 
 
 def parse_urls(value: str) -> tuple[str, ...]:

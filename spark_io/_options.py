@@ -15,7 +15,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from dmq.client import Admin
-from spark_io._brokers import parse_urls, use_token
+from spark_io._brokers import Credentials, parse_urls, use_credentials
 
 EARLIEST = -2
 LATEST = -1
@@ -58,8 +58,8 @@ class ReadOptions:
     # read_committed (the default, unlike Kafka's source): only committed transactions'
     # records, up to each partition's last stable offset; read_uncommitted: everything.
     isolation: str = "read_committed"
-    # Brokers with --auth on: NAME:PASSWORD (spark_io/_brokers.py, use_token).
-    token: str | None = field(default=None, repr=False)
+    # token, ca, cert, key (spark_io/_brokers.py, use_credentials).
+    credentials: Credentials = field(default_factory=Credentials)
 
 
 def _lower(options: Mapping[str, str]) -> dict[str, str]:
@@ -169,14 +169,17 @@ def read_options(options: Mapping[str, str], streaming: bool) -> ReadOptions:
         fetch_bytes=_int(opts, "fetchMaxBytes", FETCH_BYTES_MIN) or FETCH_BYTES_DEFAULT,
         record_filter=tuple((k, opts[k]) for k in ("tags", "filter") if opts.get(k)),
         isolation=_isolation(opts),
-        token=_token(opts),
+        credentials=_credentials(opts),
     )
 
 
-def _token(opts: Mapping[str, str]) -> str | None:
-    token = opts.get("token") or None
-    use_token(token)  # the driver's clients: planning, offsets
-    return token
+def _credentials(opts: Mapping[str, str]) -> Credentials:
+    try:
+        credentials = Credentials.from_options(opts)
+    except ValueError as exc:
+        raise OptionError(str(exc)) from exc
+    use_credentials(credentials)  # the driver's clients: planning, offsets
+    return credentials
 
 
 def _isolation(opts: Mapping[str, str]) -> str:

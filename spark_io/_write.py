@@ -39,7 +39,7 @@ from pyspark.sql.types import BinaryType, StringType, StructType
 from dmq.client import Producer, RecordMetadata
 from dmq.client._transactions import end_transaction, list_transactions
 from dmq.errors import DmqError
-from spark_io._brokers import Brokers, use_token
+from spark_io._brokers import Brokers, Credentials, use_credentials
 from spark_io._options import OptionError, urls_option
 
 COLUMNS = frozenset({"key", "value", "topic", "partition", "headers"})
@@ -76,7 +76,7 @@ class WriteOptions:
     exactly_once: bool = False
     job_id: str = ""  # drawn on the driver: one transactional id per Spark partition
     transaction_timeout_ms: int = TRANSACTION_TIMEOUT_MS_DEFAULT
-    token: str | None = field(default=None, repr=False)  # --auth on: NAME:PASSWORD
+    credentials: Credentials = field(default_factory=Credentials)  # token, ca, cert, key
 
     @classmethod
     def parse(cls, options: Mapping[str, str], schema: StructType) -> WriteOptions:
@@ -101,11 +101,14 @@ class WriteOptions:
         for name in ("key", "value"):
             if name in names and not isinstance(schema[name].dataType, BinaryType | StringType):
                 raise OptionError(f"column {name} must be binary or string")
-        token = lowered.get("token") or None
-        use_token(token)  # the driver's clients: the commit or abort of transactions
+        try:
+            credentials = Credentials.from_options(lowered)
+        except ValueError as exc:
+            raise OptionError(str(exc)) from exc
+        use_credentials(credentials)  # the driver's clients: the commit or abort of transactions
         return cls(
             urls_option(options), topic, exactly_once == "true", uuid.uuid4().hex, int(timeout),
-            token,
+            credentials,
         )  # fmt: skip
 
 
@@ -123,7 +126,7 @@ def write_batches(options: WriteOptions, batches: Iterator[pa.RecordBatch]) -> D
     """Steps 1-3 of the module docstring."""
     counts: Counter[str] = Counter()
     pending: list[concurrent.futures.Future[RecordMetadata]] = []
-    use_token(options.token)  # this executor's producer and metadata calls
+    use_credentials(options.credentials)  # this executor's producer and metadata calls
     url = _live_url(options.urls)
     tid = None
     if options.exactly_once:

@@ -32,7 +32,7 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
-from spark_io._brokers import Brokers, use_token
+from spark_io._brokers import Brokers, use_credentials
 from spark_io._options import EARLIEST, OffsetMap, ReadOptions, read_options
 from spark_io._plan import OffsetRange, PartitionState, batch_ranges, offset_map
 from spark_io._plan import partition_states as _partition_states
@@ -102,7 +102,7 @@ class _RangeReader:
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         if not isinstance(partition, OffsetRange):
             return iter(())  # Spark plans one empty partition when there are none
-        use_token(self.options.token)  # this executor's clients and fetches
+        use_credentials(self.options.credentials)  # this executor's clients and fetches
         return read_range(
             self.options.urls,
             partition,

@@ -141,7 +141,9 @@ def test_idempotent_producer_through_a_leader_crash_writes_each_record_once(
     cluster.create_topic("idem", 1, 3)
     leader = cluster.leader_of("idem", 0)
     via = cluster.any_live(exclude=[leader])
-    proxy = AnswerLosingProxy((via.host, via.http_port))
+    # One answer in 4 lost: a loaded machine makes bigger batches, so fewer answers (a full
+    # run saw 4 lost of ~35 at one in 8, below the 5 this test needs to mean much).
+    proxy = AnswerLosingProxy((via.host, via.http_port), every=4)
     sent: dict[str, Any] = {}
     done = threading.Event()
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import shutil
 import threading
+import time
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -128,12 +129,22 @@ def test_a_streaming_query_copies_a_topic_to_another(
 
 def lose_records(url: str, topic: str, count: int) -> int:
     """Produce `count` records of ~300 bytes in small segments, then cap the partition at
-    ~2 KiB: retention removes the oldest segments. Returns the new log_start_offset."""
+    ~2 KiB: retention removes the oldest segments. Returns the new log_start_offset, once
+    it has stayed put for a second (five retention rounds): the first round that moves it
+    need not be the last (a full run saw 21, then 36)."""
     with Admin(url) as admin:
         before = admin.offsets(topic, 0).high_watermark
         produce(url, topic, count, partitions=1, first=before, value_bytes=300, one_batch_each=True)
         admin.alter_config(topic, {"retention_bytes": 2048})
-        wait_for(lambda: admin.offsets(topic, 0).log_start_offset > before, "retention")
+        seen = {"start": -1, "since": time.monotonic()}
+
+        def settled() -> bool:
+            start = admin.offsets(topic, 0).log_start_offset
+            if start != seen["start"]:
+                seen["start"], seen["since"] = start, time.monotonic()
+            return start > before and time.monotonic() - seen["since"] >= 1.0
+
+        wait_for(settled, "retention")
         return admin.offsets(topic, 0).log_start_offset
 
 
