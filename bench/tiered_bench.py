@@ -38,8 +38,7 @@ from typing import Any
 import aiohttp
 
 from bench import main_of
-from bench.broker_bench import BATCH_CONTENT_TYPE, Server
-from dmq.client._http import RawBody
+from bench.broker_bench import Server, _produce_binary
 from log.records import Record, encode_batch
 
 RECORD_BYTES = 1024
@@ -73,27 +72,6 @@ async def _json(session: aiohttp.ClientSession, method: str, url: str, doc: Any 
         if r.status >= 300:
             raise RuntimeError(f"{method} {url}: {r.status} {body}")
         return body
-
-
-async def _produce(
-    session: aiohttp.ClientSession, url: str, topic: str, batches: list[bytes]
-) -> float:
-    queue = list(batches)
-
-    async def worker() -> None:
-        while queue:
-            batch = queue.pop()
-            async with session.post(
-                f"{url}/v1/topics/{topic}/records?partition=0",
-                data=RawBody(batch, BATCH_CONTENT_TYPE),
-            ) as r:
-                if r.status != 200:
-                    raise RuntimeError(await r.text())
-                await r.read()
-
-    start = time.perf_counter()
-    await asyncio.gather(*(worker() for _ in range(IN_FLIGHT)))
-    return time.perf_counter() - start
 
 
 async def _read(
@@ -144,10 +122,10 @@ async def _one_run(
                 "local_retention_bytes": 2 * segment,
             },
         })  # fmt: skip
-        plain_s = await _produce(session, url, plain, batches)
+        plain_s = await _produce_binary(session, url, plain, batches, IN_FLIGHT)
         before = await _metrics(session, url)
         began = time.perf_counter()
-        tiered_s = await _produce(session, url, tiered, batches)
+        tiered_s = await _produce_binary(session, url, tiered, batches, IN_FLIGHT)
         # The manifest reaches the last closed segment: the active one is never uploaded.
         while True:
             p = await _partition(session, url, tiered)
