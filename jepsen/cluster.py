@@ -20,6 +20,7 @@ import secrets
 import shutil
 import signal
 import socket
+import ssl
 import subprocess
 import sys
 import time
@@ -29,6 +30,7 @@ from http.client import HTTPException
 from pathlib import Path
 from typing import Any
 
+from dmq.dev_certs import write_dev_certs
 from dmq.internal_auth import signed_headers, target_of
 from dmq.planted import PLANTED_BUG_ENV
 
@@ -50,6 +52,8 @@ _secret: bytes | None = None
 # The bearer token http() sends (brokers with --auth on): DMQ_TOKEN, or the superuser token
 # Cluster(auth=True) draws per run and gives the brokers as DMQ_SUPERUSER_TOKEN.
 _token: str | None = os.environ.get("DMQ_TOKEN") or None
+# Cluster(tls=True): the CA of the run's certificates, which http() checks brokers against.
+_tls: ssl.SSLContext | None = None
 
 
 class HarnessError(RuntimeError):
@@ -121,7 +125,7 @@ def http(
     if data is not None:
         req.add_header("Content-Type", "application/json")
     try:
-        with urllib.request.urlopen(req, timeout=timeout_s) as resp:  # noqa: S310 - as above
+        with urllib.request.urlopen(req, timeout=timeout_s, context=_tls) as resp:  # noqa: S310
             return Answer(resp.status, resp.read(), dict(resp.headers))
     except urllib.error.HTTPError as err:
         return Answer(err.code, err.read(), dict(err.headers))
@@ -225,9 +229,12 @@ class Cluster:
         seed: int = 0,
         metadata_voters: list[str] | None = None,
         auth: bool = False,
+        tls: bool = False,
     ) -> None:
         """auth: the brokers run with --auth on and a superuser token drawn per run, which
-        every request of the harness carries."""
+        every request of the harness carries. tls: the brokers serve https and Raft over
+        mutual TLS with certificates of a CA drawn per run (`dmq cert dev` for every
+        address a broker of the run may take), which the harness checks them against."""
         directory.mkdir(parents=True, exist_ok=True)
         self.directory = directory
         # Every broker shares a secret, as a cluster should run: the harness checks dmq
@@ -243,6 +250,13 @@ class Cluster:
         if planted_bug:
             self.env[PLANTED_BUG_ENV] = planted_bug
         self.auth = auth
+        self.tls_dir: Path | None = None
+        global _tls
+        _tls = None
+        if tls:
+            hosts = [f"127.0.0.{k}" for k in range(FIRST_HOST, LAST_HOST + 1)]
+            self.tls_dir = write_dev_certs(directory / "certs", hosts).ca.parent
+            _tls = ssl.create_default_context(cafile=str(self.tls_dir / "ca.pem"))
         if auth:
             global _token
             _token = secrets.token_hex(24)
@@ -265,7 +279,8 @@ class Cluster:
         broker = Broker(node_id, host, self.directory / node_id, self.directory / f"{node_id}.log")
         broker.args = [*self._own_args(broker), *cluster_args]
         broker.env = self.env
-        broker.url = f"http://{host}:{self.http_port}"
+        scheme = "http" if self.tls_dir is None else "https"
+        broker.url = f"{scheme}://{host}:{self.http_port}"
         self.brokers = {**self.brokers, node_id: broker}
         self.every[node_id] = broker
         return broker
@@ -277,6 +292,16 @@ class Cluster:
             "--raft-addr", f"{broker.host}:{self.raft_port}",
             "--cluster-secret-file", str(self.secret_file),
             *(["--auth", "on"] if self.auth else []),
+            *self._tls_args(),
+        ]  # fmt: skip
+
+    def _tls_args(self) -> list[str]:
+        if self.tls_dir is None:
+            return []
+        return [
+            "--tls-cert", str(self.tls_dir / "broker.pem"),
+            "--tls-key", str(self.tls_dir / "broker-key.pem"),
+            "--tls-ca", str(self.tls_dir / "ca.pem"),
         ]  # fmt: skip
 
     def add_broker(self, join_url: str, voters: list[str]) -> Broker:

@@ -113,6 +113,11 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
         help="brokers with --auth on; the harness sends a superuser token drawn per run",
     )
     p.add_argument(
+        "--tls",
+        action="store_true",
+        help="brokers with TLS (https, Raft over mutual TLS) on certificates drawn per run",
+    )
+    p.add_argument(
         "--delay-workers",
         type=int,
         default=0,
@@ -283,6 +288,7 @@ def run(args: argparse.Namespace) -> int:
         # (and, without the voters nemesis, the only ones a leave decommissions).
         metadata_voters=[f"n{k + 1}" for k in range(VOTERS_SMALL)] if membership else None,
         auth=args.auth,
+        tls=args.tls,
     )
     nemesis = Nemesis(cluster, history, args.nemesis, args.seed, TOPIC, args.partitions, Focus())
     args.schedule = draw(

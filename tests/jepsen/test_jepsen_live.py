@@ -73,13 +73,16 @@ def run_harness(tmp_path: Path, *args: str, timeout_s: float) -> tuple[int, dict
 @pytest.mark.slow
 @pytest.mark.timeout(420)
 def test_short_run_with_partitions_and_kills_is_valid(tmp_path: Path) -> None:
+    # With TLS and auth on, as a production cluster runs: https with the run's CA, Raft
+    # over mutual TLS, every request carrying the run's superuser token.
     code, doc, out, pid = run_harness(
         tmp_path,
         *("--nodes", "3", "--nemesis", "partition,kill", "--time-limit-s", "35"),
-        *("--seed", "11", "--fault-interval-s", "6", "9"),
+        *("--seed", "11", "--fault-interval-s", "6", "9", "--tls", "--auth"),
         timeout_s=400,
     )
     assert code == 0, out
+    assert "listening on https://" in (tmp_path / "n1.log").read_text()
     assert doc["valid"] == "valid" and doc["anomalies"] == {}
     stats = doc["checkers"]["log"]["stats"]
     assert stats["sends_ok"] > 200 and stats["records_read"] > 200, stats
