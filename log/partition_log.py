@@ -739,38 +739,44 @@ class PartitionLog:
             # seal may fail (StorageWriteError): the closed segments still go, this one later.
             with contextlib.suppress(StorageWriteError):
                 self.roll()
-        deleted = 0
         total = self.size_bytes
-        while len(self.segments) > 1:
-            oldest = self.segments[0]
-            if oldest.next_offset > self._high_watermark:
-                break
+
+        def goes(oldest: Segment) -> bool:
+            nonlocal total
             expired = retention_ms is not None and oldest.max_timestamp_ms < now_ms - retention_ms
             oversize = (
                 self.config.retention_bytes is not None
                 and total - oldest.size_bytes >= self.config.retention_bytes
             )
-            if not (expired or oversize):
-                break
-            total -= oldest.size_bytes
-            self._set_log_start_offset(self.segments[1].base_offset)
-            oldest.delete()
-            self.segments.pop(0)
-            deleted += 1
-        if deleted:
-            fsync_directory(self.directory)
-            self._high_watermark = max(self._high_watermark, self.log_start_offset)
-        return deleted
+            if expired or oversize:
+                total -= oldest.size_bytes
+                return True
+            return False
+
+        return self._delete_oldest_while(goes)
 
     def delete_oldest_segments(self, count: int) -> int:
         """Delete up to `count` of the oldest closed segments (never the active one, never
         past the high watermark), moving log_start_offset past them. The caller decides
         which may go (tiered storage: only segments uploaded and recorded, past local
         retention: dmq/partition/remote_manifest.py). Returns how many were deleted."""
+        left = count
+
+        def goes(_: Segment) -> bool:
+            nonlocal left
+            left -= 1
+            return left >= 0
+
+        return self._delete_oldest_while(goes)
+
+    def _delete_oldest_while(self, goes: Callable[[Segment], bool]) -> int:
+        """Delete the oldest closed segment while `goes(it)` says so (never the active one,
+        never one past the high watermark), moving log_start_offset past each; one
+        directory fsync at the end. Returns how many were deleted."""
         deleted = 0
-        while deleted < count and len(self.segments) > 1:
+        while len(self.segments) > 1:
             oldest = self.segments[0]
-            if oldest.next_offset > self._high_watermark:
+            if oldest.next_offset > self._high_watermark or not goes(oldest):
                 break
             self._set_log_start_offset(self.segments[1].base_offset)
             oldest.delete()

@@ -35,20 +35,13 @@ from pathlib import Path
 from typing import Any, Final
 
 from dmq.metadata.service import wall_ms
+from log.segment import fsync_directory
 
 _log = logging.getLogger("dmq.broker")
 
 SET_ASIDE_DIR: Final = "set-aside"  # in the data directory
 # Entries listed by GET /v1/storage/set-aside at most (the listing walks each one's files).
 SET_ASIDE_LISTED_MAX: Final = 1000
-
-
-def _fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 def _size_bytes(path: Path) -> int:
@@ -75,7 +68,7 @@ class StrayData:
         target = self.root / f"{now_ms}-{kind}-{path.name}"
         self.root.mkdir(exist_ok=True)
         os.rename(path, target)
-        _fsync_dir(path.parent)
+        fsync_directory(path.parent)
         manifest = {
             "original": str(path.relative_to(self._data_dir)),
             "topic_id": topic_id,
@@ -84,7 +77,7 @@ class StrayData:
             "set_aside_ms": now_ms,
         }
         target.with_name(target.name + ".json").write_text(json.dumps(manifest) + "\n")
-        _fsync_dir(self.root)
+        fsync_directory(self.root)
         _log.warning(
             "set aside %s as %s: %s; it is never opened as a replica nor deleted: move it "
             "back or delete it (GET /v1/storage/set-aside lists it)",

@@ -31,6 +31,7 @@ from dmq import meta_file
 from dmq.cli._common import Subparsers, UsageError
 from dmq.client import AsyncAdmin
 from dmq.errors import BrokerUnavailable, DmqError
+from log.segment import fsync_directory
 
 LOCK_FILE = ".lock"  # dmq/broker/broker.py's data-directory lock
 
@@ -100,9 +101,9 @@ def cmd_storage_reset(args: argparse.Namespace) -> int:
         keep = (LOCK_FILE, meta_file.META_FILE)
         for path in sorted(p for p in data_dir.iterdir() if p.name not in keep):
             _delete(path)
-        _fsync_dir(data_dir)
+        fsync_directory(data_dir)
         _delete(data_dir / meta_file.META_FILE)
-        _fsync_dir(data_dir)
+        fsync_directory(data_dir)
     finally:
         os.close(fd)  # releases the lock
     print(f"reset {data_dir} ({owner}): it is empty, and joins a cluster as a new broker")
@@ -114,14 +115,6 @@ def _delete(path: Path) -> None:
         shutil.rmtree(path)
     elif path.exists() or path.is_symlink():
         path.unlink()
-
-
-def _fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 def cmd_storage_set_aside(args: argparse.Namespace) -> int:

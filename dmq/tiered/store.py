@@ -22,6 +22,7 @@ import uuid
 from pathlib import Path
 
 from dmq.tiered.objects import ObjectNotFound, ObjectStore, ObjectStoreError, Throttle
+from log.segment import fsync_directory
 
 __all__ = [
     "FileStore",
@@ -51,14 +52,6 @@ def open_store(url: str, endpoint_url: str = "") -> ObjectStore:
             raise ValueError(f"{url}: s3:// needs aiobotocore (pip install 'dmq[s3]')") from exc
         return S3Store(url, endpoint_url or None)
     raise ValueError(f"unknown object store {url!r}: file:///dir or s3://bucket/prefix")
-
-
-def _fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 class FileStore:
@@ -106,7 +99,7 @@ class FileStore:
             finally:
                 os.close(out)
             await asyncio.to_thread(os.replace, tmp, path)
-            await asyncio.to_thread(_fsync_dir, path.parent)
+            await asyncio.to_thread(fsync_directory, path.parent)
         except OSError as exc:
             raise ObjectStoreError(f"put {key}: {exc}") from exc
         finally:
