@@ -21,8 +21,12 @@ FINAL_READ_S = 60.0  # per partition
 HW_STABLE_S = 10.0
 OPERATIONS_WAIT_S = 90.0
 CATCH_UP_WAIT_S = 30.0
-VOTERS_WAIT_S = 30.0  # for every broker's catalogue to show the final metadata voters
-PLACEMENT_WAIT_S = 20.0  # for every broker's catalogue to show the final placement
+# For every broker's catalogue to show the final metadata voters, and the final placement:
+# a broker promoted to metadata voter just before the end may still be catching up group 0
+# (CI, 4 test workers on 2 cores: one took more than 20 s), so the bound is generous; a
+# broker that stays behind is reported with every broker's catalogue version.
+VOTERS_WAIT_S = 60.0
+PLACEMENT_WAIT_S = 60.0
 REPLICA_PAGES_MAX = 100_000  # pages of fetch_bytes_max: far above any run's log
 
 
@@ -81,9 +85,25 @@ def check_placement(
         timeout_s,
         lambda wrong: (
             f"after every operation ended: {wrong} (replication factor "
-            f"{replication_factor}, brokers {sorted(cluster.brokers)})"
+            f"{replication_factor}, brokers {sorted(cluster.brokers)}, catalogue versions "
+            f"{catalogue_versions(cluster)})"
         ),
     )
+
+
+def catalogue_versions(cluster: Cluster) -> dict[str, int | str]:
+    """Each live broker's `metadata_version` (GET /v1/cluster), or why it gave none: which
+    broker is behind, and by how much, when a final check fails."""
+    versions: dict[str, int | str] = {}
+    for broker in cluster.live():
+        try:
+            answer = http(broker.url + "/v1/cluster", timeout_s=5.0)
+        except OSError as error:
+            versions[broker.node_id] = repr(error)
+            continue
+        ok = answer.status == 200
+        versions[broker.node_id] = answer.json()["metadata_version"] if ok else answer.status
+    return versions
 
 
 def _until_right(
@@ -131,7 +151,10 @@ def check_voters(cluster: Cluster, timeout_s: float = VOTERS_WAIT_S) -> list[str
     return _until_right(
         lambda: _voters_mismatch(cluster),
         timeout_s,
-        lambda wrong: f"metadata voters after every change ended: {wrong}",
+        lambda wrong: (
+            f"metadata voters after every change ended: {wrong} (catalogue versions "
+            f"{catalogue_versions(cluster)})"
+        ),
     )
 
 
