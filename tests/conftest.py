@@ -10,10 +10,17 @@ timing assertion, and timing belongs in the benchmarks (bench/). Under `make tes
 parallel workers on 2 shared cores, a trivial example once took 25 s (the worker was
 descheduled) and failed as DeadlineExceeded, then spent 5 minutes shrinking. A test that
 hangs is still stopped by pytest-timeout.
+
+The longest files run first (`durations.json`, seconds per file from a full run: refresh it
+with `python tests/durations.py LOG` after a run with `--durations=0`). `make test` hands
+whole files to 2 workers in collection order, so a long file collected last (jepsen/,
+spark_io/) used to run alone at the end while the other worker idled. Within a file the
+order stays as written; the order of files changes nothing else.
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -25,6 +32,26 @@ from tests_support import BrokerProcess
 
 settings.register_profile("dmq", deadline=None)
 settings.load_profile("dmq")
+
+DURATIONS = Path(__file__).with_name("durations.json")
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Longest files first (longest-processing-time-first over the workers); files that
+    `durations.json` does not know keep their place after the known ones."""
+    try:
+        seconds = json.loads(DURATIONS.read_text())
+    except (OSError, ValueError):
+        return
+    first: dict[str, int] = {}
+    for index, item in enumerate(items):
+        first.setdefault(item.nodeid.split("::")[0], index)
+
+    def key(item: pytest.Item) -> tuple[float, int]:
+        path = item.nodeid.split("::")[0]
+        return (-float(seconds.get(path, 0.0)), first[path])
+
+    items.sort(key=key)
 
 
 @pytest.fixture
