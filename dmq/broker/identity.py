@@ -85,10 +85,13 @@ class IdentityService:
             if not is_cluster_id(candidate):
                 candidate = uuid.uuid4().hex
             try:
-                await metadata.propose(FormCluster(candidate, wall_ms()))
-            except errors.ClientError:  # formed meanwhile by another broker: read it
-                await metadata.read_barrier()
-            except errors.RetriableError as exc:
+                try:
+                    await metadata.propose(FormCluster(candidate, wall_ms()))
+                except errors.ClientError:  # formed meanwhile by another broker: read it
+                    await metadata.read_barrier()
+            except errors.RetriableError as exc:  # the read too: the leader may move
+                # (jepsen campaign: a broker exited at its first start when the leader
+                # was lost under the barrier's no-op, outcome unknown)
                 attempts += 1
                 if attempts % 25 == 1:
                     _log.info("waiting for the metadata group to form the cluster id: %s", exc)
