@@ -36,7 +36,7 @@ from typing import Any
 import aiohttp
 
 from bench import main_of
-from bench.cluster_bench import dmq_cluster, percentile
+from bench.cluster_bench import Broker, cpu_seconds, dmq_cluster, percentile
 from dmq.client import AsyncProducer
 
 PARTITIONS = 3
@@ -59,10 +59,19 @@ async def _create_topic(url: str, name: str, rf: int) -> None:
 
 
 async def _produce(
-    url: str, topic: str, args: argparse.Namespace, commit_wait: str | None, run: int
-) -> tuple[float, list[float]]:
-    """(records/s, commit latencies in ms) of --producers producers for --seconds:
-    transactional ones answered at `commit_wait`, or idempotent ones (None)."""
+    url: str,
+    topic: str,
+    args: argparse.Namespace,
+    commit_wait: str | None,
+    run: int,
+    brokers: list[Broker],
+) -> tuple[float, list[float], tuple[float, float, float]]:
+    """(records/s, commit latencies in ms, cost per unit) of --producers producers for
+    --seconds: transactional ones answered at `commit_wait`, or idempotent ones (None).
+    The cost of a unit (--records records): the brokers' CPU ms, the metadata group's
+    Raft entries and the partition groups' Raft entries, as commit index advances (Raft
+    coalesces the concurrent proposals of a group into one entry: group commit; the
+    metadata group's count includes the brokers' own heartbeats)."""
     transactional = commit_wait is not None
     value = b"x" * args.record_bytes
     commits: list[float] = []
@@ -93,10 +102,24 @@ async def _produce(
                 await asyncio.gather(*futures)
                 sent += args.records
 
+    cpu_before, entries_before = sum(cpu_seconds(b.proc.pid) for b in brokers), await _entries(url)
     start = time.perf_counter()
     deadline = start + args.seconds
     await asyncio.gather(*(one(k) for k in range(args.producers)))
-    return sent / (time.perf_counter() - start), sorted(commits)
+    rate = sent / (time.perf_counter() - start)
+    cpu_after, entries_after = sum(cpu_seconds(b.proc.pid) for b in brokers), await _entries(url)
+    units = max(1, sent // args.records)
+    metadata = entries_after.get(0, 0) - entries_before.get(0, 0)
+    partitions = sum(v - entries_before.get(g, 0) for g, v in entries_after.items() if g != 0)
+    cost = (1000 * (cpu_after - cpu_before) / units, metadata / units, partitions / units)
+    return rate, sorted(commits), cost
+
+
+async def _entries(url: str) -> dict[int, int]:
+    """Each Raft group's commit index (group 0: the metadata group)."""
+    async with aiohttp.ClientSession() as s, s.get(f"{url}/v1/cluster/status") as r:
+        doc = await r.json()
+    return {int(g["group_id"]): int(g["commit_index"]) for g in doc["groups"]}
 
 
 def measure(args: argparse.Namespace) -> dict[str, float]:
@@ -109,14 +132,20 @@ def measure(args: argparse.Namespace) -> dict[str, float]:
         for run in range(args.runs):
             topic = f"txn-bench-{run}"
             asyncio.run(_create_topic(url, topic, min(3, args.nodes)))
-            base_a, _ = asyncio.run(_produce(url, topic, args, None, run))
-            txn, commits = asyncio.run(_produce(url, topic, args, "decision", run))
-            full, full_commits = asyncio.run(_produce(url, topic, args, "complete", run))
-            base_d, _ = asyncio.run(_produce(url, topic, args, None, run))
+            base_a, _, cost_a = asyncio.run(_produce(url, topic, args, None, run, brokers))
+            txn, commits, cost_t = asyncio.run(_produce(url, topic, args, "decision", run, brokers))
+            full, full_commits, _ = asyncio.run(
+                _produce(url, topic, args, "complete", run, brokers)
+            )
+            base_d, _, cost_d = asyncio.run(_produce(url, topic, args, None, run, brokers))
             base = (base_a + base_d) / 2
             print(f"  run {run + 1}: idempotent {base_a:.0f} then {base_d:.0f} records/s, "
                   f"transactions {txn:.0f} records/s (ratio {txn / base:.2f}), wait complete "
-                  f"{full:.0f} records/s (ratio {full / base:.2f})", flush=True)  # fmt: skip
+                  f"{full:.0f} records/s (ratio {full / base:.2f}); per unit (brokers' CPU ms, "
+                  f"metadata / partition Raft entries): idempotent {cost_a[0]:.0f}, "
+                  f"{cost_a[1]:.2f} / {cost_a[2]:.2f} then {cost_d[0]:.0f}, {cost_d[1]:.2f} / "
+                  f"{cost_d[2]:.2f}; transactions {cost_t[0]:.0f}, {cost_t[1]:.2f} / "
+                  f"{cost_t[2]:.2f}", flush=True)  # fmt: skip
             runs.append({
                 "idempotent_records_per_s": base,
                 "txn_records_per_s": txn,
@@ -128,6 +157,11 @@ def measure(args: argparse.Namespace) -> dict[str, float]:
                 "complete_ratio": full / base,
                 "complete_commit_p50_ms": percentile(full_commits, 0.5),
                 "complete_commit_p99_ms": percentile(full_commits, 0.99),
+                "idempotent_cpu_ms_per_unit": (cost_a[0] + cost_d[0]) / 2,
+                "txn_cpu_ms_per_unit": cost_t[0],
+                "txn_metadata_entries_per_unit": cost_t[1],
+                "txn_partition_entries_per_unit": cost_t[2],
+                "idempotent_partition_entries_per_unit": (cost_a[2] + cost_d[2]) / 2,
             })  # fmt: skip
     return {k: statistics.median(r[k] for r in runs) for k in runs[0]}
 
@@ -159,6 +193,11 @@ def run(args: argparse.Namespace) -> dict[str, float]:
     print(f"transactions, wait complete: {r['complete_records_per_s']:.0f} records/s, commit "
           f"p50 {r['complete_commit_p50_ms']:.1f} ms, p99 {r['complete_commit_p99_ms']:.1f} ms, "
           f"ratio {r['complete_ratio']:.2f}")  # fmt: skip
+    print(f"per unit of {args.records} records: brokers' CPU {r['idempotent_cpu_ms_per_unit']:.0f} "
+          f"ms idempotent, {r['txn_cpu_ms_per_unit']:.0f} ms transactions; Raft entries "
+          f"(group commit) {r['idempotent_partition_entries_per_unit']:.2f} partition "
+          f"idempotent, {r['txn_partition_entries_per_unit']:.2f} partition + "
+          f"{r['txn_metadata_entries_per_unit']:.2f} metadata transactions")  # fmt: skip
     print(f"ratio transactions / idempotent (median of the runs' ratios, each measured back to "
           f"back): {r['ratio']:.2f} (target >= 0.60)")  # fmt: skip
     return r

@@ -13,7 +13,9 @@ from dmq import cli
 FIGURES = {
     "idempotent_records_per_s", "txn_records_per_s", "ratio", "commit_p50_ms",
     "commit_p99_ms", "transactions", "complete_records_per_s", "complete_ratio",
-    "complete_commit_p50_ms", "complete_commit_p99_ms",
+    "complete_commit_p50_ms", "complete_commit_p99_ms", "idempotent_cpu_ms_per_unit",
+    "txn_cpu_ms_per_unit", "txn_metadata_entries_per_unit", "txn_partition_entries_per_unit",
+    "idempotent_partition_entries_per_unit",
 }  # fmt: skip
 
 
