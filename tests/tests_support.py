@@ -7,7 +7,6 @@ import json
 import os
 import resource
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -17,13 +16,13 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from bench.loopback import common_free_port
+
 ROOT = Path(__file__).resolve().parent.parent
 
 
 def free_port(host: str = "127.0.0.1") -> int:
-    with socket.socket() as s:
-        s.bind((host, 0))
-        return int(s.getsockname()[1])
+    return common_free_port([host])
 
 
 class BrokerProcess:
