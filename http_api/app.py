@@ -8,7 +8,6 @@ OpenAPI at /openapi.json.
 
 from __future__ import annotations
 
-import dataclasses
 import json
 from typing import Any, Literal
 
@@ -225,22 +224,17 @@ async def produce(request: web.Request) -> web.Response:
         )
     else:
         if content_type == "application/json":
-            records, producer = codec.parse_json_produce(body, records_max, encoding)
+            records, producer = codec.parse_json_produce(body, records_max, encoding, partition)
         elif content_type == "application/x-ndjson":
-            records = codec.parse_ndjson_body(body, records_max, encoding)
+            records = codec.parse_ndjson_body(body, records_max, encoding, partition)
         elif content_type == "text/plain":
-            records = codec.parse_text_body(body, records_max)
+            records = codec.parse_text_body(body, records_max, partition)
         else:
             raise errors.UnsupportedMediaType(
                 f"Content-Type {content_type!r} is not one of application/json, "
                 f"application/x-ndjson, text/plain, {BATCH_CONTENT_TYPE}",
                 field="Content-Type",
             )
-        if partition is not None:
-            records = [
-                r if r.partition is not None else dataclasses.replace(r, partition=partition)
-                for r in records
-            ]
         if delay_requested(request, records):  # delayed records: http_api/delay.py
             _no_delay_in_transaction(txn)
             return await produce_delayed(request, topic, records, acks, producer)

@@ -473,15 +473,17 @@ def _decode_records(
     return records
 
 
-def _check_records(section: bytes, header: BatchHeader, lim: RecordLimits) -> None:
+def _check_records(section: bytes, header: BatchHeader, lim: RecordLimits, start: int = 0) -> None:
     """Walk every record's framing and enforce the per-record limits without building
     objects: the same checks as _decode_records, several times faster, for the
     produce path where the broker only needs to know the batch is well formed.
 
     Varints of one or two bytes (almost all of them) are decoded inline; that and
     building no objects is what makes this fast. `_get_varint` handles the rest.
+    The records run from `start` to the end of `section` (a whole uncompressed batch is
+    walked in place, from HEADER_BYTES, rather than copied).
     """
-    pos = 0
+    pos = start
     end = len(section)
     previous_delta = -1
     record_max = lim.record_bytes_max
@@ -681,9 +683,17 @@ def validate_batch(
         )
     if not verify_crc(batch, header):
         raise CorruptRecordError("batch CRC-32C does not match its contents", field="batch.crc")
-    section = _records_section(batch, header, record_limits.uncompressed_bytes_max)
+    # An uncompressed batch is walked in place: its records section is the rest of it (the
+    # length was checked above), and a copy of it cost as much as the CRC (#22).
+    in_place = header.codec == Codec.NONE and isinstance(batch, bytes)
+    section = (
+        batch if in_place else _records_section(batch, header, record_limits.uncompressed_bytes_max)
+    )
     try:
-        _check_records(bytes(section), header, record_limits)
+        if in_place:
+            _check_records(section, header, record_limits, HEADER_BYTES)  # type: ignore[arg-type]
+        else:
+            _check_records(bytes(section), header, record_limits)
     except (ValueError, IndexError, UnicodeDecodeError) as exc:
         raise CorruptRecordError(
             f"malformed records section: {exc}", field="batch.records"

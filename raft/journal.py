@@ -443,13 +443,26 @@ class DurableJournal(Journal):  # type: ignore[misc]  # pysyncobj is untyped
         return command, idx, self._terms[position]
 
     def read_range(self, start: int, stop: int) -> list[Entry]:
-        """Entries at positions [start, stop), read with as few preads as READ_AHEAD allows."""
+        """Entries at positions [start, stop): from the cache where it holds them (the
+        recent entries a leader sends to its followers), the rest from the file with as
+        few preads as READ_AHEAD allows."""
         entries: list[Entry] = []
+        cache = self._cache
+        first_idx = self._first_idx
         position = start
         while position < stop:
+            command = cache.get(first_idx + position)
+            if command is not None:
+                entries.append((command, first_idx + position, self._terms[position]))
+                position += 1
+                continue
             first_offset = self._offsets[position]
             last = position
-            while last + 1 < stop and self._offsets[last + 1] - first_offset < READ_AHEAD_BYTES:
+            while (
+                last + 1 < stop
+                and self._offsets[last + 1] - first_offset < READ_AHEAD_BYTES
+                and first_idx + last + 1 not in cache
+            ):
                 last += 1
             end = self._offsets[last + 1] if last + 1 < len(self._offsets) else self._end
             data = memoryview(self._read_bytes(first_offset, end))

@@ -85,6 +85,12 @@ ROWS = [
         "invalid_request", "records[0].partition"),
     Row("timestamp-negative", "POST", RECORDS, _produce({"timestamp": -1}), 400,
         "invalid_request", "records[0].timestamp"),
+    # orjson refuses these bodies; the stdlib's json.loads, its fallback, parses them, so the
+    # field is still named (#22).
+    Row("timestamp-past-64-bits", "POST", RECORDS, b'{"records": [{"timestamp": 1%s}]}' % (b"0" * 30),
+        400, "invalid_request", "records[0].timestamp"),
+    Row("timestamp-nan", "POST", RECORDS, b'{"records": [{"timestamp": NaN}]}', 400,
+        "invalid_request", "records[0].timestamp"),
     Row("headers-a-string", "POST", RECORDS, _produce({"headers": "h=x"}), 400,
         "invalid_request", "records[0].headers"),
     Row("header-not-an-object", "POST", RECORDS, _produce({"headers": ["h"]}), 400,
@@ -242,6 +248,16 @@ def test_bad_request_answers_its_error_naming_the_field(live: BrokerProcess, row
     assert details.items() >= row.details.items(), body
     for name in row.headers:
         assert name in headers, headers
+
+
+def test_query_partition_goes_to_records_naming_none(live: BrokerProcess) -> None:
+    """?partition= is every record's partition unless the record names its own."""
+    body = _produce({"value": "a"}, {"value": "b", "partition": 0}, {"value": "c"})
+    status, produced = live.json("POST", RECORDS + "?partition=1", body)
+    assert status == 200, produced
+    assert [o["partition"] for o in produced["offsets"]] == [1, 0, 1]
+    status, _, raw = live.request("POST", RECORDS + "?partition=1", b"x\ny\n", "text/plain")
+    assert status == 200 and {o["partition"] for o in json.loads(raw)["offsets"]} == {1}
 
 
 def test_broker_still_serves_after_the_bad_requests(live: BrokerProcess) -> None:

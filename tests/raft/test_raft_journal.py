@@ -88,6 +88,7 @@ def test_behaves_like_a_list_across_any_operations_and_reopens(
         assert len(journal) == len(model)
         assert entries_of(journal) == model
         assert list(journal[1:]) == model[1:]
+        assert journal[0:][0 : len(model)] == model  # read_range: cache and file mixed
         if model:
             assert journal[-1] == model[-1]
             assert journal.last_index == model[-1][1]
@@ -182,6 +183,21 @@ def test_memory_stays_bounded_and_old_entries_come_from_the_file(tmp_path: Path)
     journal.deleteEntriesTo(2990)
     assert journal[0][1] == 2991 and len(journal) == 10
     assert os.path.getsize(tmp_path / JOURNAL_FILE) == HEADER_BYTES + 10 * (24 + big)
+    journal.close()
+
+
+def test_a_slice_of_recent_entries_comes_from_the_cache_not_the_file(tmp_path: Path) -> None:
+    """What a leader sends its followers (pysyncobj slices the journal's tail) is served from
+    the cache, the very bytes objects appended: no pread, no CRC pass, no copy (#22)."""
+    journal = DurableJournal(tmp_path, cache_bytes_max=3 * 1024, write_buffer_bytes_max=1024)
+    commands = [bytes([k]) * 1024 for k in range(1, 7)]
+    for idx, command in enumerate(commands, start=1):
+        journal.add(command, idx, 1)
+    journal.sync()
+    entries = journal[0:][0:6]
+    assert entries == [(c, k, 1) for k, c in enumerate(commands, start=1)]
+    assert all(entries[k][0] is commands[k] for k in range(3, 6))  # the cached three
+    assert all(entries[k][0] is not commands[k] for k in range(3))  # read back from the file
     journal.close()
 
 
