@@ -50,6 +50,7 @@ WORKLOADS: dict[str, dict[str, int | bool]] = {
     "delay-early": {"--delay-workers": 1},
     "read-committed-leak": {"--txn-workers": 3, "--ctp": True},
     "share-double-delivery": {"--share-workers": 3},
+    "tiered-delete-before-upload": {"--tiered": True},
     "txn-partial-markers": {"--txn-workers": 3, "--ctp": True},
 }
 
