@@ -41,7 +41,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -98,6 +98,7 @@ class Broker:
     log_path: Path
     proc: subprocess.Popen[bytes]
     tls: ssl.SSLContext | None = None  # https, checked against this CA context
+    args: list[str] = field(default_factory=list)  # its `dmq serve` arguments
 
     @property
     def url(self) -> str:
@@ -111,6 +112,10 @@ class Broker:
         if self.alive():
             self.proc.kill()
         self.proc.wait()
+
+    def restart(self) -> None:
+        """Start it again with the same arguments (after kill or stop), not waiting."""
+        self.proc = _spawn(self.args, self.log_path)
 
     def stop(self) -> None:
         if self.alive():
@@ -168,7 +173,7 @@ def dmq_cluster(
             args += extra_args
             log_path = work_dir / f"{node_id}.log"
             proc = _spawn(args, log_path)
-            brokers.append(Broker(node_id, host, http_port, log_path, proc, tls))
+            brokers.append(Broker(node_id, host, http_port, log_path, proc, tls, args))
         _wait_ready(brokers)
         yield brokers
     except BaseException:

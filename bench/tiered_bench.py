@@ -52,6 +52,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--total-mb", type=int, default=128, help="MB produced per topic (128)")
     parser.add_argument("--segment-mb", type=int, default=8, help="segment_bytes, MiB (8)")
     parser.add_argument("--quick", action="store_true", help="one small run (CI)")
+    parser.add_argument(
+        "--proof",
+        action="store_true",
+        help="issue #19's proof instead: 3 nodes, --total-mb written, local disk bounded, a "
+        "follower wiped and restarted serves every offset from 0 (bench/tiered_proof.py)",
+    )
+    parser.add_argument(
+        "--local-retention-mb", type=int, default=64, help="--proof: local retention, MiB (64)"
+    )
 
 
 def _batches(total_bytes: int) -> list[bytes]:
@@ -169,6 +178,10 @@ def _local_start(data_dir: Path, topic: str) -> int:
 
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
+    if args.proof:
+        from bench import tiered_proof
+
+        return tiered_proof.run(args)
     if args.quick:
         args.runs, args.total_mb, args.segment_mb = 1, 8, 1
     work = Path(tempfile.mkdtemp(prefix="dmq-bench-tiered-", dir=args.dir))
