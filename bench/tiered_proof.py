@@ -52,6 +52,7 @@ from typing import Any
 import aiohttp
 
 from bench.cluster_bench import Broker, ClusterError, dmq_cluster, post_batch, wait_leader
+from bench.tiered_bench import _json
 from dmq.internal_auth import read_secret_file, signed_headers
 from dmq.partition.replica import GROUPS_PER_TOPIC
 from log.records import Record, decode_batch, encode_batch, iter_batches
@@ -111,14 +112,6 @@ class Disk:
         while not stop.is_set():
             await asyncio.to_thread(self.sample)
             await asyncio.sleep(SAMPLE_S)
-
-
-async def _json(session: aiohttp.ClientSession, method: str, url: str, doc: Any = None) -> Any:
-    async with session.request(method, url, json=doc) as r:
-        body = await r.json()
-        if r.status >= 300:
-            raise ClusterError(f"{method} {url}: {r.status} {body}")
-        return body
 
 
 async def _partition(session: aiohttp.ClientSession, url: str) -> dict[str, Any]:

@@ -17,7 +17,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from jepsen.cluster import Cluster, http
+from jepsen.cluster import Answer, Cluster, http
 
 SEGMENT_BYTES = 4096  # ~50 of the workload's one-record batches
 # Local retention 0: every closed segment goes once uploaded (the correct build) — or at
@@ -50,26 +50,28 @@ def topic_config() -> dict[str, Any]:
 
 def status(cluster: Cluster, topic: str) -> dict[str, Any]:
     """Each partition as the first broker that describes the topic sees it (with its tiered
-    fields remote_end_offset, remote_bytes, local_bytes) and
-    each live broker's tiered counters (METRICS)."""
-    partitions: list[dict[str, Any]] = []
-    for broker in cluster.live():
-        try:
-            answer = http(f"{broker.url}/v1/topics/{topic}", timeout_s=10.0)
-        except OSError:
-            continue
-        if answer.status == 200:
-            partitions = list(answer.json().get("partitions", []))
-            break
-    counters: dict[str, dict[str, float]] = {}
-    for broker in cluster.live():
-        try:
-            answer = http(f"{broker.url}/metrics", timeout_s=10.0)
-        except OSError:
-            continue
-        if answer.status == 200:
-            counters[broker.node_id] = _counters(answer.body.decode(errors="replace"))
+    fields remote_end_offset, remote_bytes, local_bytes) and each live broker's tiered
+    counters (METRICS)."""
+    described = _answers(cluster, f"/v1/topics/{topic}")
+    partitions = list(next(iter(described.values())).json()["partitions"]) if described else []
+    counters = {
+        node: _counters(answer.body.decode(errors="replace"))
+        for node, answer in _answers(cluster, "/metrics").items()
+    }
     return {"partitions": partitions, "brokers": counters}
+
+
+def _answers(cluster: Cluster, path: str) -> dict[str, Answer]:
+    """node id -> its 200 answer to GET path, for each live broker that gave one."""
+    found: dict[str, Answer] = {}
+    for broker in cluster.live():
+        try:
+            answer = http(broker.url + path, timeout_s=10.0)
+        except OSError:
+            continue
+        if answer.status == 200:
+            found[broker.node_id] = answer
+    return found
 
 
 def _counters(text: str) -> dict[str, float]:
