@@ -257,6 +257,17 @@ async def create_topic(
             raise ClusterError(f"create topic {name}: {r.status} {await r.text()}")
 
 
+async def json_request(
+    session: aiohttp.ClientSession, method: str, url: str, doc: Any = None
+) -> Any:
+    """A JSON request's decoded answer; RuntimeError naming it on a status >= 300."""
+    async with session.request(method, url, json=doc) as r:
+        body = await r.json()
+        if r.status >= 300:
+            raise RuntimeError(f"{method} {url}: {r.status} {body}")
+        return body
+
+
 async def led_partitions(session: aiohttp.ClientSession, url: str, topic: str) -> dict[int, str]:
     """partition -> leader id of `topic`'s groups that have a leader now."""
     async with session.get(f"{url}/v1/cluster/status") as r:

@@ -39,6 +39,7 @@ import aiohttp
 
 from bench import main_of
 from bench.broker_bench import Server, _produce_binary
+from bench.cluster_bench import json_request
 from log.records import Record, encode_batch
 
 RECORD_BYTES = 1024
@@ -75,14 +76,6 @@ def _batches(total_bytes: int) -> list[bytes]:
     ]
 
 
-async def _json(session: aiohttp.ClientSession, method: str, url: str, doc: Any = None) -> Any:
-    async with session.request(method, url, json=doc) as r:
-        body = await r.json()
-        if r.status >= 300:
-            raise RuntimeError(f"{method} {url}: {r.status} {body}")
-        return body
-
-
 async def _read(
     session: aiohttp.ClientSession, url: str, topic: str, start: int, end: int
 ) -> tuple[float, int]:
@@ -111,7 +104,7 @@ async def _metrics(session: aiohttp.ClientSession, url: str) -> dict[str, float]
 
 
 async def _partition(session: aiohttp.ClientSession, url: str, topic: str) -> dict[str, Any]:
-    return dict((await _json(session, "GET", f"{url}/v1/topics/{topic}"))["partitions"][0])
+    return dict((await json_request(session, "GET", f"{url}/v1/topics/{topic}"))["partitions"][0])
 
 
 async def _one_run(
@@ -122,10 +115,10 @@ async def _one_run(
     produced = sum(len(b) for b in batches) / 1e6
     async with aiohttp.ClientSession() as session:
         plain, tiered = f"plain-{run}", f"tiered-{run}"
-        await _json(session, "POST", f"{url}/v1/topics", {
+        await json_request(session, "POST", f"{url}/v1/topics", {
             "name": plain, "partitions": 1, "config": {"segment_bytes": segment},
         })  # fmt: skip
-        await _json(session, "POST", f"{url}/v1/topics", {
+        await json_request(session, "POST", f"{url}/v1/topics", {
             "name": tiered, "partitions": 1, "config": {
                 "segment_bytes": segment, "remote_storage_enable": True,
                 "local_retention_bytes": 2 * segment,

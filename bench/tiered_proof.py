@@ -51,8 +51,14 @@ from typing import Any
 
 import aiohttp
 
-from bench.cluster_bench import Broker, ClusterError, dmq_cluster, post_batch, wait_leader
-from bench.tiered_bench import _json
+from bench.cluster_bench import (
+    Broker,
+    ClusterError,
+    dmq_cluster,
+    json_request,
+    post_batch,
+    wait_leader,
+)
 from dmq.internal_auth import read_secret_file, signed_headers
 from dmq.partition.replica import GROUPS_PER_TOPIC
 from log.records import Record, decode_batch, encode_batch, iter_batches
@@ -115,7 +121,7 @@ class Disk:
 
 
 async def _partition(session: aiohttp.ClientSession, url: str) -> dict[str, Any]:
-    return dict((await _json(session, "GET", f"{url}/v1/topics/{TOPIC}"))["partitions"][0])
+    return dict((await json_request(session, "GET", f"{url}/v1/topics/{TOPIC}"))["partitions"][0])
 
 
 async def _produce(
@@ -209,9 +215,9 @@ async def _prove(work: Path, brokers: list[Broker], args: argparse.Namespace) ->
             "local_retention_bytes": retention,
         }  # fmt: skip
         body = {"name": TOPIC, "partitions": 1, "replication_factor": 3, "config": config}
-        await _json(session, "POST", f"{url}/v1/topics", body)
+        await json_request(session, "POST", f"{url}/v1/topics", body)
         leader = await wait_leader(session, brokers, TOPIC)
-        status = await _json(session, "GET", f"{url}/v1/cluster/status")
+        status = await json_request(session, "GET", f"{url}/v1/cluster/status")
         group = next(g for g in status["groups"] if g.get("topic") == TOPIC)
         group_id = int(group["group_id"])
         disk = Disk(work, brokers, str(group_id))
@@ -234,7 +240,7 @@ async def _prove(work: Path, brokers: list[Broker], args: argparse.Namespace) ->
         await watcher
         at_rest = disk.now()
 
-        meta = (await _json(session, "GET", f"{url}/v1/cluster/status")).get("metadata", {})
+        meta = (await json_request(session, "GET", f"{url}/v1/cluster/status")).get("metadata", {})
         followers = [b for b in brokers if b is not leader]
         wiped = next((b for b in followers if b.node_id != meta.get("leader")), followers[0])
         wiped.kill()
