@@ -41,7 +41,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -98,6 +98,7 @@ class Broker:
     log_path: Path
     proc: subprocess.Popen[bytes]
     tls: ssl.SSLContext | None = None  # https, checked against this CA context
+    args: list[str] = field(default_factory=list)  # its `dmq serve` arguments
 
     @property
     def url(self) -> str:
@@ -111,6 +112,10 @@ class Broker:
         if self.alive():
             self.proc.kill()
         self.proc.wait()
+
+    def restart(self) -> None:
+        """Start it again with the same arguments (after kill or stop), not waiting."""
+        self.proc = _spawn(self.args, self.log_path)
 
     def stop(self) -> None:
         if self.alive():
@@ -168,7 +173,7 @@ def dmq_cluster(
             args += extra_args
             log_path = work_dir / f"{node_id}.log"
             proc = _spawn(args, log_path)
-            brokers.append(Broker(node_id, host, http_port, log_path, proc, tls))
+            brokers.append(Broker(node_id, host, http_port, log_path, proc, tls, args))
         _wait_ready(brokers)
         yield brokers
     except BaseException:
@@ -250,6 +255,17 @@ async def create_topic(
     async with session.post(f"{url}/v1/topics", json=body) as r:
         if r.status not in (200, 201):
             raise ClusterError(f"create topic {name}: {r.status} {await r.text()}")
+
+
+async def json_request(
+    session: aiohttp.ClientSession, method: str, url: str, doc: Any = None
+) -> Any:
+    """A JSON request's decoded answer; RuntimeError naming it on a status >= 300."""
+    async with session.request(method, url, json=doc) as r:
+        body = await r.json()
+        if r.status >= 300:
+            raise RuntimeError(f"{method} {url}: {r.status} {body}")
+        return body
 
 
 async def led_partitions(session: aiohttp.ClientSession, url: str, topic: str) -> dict[int, str]:

@@ -39,6 +39,7 @@ import aiohttp
 
 from bench import main_of
 from bench.broker_bench import Server, _produce_binary
+from bench.cluster_bench import json_request
 from log.records import Record, encode_batch
 
 RECORD_BYTES = 1024
@@ -52,6 +53,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--total-mb", type=int, default=128, help="MB produced per topic (128)")
     parser.add_argument("--segment-mb", type=int, default=8, help="segment_bytes, MiB (8)")
     parser.add_argument("--quick", action="store_true", help="one small run (CI)")
+    parser.add_argument(
+        "--proof",
+        action="store_true",
+        help="issue #19's proof instead: 3 nodes, --total-mb written, local disk bounded, a "
+        "follower wiped and restarted serves every offset from 0 (bench/tiered_proof.py)",
+    )
+    parser.add_argument(
+        "--local-retention-mb", type=int, default=64, help="--proof: local retention, MiB (64)"
+    )
 
 
 def _batches(total_bytes: int) -> list[bytes]:
@@ -64,14 +74,6 @@ def _batches(total_bytes: int) -> list[bytes]:
         )
         for _ in range(count)
     ]
-
-
-async def _json(session: aiohttp.ClientSession, method: str, url: str, doc: Any = None) -> Any:
-    async with session.request(method, url, json=doc) as r:
-        body = await r.json()
-        if r.status >= 300:
-            raise RuntimeError(f"{method} {url}: {r.status} {body}")
-        return body
 
 
 async def _read(
@@ -102,7 +104,7 @@ async def _metrics(session: aiohttp.ClientSession, url: str) -> dict[str, float]
 
 
 async def _partition(session: aiohttp.ClientSession, url: str, topic: str) -> dict[str, Any]:
-    return dict((await _json(session, "GET", f"{url}/v1/topics/{topic}"))["partitions"][0])
+    return dict((await json_request(session, "GET", f"{url}/v1/topics/{topic}"))["partitions"][0])
 
 
 async def _one_run(
@@ -113,10 +115,10 @@ async def _one_run(
     produced = sum(len(b) for b in batches) / 1e6
     async with aiohttp.ClientSession() as session:
         plain, tiered = f"plain-{run}", f"tiered-{run}"
-        await _json(session, "POST", f"{url}/v1/topics", {
+        await json_request(session, "POST", f"{url}/v1/topics", {
             "name": plain, "partitions": 1, "config": {"segment_bytes": segment},
         })  # fmt: skip
-        await _json(session, "POST", f"{url}/v1/topics", {
+        await json_request(session, "POST", f"{url}/v1/topics", {
             "name": tiered, "partitions": 1, "config": {
                 "segment_bytes": segment, "remote_storage_enable": True,
                 "local_retention_bytes": 2 * segment,
@@ -169,6 +171,10 @@ def _local_start(data_dir: Path, topic: str) -> int:
 
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
+    if args.proof:
+        from bench import tiered_proof
+
+        return tiered_proof.run(args)
     if args.quick:
         args.runs, args.total_mb, args.segment_mb = 1, 8, 1
     work = Path(tempfile.mkdtemp(prefix="dmq-bench-tiered-", dir=args.dir))

@@ -16,6 +16,7 @@ variable unset they change nothing. Never set it outside the harness.
 | `delay-early` | dmq/broker/delay.py `release_loop` | the release duty believes it is 2 s later than it is: delayed records are appended up to 2 s before their deliver_at |
 | `txn-partial-markers` | dmq/broker/transactions.py `_finish` | a commit's marker is written to the transaction's first partition only, yet the transaction is completed: the others keep its records open (never visible to read_committed), a non-atomic commit |
 | `read-committed-leak` | dmq/broker/transactions.py `read_committed` | read_committed reads up to the high watermark, ignoring the LSO: records of open transactions (later aborted, or not yet committed) are served |
+| `tiered-delete-before-upload` | dmq/partition/replica.py `_delete_uploaded` | local retention of a tiered topic deletes closed segments past local retention as if every one below the high watermark were uploaded, without waiting for the committed remote `add`: a segment deleted before the leader's next upload round (every `remote_upload_interval_ms`) is gone from every replica and never reaches the object store, and acknowledged records with it |
 | `volatile-offsets` | dmq/broker/groups.py `commit`, `committed`, `fetch` | a commit is acknowledged once it is in the answering broker's memory (`volatile_commit`), never proposed to the metadata group: a restart or a new metadata leader forgets it |
 """
 
@@ -35,6 +36,7 @@ PLANTED_BUGS: tuple[str, ...] = (
     "read-committed-leak",
     "share-double-delivery",
     "stale-read",
+    "tiered-delete-before-upload",
     "txn-partial-markers",
     "volatile-offsets",
 )

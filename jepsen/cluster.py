@@ -230,13 +230,16 @@ class Cluster:
         metadata_voters: list[str] | None = None,
         auth: bool = False,
         tls: bool = False,
+        broker_args: list[str] | None = None,
     ) -> None:
         """auth: the brokers run with --auth on and a superuser token drawn per run, which
         every request of the harness carries. tls: the brokers serve https and Raft over
         mutual TLS with certificates of a CA drawn per run (`dmq cert dev` for every
-        address a broker of the run may take), which the harness checks them against."""
+        address a broker of the run may take), which the harness checks them against.
+        broker_args: more `dmq serve` flags, the same for every broker (--tiered's)."""
         directory.mkdir(parents=True, exist_ok=True)
         self.directory = directory
+        self.broker_args = list(broker_args or ())
         # Every broker shares a secret, as a cluster should run: the harness checks dmq
         # with its Raft connections and internal calls authenticated.
         global _secret
@@ -293,6 +296,7 @@ class Cluster:
             "--cluster-secret-file", str(self.secret_file),
             *(["--auth", "on"] if self.auth else []),
             *self._tls_args(),
+            *self.broker_args,
         ]  # fmt: skip
 
     def _tls_args(self) -> list[str]:

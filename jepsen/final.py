@@ -221,8 +221,10 @@ def final_reads(
 ) -> None:
     """Read each partition from 0 until next_offset reaches both the high watermark and
     the highest acknowledged offset, or the high watermark stays put for HW_STABLE_S (the
-    log ends below an ack: the checker reports it lost); rotate nodes on errors. At most
-    FINAL_READ_S per partition (what stays unread is reported unseen)."""
+    log ends below an ack: the checker reports it lost); rotate nodes on errors. A read
+    refused as out of range while the log now starts past it (--tiered: a segment lost
+    before its upload) goes on from that start: the acks skipped are lost, not unseen. At
+    most FINAL_READ_S per partition (what stays unread is reported unseen)."""
     ends = acked_ends(history, partitions)
     for partition in range(partitions):
         client = Client(cluster, history, topic, partition)
@@ -233,6 +235,13 @@ def final_reads(
         stable: tuple[int, float] = (-1, time.monotonic())  # (high watermark, since)
         while time.monotonic() < deadline:
             type_, result = client.read("final-poll", partition, offset, 0)
+            start = result.get("log_start_offset") if type_ == "fail" else None
+            if isinstance(start, int) and start > offset:
+                # The log starts past this read now (a tiered segment lost, --tiered):
+                # read on from its start; the acks skipped count as lost, not unseen.
+                offset = start
+                client.assign(partition, offset)
+                continue
             if type_ != "ok":
                 time.sleep(0.2)
                 if type_ == "info":

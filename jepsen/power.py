@@ -7,11 +7,11 @@
 For each build (a planted bug of dmq/planted.py, or `none`) it runs `python -m
 jepsen.run` on seeds 1..N one after another (never two at once: the machine is shared),
 each with the same setup (3 nodes, the default nemesis set, 45 s) plus the workloads
-that bug needs (WORKLOADS: a bug of the share group, the transactions or delayed
-delivery shows only while that workload runs; the correct build runs with every
-workload any bug needs, so "valid on every seed" covers them all), and prints a table:
-for a planted bug how many seeds ended invalid (the bug was caught), for the correct
-build how many ended valid, and per run the anomalies that caught it. A run that ends
+that bug needs (WORKLOADS: a bug of the share group, the transactions, delayed
+delivery or tiered storage shows only while that workload runs; the correct build runs
+with every workload any bug needs, so "valid on every seed" covers them all), and prints
+a table: for a planted bug how many seeds ended invalid (the bug was caught), for the
+correct build how many ended valid, and per run the anomalies that caught it. A run that ends
 unknown (a harness error) counts as neither: it is shown in its own column, and the
 power is counted over every run, so an unknown lowers it.
 
@@ -50,6 +50,7 @@ WORKLOADS: dict[str, dict[str, int | bool]] = {
     "delay-early": {"--delay-workers": 1},
     "read-committed-leak": {"--txn-workers": 3, "--ctp": True},
     "share-double-delivery": {"--share-workers": 3},
+    "tiered-delete-before-upload": {"--tiered": True},
     "txn-partial-markers": {"--txn-workers": 3, "--ctp": True},
 }
 

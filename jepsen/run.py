@@ -41,6 +41,9 @@ from jepsen.report import plot, results, summary_line
 from jepsen.schedule import VARIANTS, Window, describe, draw
 from jepsen.share import ShareClient, ShareWorker, configure
 from jepsen.share import final_drain as share_drain
+from jepsen.tiered import broker_args as tiered_broker_args
+from jepsen.tiered import status as tiered_status
+from jepsen.tiered import topic_config as tiered_topic_config
 from jepsen.txn import (
     CtpClient,
     CtpWorker,
@@ -124,6 +127,12 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
         help="delayed-delivery clients on their own topic (jepsen/delay.py DelayWorker; "
         "default 0: none)",
     )
+    p.add_argument(
+        "--tiered",
+        action="store_true",
+        help="the log topic on tiered storage: brokers with a file:// object store in the "
+        "run directory, 4 KiB segments, local retention 0 bytes (jepsen/tiered.py)",
+    )
     p.add_argument("--dir", type=Path, default=None, help="default: jepsen/store/<time>-seed<seed>")
     args = p.parse_args(argv)
     items = [] if args.nemesis in ("", "none") else args.nemesis.split(",")
@@ -143,8 +152,16 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     return args
 
 
-def create_topic(cluster: Cluster, partitions: int, rf: int, timeout_s: float = 60.0) -> None:
-    body = {"name": TOPIC, "partitions": partitions, "replication_factor": rf}
+def create_topic(
+    cluster: Cluster,
+    partitions: int,
+    rf: int,
+    timeout_s: float = 60.0,
+    config: dict[str, Any] | None = None,
+) -> None:
+    body: dict[str, Any] = {"name": TOPIC, "partitions": partitions, "replication_factor": rf}
+    if config:
+        body["config"] = config
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         try:
@@ -165,7 +182,12 @@ def run_phases(
     """Start, workload under faults, heal, wait for leaders, final reads."""
     nemesis.setup()
     cluster.start_all()
-    create_topic(cluster, args.partitions, min(args.replication_factor, args.nodes))
+    create_topic(
+        cluster,
+        args.partitions,
+        min(args.replication_factor, args.nodes),
+        config=tiered_topic_config() if args.tiered else None,
+    )
     final.wait_for_leaders(cluster)
     processes = itertools.count()
     stop = threading.Event()
@@ -236,6 +258,8 @@ def run_phases(
     if "voters" in args.nemesis:
         history.add(NEMESIS, "info", "final-voters", None, final.check_voters(cluster))
     final.final_reads(cluster, history, TOPIC, args.partitions, processes)
+    if args.tiered:  # what the final reads went through (jepsen/tiered.py)
+        history.add(NEMESIS, "info", "tiered-status", None, tiered_status(cluster, TOPIC))
     if args.group_workers:
         final_drain(cluster, history, TOPIC, final.read_ends(history, args.partitions), processes)
     if args.share_workers:
@@ -289,6 +313,7 @@ def run(args: argparse.Namespace) -> int:
         metadata_voters=[f"n{k + 1}" for k in range(VOTERS_SMALL)] if membership else None,
         auth=args.auth,
         tls=args.tls,
+        broker_args=tiered_broker_args(args.dir) if args.tiered else None,
     )
     nemesis = Nemesis(cluster, history, args.nemesis, args.seed, TOPIC, args.partitions, Focus())
     args.schedule = draw(
@@ -365,6 +390,7 @@ def report(
         "txn_workers": args.txn_workers,
         "ctp": args.ctp,
         "delay_workers": args.delay_workers,
+        "tiered": args.tiered,
         "schedule": [
             {"start_s": w.start_s, "stop_s": w.stop_s, "faults": [f"{k}/{v}" for k, v in w.faults]}
             for w in args.schedule

@@ -206,7 +206,12 @@ class Client:
             )
             answer = http(url + path, timeout_s=wait_ms / 1000 + 5.0)
             if answer.status != 200:
-                return self._outcome(answer, value, True)
+                type_, error = self._outcome(answer, value, True)
+                if error["error"] == "offset_out_of_range":  # where the log starts now
+                    error["log_start_offset"] = answer.json()["error"]["details"].get(
+                        "log_start_offset"
+                    )
+                return type_, error
             doc = answer.json()
             return "ok", {
                 **value,

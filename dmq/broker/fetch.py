@@ -143,15 +143,20 @@ class FetchService:
             # Shutting down (or the topic was altered or deleted): answer the waiting
             # fetch as if its wait had run out, rather than failing it.
             return FetchResult(
-                topic, partition, offset, offset, replica.high_watermark, replica.log_start_offset
+                topic,
+                partition,
+                offset,
+                offset,
+                replica.high_watermark,
+                self._first_offset(replica),
             )
         try:
             if stable:
-                return count(
-                    await read_committed(
-                        replica, topic, partition, offset, max_bytes, max_records, raw
-                    )
+                found = await read_committed(
+                    replica, topic, partition, offset, max_bytes, max_records, raw
                 )
+                found.log_start_offset = self._first_offset(replica)
+                return count(found)
             if raw:
                 result = await replica.read(offset, max_bytes)
                 return count(
@@ -161,16 +166,18 @@ class FetchService:
                         offset,
                         result.next_offset,
                         result.high_watermark,
-                        result.log_start_offset,
+                        self._first_offset(replica),
                         raw=result,
                         last_stable_offset=replica.last_stable_offset,
                     )
                 )
-            recs, next_offset, hw, lso = await replica.read_records(offset, max_bytes, max_records)
+            recs, next_offset, hw, _ = await replica.read_records(offset, max_bytes, max_records)
         except log_errors.LogError as exc:
             raise translate(exc) from exc
+        # The partition's first offset, not the local log's: with tiered storage a reader
+        # (a share group's start, a consumer's reset) must not skip the remote part.
         return count(FetchResult(
-            topic, partition, offset, next_offset, hw, lso, records=recs,
+            topic, partition, offset, next_offset, hw, self._first_offset(replica), records=recs,
             last_stable_offset=replica.last_stable_offset,
         ))  # fmt: skip
 

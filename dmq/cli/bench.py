@@ -164,6 +164,15 @@ def add_bench(commands: Subparsers) -> None:
     tiered.add_argument("--total-mb", type=int, default=128, help="MB produced per topic (128)")
     tiered.add_argument("--segment-mb", type=int, default=8, help="segment_bytes, MiB (8)")
     tiered.add_argument("--quick", action="store_true", help="one small run (CI)")
+    tiered.add_argument(
+        "--proof",
+        action="store_true",
+        help="issue #19's proof instead: 3 nodes, --total-mb written, local disk bounded, a "
+        "follower wiped and restarted serves every offset from 0 (bench/tiered_proof.py)",
+    )
+    tiered.add_argument(
+        "--local-retention-mb", type=int, default=64, help="--proof: local retention, MiB (64)"
+    )
     tiered.set_defaults(handler=_cmd_bench_tiered)
 
 

@@ -615,9 +615,12 @@ class PartitionReplica:
             (s.base_offset, s.next_offset, s.size_bytes, s.max_timestamp_ms)
             for s in log.segments  # the active one too: it counts, never goes
         ]
+        remote = machine.remote
+        if planted.active("tiered-delete-before-upload"):  # as if all were uploaded
+            remote = RemoteManifest(end_offset=log.high_watermark, started=True)
         count = local_deletable(
             closed,
-            machine.remote,
+            remote,
             now_ms=now_ms,
             local_retention_ms=log.config.local_retention_ms,
             local_retention_bytes=log.config.local_retention_bytes,

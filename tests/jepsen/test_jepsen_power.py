@@ -113,13 +113,18 @@ def test_each_build_runs_the_workloads_its_bug_needs_and_none_runs_them_all() ->
     for bug in ("ack-before-commit", "no-fsync", "stale-read", "lease-read"):
         assert workloads_for(bug) == {} and workload_args({}) == []
     union = workloads_for(CORRECT)
-    assert union == {"--delay-workers": 1, "--ctp": True, "--share-workers": 3, "--txn-workers": 3}
+    assert workload_args(workloads_for("tiered-delete-before-upload")) == ["--tiered"]
+    assert union == {
+        "--delay-workers": 1, "--ctp": True, "--share-workers": 3, "--tiered": True,
+        "--txn-workers": 3,
+    }  # fmt: skip
     for options in WORKLOADS.values():
         assert all(union[o] is v or union[o] >= v for o, v in options.items())
     # a zero or False option is left out
     assert workload_args({"--txn-workers": 0, "--ctp": False}) == []
     args = parse(["--seed", "1", *workload_args(union)])
     assert (args.ctp, args.delay_workers, args.share_workers, args.txn_workers) == (True, 1, 3, 3)
+    assert args.tiered
 
 
 def test_a_campaign_draws_the_same_distinct_seeds_and_sums_its_runs() -> None:
