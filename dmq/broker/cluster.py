@@ -210,7 +210,16 @@ class ClusterService:
     async def metadata_state_after(
         self, after_version: int, wait_ms: int, consistency: str | None
     ) -> dict[str, Any]:
-        """Internal: the catalogue for an observer, once newer than `after_version`."""
+        """Internal: the catalogue for an observer, once newer than `after_version`.
+        Only a voter answers: an observer's own catalogue may be as old as the asker's
+        (both following voters that have since left), and a long-poll answered from it
+        kept the asker there; refused at once, the asker tries the next broker it knows
+        until a voter answers (jepsen campaign seed 1026397559: three voters decommissioned
+        at once, and two observers that knew only those three never saw the new voters)."""
+        if not self._ctx.metadata.is_voter:
+            raise errors.NotLeader(
+                "this broker is not a metadata voter: ask a voter", retry_after_ms=200
+            )
         if consistency == "linearizable":
             await self._ctx.metadata.read_barrier()
         return await self._ctx.metadata.state_after(after_version, wait_ms)

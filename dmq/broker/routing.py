@@ -108,6 +108,11 @@ class Routing:
         An observer knows the voters' Raft addresses from `peers` but not their HTTP
         addresses until it has the catalogue: it first tries each voter's Raft host with
         this broker's own HTTP port (brokers usually share one port; see dmq/README.md).
+
+        Then every other registered broker: a catalogue this broker holds may name voters
+        that have all left since (decommissioned, or demoted to observers), and a broker
+        that is not a voter refuses at once, so the next address is tried until a current
+        voter answers and its catalogue names the voters again.
         """
         metadata = self._ctx.metadata_service
         config = self._ctx.config
@@ -123,6 +128,9 @@ class Routing:
             elif voter in config.peer_addrs:
                 host = config.peer_addrs[voter].rpartition(":")[0]
                 out.append(f"{host}:{config.http_port}")
+        if state is not None:
+            others = (b for b in sorted(state.brokers) if b != config.node_id)
+            out += [a for a in (state.brokers[b].http_addr for b in others) if a not in out]
         return out
 
     def serving_replica(
