@@ -11,6 +11,14 @@ loaded machine do not count, the CPU the request path burns does. With `--agains
 tree of another build (e.g. `git archive main | tar -x -C /tmp/base`) is started beside
 this one with the same interpreter and the rounds alternate between the two; medians
 and the ratio are printed. Linux only (/proc).
+
+    python -m bench.request_bench --chain [--against OLD_TREE]
+
+In process instead: the CPU microseconds (`time.process_time`) aiohttp's dispatch of one
+request through the application `make_app` builds takes (its middlewares, routing, the
+response) around a handler that only answers "ok", less the handler alone; a stub stands
+for the broker (no cluster secret, auth off, one metrics call). With `--against`, the same
+is measured in a process importing the other tree, alternately.
 """
 
 from __future__ import annotations
@@ -88,12 +96,89 @@ def _round(proc: subprocess.Popen[bytes], port: int, requests: int, body: bytes)
     return (cpu1 - cpu0 - idle_rate * (wall1 - wall0)) / requests * 1e6
 
 
+def _chain_us(rounds: int) -> list[float]:
+    import asyncio
+    import types
+
+    from aiohttp import web
+    from aiohttp.test_utils import make_mocked_request
+
+    from http_api.app import make_app
+
+    stub = types.SimpleNamespace(
+        config=types.SimpleNamespace(request_bytes_max=1 << 20),
+        metrics=types.SimpleNamespace(observe_request=lambda *args: None),
+        cluster_secret=None,
+        security=types.SimpleNamespace(enabled=False),
+        cluster_id="c1",
+    )
+    app = make_app(stub)  # type: ignore[arg-type]
+
+    async def ok(request: web.Request) -> web.Response:
+        return web.Response(text="ok")
+
+    app.router.add_route("POST", "/bench/{topic}", ok)
+    app.freeze()
+
+    async def measure() -> list[float]:
+        request = make_mocked_request("POST", "/bench/t", app=app)
+        match_info = await app.router.resolve(request)
+        match_info.add_app(app)
+        request._match_info = match_info
+        out = []
+        for _ in range(rounds):
+            started = time.process_time()
+            for _ in range(20000):
+                await app._handle(request)
+            whole = time.process_time() - started
+            started = time.process_time()
+            for _ in range(20000):
+                await ok(request)
+            out.append((whole - (time.process_time() - started)) / 20000 * 1e6)
+        return out
+
+    return asyncio.run(measure())
+
+
+def _chain(rounds: int, against: Path | None) -> None:
+    samples: dict[str, list[float]] = {"this": [], "--against": []}
+    for _ in range(rounds):
+        samples["this"] += _chain_us(1)
+        if against is not None:
+            out = subprocess.run(
+                [sys.executable, __file__, "--chain-once"],
+                env={**os.environ, "PYTHONPATH": f"{against}{os.pathsep}{ROOT}"},
+                cwd=against,
+                capture_output=True,
+                text=True,
+                check=True,
+            ).stdout
+            samples["--against"].append(float(out))
+    print("CPU us per request of dispatch and middlewares, median (rounds):")
+    for name, s in samples.items():
+        if s:
+            print(f"  {name:10} {statistics.median(s):7.2f}  ({', '.join(f'{x:.2f}' for x in s)})")
+    if against is not None:
+        ratio = statistics.median(samples["this"]) / statistics.median(samples["--against"])
+        print(f"  this / --against: {ratio:.3f}")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--requests", type=int, default=2000, help="per round")
     parser.add_argument("--rounds", type=int, default=5, help="medians of this many")
     parser.add_argument("--against", type=Path, help="tree of another build to alternate with")
+    parser.add_argument("--chain", action="store_true", help="in process, the middlewares")
+    parser.add_argument("--chain-once", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
+    if args.chain_once:
+        print(_chain_us(1)[0])
+        return 0
+    if args.chain:
+        print(f"load average at start: {os.getloadavg()}")
+        _chain(args.rounds, args.against.resolve() if args.against else None)
+        print(f"load average at end: {os.getloadavg()}")
+        return 0
     roots = [ROOT] + ([args.against.resolve()] if args.against else [])
     body = encode_batch([Record(key=None, value=b"x" * 100, timestamp_ms=1)])
     print(f"load average at start: {os.getloadavg()}")
