@@ -17,7 +17,7 @@ from dmq import errors
 from dmq.broker import Acks, Broker, Consistency, FetchResult, TopicDescription
 from dmq.types import PARTITION_COUNT_HEADER
 from http_api import auth, codec, transactions
-from http_api.auth import AUTH_ROUTES, auth_middleware, may
+from http_api.auth import AUTH_ROUTES, may
 from http_api.console import CONSOLE_ROUTES
 from http_api.delay import (
     DELAY_ROUTES,
@@ -25,19 +25,18 @@ from http_api.delay import (
     produce_delayed,
     produce_delayed_batch,
 )
-from http_api.errors import REQUEST_BYTES_MAX, error_middleware
+from http_api.edge import edge_middleware
+from http_api.errors import REQUEST_BYTES_MAX
 from http_api.filtering import filtered_batch_response, record_filter
 from http_api.forward import (
     BROKER,
     broker_of,
-    forward_middleware,
     forwarded_hops,
     is_forwarded,
 )
 from http_api.groups import GROUP_ROUTES
-from http_api.identity import IDENTITY_ROUTES, cluster_identity_middleware
-from http_api.internal_auth import internal_auth_middleware
-from http_api.metrics import METRICS_ROUTES, metrics_middleware
+from http_api.identity import IDENTITY_ROUTES
+from http_api.metrics import METRICS_ROUTES
 from http_api.openapi import openapi_document
 from http_api.operations import OPERATIONS_ROUTES
 from http_api.rest_v2 import REST_V2_ROUTES
@@ -520,14 +519,9 @@ ROUTES: tuple[tuple[str, str, Any], ...] = (
 
 def make_app(broker: Broker) -> web.Application:
     app = web.Application(
-        middlewares=[
-            metrics_middleware,  # outermost: it sees the status error_middleware gives
-            error_middleware,
-            internal_auth_middleware,
-            auth_middleware,  # --auth on: credentials, ACLs, quotas (http_api/auth.py)
-            cluster_identity_middleware,
-            forward_middleware,
-        ],
+        # Metrics, errors, internal signatures, auth (--auth on: credentials, ACLs, quotas),
+        # the cluster id, relaying: one middleware, in that order (http_api/edge.py).
+        middlewares=[edge_middleware],
         client_max_size=broker.config.request_bytes_max,
     )
     app[BROKER] = broker

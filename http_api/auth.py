@@ -1,9 +1,9 @@
-"""Authentication, ACLs and quotas on the HTTP API: the middleware, the one table of what
-every route needs, and the routes that manage users, ACLs and quotas.
+"""Authentication, ACLs and quotas on the HTTP API: the middleware's stage, the one table of
+what every route needs, and the routes that manage users, ACLs and quotas.
 
-With `--auth on` (dmq/broker/security.py has the rules), `auth_middleware` looks the
-matched route up in `ROUTE_NEEDS`, the one table from every route (method, path template)
-to what it needs:
+With `--auth on` (dmq/broker/security.py has the rules), `run_authorized` (a stage of
+http_api/edge.py's middleware) looks the matched route up in `ROUTE_NEEDS`, the one table
+from every route (method, path template) to what it needs:
 
 - `PUBLIC`: nothing (probes, the OpenAPI document, the web console's static files: the
   data the console then asks for is authorised like any other call);
@@ -24,7 +24,7 @@ Another broker calling a public route on its own behalf (a group member's fetch 
 partition leader, an offset lookup) signs it with the cluster secret, as for the internal
 routes: a valid signature is the principal User:broker, a superuser.
 
-Then the middleware: authenticates (401 with WWW-Authenticate, before anything else),
+Then it: authenticates (401 with WWW-Authenticate, before anything else),
 checks the ACL (403 naming the operation and resource; 404 for a topic the principal may
 not describe), counts the request against the principal's quotas (429 with Retry-After,
 nothing done), runs the handler and, for a read, counts the bytes it answered. A request
@@ -219,11 +219,12 @@ async def _resource_name(request: web.Request, need: Need) -> str:
     return request.match_info[need.name_from]
 
 
-@web.middleware
-async def auth_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
-    security = _security(request)
-    if not security.enabled:
-        return await handler(request)
+async def run_authorized(
+    request: web.Request, security: SecurityService, handler: Handler
+) -> web.StreamResponse:
+    """With auth on (http_api/edge.py calls this then, before the cluster id check and the
+    handler): authenticate, check the route's ACL, charge the quotas, run `handler`, charge
+    a read's bytes. A refused request never reaches `handler`."""
     need = need_of(request)
     if need is None or need in (PUBLIC, INTERNAL):
         return await handler(request)

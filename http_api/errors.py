@@ -93,13 +93,12 @@ _HTTP_CODES = {
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 
-@web.middleware
-async def error_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
-    try:
-        return await handler(request)
-    except errors.DmqError as exc:
+def error_response_to(request: web.Request, exc: Exception) -> web.Response:
+    """The answer to an exception a request's handling raised (http_api/edge.py calls it
+    for every exception but an HTTPException below 400, which aiohttp answers itself)."""
+    if isinstance(exc, errors.DmqError):
         return response_for(exc)
-    except web.HTTPRequestEntityTooLarge:
+    if isinstance(exc, web.HTTPRequestEntityTooLarge):
         limit = request.app[REQUEST_BYTES_MAX]
         return error_response(
             413,
@@ -107,15 +106,13 @@ async def error_middleware(request: web.Request, handler: Handler) -> web.Stream
             f"request body exceeds request_bytes_max {limit} bytes",
             {"field": "body", "limit": limit},
         )
-    except web.HTTPException as exc:
-        if exc.status < 400:
-            raise
+    if isinstance(exc, web.HTTPException):
         code = _HTTP_CODES.get(
             exc.status, "invalid_request" if exc.status < 500 else "internal_error"
         )
         # A 405 names the methods the path allows (RFC 9110 requires Allow).
         allow = {"Allow": exc.headers["Allow"]} if "Allow" in exc.headers else None
         return error_response(exc.status, code, exc.reason, {"path": request.path}, allow)
-    except Exception:  # a bug: log it, answer in the API's shape
-        _log.exception("unexpected error on %s %s", request.method, request.path)
-        return error_response(500, "internal_error", "internal error; see the broker log")
+    # A bug: log it, answer in the API's shape.
+    _log.exception("unexpected error on %s %s", request.method, request.path, exc_info=exc)
+    return error_response(500, "internal_error", "internal error; see the broker log")

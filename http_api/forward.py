@@ -1,9 +1,9 @@
 """Relaying a request to the broker that can answer it (the partition leader's).
 
 A Broker method raises `ForwardRequest(http_addr)` when another broker must answer
-(a fetch or offset lookup for a partition led elsewhere). `forward_middleware` then
-sends the same request there, marked with the forwarded header so that it is never
-relayed a second time, and returns that broker's answer as it is: status, body,
+(a fetch or offset lookup for a partition led elsewhere). `relay` (a stage of
+http_api/edge.py's middleware) then sends the same request there, marked with the
+forwarded header so that it is never relayed a second time, and returns that broker's answer as it is: status, body,
 content type, Retry-After and the X-Dmq-* headers. A relay to a named broker is given
 up once that broker goes out of reach (no Raft heartbeat within an election timeout):
 not_leader for a read, request_timeout (outcome unknown) for anything else.
@@ -40,16 +40,14 @@ def is_forwarded(request: web.Request) -> bool:
     return FORWARDED_HEADER in request.headers
 
 
-@web.middleware
-async def forward_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
-    try:
-        return await handler(request)
-    except ForwardRequest as forward:
-        relay = _relay(request, forward.http_addr, forward.hops)
-        if forward.node_id is None:
-            return await relay
-        lost = functools.partial(_lost, request.method, forward.node_id)
-        return await broker_of(request).unless_out_of_reach(forward.node_id, relay, lost)
+async def relay(request: web.Request, forward: ForwardRequest) -> web.Response:
+    """Answer with what the broker a handler named (by raising ForwardRequest) answers
+    (http_api/edge.py calls this when the handler raised it)."""
+    relayed = _relay(request, forward.http_addr, forward.hops)
+    if forward.node_id is None:
+        return await relayed
+    lost = functools.partial(_lost, request.method, forward.node_id)
+    return await broker_of(request).unless_out_of_reach(forward.node_id, relayed, lost)
 
 
 def _lost(method: str, node_id: str) -> errors.DmqError:

@@ -1,7 +1,7 @@
 """The cluster's identity at the HTTP border: calls of another cluster refused, stray data
 listed.
 
-- `cluster_identity_middleware`: a request that names a cluster (`X-Dmq-Cluster-Id`: every
+- `check_cluster_id` (a stage of http_api/edge.py's middleware): a request that names a cluster (`X-Dmq-Cluster-Id`: every
   broker-to-broker call once its broker knows the id, and `dmq serve --join` asking for
   the cluster) is answered 409 `cluster_id_mismatch` when this broker belongs to another
   one, with one warning line naming both ids; its handler never runs. A request naming no
@@ -13,7 +13,6 @@ listed.
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable, Callable
 from typing import Any
 
 from aiohttp import web
@@ -25,11 +24,10 @@ from http_api.forward import broker_of
 
 _log = logging.getLogger("dmq.http")
 
-Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
-
-@web.middleware
-async def cluster_identity_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
+def check_cluster_id(request: web.Request) -> None:
+    """Raise ClusterIdMismatch (logged) for a request naming another cluster than ours
+    (http_api/edge.py calls this on every request, before the handler)."""
     theirs = request.headers.get(CLUSTER_ID_HEADER, "")
     if theirs:
         broker = broker_of(request)
@@ -48,7 +46,6 @@ async def cluster_identity_middleware(request: web.Request, handler: Handler) ->
                 message,
             )
             raise errors.ClusterIdMismatch(message, cluster_id=ours, request_cluster_id=theirs[:80])
-    return await handler(request)
 
 
 async def set_aside(request: web.Request) -> web.Response:

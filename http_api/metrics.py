@@ -6,49 +6,25 @@ are left out). It has no authentication: dmq has none on /v1 either today (issue
 when that lands, /metrics stays open like /healthz, and operators who must hide it put
 it behind their network policy. http_api/README.md documents it.
 
-The middleware observes every request's latency into
+The edge middleware (http_api/edge.py) observes every request's latency into
 `dmq_http_request_duration_seconds{method, route, status_class}`, labelled with the route
 *template* (`/v1/topics/{topic}/records`), never the raw path: its series are bounded by
-the route table whatever paths clients send. It runs outermost, so it sees the status the
-error middleware gave. A handler cancelled (the server stopping) is not observed.
+the route table whatever paths clients send. It observes outermost, so it sees the status
+the error mapping gave. A handler cancelled (the server stopping) is not observed.
 """
 
 from __future__ import annotations
 
-import asyncio
-import time
-
 from aiohttp import web
 
 from dmq.broker.metrics import CONTENT_TYPE, UNMATCHED_ROUTE
-from http_api.forward import BROKER, Handler, broker_of
+from http_api.forward import broker_of
 
 
 def route_template(request: web.Request) -> str:
     route = request.match_info.route
     resource = route.resource if route is not None else None
     return resource.canonical if resource is not None else UNMATCHED_ROUTE
-
-
-@web.middleware
-async def metrics_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
-    started = time.perf_counter()
-    status = 500  # an exception the error middleware did not turn into a response
-    try:
-        response = await handler(request)
-        status = response.status
-        return response
-    except web.HTTPException as exc:
-        status = exc.status
-        raise
-    except asyncio.CancelledError:
-        status = 0  # not observed
-        raise
-    finally:
-        if status:
-            request.app[BROKER].metrics.observe_request(
-                request.method, route_template(request), status, time.perf_counter() - started
-            )
 
 
 async def metrics(request: web.Request) -> web.Response:

@@ -430,3 +430,35 @@ def test_garbage_spliced_into_a_batch_with_a_fixed_crc_raises_only_corrupt_recor
     damaged[start : start + len(junk)] = junk
     struct.pack_into(">I", damaged, 13, crc32c_lib.crc32c(bytes(damaged[17:])))
     _only_corrupt_record_error(bytes(damaged))
+
+
+# Enough records that offset deltas pass 63 (two-byte varints), values past 63 bytes, and
+# timestamp deltas of every width both ways: the widths validate_batch reads inline (#22).
+long_dense_batches = st.builds(
+    lambda count, value, key, steps, codec: encode_batch(
+        [
+            Record(key=key, value=value, timestamp_ms=steps[i % len(steps)] * i)
+            for i in range(count)
+        ],
+        codec=codec,
+    ),
+    st.integers(60, 140),
+    st.one_of(st.none(), st.binary(min_size=0, max_size=200)),
+    st.one_of(st.none(), st.binary(min_size=60, max_size=70)),
+    st.lists(st.integers(-(2**40), 2**40), min_size=1, max_size=3),
+    st.sampled_from(Codec),
+)
+
+
+@PROPERTY
+@given(batch=long_dense_batches, data=st.data())
+def test_long_batches_with_wide_varints_validate_as_they_decode(
+    batch: bytes, data: st.DataObject
+) -> None:
+    assert validate_batch(batch).record_count == len(decode_batch(batch).records)
+    damaged = bytearray(batch)
+    start = data.draw(st.integers(HEADER_BYTES, len(batch) - 1), label="start")
+    junk = data.draw(st.binary(min_size=1, max_size=3), label="junk")
+    damaged[start : start + len(junk)] = junk
+    struct.pack_into(">I", damaged, 13, crc32c_lib.crc32c(bytes(damaged[17:])))
+    _only_corrupt_record_error(bytes(damaged))
