@@ -172,6 +172,18 @@ class FetchService:
                     )
                 )
             recs, next_offset, hw, _ = await replica.read_records(offset, max_bytes, max_records)
+        except log_errors.OffsetOutOfRangeError as exc:
+            # The local log start passed `offset` after the check above (uploaded segments
+            # deleted locally meanwhile, during a long-poll or under the storage lock): the
+            # object store holds it now. Refused as the local log's, the caller would move
+            # the position to the local start and skip the remote records.
+            if self._tiered is not None and offset < replica.log_start_offset:
+                remote = await self._tiered.fetch(
+                    replica, offset, max_bytes, max_records, raw=raw, stable=stable
+                )
+                if remote is not None:
+                    return count(remote)
+            raise translate(exc) from exc
         except log_errors.LogError as exc:
             raise translate(exc) from exc
         # The partition's first offset, not the local log's: with tiered storage a reader

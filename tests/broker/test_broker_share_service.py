@@ -55,6 +55,10 @@ class Log:
         self.failing: set[int] = set()
         self.compacted: set[int] = set()
         self.end = 5
+        # A read from below this starts here, the partition's first offset staying 0: as
+        # partition_read moves a position below the start an OffsetOutOfRange named (a
+        # tiered partition's local start, moved by a local deletion during the read).
+        self.moved_to: int | None = None
 
     async def partition_read(
         self, topic: str, partition: int, offset: int, wait_ms: int, max_records: int,
@@ -62,6 +66,8 @@ class Log:
     ) -> FetchResult:  # fmt: skip
         if offset in self.failing:
             raise errors.BrokerUnavailable("the partition's leader is gone", retry_after_ms=500)
+        if self.moved_to is not None and offset < self.moved_to:
+            offset = self.moved_to
         offsets = [o for o in range(offset, self.end) if o not in self.compacted][:max_records]
         found = [Record(None, b"v%d" % o, offset=o) for o in offsets]
         next_offset = found[-1].offset + 1 if found else offset
@@ -93,6 +99,31 @@ def test_a_redelivery_that_cannot_be_read_is_held_back_not_handed_over_empty() -
         sp = metadata.state.share_groups.groups["g"].partitions[("t", 0)]
         r2 = sp.records[2]  # still locked to the member: it comes again when that runs out
         assert (r2.state, r2.member_id, r2.delivery_count) == (share.ACQUIRED, member, 2)
+
+    asyncio.run(run())
+
+
+def test_a_redelivery_read_that_began_past_the_offset_holds_it_back() -> None:
+    """partition_read began at 4, past the released 1 and 3 (the partition still starts
+    at 0): the read says nothing of them, so they are held back, never handed over empty
+    as if the log had lost them (jepsen, the correct build, tiered: share:unexpected)."""
+
+    async def run() -> None:
+        log = Log()
+        svc, metadata = started(log)
+        await metadata.propose(PutShareGroup("g", 60_000, 5, "", 100, 60_000, 3))
+        member = await svc.join("g", ("t",))
+        assert len(await svc.poll("g", member, 5, 1 << 20, 0)) == 5
+        acks = tuple(("t", 0, o, "release" if o in (1, 3) else "accept", 0) for o in range(5))
+        await metadata.propose(AckRecords("g", member, acks, share_now(metadata)))
+        log.moved_to = 4
+        again = await svc.poll("g", member, 5, 1 << 20, 0)
+        assert [(d.acquired.offset, d.record) for d in again] == [], again
+        log.moved_to = None  # the next read from 1 finds them
+        later = await svc.poll("g", member, 5, 1 << 20, 0)
+        sp = metadata.state.share_groups.groups["g"].partitions[("t", 0)]
+        assert {sp.records[o].state for o in (1, 3)} == {share.ACQUIRED}
+        assert [d.record for d in later] == [], later  # still locked to the member
 
     asyncio.run(run())
 
