@@ -236,7 +236,7 @@ class Broker:
             ctx.config.voters,
             self._raft_node(),
             ctx.peers,
-            self.routing.voter_http_addrs,
+            self.routing.metadata_contact_addrs,
             timeout_s=ctx.timeout_s,
             on_change=self.reconciler.wanted.set,
             left_marker=ctx.data_dir / "meta" / METADATA_LEFT_MARKER,

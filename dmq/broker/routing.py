@@ -8,7 +8,7 @@ Every service asks here rather than reading the catalogue itself:
   else the catalogue's last report (leaders are reported once a second, cluster.py);
 - `serving_replica`: the replica that answers a read here, or `ForwardRequest` to the
   leader's broker (the HTTP layer relays it once, http_api/forward.py);
-- `http_addr_of` / `voter_http_addrs`: where another broker listens.
+- `http_addr_of` / `voter_http_addrs` / `metadata_contact_addrs`: where another broker listens.
 """
 
 from __future__ import annotations
@@ -108,11 +108,6 @@ class Routing:
         An observer knows the voters' Raft addresses from `peers` but not their HTTP
         addresses until it has the catalogue: it first tries each voter's Raft host with
         this broker's own HTTP port (brokers usually share one port; see dmq/README.md).
-
-        Then every other registered broker: a catalogue this broker holds may name voters
-        that have all left since (decommissioned, or demoted to observers), and a broker
-        that is not a voter refuses at once, so the next address is tried until a current
-        voter answers and its catalogue names the voters again.
         """
         metadata = self._ctx.metadata_service
         config = self._ctx.config
@@ -128,9 +123,21 @@ class Routing:
             elif voter in config.peer_addrs:
                 host = config.peer_addrs[voter].rpartition(":")[0]
                 out.append(f"{host}:{config.http_port}")
-        if state is not None:
-            others = (b for b in sorted(state.brokers) if b != config.node_id)
-            out += [a for a in (state.brokers[b].http_addr for b in others) if a not in out]
+        return out
+
+    def metadata_contact_addrs(self) -> list[str]:
+        """Where the metadata service asks for the catalogue and sends its commands, in
+        turn: the voters (`voter_http_addrs`), then every other registered broker. A
+        catalogue this broker holds may name voters that have all left since
+        (decommissioned, or demoted to observers); a broker that is not a voter refuses
+        at once, so the next one is tried until a current voter answers and its catalogue
+        names the voters again. Not for relaying group requests: those go to a voter."""
+        out = self.voter_http_addrs()
+        metadata = self._ctx.metadata_service
+        if metadata is not None:
+            state, me = metadata.state, self._ctx.config.node_id
+            others = (state.brokers[b].http_addr for b in sorted(state.brokers) if b != me)
+            out += [a for a in others if a not in out]
         return out
 
     def serving_replica(
