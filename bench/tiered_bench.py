@@ -62,6 +62,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--local-retention-mb", type=int, default=64, help="--proof: local retention, MiB (64)"
     )
+    parser.add_argument(
+        "--snapshot-entries",
+        type=int,
+        default=256,
+        help="--proof: the brokers' --raft-snapshot-entries (256); a wiped follower restores "
+        "from a snapshot only once one was taken",
+    )
 
 
 def _batches(total_bytes: int) -> list[bytes]:

@@ -316,7 +316,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             "--remote-storage", f"file://{work / 'store'}",
             "--remote-upload-interval-ms", "500",
             "--retention-check-interval-ms", "1000",
-            "--raft-snapshot-entries", str(SNAPSHOT_ENTRIES),
+            "--raft-snapshot-entries", str(getattr(args, "snapshot_entries", SNAPSHOT_ENTRIES)),
             "--fetch-bytes-max", str(8 * 1024 * 1024),
         )  # fmt: skip
         with dmq_cluster(work, 3, "fsync", extra_args=extra) as brokers:

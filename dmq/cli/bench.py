@@ -173,6 +173,13 @@ def add_bench(commands: Subparsers) -> None:
     tiered.add_argument(
         "--local-retention-mb", type=int, default=64, help="--proof: local retention, MiB (64)"
     )
+    tiered.add_argument(
+        "--snapshot-entries",
+        type=int,
+        default=256,
+        help="--proof: the brokers' --raft-snapshot-entries (256); a wiped follower restores "
+        "from a snapshot only once one was taken",
+    )
     tiered.set_defaults(handler=_cmd_bench_tiered)
 
 
