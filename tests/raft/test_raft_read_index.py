@@ -29,8 +29,15 @@ from raft.read_index import PendingRead, ReadIndexState, ack_for
 
 
 def test_reads_on_the_leader_see_every_acknowledged_write_and_are_batched(tmp_path: Path) -> None:
+    # One leader throughout is this test's premise, so elections are slow: with the
+    # defaults (0.4-0.8 s), a full run's load once stalled the three in-process nodes long
+    # enough to elect again mid-test (NotLeader, "no leader known").
+    config = RaftConfig(
+        election_timeout_min_s=3.0, election_timeout_max_s=6.0, leader_step_down_s=6.0
+    )
+
     async def scenario() -> None:
-        cluster = InProcessCluster(tmp_path)
+        cluster = InProcessCluster(tmp_path, config=config)
         replicas, _ = await cluster.start_group(1)
         try:
             leader = replicas[str(ready_leader(replicas))]
