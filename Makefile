@@ -5,7 +5,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: run test check bench jepsen jepsen-power jepsen-campaign clean system-deps
+.PHONY: run test check bench jepsen jepsen-power jepsen-campaign clean system-deps bytecode
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -24,6 +24,13 @@ system-deps:
 		{ apt-get update -qq && apt-get install -y -qq curl nats-server iptables \
 			openjdk-17-jre-headless chromium chromium-driver; }
 
+# The targets that start many Python processes (brokers, harness clients) compile the
+# sources first: where PYTHONDONTWRITEBYTECODE is set, no process writes the .pyc it
+# compiled, and each would compile ~160 modules again (0.8 s of CPU a broker). `make test`
+# does the same in tests/conftest.py.
+bytecode: $(STAMP)
+	$(BIN)/python -m compileall -q dmq raft log groups http_api spark_io bench jepsen >/dev/null
+
 run: $(STAMP)
 	$(BIN)/dmq serve
 
@@ -39,7 +46,7 @@ check: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/mypy
 
-bench: $(STAMP) system-deps
+bench: $(STAMP) system-deps bytecode
 	$(BIN)/dmq bench log
 	$(BIN)/dmq bench broker
 	$(BIN)/dmq bench --nodes 3
@@ -49,13 +56,13 @@ bench: $(STAMP) system-deps
 # The Jepsen harness (jepsen/README.md): 5 brokers, every fault, 2 minutes. Override with
 # e.g. `make jepsen JEPSEN_ARGS="--nodes 3 --nemesis partition --seed 7"`.
 JEPSEN_ARGS ?= --nodes 5 --nemesis partition,kill,pause,power,reassign,join,leave,voters --time-limit-s 120
-jepsen: $(STAMP) system-deps
+jepsen: $(STAMP) system-deps bytecode
 	$(BIN)/python -m jepsen.run $(JEPSEN_ARGS)
 
 # Detection power (jepsen/README.md "Detection power"): every planted bug and the correct
 # build on seeds 1..SEEDS, 3 nodes, partition,kill,pause,power, 45 s each, one at a time.
 SEEDS ?= 10
-jepsen-power: $(STAMP) system-deps
+jepsen-power: $(STAMP) system-deps bytecode
 	$(BIN)/python -m jepsen.power --bug all --seeds $(SEEDS)
 
 # N runs of the correct build on random seeds: 5 nodes, every fault (disk and clock too:
@@ -63,7 +70,7 @@ jepsen-power: $(STAMP) system-deps
 # table. CAMPAIGN_ARGS adds options (e.g. --campaign-seed 7 draws the same seeds again).
 N ?= 10
 CAMPAIGN_ARGS ?=
-jepsen-campaign: $(STAMP) system-deps
+jepsen-campaign: $(STAMP) system-deps bytecode
 	@command -v faketime >/dev/null 2>&1 || \
 		{ apt-get update -qq && apt-get install -y -qq faketime; }
 	$(BIN)/python -m jepsen.campaign --runs $(N) $(CAMPAIGN_ARGS)
