@@ -113,10 +113,8 @@ class FetchService:
         stable = isolation == "read_committed"
         count = self._ctx.traffic.fetched  # what is served is counted (traffic.py)
         replica = await self._serving(topic, partition, forwarded, consistency)
-        if offset < replica.log_start_offset and self._tiered is not None and record_filter is None:
-            remote = await self._tiered.fetch(
-                replica, offset, max_bytes, max_records, raw=raw, stable=stable
-            )
+        if record_filter is None:
+            remote = await self._from_store(replica, offset, max_bytes, max_records, raw, stable)
             if remote is not None:
                 return count(remote)
         if not replica.log_start_offset <= offset <= replica.log_end_offset:
@@ -177,12 +175,9 @@ class FetchService:
             # deleted locally meanwhile, during a long-poll or under the storage lock): the
             # object store holds it now. Refused as the local log's, the caller would move
             # the position to the local start and skip the remote records.
-            if self._tiered is not None and offset < replica.log_start_offset:
-                remote = await self._tiered.fetch(
-                    replica, offset, max_bytes, max_records, raw=raw, stable=stable
-                )
-                if remote is not None:
-                    return count(remote)
+            remote = await self._from_store(replica, offset, max_bytes, max_records, raw, stable)
+            if remote is not None:
+                return count(remote)
             raise translate(exc) from exc
         except log_errors.LogError as exc:
             raise translate(exc) from exc
@@ -192,6 +187,23 @@ class FetchService:
             topic, partition, offset, next_offset, hw, self._first_offset(replica), records=recs,
             last_stable_offset=replica.last_stable_offset,
         ))  # fmt: skip
+
+    async def _from_store(
+        self,
+        replica: PartitionReplica,
+        offset: int,
+        max_bytes: int,
+        max_records: int,
+        raw: bool,
+        stable: bool,
+    ) -> FetchResult | None:
+        """The object store's answer for an offset below the local log (tiered storage),
+        or None: no tiered storage, an offset the local log holds, or none uploaded."""
+        if self._tiered is None or offset >= replica.log_start_offset:
+            return None
+        return await self._tiered.fetch(
+            replica, offset, max_bytes, max_records, raw=raw, stable=stable
+        )
 
     async def _offset_for_timestamp(
         self, replica: PartitionReplica, timestamp_ms: int
