@@ -97,6 +97,10 @@ def error_response_to(request: web.Request, exc: Exception) -> web.Response:
     """The answer to an exception a request's handling raised (http_api/edge.py calls it
     for every exception but an HTTPException below 400, which aiohttp answers itself)."""
     if isinstance(exc, errors.DmqError):
+        if isinstance(exc, errors.StorageError):
+            # Stored data that fails its checks (a flipped bit, a torn file): the answer
+            # tells the client, this tells the operator which file (log/README.md).
+            _log.error("storage error on %s %s: %s", request.method, request.path, exc.message)
         return response_for(exc)
     if isinstance(exc, web.HTTPRequestEntityTooLarge):
         limit = request.app[REQUEST_BYTES_MAX]
