@@ -633,17 +633,24 @@ class PartitionLog:
         max_records: int | None = None,
         end_offset: int | None = None,
     ) -> list[fmt.Record]:
-        """Decoded records with start_offset <= offset < min(end_offset, high_watermark)."""
+        """Decoded records with start_offset <= offset < min(end_offset, high_watermark).
+        A stored batch that fails its checks ends the answer there: the records before it
+        are returned, and a read that begins at it raises CorruptSegmentError (as a
+        Kafka consumer gets the records before a corrupt batch, then the error)."""
         end = self._read_end(end_offset)
         out: list[fmt.Record] = []
-        for batch in self.read_batches(start_offset, max_bytes, end_offset=end):
-            if batch.header.is_control:
-                continue
-            for record in batch.records:
-                if start_offset <= record.offset < end:
-                    out.append(record)
-                    if max_records is not None and len(out) >= max_records:
-                        return out
+        try:
+            for batch in self.read_batches(start_offset, max_bytes, end_offset=end):
+                if batch.header.is_control:
+                    continue
+                for record in batch.records:
+                    if start_offset <= record.offset < end:
+                        out.append(record)
+                        if max_records is not None and len(out) >= max_records:
+                            return out
+        except CorruptSegmentError:
+            if not out:
+                raise
         return out
 
     def offset_for_timestamp(self, timestamp_ms: int) -> int | None:
