@@ -26,24 +26,52 @@ import aiohttp
 from yarl import URL
 
 from dmq import errors
-from dmq.internal_auth import CLUSTER_ID_HEADER, broker_headers, signed_headers, target_of
+from dmq.internal_auth import (
+    CLUSTER_ID_HEADER,
+    SIGNATURE_HEADER,
+    broker_headers,
+    signed_headers,
+    target_of,
+)
 
 DELAYED_READ_BYTES = 1024 * 1024  # a delay store copy is read in pieces of this size
 FORWARDED_HEADER = "X-Dmq-Forwarded"  # set on a forwarded request: it is never forwarded again
 # Connections kept to each other broker (forwarded appends run in parallel on them).
 CONNECTIONS_PER_PEER_MAX = 32
+# How soon a call a peer refused for this broker's clock is worth trying again.
+CLOCK_RETRY_MS = 1000
 
 
 def scheme_of(tls: ssl.SSLContext | None) -> str:
     return "http" if tls is None else "https"
 
 
-def _error_from(status: int, body: bytes) -> errors.DmqError:
+def error_from(status: int, body: bytes) -> errors.DmqError:
     try:
         doc = json.loads(body)["error"]
-        return errors.error_for_code(doc["code"], doc["message"], doc.get("details"))
+        error = errors.error_for_code(doc["code"], doc["message"], doc.get("details"))
     except (ValueError, KeyError, TypeError):
         return errors.BrokerUnavailable(f"peer answered {status}: {body[:200]!r}")
+    return for_the_clock(error)
+
+
+def for_the_clock(error: errors.DmqError) -> errors.DmqError:
+    """A peer that refused this broker's signature for its time (the two clocks more than
+    CLOCK_SKEW_MS_MAX apart: a clock step, NTP not yet converged) is unavailable to it
+    until the clocks agree, not proof of a wrong secret: BrokerUnavailable, which every
+    internal caller retries. A broker restarted with a stepped clock then waits instead
+    of exiting on its relayed registration (jepsen campaign seed 1275855209;
+    tests/cluster/test_cluster_clock_step.py). Any other error is returned as it is."""
+    if (
+        isinstance(error, errors.Unauthenticated)
+        and error.details.get("reason") == "expired"
+        and error.details.get("field") == SIGNATURE_HEADER
+    ):
+        return errors.BrokerUnavailable(
+            f"a peer refused this broker's call for its clock: {error.message}",
+            retry_after_ms=CLOCK_RETRY_MS,
+        )
+    return error
 
 
 class PeerClient:
@@ -127,7 +155,7 @@ class PeerClient:
             ) as resp:
                 raw = await resp.read()
                 if resp.status >= 400:
-                    raise _error_from(resp.status, raw)
+                    raise error_from(resp.status, raw)
                 return json.loads(raw) if raw else None
         except aiohttp.ClientConnectorError as exc:
             raise errors.BrokerUnavailable(
@@ -253,6 +281,6 @@ def _blocking_errors(http_addr: str) -> Iterator[None]:
     try:
         yield
     except urllib.error.HTTPError as exc:
-        raise _error_from(exc.code, exc.read()) from exc
+        raise error_from(exc.code, exc.read()) from exc
     except (urllib.error.URLError, OSError) as exc:
         raise errors.BrokerUnavailable(f"broker at {http_addr}: {exc!r}") from exc

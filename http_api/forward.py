@@ -20,7 +20,7 @@ from aiohttp import web
 from dmq import errors
 from dmq.broker import Broker, ForwardRequest
 from dmq.internal_auth import CLUSTER_ID_HEADER, signed_headers
-from dmq.peers import FORWARDED_HEADER
+from dmq.peers import FORWARDED_HEADER, error_from
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 BROKER: web.AppKey[Broker] = web.AppKey("broker", Broker)
@@ -88,6 +88,11 @@ async def _relay(request: web.Request, http_addr: str, hops: int = 1) -> web.Res
             timeout=aiohttp.ClientTimeout(total=timeout_s),
         ) as resp:
             payload = await resp.read()
+            if resp.status == 401:  # the relay's signature, refused for this broker's clock
+                # is this broker's fault, not the client's: a retriable 503 (dmq/peers.py)
+                refusal = error_from(resp.status, payload)
+                if isinstance(refusal, errors.BrokerUnavailable):
+                    raise refusal
             out = {
                 k: v
                 for k, v in resp.headers.items()
