@@ -433,10 +433,10 @@ def test_a_promoting_broker_restarted_reaches_a_leader_its_flags_do_not_name(
     for node_id in ("n1", "n2"):
         wait_for(lambda n=node_id: not cluster[n].group_dir(0).exists(), 20.0,
                  f"{node_id} demoted")  # fmt: skip
-    # As in jepsen, a log longer than the in-sync slack: with fewer entries, a member
-    # added less than REPLICA_LAG_TIME_MAX_S ago counts as in sync before it answered
-    # (pysyncobj dates its last response at its addition), and the change would end
-    # without waiting for it.
+    # As in jepsen, a log longer than the in-sync slack (REPLICA_LAG_ENTRIES_MAX): the
+    # test then does not rest on `caught_up` refusing a member that acknowledged nothing
+    # (before that fix, in a shorter log, a member added less than a second ago counted
+    # as in sync, and the change ended without waiting for n2).
     cluster.create_topic("pad", partitions=1, replication_factor=1)
     for k in itertools.count():
         if group0_commit(cluster["n4"]) > REPLICA_LAG_ENTRIES_MAX + 16:
