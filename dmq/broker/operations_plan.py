@@ -123,6 +123,12 @@ def caught_up(progress: dict[str, Any], member: str) -> bool:
     match = int(progress["match_index"].get(member, 0))
     if match >= int(progress["last_index"]):
         return True
+    # pysyncobj dates a member's last response at its addition, and every follower's at
+    # an election, with its match index reset to 0: until it acknowledged an entry, the
+    # age is no evidence that it answers (a member added a moment ago would count as
+    # in sync in a short log; raft/README.md, "Metadata voter changes").
+    if match <= 0:
+        return False
     age_s = float(progress.get("response_age_s", {}).get(member, float("inf")))
     recent = age_s <= REPLICA_LAG_TIME_MAX_S
     return recent and match >= int(progress["commit_index"]) - REPLICA_LAG_ENTRIES_MAX

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import logging
 import time
 from collections.abc import Callable
@@ -79,7 +80,8 @@ METADATA_MEMBERSHIP_CHECK_S = 2.0
 METADATA_MEMBERSHIP_CHECK_IDLE_S = 30.0
 METADATA_LEFT_MARKER = "metadata_left"  # in <data dir>/meta/
 # Written durably before a broker opens group 0 to become a voter, removed once its
-# machine caught up: a broker killed in between reopens group 0 still promoting.
+# machine caught up: a broker killed in between reopens group 0 still promoting, with the
+# members (and their Raft addresses) it opened with, which the marker records as JSON.
 METADATA_PROMOTING_MARKER = "metadata_promoting"  # next to METADATA_LEFT_MARKER
 
 
@@ -283,7 +285,15 @@ class MetadataService:
             # could never heartbeat and the leader, waiting for it to be live, would
             # never add it (found by jepsen/, README "Findings").
             self._promoting = self._promoting_marker.exists()
-            await self._open_group(sorted({*self.config_voters, self.node_id}))
+            members = sorted({*self.config_voters, self.node_id})
+            if self._promoting:
+                # Its journal names no member yet (nobody sends entries to a non-member):
+                # the configured voters may have all left since, the leader among them,
+                # whose messages a replica drops unless it names it (jepsen/ README,
+                # run 36). It reopens with the members it first opened with.
+                members = await self._promoting_members() or members
+                _log.info("reopening group 0 still promoting (members %s)", members)
+            await self._open_group(members)
             if self._promoting:
                 self._follow_task = self._loop.create_task(self._follow())
         elif not self._left_marker.exists() and self.node_id in self.config_voters:
@@ -533,7 +543,9 @@ class MetadataService:
                 await self._raft_node.add_peer(member, info.raft_addr)
         _log.info("joining the metadata voters (group 0 members %s)", members)
         self._promoting = True
-        write_durably(self._promoting_marker, b"joining the metadata voters\n")
+        raft_addrs = {m: info.raft_addr for m in members if (info := observed.brokers.get(m))}
+        marker = {"joining": "metadata voters", "members": members, "raft_addrs": raft_addrs}
+        write_durably(self._promoting_marker, json.dumps(marker).encode() + b"\n")
         try:
             await self._open_group(members)
         except BaseException:
@@ -542,6 +554,23 @@ class MetadataService:
             raise
         self._left_marker.unlink(missing_ok=True)
         self._maybe_finish_promotion()
+
+    async def _promoting_members(self) -> list[str] | None:
+        """The members `metadata_promoting` records, each made a reachable peer; None if
+        it records none (a marker from before they were recorded)."""
+        try:
+            marker = json.loads(self._promoting_marker.read_bytes())
+            members = sorted({str(m) for m in marker["members"]} | {self.node_id})
+            raft_addrs = {str(m): str(a) for m, a in marker.get("raft_addrs", {}).items()}
+        except (OSError, ValueError, TypeError, KeyError, AttributeError):
+            return None
+        for member in members:
+            addr = raft_addrs.get(member)
+            if addr is not None and member != self.node_id:
+                await self._raft_node.add_peer(member, addr)
+        if any(m not in self._raft_node.peers for m in members):
+            return None  # a member with no address: as before, the configured voters
+        return members
 
     def _maybe_finish_promotion(self) -> bool:
         """A promoting voter serves its machine once it holds the observed catalogue

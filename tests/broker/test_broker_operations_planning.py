@@ -120,6 +120,26 @@ def test_progress_and_catch_up() -> None:
     assert not caught_up(progress, "zz")  # not a member: never caught up
 
 
+def test_a_member_that_acknowledged_nothing_is_not_in_sync() -> None:
+    """pysyncobj dates a member's last response at its addition (and every follower's
+    at an election, its match index reset to 0): in a short log that fresh date alone
+    once made a member added a moment ago, which had received nothing, count as in
+    sync, and a voter change removed the old voter (seen while testing jepsen run 36)."""
+    progress: dict[str, Any] = {
+        "leader": "a",
+        "members": ["a", "b", "c"],
+        "commit_index": 40,
+        "last_index": 41,
+        "match_index": {"b": 0, "c": 39},
+        "response_age_s": {"b": 0.2, "c": 0.2},
+    }
+    assert REPLICA_LAG_ENTRIES_MAX >= 40  # the short log the slack would cover
+    assert not caught_up(progress, "b")
+    assert caught_up(progress, "c")  # answered: within the slack
+    progress["match_index"]["b"] = 1
+    assert caught_up(progress, "b")  # once it acknowledged an entry, its age is real
+
+
 VOTER_IDS = ["n1", "n2", "n3", "n4", "n5", "n6", "n7"]
 
 

@@ -53,6 +53,8 @@ from cluster_harness import (
     wait_for,
 )
 
+from dmq.broker.operations_plan import REPLICA_LAG_ENTRIES_MAX
+
 CHANGE_TIMEOUT_S = 60.0  # one voter change of several steps, on a loaded 2-core machine
 
 
@@ -163,6 +165,13 @@ def group0_members(node: Node) -> list[str] | None:
         if r["group_id"] == 0:
             return r["members"]  # type: ignore[no-any-return]
     return None
+
+
+def group0_commit(node: Node) -> int:
+    """Group 0's commit index as `node`'s replica knows it."""
+    [entry] = [r for r in node.json("GET", "/v1/internal/status")["replicas"]
+               if r["group_id"] == 0]  # fmt: skip
+    return int(entry["commit_index"])
 
 
 def start_with_join(cluster: DmqCluster, node_id: str, url: str) -> None:
@@ -402,3 +411,55 @@ def test_a_voter_restarted_with_only_the_first_peers_reaches_the_joined_voters(
     assert group0_members(cluster["n1"]) == wanted
     resp = retry(lambda: cluster["n1"].request("POST", "/v1/topics", {"name": "after"}), 20.0)
     assert resp.status == 201, resp
+
+
+def test_a_promoting_broker_restarted_reaches_a_leader_its_flags_do_not_name(
+    dmq_cluster: Callable[..., DmqCluster],
+) -> None:
+    """jepsen/ campaign seed 1128, run 36 (seed 1531591445): a broker killed while
+    promoting reopens group 0 from its directory. Its journal holds no membership entry
+    (nobody sends a non-member entries), so before the fix it reopened with its
+    configured `metadata_voters` plus itself, here n1-n3 + n2. The voters had moved on
+    to n4 and n5, n4 leading: n2's replica dropped every message of that leader, a
+    broker outside its set, never caught up, and the swap of n5 for n1 and n2 waited
+    for it for ever ("catching up n2"; in jepsen the swap of a decommissioned voter never
+    removed it). It reopens with the members it first opened with, which
+    `metadata_promoting` records."""
+    cluster = start_three_voters_two_joiners(dmq_cluster, 5)
+    first = ["n1", "n2", "n3"]
+    change_voters(cluster["n1"], ["n4", "n5"])  # the leader leaves: it hands over to n4
+    wait_voters(cluster["n1"], ["n4", "n5"], [])
+    assert cluster.metadata_leader() in ("n4", "n5")  # neither named by n2's flags
+    for node_id in ("n1", "n2"):
+        wait_for(lambda n=node_id: not cluster[n].group_dir(0).exists(), 20.0,
+                 f"{node_id} demoted")  # fmt: skip
+    # As in jepsen, a log longer than the in-sync slack (REPLICA_LAG_ENTRIES_MAX): the
+    # test then does not rest on `caught_up` refusing a member that acknowledged nothing
+    # (before that fix, in a shorter log, a member added less than a second ago counted
+    # as in sync, and the change ended without waiting for n2).
+    cluster.create_topic("pad", partitions=1, replication_factor=1)
+    for k in itertools.count():
+        if group0_commit(cluster["n4"]) > REPLICA_LAG_ENTRIES_MAX + 16:
+            break
+        resp = retry(lambda k=k: cluster["n4"].request(
+            "PATCH", "/v1/topics/pad/config", {"config": {"retention_ms": 86_400_000 + k}}),
+            10.0)  # fmt: skip
+        assert resp.status == 200, resp
+    # n1, first in the target, stopped: the change waits for it, n2 promotes meanwhile.
+    cluster["n1"].sigstop()
+    wanted = ["n1", "n2", "n4"]
+    change_voters(cluster["n4"], wanted)
+    n2 = cluster["n2"]
+    wait_for(lambda: group0_members(n2) is not None, 30.0, "n2 opened group 0")
+    assert (n2.data_dir / "meta" / "metadata_promoting").exists()
+    assert "n2" not in (group0_members(cluster["n4"]) or []), "added already"
+    n2.kill9()
+    cluster["n1"].sigcont()  # added; the change then waits for n2
+    wait_for(lambda: "n1" in voters_doc(cluster["n4"])["voters"], 30.0, "n1 added")
+    # As jepsen restarts it: every broker a peer, the voters as first configured.
+    restart_configured(cluster, "n2", first)
+    assert "n4" in (group0_members(n2) or []), group0_members(n2)
+    wait_voters(cluster["n4"], wanted, [])  # before the fix: "catching up n2" for ever
+    wait_for(lambda: group0_members(n2) == wanted, 20.0, "n2 sees every member")
+    wait_for(lambda: not (n2.data_dir / "meta" / "metadata_promoting").exists(), 20.0,
+             "n2's promotion finished")  # fmt: skip
