@@ -100,7 +100,7 @@ from dmq.partition.remote_manifest import (
     is_remote_command,
 )
 from dmq.partition.remote_manifest import apply as apply_remote
-from dmq.partition.transactions import TransactionStates, read_marker
+from dmq.partition.transactions import SavedTransactions, TransactionStates, read_marker
 from log import InvalidOffsetError, InvalidRecordError, LogError, PartitionLog, StorageError
 from log.errors import CorruptRecordError, StorageWriteError
 from log.records import BatchHeader, read_header
@@ -401,7 +401,7 @@ class PartitionStateMachine:
                 self.log.truncate_to(start_offset)
             self.producers.restore_saved(undo)
             if transactions_before is not None:
-                self.transactions = transactions_before
+                self.transactions.restore_saved(transactions_before)
             raise ApplyDeferred(
                 f"partition {self.partition}: {error}", no_space=error.no_space
             ) from error
@@ -576,16 +576,17 @@ class PartitionStateMachine:
         self.transactions.on_marker(header.producer_id, kind, appended.base_offset)
         return appended.base_offset
 
-    def _transactions_before(self, batches: tuple[bytes, ...]) -> TransactionStates | None:
-        """A copy of the transaction state to put back if the disk refuses this command
-        (apply_at); None when no batch is transactional (the usual case: free)."""
+    def _transactions_before(self, batches: tuple[bytes, ...]) -> SavedTransactions | None:
+        """What to put back in the transaction state if the disk refuses this command
+        (apply_at; TransactionStates.save: the open transactions, not every aborted
+        range); None when no batch is transactional (the usual case: free)."""
         for batch in batches:
             try:
                 transactional = read_header(batch, 0).is_transactional
             except InvalidRecordError:  # refused at apply: it changes nothing
                 continue
             if transactional:
-                return TransactionStates.from_doc(self.transactions.to_doc())
+                return self.transactions.save()
         return None
 
     # --- snapshots --------------------------------------------------------------------------

@@ -130,6 +130,14 @@ def read_marker(batch: bytes) -> tuple[int, int | None]:
     return int(kind), int(transaction_epoch)
 
 
+# What a produce command's apply may change in a TransactionStates, to put back if the disk
+# refuses the command (save, restore_saved): a copy of the open transactions, the aborted
+# list with its length then, the horizon and the kept list.
+SavedTransactions = tuple[
+    dict[int, tuple[int, int]], list[AbortedRange], int, int, list[AbortedRange]
+]
+
+
 class TransactionStates:
     """The open and aborted transactions of one partition (module docstring)."""
 
@@ -221,6 +229,22 @@ class TransactionStates:
         entry = self._open.pop(producer_id, None)
         if entry is not None and kind == MARKER_ABORT:
             self._aborted.append((producer_id, entry[0], marker_offset))
+
+    def save(self) -> SavedTransactions:
+        """What applying a produce command may change here, for `restore_saved`: a copy of
+        the open transactions (one entry per producer with one open) and the aborted list's
+        length. Such an apply only adds to and pops from `_open`, appends to `_aborted`
+        (on_marker) and replaces `_kept` with a new list (forget_local), so this is
+        O(open transactions), not a copy of every aborted range (a partition may keep
+        thousands until retention trims them)."""
+        return (dict(self._open), self._aborted, len(self._aborted), self._horizon, self._kept)
+
+    def restore_saved(self, saved: SavedTransactions) -> None:
+        """Put back the state `save` returned `saved` in (the command's apply is undone)."""
+        open_transactions, aborted, length, horizon, kept = saved
+        del aborted[length:]
+        self._open, self._aborted = open_transactions, aborted
+        self._horizon, self._kept = horizon, kept
 
     def can_trim(self, clean_below: int) -> bool:
         """Whether a replicated range ends below `clean_below` (the offset below which

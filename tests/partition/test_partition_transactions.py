@@ -27,7 +27,9 @@ never shows a record at or past its own transaction's marker in that partition: 
 batch never joins the next transaction (a delayed batch is refused once its
 transaction's marker is there).
 
-Also: the two races one by one, and the same races under decisions from before the bump
+Also: a command the disk refuses midway (a marker that aborts, then transactional
+batches) leaves the transaction state as before it and applies whole on the retry; the two
+races one by one, and the same races under decisions from before the bump
 (`EndTxn`, unbumped markers): the checks above catch the anomaly there, so they are no
 empty promise; markers' format (bumped or not) and the state's snapshot document.
 """
@@ -72,6 +74,8 @@ from dmq.partition.transactions import (
     visible_records,
 )
 from log import CorruptRecordError, FlushPolicy, LogConfig, PartitionLog, Record, encode_batch
+from raft.errors import ApplyDeferred
+from tests_support import file_size_cap
 
 CONFIG = LogConfig(segment_bytes=2_000, flush=FlushPolicy(interval_records=None))
 TIDS = ("t1", "t2")
@@ -618,3 +622,52 @@ def test_unbumped_markers_close_as_before_and_bumped_ones_check_their_epochs() -
         assert part.machine.transactions.open_epoch(4) is None
         part.restart()
         assert part.machine.transactions.open_transactions == {}
+
+
+def _txn_batch(producer_id: int, epoch: int = 0, seq: int = 0) -> bytes:
+    return encode_batch(
+        [Record(None, b"v" * 150, (), 1)], producer_id=producer_id, producer_epoch=epoch,
+        base_sequence=seq, is_transactional=True,
+    )  # fmt: skip
+
+
+@pytest.mark.parametrize("stop", ["marker", "first batch", "last batch"])
+def test_a_refused_transactional_write_puts_the_transaction_state_back(
+    tmp_path: Path, stop: str
+) -> None:
+    """The disk refuses a write in the middle of a command that aborts producer 5's open
+    transaction (an aborted range added, its open entry gone) and opens two more: the
+    transaction state is as before (TransactionStates.save/restore_saved, not a copy), and
+    the retry gives what a replica whose disk took it gives."""
+    failing, healthy = (
+        Partition(d, PartitionStateMachine("t-0", PartitionLog.open(d, CONFIG)))
+        for d in (tmp_path / "a", tmp_path / "b")
+    )
+    setup = [_txn_batch(4), encode_marker(4, 1, False, 1, 0), _txn_batch(5)]
+    for part in (failing, healthy):
+        for batch in setup:
+            assert isinstance(part.apply(batch), int)
+    marker, first, last = encode_marker(5, 1, False, 1, 0), _txn_batch(6), _txn_batch(7)
+    command = ProduceCommand(PRODUCE_COMMAND_VERSION, (marker, first, last), None).encode()
+    machine = failing.machine
+    before = (machine.transactions.to_doc(), machine.last_stable_offset, machine.applied)
+    assert before[0]["open"] and before[0]["aborted"]  # one of each before the command
+    (segment,) = (tmp_path / "a").glob("*.log")
+    sizes = {p: p.stat().st_size for p in (tmp_path / "a").rglob("*") if p.is_file()}
+    assert max(sizes.values()) == sizes[segment]  # the cap stops the segment's write first
+    written = {"marker": 0, "first batch": len(marker), "last batch": len(marker) + len(first)}
+    cap = sizes[segment] + written[stop] + 40
+    failing.journal.append(command)
+    with file_size_cap(cap), pytest.raises(ApplyDeferred) as refused:
+        machine.apply_at(len(failing.journal), 0, command)
+    assert refused.value.no_space
+    assert (machine.transactions.to_doc(), machine.last_stable_offset, machine.applied) == before
+    assert machine.transactions.aborted_between(0, 1 << 30) == [(4, 0, 1)]
+    healthy.journal.append(command)
+    expected = healthy.machine.apply_at(len(healthy.journal), 0, command)
+    assert machine.apply_at(len(failing.journal), 0, command) == expected
+    assert machine.transactions.to_doc() == healthy.machine.transactions.to_doc()
+    assert machine.transactions.open_transactions == {6: 4, 7: 5}
+    assert failing.read_committed() == healthy.read_committed()
+    failing.restart()
+    assert failing.machine.transactions.to_doc() == healthy.machine.transactions.to_doc()
