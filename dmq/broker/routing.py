@@ -18,7 +18,7 @@ import time
 from dmq import errors, planted
 from dmq.broker.context import BrokerContext
 from dmq.broker.types import Consistency, ForwardRequest, TopicView
-from dmq.metadata.machine import PARTITION_ACTIVE, PARTITION_GONE
+from dmq.metadata.machine import PARTITION_ACTIVE, PARTITION_GONE, MetadataState
 from dmq.partition.replica import PartitionReplica
 from raft import quiesce
 from raft.node import Replica
@@ -117,27 +117,44 @@ class Routing:
         for voter in voters:
             if voter == config.node_id:
                 continue  # a broker asks the others (a promoting one is not served yet)
-            info = state.brokers.get(voter) if state is not None else None
-            if info is not None:
-                out.append(info.http_addr)
-            elif voter in config.peer_addrs:
-                host = config.peer_addrs[voter].rpartition(":")[0]
-                out.append(f"{host}:{config.http_port}")
+            addr = self._http_addr_or_guess(voter, state)
+            if addr is not None:
+                out.append(addr)
         return out
+
+    def _http_addr_or_guess(self, node_id: str, state: MetadataState | None) -> str | None:
+        """`node_id`'s registered HTTP address, else its `--peers` Raft host with this
+        broker's own HTTP port (a guess: brokers usually share one port), else None."""
+        info = state.brokers.get(node_id) if state is not None else None
+        if info is not None:
+            return info.http_addr
+        config = self._ctx.config
+        if node_id in config.peer_addrs:
+            host = config.peer_addrs[node_id].rpartition(":")[0]
+            return f"{host}:{config.http_port}"
+        return None
 
     def metadata_contact_addrs(self) -> list[str]:
         """Where the metadata service asks for the catalogue and sends its commands, in
-        turn: the voters (`voter_http_addrs`), then every other registered broker. A
-        catalogue this broker holds may name voters that have all left since
-        (decommissioned, or demoted to observers); a broker that is not a voter refuses
-        at once, so the next one is tried until a current voter answers and its catalogue
-        names the voters again. Not for relaying group requests: those go to a voter."""
+        turn: the voters (`voter_http_addrs`), then every other registered broker, then
+        every other broker `--peers` names. A catalogue this broker holds may name voters
+        that have all left since (decommissioned, or demoted to observers); a broker that
+        is not a voter refuses at once, so the next one is tried until a current voter
+        answers and its catalogue names the voters again. A restarted observer has no
+        catalogue yet: its configured voters may all have left, and only its peers lead
+        it to the current ones (jepsen campaign seed 1129, run 5: two demoted voters,
+        restarted, asked only their configured voters, one of them decommissioned, and
+        never registered). Not for relaying group requests: those go to a voter."""
         out = self.voter_http_addrs()
         metadata = self._ctx.metadata_service
         if metadata is not None:
             state, me = metadata.state, self._ctx.config.node_id
-            others = (state.brokers[b].http_addr for b in sorted(state.brokers) if b != me)
-            out += [a for a in others if a not in out]
+            known = [b for b in sorted(state.brokers) if b != me]
+            known += [p for p in self._ctx.config.peer_addrs if p != me and p not in known]
+            for node_id in known:
+                addr = self._http_addr_or_guess(node_id, state)
+                if addr is not None and addr not in out:
+                    out.append(addr)
         return out
 
     def serving_replica(
