@@ -217,6 +217,13 @@ class ShareService:
             tps = self._partitions_of(member.topics)
             items, reads = await self._read_fresh(g, tps, max_records, max_bytes, record_filter)
             if items:
+                # The session is refreshed when the locks are stamped, not only when the
+                # poll began: the reads above may take seconds (a partition leader paused
+                # or cut off), and a session that ran from the poll's start could expire
+                # before locks taken at its end ran out, ending them early (jepsen,
+                # correct build, `share:lock-cut-short`: a 5.9-s poll, its member expired
+                # 0.9 s into its 2-s locks and the records went to another member).
+                self._seen[(group, member_id)] = time.monotonic()
                 applied = await self._propose(
                     AcquireRecords(group, member_id, tuple(items), max_records, wall_ms())
                 )

@@ -4,7 +4,9 @@
   the log no longer holds comes with no record;
 - on an out-of-order sequence, marks what it wrote before it switches dead-letter
   producer, so nothing is written twice, and switches by compare-and-set;
-- reads ahead SHARE_READ_AHEAD_FACTOR x max_records in total over a member's partitions.
+- reads ahead SHARE_READ_AHEAD_FACTOR x max_records in total over a member's partitions;
+- never expires a member before the locks its poll took run out, however long the poll's
+  reads took (the session is refreshed when the locks are stamped).
 The
 metadata state is a real MetadataMachine; only the Raft round-trip (propose) and the
 partition's log (partition_read, with a read that fails) are stand-ins, as neither runs
@@ -201,5 +203,44 @@ def test_the_read_ahead_is_bounded_in_total_over_the_partitions() -> None:
         # What was read but not proposed is not skipped: it is acquired later.
         sp = metadata.state.share_groups.groups["g"].partitions
         assert all(p.end_offset <= 1 for p in sp.values()), sp
+
+    asyncio.run(run())
+
+
+class SlowLog(Log):
+    """Every read takes `delay_s`: a partition whose leader is paused or cut off."""
+
+    def __init__(self, delay_s: float) -> None:
+        super().__init__()
+        self.delay_s = delay_s
+
+    async def partition_read(self, *args: Any, **kwargs: Any) -> FetchResult:
+        await asyncio.sleep(self.delay_s)
+        return await super().partition_read(*args, **kwargs)
+
+
+def test_a_slow_poll_s_locks_outlive_its_member_s_session_check() -> None:
+    """A poll whose reads took most of the session timeout (jepsen, the correct build:
+    `share:lock-cut-short`, a 5.9-s poll under a fault): the metadata leader's session
+    check must not expire its member before the locks the poll took at its end run out.
+    The session used to run from the poll's start, so the member was expired, its locks
+    released and the records handed to another member early."""
+
+    async def run() -> None:
+        log = SlowLog(delay_s=0.7)
+        svc, metadata = started(log)
+        # lock 1 s, session 1 s (the smallest the group allows)
+        await metadata.propose(PutShareGroup("g", 1_000, 5, "", 100, 1_000, 3))
+        assert not await svc.maybe_expire_members()  # leader from here on: sessions run
+        member = await svc.join("g", ("t",))
+        got = await svc.poll("g", member, 5, 1 << 20, 0)  # reads 0.7 s, then locks 1 s
+        assert [d.acquired.offset for d in got] == [0, 1, 2, 3, 4]
+        await asyncio.sleep(0.5)  # 1.2 s after the poll began, inside the 1-s locks
+        assert not await svc.maybe_expire_members(), "the member was expired mid-lock"
+        sp = metadata.state.share_groups.groups["g"].partitions[("t", 0)]
+        assert {(r.state, r.member_id) for r in sp.records.values()} == {(share.ACQUIRED, member)}
+        await asyncio.sleep(0.7)  # past the session from the locks' stamp: now it goes
+        assert await svc.maybe_expire_members()
+        assert member not in metadata.state.share_groups.groups["g"].members
 
     asyncio.run(run())
