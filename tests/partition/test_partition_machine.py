@@ -391,10 +391,16 @@ def test_three_nodes_hold_identical_segment_bytes(tmp_path: Path) -> None:
         bases = sorted(r[0] for r in results)
         assert bases == [3 * i for i in range(len(COMMANDS))]  # dense, each once
         assert all(r[1] == r[0] + 1 for r in results)
-        for _ in range(250):  # followers apply once the next append_entries says committed
+        # Followers apply once the next append_entries says committed. Waited for on the
+        # machines' own logs: Raft's last_applied once equalled the commit index on every
+        # node while one machine's log still lacked the last commands (a full run, 2
+        # workers), and the comparison below then saw a follower two segments short.
+        for _ in range(500):
             statuses = [r.status() for r in replicas]
             commit = max(status.commit_index for status in statuses)
-            if all(status.last_applied == commit for status in statuses):
+            if all(status.last_applied == commit for status in statuses) and all(
+                m.log.log_end_offset == 3 * len(COMMANDS) for m in machines
+            ):
                 break
             await asyncio.sleep(0.02)
         for n in nodes:
