@@ -42,6 +42,9 @@ from bench.broker_bench import Server, _produce_binary
 from bench.cluster_bench import json_request
 from log.records import Record, encode_batch
 
+# --proof: ~64 MiB of 256 KiB entries per journal between snapshots.
+SNAPSHOT_ENTRIES = 256
+
 RECORD_BYTES = 1024
 BATCH_RECORDS = 256  # ~256 KiB per produce request
 IN_FLIGHT = 4
@@ -65,9 +68,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--snapshot-entries",
         type=int,
-        default=256,
-        help="--proof: the brokers' --raft-snapshot-entries (256); a wiped follower restores "
-        "from a snapshot only once one was taken",
+        default=SNAPSHOT_ENTRIES,
+        help=f"--proof: the brokers' --raft-snapshot-entries ({SNAPSHOT_ENTRIES}); a wiped "
+        "follower restores from a snapshot only once one was taken",
     )
 
 

@@ -73,7 +73,6 @@ CATCH_UP_S = 600.0
 RESTORE_S = 300.0
 LEADER_S = 120.0
 READ_BYTES = 4 * 1024 * 1024
-SNAPSHOT_ENTRIES = 256  # ~64 MiB of 256 KiB entries per journal between snapshots
 
 
 def _batch(k: int, pad: bytes, now_ms: int) -> bytes:
@@ -316,7 +315,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             "--remote-storage", f"file://{work / 'store'}",
             "--remote-upload-interval-ms", "500",
             "--retention-check-interval-ms", "1000",
-            "--raft-snapshot-entries", str(getattr(args, "snapshot_entries", SNAPSHOT_ENTRIES)),
+            "--raft-snapshot-entries", str(args.snapshot_entries),
             "--fetch-bytes-max", str(8 * 1024 * 1024),
         )  # fmt: skip
         with dmq_cluster(work, 3, "fsync", extra_args=extra) as brokers:

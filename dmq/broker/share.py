@@ -155,8 +155,12 @@ class ShareService:
                 f"{member_id!r} is not a member of share group {group_name!r} (it left, "
                 "expired or never joined): join again"
             )
-        self._seen[(group_name, member_id)] = time.monotonic()
+        self._touch(group_name, member_id)
         return group, member
+
+    def _touch(self, group: str, member_id: str) -> None:
+        """The member's session runs from now (maybe_expire_members)."""
+        self._seen[(group, member_id)] = time.monotonic()
 
     # --- config and membership --------------------------------------------------------------
 
@@ -183,7 +187,7 @@ class ShareService:
                 raise errors.TopicNotFound(f"topic {topic!r} does not exist", field="topics")
         member_id = f"member-{uuid.uuid4().hex[:16]}"
         await self._propose(JoinShareGroup(group, member_id, topics, wall_ms()))
-        self._seen[(group, member_id)] = time.monotonic()
+        self._touch(group, member_id)
         return member_id
 
     async def leave(self, group: str, member_id: str) -> None:
@@ -223,7 +227,7 @@ class ShareService:
                 # before locks taken at its end ran out, ending them early (jepsen,
                 # correct build, `share:lock-cut-short`: a 5.9-s poll, its member expired
                 # 0.9 s into its 2-s locks and the records went to another member).
-                self._seen[(group, member_id)] = time.monotonic()
+                self._touch(group, member_id)
                 applied = await self._propose(
                     AcquireRecords(group, member_id, tuple(items), max_records, wall_ms())
                 )
