@@ -77,7 +77,11 @@ def add_bench(commands: Subparsers) -> None:
     txn.add_argument("--nodes", type=int, default=3, help="brokers of the cluster (3)")
     txn.add_argument("--runs", type=int, default=3, help="runs; medians are shown (3)")
     txn.add_argument("--seconds", type=float, default=5.0, help="per measure (5)")
-    txn.add_argument("--producers", type=int, default=4, help="concurrent producers (4)")
+    txn.add_argument(
+        "--producers",
+        default="4,16,64",
+        help="concurrent producers: each count of this list in turn (4,16,64)",
+    )
     txn.add_argument("--records", type=int, default=100, help="records per transaction (100)")
     txn.add_argument("--record-bytes", type=int, default=1024, help="value size (1024)")
     txn.add_argument("--quick", action="store_true", help="one small run (CI)")
