@@ -27,6 +27,8 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Any, Final
 
+from immutables import Map
+
 from dmq.metadata.codec import FieldCodec
 from dmq.metadata.registry import CommandSpec, Domain
 from dmq.metadata.state import (
@@ -115,7 +117,7 @@ def _init(state: MetadataState, tid: str, now_ms: int, epoch_max: int) -> Outcom
         next_id = state.next_producer_id + 1
     tids = state.transactional_ids
     if tid:
-        tids = {**tids, tid: (*producer, now_ms)}
+        tids = tids.set(tid, (*producer, now_ms))
     new_state = replace(state, next_producer_id=next_id, transactional_ids=tids, clock_ms=now_ms)
     return new_state, Applied(new_state.metadata_version, producer=producer)
 
@@ -131,9 +133,10 @@ def _expire_transactional_ids(
 ) -> Outcome:
     if cmd.retention_ms < 0:
         return state, Rejected(REJECT_INVALID_ARGUMENT, "retention_ms must be >= 0", "retention_ms")
-    gone = set(idle_transactional_ids(state, cmd.retention_ms, now_ms))
-    tids = {t: p for t, p in state.transactional_ids.items() if t not in gone}
-    new_state = replace(state, transactional_ids=tids, clock_ms=now_ms)
+    with state.transactional_ids.mutate() as tids:
+        for t in idle_transactional_ids(state, cmd.retention_ms, now_ms):
+            del tids[t]
+    new_state = replace(state, transactional_ids=tids.finish(), clock_ms=now_ms)
     return new_state, Applied(new_state.metadata_version)
 
 
@@ -153,10 +156,12 @@ def _from_json(doc: dict[str, Any], state: MetadataState) -> MetadataState:
     return replace(
         state,
         next_producer_id=producers["next_producer_id"],
-        transactional_ids={  # a snapshot from before expiry: used now
-            t: (p[0], p[1], p[2] if len(p) > 2 else state.clock_ms)
-            for t, p in producers["transactional_ids"].items()
-        },
+        transactional_ids=Map(
+            {  # a snapshot from before expiry: used now
+                t: (p[0], p[1], p[2] if len(p) > 2 else state.clock_ms)
+                for t, p in producers["transactional_ids"].items()
+            }
+        ),
     )
 
 

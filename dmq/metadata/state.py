@@ -30,6 +30,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any, Final, Protocol
 
+from immutables import Map
+
 from groups import state as groups_state
 from groups.share import ShareGroupsState
 from groups.state import GroupsState
@@ -227,8 +229,10 @@ class MetadataState:
     groups: GroupsState = field(default_factory=GroupsState)
     # producers.py: idempotent producers, also out of the catalogue; ids are never reused.
     next_producer_id: int = 0
-    # -> (producer id, epoch, last InitProducer's now_ms)
-    transactional_ids: dict[str, tuple[int, int, int]] = field(default_factory=dict)
+    # -> (producer id, epoch, last InitProducer's now_ms). A persistent map (immutables'
+    # HAMT), as `transactions`: a command sets one id in O(log n), where a copied dict cost
+    # O(n) on every replica (2.2 ms per command at transactional_ids_max, 100,000 ids).
+    transactional_ids: Map[str, tuple[int, int, int]] = field(default_factory=Map)
     # voters.py: the metadata group's own voters, its Raft configuration as last recorded
     # (sorted; () until its leader first records it), and the set a running change is
     # heading for (() = none).
@@ -241,7 +245,7 @@ class MetadataState:
     share_groups: ShareGroupsState = field(default_factory=ShareGroupsState)
     # transactions.py: transactional id -> its current or last transaction (the
     # coordinator's state), out of the catalogue observers follow, like producers.
-    transactions: dict[str, Transaction] = field(default_factory=dict)  # read-only once built
+    transactions: Map[str, Transaction] = field(default_factory=Map)
     # security.py: users (salted scrypt keys), ACLs and quotas; in the catalogue (every
     # broker, observers too, authenticates and authorises).
     security: SecurityState = field(default_factory=SecurityState)

@@ -62,6 +62,8 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Any, Final
 
+from immutables import Map
+
 from dmq.metadata.codec import FieldCodec
 from dmq.metadata.registry import CommandSpec, Domain
 from dmq.metadata.state import (
@@ -308,7 +310,7 @@ def _open_transaction(
 
 
 def _with_txn(state: MetadataState, tid: str, txn: Transaction, now_ms: int) -> Outcome:
-    new_state = replace(state, transactions={**state.transactions, tid: txn}, clock_ms=now_ms)
+    new_state = replace(state, transactions=state.transactions.set(tid, txn), clock_ms=now_ms)
     return new_state, Applied(new_state.metadata_version)
 
 
@@ -471,8 +473,8 @@ def _end_txn_bump(state: MetadataState, cmd: EndTxnBumpEpoch, now_ms: int) -> Ou
     )
     new_state = replace(
         decided_state,
-        transactions={**decided_state.transactions, tid: decided},
-        transactional_ids={**decided_state.transactional_ids, tid: (*following, now_ms)},
+        transactions=decided_state.transactions.set(tid, decided),
+        transactional_ids=decided_state.transactional_ids.set(tid, (*following, now_ms)),
         next_producer_id=next_producer_id,
     )
     return new_state, Applied(new_state.metadata_version, producer=following)
@@ -585,7 +587,7 @@ def _complete_txn(state: MetadataState, cmd: CompleteTxn, now_ms: int) -> Outcom
             marker_epoch=following[1],
         )  # fmt: skip
     new_state = replace(
-        state, transactions={**state.transactions, tid: done}, groups=groups, clock_ms=now_ms
+        state, transactions=state.transactions.set(tid, done), groups=groups, clock_ms=now_ms
     )
     return new_state, Applied(new_state.metadata_version)
 
@@ -699,7 +701,7 @@ def _from_json(doc: dict[str, Any], state: MetadataState) -> MetadataState:
         )  # fmt: skip
         for t, x in doc["transactions"].items()
     }
-    return replace(state, transactions=txns)
+    return replace(state, transactions=Map(txns))
 
 
 DOMAIN: Final = Domain(

@@ -18,6 +18,7 @@ from dataclasses import replace
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from immutables import Map
 
 from dmq.metadata.machine import (
     REJECT_CONCURRENT_TRANSACTIONS,
@@ -248,7 +249,7 @@ def test_at_the_last_epoch_the_decision_moves_to_a_new_producer_id() -> None:
     state = base()
     pid = state.transactional_ids["t1"][0]
     last = 32_766  # epoch + 1 reaches the batch header's int16 maximum
-    state = replace(state, transactional_ids={"t1": (pid, last, 3)})
+    state = replace(state, transactional_ids=Map({"t1": (pid, last, 3)}))
     state, _ = apply(state, AddPartitionsToTxn("t1", pid, last, ("a:0",), 1_000, 10))
     fresh = state.next_producer_id
     state, result = apply(state, EndTxnBumpEpoch("t1", pid, last, 0, 11))

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from immutables import Map
 
 from dmq.metadata.machine import (
     MetadataMachine,
@@ -62,7 +63,7 @@ def test_golden_snapshot_restores_byte_identically() -> None:
     # The catalogue alone (what observers follow) is the state without groups and producers.
     catalogue = state_from_json(json.loads(SNAPSHOT))
     assert catalogue == replace(
-        machine.state, groups=GroupsState(), next_producer_id=0, transactional_ids={}
+        machine.state, groups=GroupsState(), next_producer_id=0, transactional_ids=Map()
     )
 
 
@@ -75,7 +76,7 @@ def test_snapshot_from_before_voters_groups_and_producer_ids_restores_with_defau
     state = machine.state
     assert (state.voters, state.voters_target) == ((), ())
     assert state.groups == GroupsState()
-    assert (state.next_producer_id, state.transactional_ids) == (0, {})
+    assert (state.next_producer_id, dict(state.transactional_ids)) == (0, {})
     assert sorted(state.topics) == ["orders", "solo"]
 
 
@@ -84,4 +85,4 @@ def test_transactional_id_from_before_expiry_counts_as_used_at_the_snapshot_cloc
     doc["producers"]["transactional_ids"] = {"old": [7, 2]}
     machine = MetadataMachine()
     machine.restore(_compact(doc))
-    assert machine.state.transactional_ids == {"old": (7, 2, doc["clock_ms"])}
+    assert dict(machine.state.transactional_ids) == {"old": (7, 2, doc["clock_ms"])}
