@@ -38,7 +38,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from dmq import errors, limits, planted
-from dmq.metadata.machine import ExpireTransactionalIds, idle_transactional_ids
+from dmq.metadata.machine import ExpireTransactions, transactional_ids_to_expire
 from dmq.metadata.service import MetadataService, wall_ms
 from groups.commands import (
     AckGeneration,
@@ -131,7 +131,7 @@ class GroupsService:
 
     # --- proposals ------------------------------------------------------------------------
 
-    async def _propose(self, command: GroupCommand | ExpireTransactionalIds) -> None:
+    async def _propose(self, command: GroupCommand | ExpireTransactions) -> None:
         await self._metadata().propose(command)
 
     def _touch(self, group: str, member_id: str) -> None:
@@ -382,13 +382,14 @@ class GroupsService:
 
     async def maybe_expire_transactional_ids(self) -> bool:
         """On the metadata leader: propose forgetting transactional ids unused for
-        transactional_id_expiration_ms (apply checks again with the stamped time)."""
+        transactional_id_expiration_ms, with their transactions (apply checks again with
+        the stamped time)."""
         if not self.is_leader():
             return False
         now_ms, retention_ms = wall_ms(), self._transactional_id_expiration_ms
-        if not idle_transactional_ids(self._metadata().state, retention_ms, now_ms):
+        if not transactional_ids_to_expire(self._metadata().state, retention_ms, now_ms):
             return False
-        await self._propose(ExpireTransactionalIds(retention_ms, now_ms))
+        await self._propose(ExpireTransactions(retention_ms, now_ms))
         return True
 
     def _overdue(self, now: float) -> dict[str, list[str]]:

@@ -108,8 +108,10 @@ from dmq.metadata.transactions import (
     CompleteTxn,
     EndTxn,
     EndTxnBumpEpoch,
+    ExpireTransactions,
     add_status,
     successor,
+    transactional_ids_to_expire,
     transactions_to_abort,
     transactions_to_finish,
 )
@@ -186,6 +188,7 @@ __all__ = [
     "EndTxn",
     "EndTxnBumpEpoch",
     "ExpireTransactionalIds",
+    "ExpireTransactions",
     "FormCluster",
     "InitProducer",
     "InitProducerFenceable",
@@ -219,6 +222,7 @@ __all__ = [
     "successor",
     "topic_of",
     "transactions_to_abort",
+    "transactional_ids_to_expire",
     "transactions_to_finish",
     "with_partition",
 ]

@@ -20,6 +20,9 @@ Rules apply() keeps:
   transaction is written with its last epoch);
 - an id unused (no `InitProducer`) for `retention_ms` at the leader-stamped time is
   forgotten by `ExpireTransactionalIds`; it then starts again at a new producer id.
+  Brokers now propose the transactions domain's `ExpireTransactions` instead, which
+  also forgets the id's transaction record and never an id whose transaction is open
+  (`ExpireTransactionalIds` entries of older journals replay as they applied).
 """
 
 from __future__ import annotations

@@ -188,8 +188,29 @@ class CompleteTxn:
     version: int = COMMAND_VERSION
 
 
+@dataclass(frozen=True, slots=True)
+class ExpireTransactions:
+    """Forget the transactional ids not used (`InitProducer`, a decision) for
+    `retention_ms` at `now_ms` whose transaction is not open, in both `transactional_ids`
+    and `transactions` (Kafka's transactional.id.expiration.ms); and the transaction
+    records of ids no longer remembered (`ExpireTransactionalIds`, which brokers proposed
+    before this command, forgot only the id: its records stayed, and counted against
+    `transactional_ids_max`, for ever). Proposed by the metadata leader with its clock;
+    a forgotten id starts again at a new producer id, epoch 0."""
+
+    retention_ms: int
+    now_ms: int
+    version: int = COMMAND_VERSION
+
+
 TransactionCommand = (
-    AddPartitionsToTxn | AddOffsetsToTxn | EndTxn | EndTxnBumpEpoch | AbortTxn | CompleteTxn
+    AddPartitionsToTxn
+    | AddOffsetsToTxn
+    | EndTxn
+    | EndTxnBumpEpoch
+    | AbortTxn
+    | CompleteTxn
+    | ExpireTransactions
 )
 
 CODEC: Final = FieldCodec(
@@ -206,6 +227,7 @@ CODEC: Final = FieldCodec(
         "commit": "int",
         "reason": "str",
         "state": "str",
+        "retention_ms": "int",
         "now_ms": "int",
     }
 )
@@ -623,6 +645,30 @@ def transactions_to_finish(state: MetadataState) -> list[tuple[str, Transaction]
     return sorted((t, x) for t, x in state.transactions.items() if x.state in _COMPLETE_OF)
 
 
+def transactional_ids_to_expire(state: MetadataState, retention_ms: int, now_ms: int) -> list[str]:
+    """What `ExpireTransactions(retention_ms, now_ms)` forgets, sorted: ids unused since
+    now_ms - retention_ms, and records of ids no longer remembered; never one whose
+    transaction is open (its markers are still to be written)."""
+    horizon = now_ms - retention_ms
+    ids, txns = state.transactional_ids, state.transactions
+    gone = {t for t, p in ids.items() if p[2] <= horizon}
+    gone.update(t for t in txns if t not in ids)
+    return sorted(t for t in gone if not ((txn := txns.get(t)) is not None and txn.is_open))
+
+
+def _expire_transactions(state: MetadataState, cmd: ExpireTransactions, now_ms: int) -> Outcome:
+    if cmd.retention_ms < 0:
+        return _reject(state, REJECT_INVALID_ARGUMENT, "retention_ms must be >= 0", "retention_ms")
+    with state.transactional_ids.mutate() as ids, state.transactions.mutate() as txns:
+        for tid in transactional_ids_to_expire(state, cmd.retention_ms, now_ms):
+            ids.pop(tid, None)
+            txns.pop(tid, None)
+        new_state = replace(
+            state, transactional_ids=ids.finish(), transactions=txns.finish(), clock_ms=now_ms
+        )
+    return new_state, Applied(new_state.metadata_version)
+
+
 def transactions_to_abort(state: MetadataState, now_ms: int) -> list[tuple[str, str]]:
     """(transactional id, reason) of ongoing transactions the coordinator must abort: the
     producer was fenced by a newer epoch, or the transaction outlived its timeout."""
@@ -713,6 +759,7 @@ DOMAIN: Final = Domain(
         CommandSpec(EndTxnBumpEpoch, _end_txn_bump, CODEC),
         CommandSpec(AbortTxn, _abort_txn, CODEC),
         CommandSpec(CompleteTxn, _complete_txn, CODEC),
+        CommandSpec(ExpireTransactions, _expire_transactions, CODEC),
     ),
     json_keys=("transactions",),
     to_json=_to_json,

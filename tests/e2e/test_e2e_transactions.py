@@ -168,3 +168,33 @@ def test_commit_abort_fence_and_offsets_on_one_broker(broker_factory: Any) -> No
     assert read(broker, 1, "read_committed")[0] == ["a1", "f1"]
     doc = call(broker, "POST", "/v1/transactions/t1/commit", {**p5, "wait": "soon"}, 400)
     assert doc["error"]["details"]["field"] == "wait"
+
+
+def test_an_idle_transactional_id_is_forgotten_with_its_transaction(broker_factory: Any) -> None:
+    """After --transactional-id-expiration-ms unused, the id and its transaction record go
+    (before ExpireTransactions the record stayed listed, and counted against
+    transactional_ids_max, for ever); an open transaction keeps its id; both hold after
+    kill -9 and a replay; the id then starts again at a new producer id."""
+    broker = broker_factory(extra_args=["--transactional-id-expiration-ms", "1500"]).start()
+    call(broker, "POST", "/v1/topics", {"name": TOPIC, "partitions": 1}, 201)
+    old = call(broker, "POST", "/v1/producers", {"transactional_id": "old"}, 201)
+    produce(broker, "old", old, 0, 0, ["a"])
+    call(broker, "POST", "/v1/transactions/old/commit", old)
+    busy = call(broker, "POST", "/v1/producers", {"transactional_id": "busy"}, 201)
+    produce(broker, "busy", busy, 0, 0, ["b"])  # left open, within its 60 s timeout
+
+    def listed() -> list[tuple[str, str]]:
+        doc = call(broker, "GET", "/v1/transactions")
+        return [(t["transactional_id"], t["state"]) for t in doc["transactions"]]
+
+    assert listed() == [("busy", "ongoing"), ("old", "complete_commit")]
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline and len(listed()) > 1:
+        time.sleep(0.2)
+    assert listed() == [("busy", "ongoing")]
+    broker.kill9()
+    broker.start()
+    assert listed() == [("busy", "ongoing")]
+    again = call(broker, "POST", "/v1/producers", {"transactional_id": "old"}, 201)
+    assert again["producer_id"] not in (old["producer_id"], busy["producer_id"])
+    assert again["producer_epoch"] == 0

@@ -33,7 +33,10 @@ from dmq.metadata.machine import (
     CreateTopic,
     EndTxn,
     EndTxnBumpEpoch,
+    ExpireTransactionalIds,
+    ExpireTransactions,
     InitProducer,
+    InitProducerFenceable,
     MetadataMachine,
     MetadataState,
     RegisterBroker,
@@ -261,3 +264,86 @@ def test_at_the_last_epoch_the_decision_moves_to_a_new_producer_id() -> None:
     state, _ = apply(state, CompleteTxn("t1", last, "prepare_abort", 13))
     txn = state.transactions["t1"]
     assert (txn.producer_id, txn.producer_epoch, txn.state) == (fresh, 0, "ongoing")
+
+
+EXPIRY_STEPS = st.lists(
+    st.tuples(
+        st.sampled_from(["t0", "t1", "t2", "t3"]),
+        st.sampled_from(["init", "add", "decide", "complete"]),
+        st.integers(0, 40),
+    ),
+    max_size=30,
+)
+
+
+@settings(max_examples=200, deadline=None)
+@given(steps=EXPIRY_STEPS, retention=st.integers(0, 80), legacy=st.booleans())
+def test_expiry_forgets_idle_ids_with_their_transactions_never_an_open_one(
+    steps: list[tuple[str, str, int]], retention: int, legacy: bool
+) -> None:
+    """ExpireTransactions forgets exactly the ids unused since the horizon whose
+    transaction is not open, from both maps, and the records an ExpireTransactionalIds
+    (`legacy`, what brokers proposed before) left without an id; nothing else moves."""
+    state, now = base(), 10
+    for tid, action, elapsed in steps:
+        now += elapsed
+        identity = state.transactional_ids.get(tid)
+        txn = state.transactions.get(tid)
+        if action == "init" or identity is None:
+            command: object = InitProducerFenceable(tid, now)
+        elif action == "add":
+            command = AddPartitionsToTxn(tid, identity[0], identity[1], ("a:0",), 60_000, now)
+        elif action == "decide":
+            command = EndTxnBumpEpoch(tid, identity[0], identity[1], 1, now)
+        elif txn is not None and txn.state.startswith("prepare_"):
+            command = CompleteTxn(tid, txn.producer_epoch, txn.state, now)
+        else:
+            continue
+        state, _ = apply(state, command)  # refusals are part of the history
+    if legacy:
+        state, _ = apply(state, ExpireTransactionalIds(retention, now))
+    now += 1
+    horizon = now - retention
+    after, result = apply(state, ExpireTransactions(retention, now))
+    assert isinstance(result, Applied)
+    ids, txns = state.transactional_ids, state.transactions
+
+    def kept(tid: str) -> bool:
+        txn = txns.get(tid)
+        if txn is not None and txn.is_open:
+            return True
+        return tid in ids and ids[tid][2] > horizon
+
+    assert dict(after.transactional_ids) == {t: p for t, p in ids.items() if kept(t)}
+    assert dict(after.transactions) == {t: x for t, x in txns.items() if kept(t)}
+    assert all(t in after.transactional_ids or x.is_open for t, x in after.transactions.items())
+    again, _ = apply(after, ExpireTransactions(retention, now))
+    assert again.transactional_ids == after.transactional_ids
+    assert again.transactions == after.transactions
+
+
+def test_expired_records_no_longer_count_against_the_limit() -> None:
+    """The leak ExpireTransactionalIds left: its ids went, their records stayed and kept
+    counting against transactional_ids_max, so at the limit every new id was refused for
+    ever. ExpireTransactions forgets the records with the ids."""
+    state = base()
+    state = replace(state, config=replace(state.config, transactional_ids_max=2))
+    for tid in ("t1", "t2"):
+        state, init = apply(state, InitProducerFenceable(tid, 4))
+        pid, epoch = init.producer  # type: ignore[union-attr]
+        state, _ = apply(state, AddPartitionsToTxn(tid, pid, epoch, ("a:0",), 1_000, 5))
+        state, _ = apply(state, EndTxnBumpEpoch(tid, pid, epoch, 0, 6))
+        state, done = apply(state, CompleteTxn(tid, epoch, "prepare_abort", 7))
+        assert isinstance(done, Applied), done
+    legacy, _ = apply(state, ExpireTransactionalIds(10, 100))
+    assert len(legacy.transactional_ids) == 0 and len(legacy.transactions) == 2
+    for expired in (legacy, apply(state, ExpireTransactions(10, 100))[0]):
+        fresh, init = apply(expired, InitProducerFenceable("t3", 101))
+        pid, epoch = init.producer  # type: ignore[union-attr]
+        _, add = apply(fresh, AddPartitionsToTxn("t3", pid, epoch, ("a:0",), 1_000, 102))
+        if expired is legacy:
+            assert isinstance(add, Rejected) and "at most 2" in add.message
+        else:
+            assert isinstance(add, Applied), add
+    cleaned, _ = apply(legacy, ExpireTransactions(10, 101))
+    assert len(cleaned.transactions) == 0
