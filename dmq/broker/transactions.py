@@ -61,6 +61,7 @@ from dmq.metadata.machine import (
     EndTxnBumpEpoch,
     Transaction,
     add_status,
+    open_transactions,
     transactions_to_abort,
     transactions_to_finish,
 )
@@ -242,8 +243,8 @@ class TransactionsService:
         consume-transform-produce restarting from them would process its input again if
         that transaction then commits."""
         prefix = f"{group}:"
-        for tid, txn in self._ctx.metadata.state.transactions.items():
-            if txn.is_open and any(o.startswith(prefix) for o in txn.offsets):
+        for tid, txn in open_transactions(self._ctx.metadata.state):
+            if any(o.startswith(prefix) for o in txn.offsets):
                 raise errors.ConcurrentTransactions(
                     f"the transaction of {tid!r} ({txn.state}) carries offsets of group "
                     f"{group!r}: read them again once it ends",

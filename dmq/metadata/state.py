@@ -246,6 +246,10 @@ class MetadataState:
     # transactions.py: transactional id -> its current or last transaction (the
     # coordinator's state), out of the catalogue observers follow, like producers.
     transactions: Map[str, Transaction] = field(default_factory=Map)
+    # The ids of `transactions` whose transaction is open (ongoing, prepare_*), derived
+    # from it (never in the snapshot: rebuilt on restore), so that what the coordinator's
+    # driver and reads look for costs O(open transactions), not O(ids remembered).
+    transactions_open: Map[str, None] = field(default_factory=Map)
     # security.py: users (salted scrypt keys), ACLs and quotas; in the catalogue (every
     # broker, observers too, authenticates and authorises).
     security: SecurityState = field(default_factory=SecurityState)

@@ -332,8 +332,19 @@ def _open_transaction(
 
 
 def _with_txn(state: MetadataState, tid: str, txn: Transaction, now_ms: int) -> Outcome:
-    new_state = replace(state, transactions=state.transactions.set(tid, txn), clock_ms=now_ms)
+    new_state = replace(state, **_put(state, tid, txn), clock_ms=now_ms)
     return new_state, Applied(new_state.metadata_version)
+
+
+def _put(state: MetadataState, tid: str, txn: Transaction) -> dict[str, Any]:
+    """The fields to replace for `tid`'s transaction becoming `txn`: the transactions and
+    their open index (every write of a transaction goes through here or _expire)."""
+    opened = state.transactions_open
+    if txn.is_open:
+        opened = opened.set(tid, None)
+    elif tid in opened:
+        opened = opened.delete(tid)
+    return {"transactions": state.transactions.set(tid, txn), "transactions_open": opened}
 
 
 def _add_partitions(state: MetadataState, cmd: AddPartitionsToTxn, now_ms: int) -> Outcome:
@@ -495,7 +506,7 @@ def _end_txn_bump(state: MetadataState, cmd: EndTxnBumpEpoch, now_ms: int) -> Ou
     )
     new_state = replace(
         decided_state,
-        transactions=decided_state.transactions.set(tid, decided),
+        **_put(decided_state, tid, decided),
         transactional_ids=decided_state.transactional_ids.set(tid, (*following, now_ms)),
         next_producer_id=next_producer_id,
     )
@@ -608,9 +619,7 @@ def _complete_txn(state: MetadataState, cmd: CompleteTxn, now_ms: int) -> Outcom
             started_ms=now_ms, updated_ms=now_ms, timeout_ms=txn.next_timeout_ms,
             marker_epoch=following[1],
         )  # fmt: skip
-    new_state = replace(
-        state, transactions=state.transactions.set(tid, done), groups=groups, clock_ms=now_ms
-    )
+    new_state = replace(state, **_put(state, tid, done), groups=groups, clock_ms=now_ms)
     return new_state, Applied(new_state.metadata_version)
 
 
@@ -640,9 +649,16 @@ def add_status(
     return "moved"
 
 
+def open_transactions(state: MetadataState) -> list[tuple[str, Transaction]]:
+    """The open transactions (ongoing, prepare_*), by transactional id: O(open) through
+    the index, whatever the number of ids remembered."""
+    txns = state.transactions
+    return [(t, txns[t]) for t in sorted(state.transactions_open)]
+
+
 def transactions_to_finish(state: MetadataState) -> list[tuple[str, Transaction]]:
     """Decided transactions whose markers are still to be written, by transactional id."""
-    return sorted((t, x) for t, x in state.transactions.items() if x.state in _COMPLETE_OF)
+    return [(t, x) for t, x in open_transactions(state) if x.state in _COMPLETE_OF]
 
 
 def transactional_ids_to_expire(state: MetadataState, retention_ms: int, now_ms: int) -> list[str]:
@@ -650,10 +666,10 @@ def transactional_ids_to_expire(state: MetadataState, retention_ms: int, now_ms:
     now_ms - retention_ms, and records of ids no longer remembered; never one whose
     transaction is open (its markers are still to be written)."""
     horizon = now_ms - retention_ms
-    ids, txns = state.transactional_ids, state.transactions
+    ids, txns, opened = state.transactional_ids, state.transactions, state.transactions_open
     gone = {t for t, p in ids.items() if p[2] <= horizon}
     gone.update(t for t in txns if t not in ids)
-    return sorted(t for t in gone if not ((txn := txns.get(t)) is not None and txn.is_open))
+    return sorted(t for t in gone if t not in opened)
 
 
 def _expire_transactions(state: MetadataState, cmd: ExpireTransactions, now_ms: int) -> Outcome:
@@ -673,7 +689,7 @@ def transactions_to_abort(state: MetadataState, now_ms: int) -> list[tuple[str, 
     """(transactional id, reason) of ongoing transactions the coordinator must abort: the
     producer was fenced by a newer epoch, or the transaction outlived its timeout."""
     out = []
-    for tid, txn in sorted(state.transactions.items()):
+    for tid, txn in open_transactions(state):
         if txn.state != TXN_ONGOING:
             continue
         current = state.transactional_ids.get(tid)
@@ -747,7 +763,11 @@ def _from_json(doc: dict[str, Any], state: MetadataState) -> MetadataState:
         )  # fmt: skip
         for t, x in doc["transactions"].items()
     }
-    return replace(state, transactions=Map(txns))
+    return replace(
+        state,
+        transactions=Map(txns),
+        transactions_open=Map({t: None for t, x in txns.items() if x.is_open}),
+    )
 
 
 DOMAIN: Final = Domain(

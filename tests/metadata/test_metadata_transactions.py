@@ -152,6 +152,8 @@ def test_transactions_move_only_forward_and_rejections_change_nothing(steps: lis
         committed = new.groups.groups.get("g")
         if committed is not None and committed != state.groups.groups.get("g"):
             assert isinstance(command, CompleteTxn) and command.state == "prepare_commit"
+        # The open index (what the driver scans) is exactly the open transactions.
+        assert set(new.transactions_open) == {t for t, x in new.transactions.items() if x.is_open}
         state = new
     machine = MetadataMachine()
     machine.state = state
@@ -317,6 +319,7 @@ def test_expiry_forgets_idle_ids_with_their_transactions_never_an_open_one(
     assert dict(after.transactional_ids) == {t: p for t, p in ids.items() if kept(t)}
     assert dict(after.transactions) == {t: x for t, x in txns.items() if kept(t)}
     assert all(t in after.transactional_ids or x.is_open for t, x in after.transactions.items())
+    assert after.transactions_open == state.transactions_open  # never an open one
     again, _ = apply(after, ExpireTransactions(retention, now))
     assert again.transactional_ids == after.transactional_ids
     assert again.transactions == after.transactions
