@@ -96,6 +96,11 @@ GROUP_OFFSETS_RETENTION_MS_DEFAULT: Final = 7 * 24 * 3600 * 1000
 # A transactional id not used (POST /v1/producers) for this long is forgotten (Kafka's
 # transactional.id.expiration.ms, 7 days): the next use starts at a new producer id.
 TRANSACTIONAL_ID_EXPIRATION_MS_DEFAULT: Final = 7 * 24 * 3600 * 1000
+# How often the metadata leader looks for transactional ids to forget (at most; half the
+# expiration if that is shorter): the look walks every id remembered (up to
+# transactional_ids_max, 100,000: tens of ms), so not at GROUP_EXPIRY_CHECK_MS. An id
+# goes within the expiration + this (Kafka looks hourly).
+TRANSACTIONAL_ID_EXPIRY_CHECK_MS: Final = 10_000
 
 # Confluent REST Proxy v2 consumer instances (dmq/broker/rest_v2.py), kept in memory by
 # the metadata leader. Each holds a group member and one position per assigned partition.
