@@ -318,7 +318,12 @@ def _walk_vectorised(
     _Fallback where only the scalar walk reads exactly (a 10-byte varint, int64 edges)."""
     buf = np.frombuffer(data, np.uint8)
     starts: list[I64] = []  # per record: its first byte (its length varint)
-    counts = [_record_chain(data, buf, start, end, h[11], starts) for start, end, h in sections]
+    walked: list[int] = []  # the same, of records walked one by one, not yet in starts
+    counts = [
+        _record_chain(data, buf, start, end, h[11], starts, walked) for start, end, h in sections
+    ]
+    if walked:
+        starts.append(np.array(walked, np.int64))
     section_end = np.repeat(np.array([end for _, end, _ in sections], np.int64), counts)
     length, fields_at = _varints(
         buf, np.concatenate(starts) if starts else _NO_RECORDS, section_end
@@ -378,10 +383,13 @@ def _record_chain(
     end: int,
     count: int,
     starts: list[I64],
+    walked: list[int],
 ) -> int:
     """The chain of record lengths of one records section data[pos:end]: append where
-    each record starts to `starts`; return how many records. Checked as the scalar walk
-    does: every record inside the section, nothing after the last.
+    each record starts to `starts`, or, for records walked one by one, to `walked` (moved
+    into `starts` before the next run, and by the caller at the end, so that batches of a
+    record or two cost no numpy call); return how many records. Checked as the scalar
+    walk does: every record inside the section, nothing after the last.
 
     Each length is read in Python, then a run is guessed: the next records are as long
     as this one if their length varints are the same bytes, checked at once in numpy
@@ -391,9 +399,7 @@ def _record_chain(
     than RUN_RECORDS_MIN, twice as many records as before go one by one before the next
     guess, so that records of varied sizes cost little more than the plain loop."""
     left = count
-    alone = 0  # records to walk one by one before the next guess
-    walked: list[int] = []  # their starts, not yet in `starts`
-    pause = RUN_RECORDS_MIN
+    pause = RUN_RECORDS_MIN  # records walked one by one after the next short run
     while left > 0:
         first = pos
         b = data[pos]
@@ -411,11 +417,10 @@ def _record_chain(
         if length < 0 or first + size > end:
             raise ValueError("record length runs past the records section")
         fits = min(left, (end - first) // size)  # size >= width >= 1
-        if alone > 0 or fits < RUN_RECORDS_MIN:
+        if fits < RUN_RECORDS_MIN:
             walked.append(first)
             pos = first + size
             left -= 1
-            alone -= 1
             continue
         run = first + size * np.arange(fits, dtype=np.int64)
         same = buf[run] == b
@@ -424,19 +429,44 @@ def _record_chain(
         matched = fits if same.all() else int(np.argmin(same))
         if walked:
             starts.append(np.array(walked, np.int64))
-            walked = []
+            walked.clear()
         starts.append(run[:matched])
         pos = first + size * matched
         left -= matched
         if matched < RUN_RECORDS_MIN:
-            alone, pause = pause, pause * 2
+            alone = min(pause, left)
+            pos = _record_chain_one_by_one(data, pos, end, alone, walked)
+            left -= alone
+            pause *= 2
         else:
             pause = RUN_RECORDS_MIN
     if pos != end:
         raise ValueError("bytes left after the last record")
-    if walked:
-        starts.append(np.array(walked, np.int64))
     return max(count, 0)
+
+
+def _record_chain_one_by_one(
+    data: bytes | bytearray, pos: int, end: int, count: int, walked: list[int]
+) -> int:
+    """_record_chain's plain loop for `count` records from pos: their starts appended to
+    `walked`, each checked inside the section; return the position after them."""
+    append = walked.append
+    for _ in range(count):
+        append(pos)
+        b = data[pos]
+        if b < 0x80:
+            length = (b >> 1) ^ -(b & 1)
+            pos += 1
+        elif data[pos + 1] < 0x80:
+            z = (b & 0x7F) | (data[pos + 1] << 7)
+            length = (z >> 1) ^ -(z & 1)
+            pos += 2
+        else:
+            length, pos = _varint(data, pos)
+        pos += length
+        if length < 0 or pos > end:
+            raise ValueError("record length runs past the records section")
+    return pos
 
 
 def _varints(buf: npt.NDArray[np.uint8], pos: I64, limit: I64) -> tuple[I64, I64]:
