@@ -56,8 +56,9 @@ UNCOMPRESSED_BYTES_MAX = 64 * 1024 * 1024
 US_PER_MS = 1000
 INT32_MAX = 2**31 - 1  # Arrow binary offsets: the key and value spans of one answer
 INT64_MAX = 2**63 - 1
-# The largest |timestamp| in ms whose µs fit int64, less a margin for the float64 screen.
-TIMESTAMP_MS_SAFE = INT64_MAX // US_PER_MS - 4096
+# The largest |timestamp| in ms whose µs fit int64, less a margin for the float64 screen
+# of _walk_vectorised (its error is at most ~2**11 ms: two int64s rounded to float64).
+TIMESTAMP_MS_SAFE = INT64_MAX // US_PER_MS - 2**16
 # The shift of a varint's 9th byte: the vectorised walk reads up to 9 bytes (< 2**63).
 VARINT_SHIFT_MAX = 56
 # Answers of fewer records go through the scalar loop: below this, numpy's fixed cost per

@@ -456,3 +456,18 @@ def test_a_record_too_short_for_its_deltas_is_refused_even_when_filtered_out() -
     for threshold in (VECTORISED, SCALAR):
         outcome = decode_with(threshold, body, 0, 10, with_headers=False)
         assert isinstance(outcome, StorageError), threshold
+
+
+@pytest.mark.parametrize("threshold", [VECTORISED, SCALAR])
+@pytest.mark.parametrize("last_ms", [(2**63 - 1) // 1000, (2**63 - 1) // 1000 + 1])
+def test_a_timestamp_at_the_edge_of_int64_microseconds(threshold: int, last_ms: int) -> None:
+    """The last ms whose µs fit int64 is read exactly by both walks (the vectorised one
+    hands it to the scalar one); one ms more is refused, not wrapped around."""
+    recs = [Record(b"k", b"v", (), last_ms - 39 + i) for i in range(40)]
+    outcome = decode_with(threshold, encode_batch(recs), 0, 100, with_headers=False)
+    if last_ms * 1000 > 2**63 - 1:
+        assert isinstance(outcome, StorageError)
+    else:
+        assert isinstance(outcome, pa.RecordBatch)
+        got = outcome.column("timestamp").cast(pa.int64()).to_pylist()
+        assert got == [(last_ms - 39 + i) * 1000 for i in range(40)]
