@@ -39,9 +39,10 @@ def test_quick_spark_bench_reports_every_figure(tmp_path: Path) -> None:
     assert math.isfinite(result["microbatch_overhead_s"])
     assert result["records"] == 8 * 1024
     assert [t["name"] for t in result["targets"]] == [
-        "dmq read / Parquet read", "micro-batch overhead, s",
+        "dmq read / Python source read", "dmq read / Parquet read", "micro-batch overhead, s",
     ]  # fmt: skip
     text = out.getvalue()
     assert "broker and Spark sharing the machine" in text
-    assert text.count("PASS") + text.count("FAIL") == 2
+    assert text.count("PASS") + text.count("FAIL") == 3
+    assert "load average at start" in text and "load average at end" in text
     assert list(tmp_path.iterdir()) == [], "the work directory is left behind"
