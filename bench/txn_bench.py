@@ -3,7 +3,7 @@
 Starts `--nodes` (3) `dmq serve` processes on loopback (bench/cluster_bench.py's launcher,
 fsync on) and a topic of 3 partitions, replication factor min(3, nodes). Then, in the
 same run, for `--seconds` (5) each, N Python producers (dmq.client's AsyncProducer,
-linger 5 ms, all in this process), each sending units of `--records` (100) records of
+linger 5 ms, RETRIES retries per request, all in this process), each sending units of `--records` (100) records of
 `--record-bytes` (1024) spread over the 3 partitions:
 
 a. **baseline**: idempotent producers (`idempotent=True`), one unit then `flush()`;
@@ -47,6 +47,11 @@ from bench.cluster_bench import Broker, cpu_seconds, dmq_cluster, percentile
 from dmq.client import AsyncProducer
 
 PARTITIONS = 3
+# Per request, for every producer of both modes. The client's default (5, about a second
+# with the broker's retry-after while no leader is known) is shorter than an election on
+# 2 cores saturated by 3 brokers and 64 producers: a run once lost a producer to
+# not_leader mid-phase (the metadata group went through 3 elections).
+RETRIES = 50
 
 
 async def _create_topic(url: str, name: str, rf: int) -> None:
@@ -94,7 +99,7 @@ async def _produce(
             if transactional
             else {"idempotent": True}
         )  # fmt: skip
-        async with AsyncProducer(url, linger_ms=5, **kwargs) as producer:
+        async with AsyncProducer(url, linger_ms=5, retries=RETRIES, **kwargs) as producer:
             while time.perf_counter() < deadline:
                 if transactional:
                     await producer.begin_transaction()

@@ -563,10 +563,16 @@ class AsyncProducer:
             self._sender.add_done_callback(self._sender_stopped)
 
     def _sender_stopped(self, task: asyncio.Task[None]) -> None:
-        # Only a bug stops the sender early: fail what waits rather than hang forever.
-        if task.cancelled() or task.exception() is None:
+        # Stopped by a bug, or cancelled (close() cancels it once nothing is left; a
+        # caller's cancellation, e.g. asyncio.run cancelling every task left when its main
+        # coroutine fails, may do it earlier): what still waits will never be sent, so it
+        # fails now rather than hang a flush or close for ever.
+        if task.cancelled():
+            error = DmqError("the producer's sender was cancelled before these records were sent")
+        elif task.exception() is not None:
+            error = DmqError(f"the producer's sender stopped: {task.exception()!r}")
+        else:
             return
-        error = DmqError(f"the producer's sender stopped: {task.exception()!r}")
         for future in list(self._undelivered):
             if not future.done():
                 future.set_exception(error)
@@ -645,6 +651,13 @@ class AsyncProducer:
             for future, metadata in zip(batch.waiters, results, strict=True):
                 if not future.done():
                     future.set_result(metadata)
+        except asyncio.CancelledError:
+            # Cancelled with the caller's tasks (see _sender_stopped): unknown, not pending.
+            unknown = DmqError("cancelled while the batch was sent: its delivery is unknown")
+            for future in batch.waiters:
+                if not future.done():
+                    future.set_exception(unknown)
+            raise
         except DmqError as error:
             if isinstance(error, TopicNotFound | PartitionNotFound | PartitionDecommissioned):
                 self._metadata.pop(tp.topic, None)  # deleted, shrunk or retired: look again

@@ -333,3 +333,40 @@ def test_cli_topic_commands_and_errors(broker: str) -> None:
     missing = run_dmq(broker, "consume", "cli-admin")
     assert missing.returncode == 1
     assert missing.stderr.startswith(b"error: topic_not_found: ")
+
+
+def test_a_producer_cancelled_with_its_loop_lets_asyncio_run_return(broker: str) -> None:
+    """asyncio.run cancels every task left when its main coroutine raises, the producer's
+    sender among them. A producer closing in one of those tasks waited for records its
+    cancelled sender would never send, and asyncio.run never returned (found when a
+    benchmark's producer failed). Now what a cancelled sender leaves fails at once."""
+    script = f"""
+import asyncio
+from dmq.client import AsyncProducer
+from dmq.errors import DmqError
+
+async def worker(started, left):
+    async with AsyncProducer({broker!r}, linger_ms=60_000) as producer:
+        await (await producer.send("cancel-me", b"first"))  # creates the topic
+        left.append(await producer.send("cancel-me", b"queued"))  # lingers
+        started.set()
+        await asyncio.sleep(3600)
+
+async def main(left):
+    started = asyncio.Event()
+    asyncio.get_running_loop().create_task(worker(started, left))
+    await started.wait()
+    raise RuntimeError("the main coroutine failed")
+
+left = []
+try:
+    asyncio.run(main(left))
+except RuntimeError as error:
+    print("raised:", error)
+print("queued record:", type(left[0].exception()).__name__)
+"""
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=60, check=False
+    )
+    assert "raised: the main coroutine failed" in done.stdout, (done.stdout, done.stderr)
+    assert "queued record: DmqError" in done.stdout, (done.stdout, done.stderr)
