@@ -3,8 +3,8 @@
 Starts `--nodes` (3) `dmq serve` processes on loopback (bench/cluster_bench.py's launcher,
 fsync on) and a topic of 3 partitions, replication factor min(3, nodes). Then, in the
 same run, for `--seconds` (5) each, N Python producers (dmq.client's AsyncProducer,
-linger 5 ms, RETRIES retries per request, all in this process), each sending units of `--records` (100) records of
-`--record-bytes` (1024) spread over the 3 partitions:
+linger 5 ms, RETRIES retries per request, all in this process), each sending units of
+`--records` (100) records of `--record-bytes` (1024) spread over the 3 partitions:
 
 a. **baseline**: idempotent producers (`idempotent=True`), one unit then `flush()`;
 b. **transactions**: transactional producers (`transactional_id`), one unit per
