@@ -174,7 +174,7 @@ class World:
         state = self.meta.state
         if self.first_epoch and tid not in state.transactional_ids:
             pid = state.next_producer_id  # as if started first_epoch times before
-            tids = {**state.transactional_ids, tid: (pid, self.first_epoch - 1, self.now)}
+            tids = state.transactional_ids.set(tid, (pid, self.first_epoch - 1, self.now))
             self.meta.state = replace(state, transactional_ids=tids, next_producer_id=pid + 1)
         init = InitProducerFenceable if self.fenceable else InitProducer
         result = self._meta(init(tid, self.now))
