@@ -22,18 +22,15 @@ single-record batches of 1 KiB (a producer that does not batch).
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import os
 import random
-import statistics
-import sys
-import time
 from collections.abc import Callable
 from functools import partial
 from types import ModuleType
 
 import pyarrow as pa
 
+from bench import alternated_cpu_medians, load_module
 from log.records import Codec, Header, Record, encode_batch
 from spark_io import _arrow as current
 from spark_io.source import arrow_schema, spark_schema
@@ -42,15 +39,6 @@ ANSWER_BYTES = 8 * 1024 * 1024  # fetchMaxBytes' default
 BATCH_BYTES = 1024 * 1024  # bench/spark_bench.py's producer batch_bytes
 TIMESTAMP_MS = 1_700_000_000_000
 RECORDS_PER_MS = 10  # timestamps step every 10 records: deltas of 1 and 2 bytes
-
-
-def _load(path: str) -> ModuleType:
-    spec = importlib.util.spec_from_file_location("arrow_against", path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses look their module up there
-    spec.loader.exec_module(module)
-    return module
 
 
 def _answer(
@@ -118,13 +106,6 @@ def _decode(module: ModuleType, body: bytes, records: int, headers: bool) -> pa.
     return batch
 
 
-def _cpu_ms(fn: Callable[[], object], loops: int) -> float:
-    start = time.process_time()
-    for _ in range(loops):
-        fn()
-    return (time.process_time() - start) / loops * 1e3
-
-
 def _scalar(body: bytes, records: int, headers: bool) -> pa.RecordBatch:
     saved = current.VECTORISED_RECORDS_MIN
     current.VECTORISED_RECORDS_MIN = 1 << 62
@@ -142,7 +123,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     repeats = 3 if args.quick else args.repeats
     loops = 1 if args.quick else 5
-    old = _load(args.against) if args.against else None
+    old = load_module(args.against, "arrow_against") if args.against else None
     cases = _cases(ANSWER_BYTES // 32 if args.quick else ANSWER_BYTES)
     print(f"load average at start: {os.getloadavg()}")
     print(f"CPU ms per answer (decode_into + to_record_batch), median of {repeats} repeats")
@@ -157,11 +138,8 @@ def main(argv: list[str] | None = None) -> int:
         for mode, fn in modes.items():  # every mode decodes to the same batch
             if not fn().equals(expected):
                 raise AssertionError(f"{name}: {mode} decodes to another batch than scalar")
-        samples: dict[str, list[float]] = {mode: [] for mode in modes}
-        for _ in range(repeats):  # alternate the modes, so load drifts hit them alike
-            for mode, fn in modes.items():
-                samples[mode].append(_cpu_ms(fn, loops))
-        medians = {mode: statistics.median(s) for mode, s in samples.items()}
+        seconds = alternated_cpu_medians(modes, repeats, loops)
+        medians = {mode: s * 1e3 for mode, s in seconds.items()}
         print(f"{name}: {records} records, {len(body) / 2**20:.2f} MiB")
         for mode, median in medians.items():
             mb_s = len(body) / median / 1e3

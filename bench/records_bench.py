@@ -14,33 +14,13 @@ process, with the ratio new/old.
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import os
-import statistics
-import sys
-import time
 from collections.abc import Callable
 from functools import partial
-from types import ModuleType
 
+from bench import alternated_cpu_medians, load_module
 from log import records as current
 from log.crc import crc32c
-
-
-def _load(path: str) -> ModuleType:
-    spec = importlib.util.spec_from_file_location("records_against", path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses look their module up there
-    spec.loader.exec_module(module)
-    return module
-
-
-def _cpu_us(fn: Callable[[], object], loops: int) -> float:
-    start = time.process_time()
-    for _ in range(loops):
-        fn()
-    return (time.process_time() - start) / loops * 1e6
 
 
 def _batches() -> dict[str, bytes]:
@@ -67,7 +47,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     repeats = 3 if args.quick else args.repeats
     loops = 20 if args.quick else 100
-    old = _load(args.against) if args.against else None
+    old = load_module(args.against, "records_against") if args.against else None
     print(f"load average at start: {os.getloadavg()}")
     print("CPU us per batch, median of", repeats, "repeats of", loops, "loops")
     for name, batch in _batches().items():
@@ -83,12 +63,9 @@ def main(argv: list[str] | None = None) -> int:
             )
         if old is not None:
             cases["validate_batch, --against"] = partial(old.validate_batch, batch)
-        samples: dict[str, list[float]] = {case: [] for case in cases}
-        for _ in range(repeats):  # alternate the cases, so load drifts hit them alike
-            for case, fn in cases.items():
-                samples[case].append(_cpu_us(fn, loops))
+        seconds = alternated_cpu_medians(cases, repeats, loops)
+        medians = {case: s * 1e6 for case, s in seconds.items()}
         print(f"{name} ({len(batch)} bytes)")
-        medians = {case: statistics.median(s) for case, s in samples.items()}
         for case, median in medians.items():
             print(f"  {case:30} {median:10.1f}")
         if old is not None:

@@ -101,7 +101,11 @@ class GroupsService:
         self._rebalance_timeout_s = rebalance_timeout_ms / 1000
         self._offsets_retention_ms = offsets_retention_ms
         self._transactional_id_expiration_ms = transactional_id_expiration_ms
-        self._next_txn_expiry_check = 0.0  # monotonic s: limits.TRANSACTIONAL_ID_EXPIRY_CHECK_MS
+        # How often the leader looks for idle transactional ids (limits.py), and when next.
+        self._txn_expiry_check_s = (
+            min(limits.TRANSACTIONAL_ID_EXPIRY_CHECK_MS, transactional_id_expiration_ms / 2) / 1000
+        )
+        self._next_txn_expiry_check = 0.0  # monotonic s
         # (group, member) -> (its oldest unacknowledged revocation's generation, monotonic s
         # when this leader first saw it)
         self._revoking: dict[tuple[str, str], tuple[int, float]] = {}
@@ -385,12 +389,10 @@ class GroupsService:
         """On the metadata leader: propose forgetting transactional ids unused for
         transactional_id_expiration_ms, with their transactions (apply checks again with
         the stamped time)."""
-        if not self.is_leader() or time.monotonic() < self._next_txn_expiry_check:
+        now = time.monotonic()
+        if not self.is_leader() or now < self._next_txn_expiry_check:
             return False
-        interval_ms = min(
-            limits.TRANSACTIONAL_ID_EXPIRY_CHECK_MS, self._transactional_id_expiration_ms / 2
-        )
-        self._next_txn_expiry_check = time.monotonic() + interval_ms / 1000
+        self._next_txn_expiry_check = now + self._txn_expiry_check_s
         now_ms, retention_ms = wall_ms(), self._transactional_id_expiration_ms
         if not transactional_ids_to_expire(self._metadata().state, retention_ms, now_ms):
             return False

@@ -50,7 +50,7 @@ import contextlib
 import random
 import ssl
 import time
-from collections.abc import Coroutine, Mapping, Sequence
+from collections.abc import Coroutine, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -573,9 +573,7 @@ class AsyncProducer:
             error = DmqError(f"the producer's sender stopped: {task.exception()!r}")
         else:
             return
-        for future in list(self._undelivered):
-            if not future.done():
-                future.set_exception(error)
+        _fail(list(self._undelivered), error)
 
     async def _run_sender(self) -> None:
         loop = asyncio.get_running_loop()
@@ -653,10 +651,10 @@ class AsyncProducer:
                     future.set_result(metadata)
         except asyncio.CancelledError:
             # Cancelled with the caller's tasks (see _sender_stopped): unknown, not pending.
-            unknown = DmqError("cancelled while the batch was sent: its delivery is unknown")
-            for future in batch.waiters:
-                if not future.done():
-                    future.set_exception(unknown)
+            _fail(
+                batch.waiters,
+                DmqError("cancelled while the batch was sent: its delivery is unknown"),
+            )
             raise
         except DmqError as error:
             if isinstance(error, TopicNotFound | PartitionNotFound | PartitionDecommissioned):
@@ -665,13 +663,18 @@ class AsyncProducer:
                 self._txn.failed(error)  # the transaction must abort; then a new epoch
             elif self._idempotent and not isinstance(error, ProducerFenced):
                 self._producer = None  # its sequence is now unknown: start a new epoch
-            for future in batch.waiters:
-                if not future.done():
-                    future.set_exception(error)
+            _fail(batch.waiters, error)
         finally:
             self._release(batch.size_bytes)
             self._in_flight.discard(tp)
             self._wake.set()
+
+
+def _fail(waiters: Iterable[asyncio.Future[RecordMetadata]], error: DmqError) -> None:
+    """Every record still waiting in `waiters` fails with `error`."""
+    for future in waiters:
+        if not future.done():
+            future.set_exception(error)
 
 
 def _parse_count(raw: str | None) -> int | None:

@@ -28,7 +28,6 @@ from dmq.metadata.producers import (
     ExpireTransactionalIds,
     InitProducer,
     InitProducerFenceable,
-    idle_transactional_ids,
 )
 from dmq.metadata.reassignment import (
     REJECT_BROKER_IN_USE,
@@ -216,15 +215,14 @@ __all__ = [
     "config_items",
     "decode_command",
     "encode_command",
-    "idle_transactional_ids",
     "is_cluster_id",
+    "open_transactions",
     "state_from_json",
     "state_to_json",
     "successor",
     "topic_of",
-    "transactions_to_abort",
-    "open_transactions",
     "transactional_ids_to_expire",
+    "transactions_to_abort",
     "transactions_to_finish",
     "with_partition",
 ]

@@ -136,9 +136,9 @@ def _expire_transactional_ids(
 ) -> Outcome:
     if cmd.retention_ms < 0:
         return state, Rejected(REJECT_INVALID_ARGUMENT, "retention_ms must be >= 0", "retention_ms")
-    with state.transactional_ids.mutate() as tids:
-        for t in idle_transactional_ids(state, cmd.retention_ms, now_ms):
-            del tids[t]
+    tids = state.transactional_ids.mutate()
+    for t in idle_transactional_ids(state, cmd.retention_ms, now_ms):
+        del tids[t]
     new_state = replace(state, transactional_ids=tids.finish(), clock_ms=now_ms)
     return new_state, Applied(new_state.metadata_version)
 

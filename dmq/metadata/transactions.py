@@ -338,7 +338,8 @@ def _with_txn(state: MetadataState, tid: str, txn: Transaction, now_ms: int) -> 
 
 def _put(state: MetadataState, tid: str, txn: Transaction) -> dict[str, Any]:
     """The fields to replace for `tid`'s transaction becoming `txn`: the transactions and
-    their open index (every write of a transaction goes through here or _expire)."""
+    their open index (every write of a transaction goes through here or
+    _expire_transactions, which never removes an open one)."""
     opened = state.transactions_open
     if txn.is_open:
         opened = opened.set(tid, None)
@@ -675,13 +676,13 @@ def transactional_ids_to_expire(state: MetadataState, retention_ms: int, now_ms:
 def _expire_transactions(state: MetadataState, cmd: ExpireTransactions, now_ms: int) -> Outcome:
     if cmd.retention_ms < 0:
         return _reject(state, REJECT_INVALID_ARGUMENT, "retention_ms must be >= 0", "retention_ms")
-    with state.transactional_ids.mutate() as ids, state.transactions.mutate() as txns:
-        for tid in transactional_ids_to_expire(state, cmd.retention_ms, now_ms):
-            ids.pop(tid, None)
-            txns.pop(tid, None)
-        new_state = replace(
-            state, transactional_ids=ids.finish(), transactions=txns.finish(), clock_ms=now_ms
-        )
+    ids, txns = state.transactional_ids.mutate(), state.transactions.mutate()
+    for tid in transactional_ids_to_expire(state, cmd.retention_ms, now_ms):
+        ids.pop(tid, None)
+        txns.pop(tid, None)
+    new_state = replace(
+        state, transactional_ids=ids.finish(), transactions=txns.finish(), clock_ms=now_ms
+    )
     return new_state, Applied(new_state.metadata_version)
 
 
