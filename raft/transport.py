@@ -55,6 +55,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from pysyncobj import FAIL_REASON
+from pysyncobj.node import Node
 from pysyncobj.transport import Transport
 
 from raft import auth, wire
@@ -804,6 +805,8 @@ class GroupTransport(Transport):  # type: ignore[misc]  # pysyncobj is untyped
         self._term_at = term_at
         self._nodes: dict[str, Any] = {node.id: node for node in otherNodes}
         self._sent: dict[str, SentMark] = {}  # peer id -> (term, last index sent)
+        # Frames taken from a leader this group's configuration does not name (deliver).
+        self.frames_from_unnamed_leader = 0
 
     @property
     def ready(self) -> bool:
@@ -869,7 +872,9 @@ class GroupTransport(Transport):  # type: ignore[misc]  # pysyncobj is untyped
     def deliver(self, peer_id: str, message: Any) -> None:
         node = self._nodes.get(peer_id)
         if node is None:
-            return
+            node = self._unnamed_leader(peer_id, message)
+            if node is None:
+                return  # a non-member that does not lead: nothing it says concerns us
         if (
             isinstance(message, dict)
             and message.get("type") == "next_node_idx"
@@ -878,6 +883,33 @@ class GroupTransport(Transport):  # type: ignore[misc]  # pysyncobj is untyped
             # The follower's log is not what we sent it: send in full from where it says.
             self._sent.pop(peer_id, None)
         self._onMessageReceived(node, message)
+
+    def _unnamed_leader(self, peer_id: str, message: Any) -> Any:
+        """A peer outside this replica's configuration that leads the group: a Node to
+        answer it through (not kept), else None.
+
+        Raft takes a follower's configuration from its log, and a follower obeys whoever
+        sends append_entries of its term or a later one, named in its configuration or
+        not: the entry that adds the leader may be among those it has yet to receive.
+        Dropping such a leader's frames left a follower stranded for good: a broker
+        promoting to metadata voter, added by one leader, which died before it sent the
+        entry adding the next voter; that voter then led, and the promoting broker never
+        heard from it (raft/README.md, "Metadata voter changes"). Its later messages
+        (answers to forwarded commands, read confirmations) pass while it is the leader
+        this replica follows. Votes from a non-member stay dropped (RaftNode): one cannot
+        win, so it never leads, and group ids are never reused, so no leader of another
+        incarnation of the group sends here."""
+        kind = message.get("type") if isinstance(message, dict) else None
+        if kind == "append_entries":
+            term = message.get("term")
+            if not isinstance(term, int) or term < self._sync_obj.raftCurrentTerm:
+                return None
+        else:
+            leader = self._sync_obj._getLeader()
+            if leader is None or leader.id != peer_id:
+                return None
+        self.frames_from_unnamed_leader += 1
+        return Node(peer_id)
 
     def peer_up(self, peer_id: str) -> None:
         node = self._nodes.get(peer_id)

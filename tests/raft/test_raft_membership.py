@@ -10,6 +10,9 @@
 - `transfer_leadership` hands the group to the new member, which then removes the old
   leader: commands still commit on the three remaining members, and the removed replica's
   vote requests are dropped (counted) instead of raising the group's term;
+- a replica whose configuration does not name the leader (a promoting metadata voter
+  that missed the entry adding the next leader) still follows it: it receives the whole
+  log, and a command proposed through it is forwarded to that leader and answered;
 - a group reopened with `members_from_log` after a crash that lost the commit-index hint
   (the journal persists it at most once a second) uses the configuration of its journal
   (n4 added, n3 removed), not the stale one it is opened with, and commits with it; the
@@ -129,6 +132,48 @@ def test_add_transfer_remove_one_member_at_a_time(tmp_path: Path) -> None:
             assert replicas["n4"].status().term == term and replicas["n4"].status().is_leader
             dropped = sum(nodes[n].network.stats.votes_dropped_non_member for n in stayers)
             assert dropped > 0
+        finally:
+            for node in nodes.values():
+                await node.stop()
+
+    asyncio.run(scenario())
+
+
+def test_a_follower_follows_a_leader_its_configuration_does_not_name(tmp_path: Path) -> None:
+    hosts = [f"127.0.0.{11 + k}" for k in range(4)]
+    port = free_port_on(hosts)
+    peers = {f"n{k + 1}": f"{host}:{port}" for k, host in enumerate(hosts)}
+    first = {n: a for n, a in peers.items() if n != "n4"}
+
+    async def scenario() -> None:
+        nodes = {n: RaftNode(n, first if n != "n4" else peers, tmp_path / n) for n in peers}
+        logs = {n: Log() for n in peers}
+        replicas = {n: await nodes[n].add_group(GROUP, logs[n]) for n in first}
+        for node in nodes.values():
+            await node.start()
+        try:
+            leader = await until(lambda: leader_of(replicas), "a leader")
+            for k in range(20):
+                await replicas[leader].propose(b"before-%d" % k)
+            for n in first:
+                assert await nodes[n].add_peer("n4", peers["n4"])
+            assert await nodes[leader].change_membership(GROUP, "add", "n4", timeout_s=10)
+            # n4 opens the group knowing every member but the leader: as a broker that
+            # opened group 0 with the voters it observed, one of which was then replaced by
+            # the broker that leads now, in an entry it never received.
+            stale = [n for n in peers if n != leader]
+            replicas["n4"] = await nodes["n4"].add_group(GROUP, logs["n4"], members=stale)
+            await replicas[leader].propose(b"after-add")
+            await until(lambda: logs["n4"].items == logs[leader].items, "n4 holds the log")
+            assert await replicas["n4"].propose(b"through-n4", timeout_s=10) == len(
+                logs["n4"].items
+            )
+            await until(
+                lambda: all(logs[n].items[-1:] == [b"through-n4"] for n in peers), "committed"
+            )
+            assert replicas["n4"].status().leader_id == leader
+            assert replicas["n4"].transport.frames_from_unnamed_leader > 0
+            assert all(r.status().is_leader == (n == leader) for n, r in replicas.items())
         finally:
             for node in nodes.values():
                 await node.stop()
