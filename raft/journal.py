@@ -337,9 +337,11 @@ class DurableJournal(Journal):  # type: ignore[misc]  # pysyncobj is untyped
     # --- durability (called by RaftNode, once per tick) -----------------------------------
 
     def needs_sync(self) -> bool:
-        """True if sync() has work: entries, a truncation or a vote not yet durable."""
-        if self._dirty or self._vote_dirty:
-            return True
+        """True if sync() has work: entries, a truncation or a vote not yet durable, or a
+        commit index due to be persisted."""
+        return self._dirty or self._vote_dirty or self._commit_due()
+
+    def _commit_due(self) -> bool:
         return self._commit_dirty and (
             time.monotonic() - self._commit_persisted_at >= COMMIT_INDEX_PERSIST_INTERVAL_S
         )
@@ -348,11 +350,14 @@ class DurableJournal(Journal):  # type: ignore[misc]  # pysyncobj is untyped
         """True if every entry, truncation, term and vote so far went through sync()."""
         return not (self._dirty or self._vote_dirty or self._pending)
 
-    def sync(self) -> None:
+    def sync(self, *, final: bool = False) -> None:
         """Make every change so far durable (or, with durability "none", hand it to the OS).
 
         Entries first, then the meta file: a persisted commit index never points past entries
-        that are on disk.
+        that are on disk. The meta file is written (and fdatasync'ed) for a new term or vote,
+        and for the commit index only once COMMIT_INDEX_PERSIST_INTERVAL_S has passed since
+        it was last written, or when `final` (close): the index moves in nearly every round
+        that appends, and writing it each time was a second fdatasync per round (#22).
         """
         self._write_error = None
         self._write_pending()
@@ -376,7 +381,7 @@ class DurableJournal(Journal):  # type: ignore[misc]  # pysyncobj is untyped
                 if self._trace_fd is not None:
                     os.write(self._trace_fd, b"%d\n" % self._durable)
             self._dirty = False
-        if self._vote_dirty or self._commit_dirty:
+        if self._vote_dirty or (self._commit_dirty and (final or self._commit_due())):
             try:
                 self._meta.store(
                     self._term, self._voted_for, self._commit_index, self._durability == "fsync"
@@ -394,7 +399,7 @@ class DurableJournal(Journal):  # type: ignore[misc]  # pysyncobj is untyped
         if self._fd < 0:
             return
         try:
-            self.sync()
+            self.sync(final=True)
         except JournalWriteFailed as error:
             # A full disk at close (a stalled group removed, or the node stopping): the
             # records not written were never acknowledged by this node; close anyway.

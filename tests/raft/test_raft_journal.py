@@ -113,6 +113,29 @@ def test_one_fdatasync_covers_a_whole_tick_of_entries(tmp_path: Path) -> None:
     reopened.close()
 
 
+def test_the_commit_index_costs_no_fdatasync_of_its_own_per_round(tmp_path: Path) -> None:
+    """Rounds that append and advance the commit index write the meta file at most once
+    per COMMIT_INDEX_PERSIST_INTERVAL_S (it was once per round: a second fdatasync); a
+    vote is written in its own round; close() writes the last commit index."""
+    journal = DurableJournal(tmp_path)
+    writes = journal._meta._seq
+    for idx in range(1, 201):  # 200 rounds, well within one interval
+        journal.add(b"x", idx, 1)
+        journal.setRaftCommitIndex(idx)
+        journal.sync()
+    assert journal.syncs == 200
+    assert journal._meta._seq - writes == 1  # the first round's; the rest wait
+    assert not journal.needs_sync()
+    journal.setCurrentTerm(2, "n3")
+    journal.sync()
+    assert journal._meta._seq - writes == 2
+    journal.close()
+    reopened = DurableJournal(tmp_path)
+    assert reopened.getRaftCommitIndex() == 200
+    assert (reopened.getCurrentTerm(), reopened.getVotedForNodeId()) == (2, "n3")
+    reopened.close()
+
+
 def write_three(directory: Path) -> list[Entry]:
     journal = DurableJournal(directory)
     entries = [(b"first", 1, 1), (b"second", 2, 1), (b"third-" * 10, 3, 2)]
