@@ -310,10 +310,13 @@ class Transport:
             body = json.dumps(json_body).encode()
             content_type = JSON
         attempt = 0
+        last: RetriableError | None = None  # the error of the attempt before
         while True:
             left_ms = deadline.remaining_ms()
             if left_ms <= 0:
-                raise deadline.expired(f"{method} {path}")
+                if last is None:
+                    raise deadline.expired(f"{method} {path}")
+                raise deadline.gave_up(last, attempt) from last.__cause__
             timeout_ms = min(self._request_timeout_ms, math.ceil(left_ms)) + wait_ms
             try:
                 return await self._once(
@@ -326,6 +329,7 @@ class Transport:
                 attempt += 1
                 if delay_ms >= deadline.remaining_ms():
                     raise deadline.gave_up(error, attempt) from error.__cause__
+                last = error
                 await asyncio.sleep(delay_ms / 1000)
 
     async def _once(
