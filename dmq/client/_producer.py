@@ -30,12 +30,11 @@ Idempotence (`idempotent=True`, or a `transactional_id`): before its first batch
 producer gets a producer id and epoch (`POST /v1/producers`); each batch carries them and
 the sequence number of its first record, counted per partition. A retry sends the very
 same bytes, so the partition answers a batch it already wrote with its original offsets
-and writes nothing (dmq/partition/producers.py): retries of timeouts and lost answers, even across
-a leader's crash, leave no duplicates. A batch that fails for good (its retries ran out)
-may or may not have been written (it was retried until its delivery_timeout_ms, so the
-broker was unreachable or refusing for that long); the producer then takes a new epoch (a new id without a
-transactional id) so that its next batches start a fresh sequence instead of being
-refused as out of order. Another producer started with the same transactional id fences
+and writes nothing (dmq/partition/producers.py): retries of timeouts and lost answers, even
+across a leader's crash, leave no duplicates. A batch that fails for good (its
+delivery_timeout_ms passed, or its `retries` ran out) may or may not have been written;
+the producer then takes a new epoch (a new id without a transactional id) so that its
+next batches start a fresh sequence instead of being refused as out of order. Another producer started with the same transactional id fences
 this one: its batches then fail with `ProducerFenced`.
 
 Transactions (a `transactional_id`, as Kafka's transactional producer): every send is
