@@ -80,8 +80,8 @@ class AsyncGroupConsumer:
         if instance_id is not None:
             join["instance_id"] = instance_id
         self._join_body = join
-        self._heartbeat_ms = heartbeat_interval_ms or session_timeout_ms // 3
-        self._heartbeat_s = self._heartbeat_ms / 1000
+        self._session_timeout_ms = session_timeout_ms
+        self._heartbeat_s = (heartbeat_interval_ms or session_timeout_ms // 3) / 1000
         self._max_poll_interval_s = max_poll_interval_ms / 1000
         self._last_poll = time.monotonic()
         self._auto_commit = auto_commit
@@ -153,9 +153,9 @@ class AsyncGroupConsumer:
                     "POST",
                     f"{self._member_path(self._member_id)}/heartbeat",
                     json_body={"generation": self._generation},
-                    # Retried until the next one is due, not longer: a stale heartbeat
-                    # is worth nothing once its successor goes.
-                    deadline=Deadline.after(self._heartbeat_ms, "heartbeat_interval_ms"),
+                    # Retried while the session can still be saved, not longer: after
+                    # that the answer is unknown_member either way.
+                    deadline=Deadline.after(self._session_timeout_ms, "session_timeout_ms"),
                 )
                 self._latest = answer.json()
             except UnknownMember:

@@ -199,11 +199,9 @@ class Deadline:
     timeout_ms: int
 
     @classmethod
-    def after(cls, timeout_ms: int, setting: str, start_s: float | None = None) -> Deadline:
-        """`timeout_ms` after `start_s` (loop time; now when None)."""
-        if start_s is None:
-            start_s = asyncio.get_running_loop().time()
-        return cls(start_s + timeout_ms / 1000, setting, timeout_ms)
+    def after(cls, timeout_ms: int, setting: str) -> Deadline:
+        """`timeout_ms` from now."""
+        return cls(asyncio.get_running_loop().time() + timeout_ms / 1000, setting, timeout_ms)
 
     def remaining_ms(self) -> float:
         return (self.at_s - asyncio.get_running_loop().time()) * 1000
