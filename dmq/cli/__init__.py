@@ -58,7 +58,7 @@ import os
 import sys
 from collections.abc import Callable, Sequence
 
-from dmq.cli._common import UsageError
+from dmq.cli._common import UsageError, add_api_timeout
 from dmq.cli.bench import add_bench
 from dmq.cli.cert import add_cert
 from dmq.cli.cluster import add_cluster
@@ -92,6 +92,7 @@ def build_parser() -> argparse.ArgumentParser:
     url.add_argument("--url", default=argparse.SUPPRESS, help="broker URL (as before the command)")
     for parent, suppress in ((parser, False), (url, True)):
         _add_tls_arguments(parent, suppress=suppress)
+        add_api_timeout(parent, suppress=suppress)
     commands = parser.add_subparsers(dest="command", metavar="COMMAND")
     add_serve(commands)
     add_topic(commands, url)

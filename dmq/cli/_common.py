@@ -14,6 +14,8 @@ from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Any, TextIO
 
+from dmq.client._limits import DEFAULT_API_TIMEOUT_MS_DEFAULT
+
 Subparsers = Any  # argparse's _SubParsersAction is private
 
 
@@ -79,6 +81,20 @@ def _non_negative_int(text: str) -> int:
     if value < 0:
         raise argparse.ArgumentTypeError(f"expected an integer >= 0, got {text!r}")
     return value
+
+
+def add_api_timeout(parser: argparse.ArgumentParser, *, suppress: bool) -> None:
+    """`--api-timeout-ms`, before the command or after it (suppress: keep the one given
+    before), for every client a command builds."""
+    parser.add_argument(
+        "--api-timeout-ms",
+        type=_positive_int,
+        metavar="MS",
+        default=argparse.SUPPRESS if suppress else DEFAULT_API_TIMEOUT_MS_DEFAULT,
+        help="how long one admin or consumer call retries a broker that cannot answer now "
+        f"(unreachable, no leader) before it fails ({DEFAULT_API_TIMEOUT_MS_DEFAULT}, "
+        "Kafka's default.api.timeout.ms)",
+    )
 
 
 def _separator(text: str) -> bytes:

@@ -83,7 +83,7 @@ def _add_operations(actions: Subparsers, url: argparse.ArgumentParser) -> None:
 
 def _cmd_cluster_status(args: argparse.Namespace) -> int:
     async def status() -> dict[str, Any]:
-        async with AsyncAdmin(args.url) as admin:
+        async with AsyncAdmin(args.url, default_api_timeout_ms=args.api_timeout_ms) as admin:
             return await admin.cluster_status()
 
     doc = asyncio.run(status())
@@ -126,7 +126,7 @@ def _cmd_cluster_status(args: argparse.Namespace) -> int:
         )
     print_table(rows)
     print()  # every running operation (or "no operation running"), as `cluster operations`
-    render_operations(asyncio.run(operations_of(args.url)), sys.stdout)
+    render_operations(asyncio.run(operations_of(args.url, args.api_timeout_ms)), sys.stdout)
     return 0
 
 
@@ -176,14 +176,14 @@ def render_operations(doc: dict[str, Any], out: TextIO) -> int:
     return running
 
 
-async def operations_of(url: str) -> dict[str, Any]:
-    async with AsyncAdmin(url) as admin:
+async def operations_of(url: str, api_timeout_ms: int) -> dict[str, Any]:
+    async with AsyncAdmin(url, default_api_timeout_ms=api_timeout_ms) as admin:
         return await admin.operations()
 
 
-def _watch(url: str, out: TextIO) -> None:
+def _watch(url: str, out: TextIO, api_timeout_ms: int) -> None:
     while True:
-        doc = asyncio.run(operations_of(url))
+        doc = asyncio.run(operations_of(url, api_timeout_ms))
         out.write(f"--- {time.strftime('%H:%M:%S')}\n")
         if not render_operations(doc, out):
             return
@@ -193,9 +193,9 @@ def _watch(url: str, out: TextIO) -> None:
 
 def cmd_operations(args: argparse.Namespace) -> int:
     if args.watch:
-        _watch(args.url, sys.stdout)
+        _watch(args.url, sys.stdout, args.api_timeout_ms)
         return 0
-    doc = asyncio.run(operations_of(args.url))
+    doc = asyncio.run(operations_of(args.url, args.api_timeout_ms))
     if args.json:
         print(json.dumps(doc, indent=2))
     else:
@@ -207,25 +207,25 @@ def cmd_reassign(args: argparse.Namespace) -> int:
     replicas = comma_items(args.replicas)
 
     async def reassign() -> dict[str, Any]:
-        async with AsyncAdmin(args.url) as admin:
+        async with AsyncAdmin(args.url, default_api_timeout_ms=args.api_timeout_ms) as admin:
             return await admin.reassign(args.topic, args.partition, replicas)
 
     doc = asyncio.run(reassign())
     print(f"reassigning {args.topic}-{args.partition}: {doc['replicas']} -> {doc['target']}")
     if args.wait:
-        _watch(args.url, sys.stdout)
+        _watch(args.url, sys.stdout, args.api_timeout_ms)
     return 0
 
 
 def cmd_decommission(args: argparse.Namespace) -> int:
     async def decommission() -> dict[str, Any]:
-        async with AsyncAdmin(args.url) as admin:
+        async with AsyncAdmin(args.url, default_api_timeout_ms=args.api_timeout_ms) as admin:
             return await admin.decommission_broker(args.broker_id)
 
     asyncio.run(decommission())
     print(f"decommissioning {args.broker_id}: its replicas move to the other brokers")
     if args.wait:
-        _watch(args.url, sys.stdout)
+        _watch(args.url, sys.stdout, args.api_timeout_ms)
     return 0
 
 
@@ -233,20 +233,20 @@ def cmd_metadata_voters(args: argparse.Namespace) -> int:
     voters = comma_items(args.voters)
 
     async def change() -> dict[str, Any]:
-        async with AsyncAdmin(args.url) as admin:
+        async with AsyncAdmin(args.url, default_api_timeout_ms=args.api_timeout_ms) as admin:
             return await admin.change_metadata_voters(voters)
 
     doc = asyncio.run(change())
     target = doc.get("target") or doc.get("voters") or voters
     print(f"metadata voters: {','.join(doc.get('voters', []))} -> {','.join(target)}")
     if args.wait:
-        _watch(args.url, sys.stdout)
+        _watch(args.url, sys.stdout, args.api_timeout_ms)
     return 0
 
 
 def cmd_decommission_partition(args: argparse.Namespace) -> int:
     async def retire() -> dict[str, Any]:
-        async with AsyncAdmin(args.url) as admin:
+        async with AsyncAdmin(args.url, default_api_timeout_ms=args.api_timeout_ms) as admin:
             return await admin.decommission_partition(args.topic, args.partition)
 
     asyncio.run(retire())

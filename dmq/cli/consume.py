@@ -91,7 +91,10 @@ async def consume_records(args: argparse.Namespace, out: IO[bytes]) -> int:
     """Write the topic's records to `out` (`dmq consume`); returns how many."""
     topic = args.topic
     written = 0
-    async with AsyncAdmin(args.url) as admin, AsyncConsumer(args.url) as consumer:
+    async with (
+        AsyncAdmin(args.url, default_api_timeout_ms=args.api_timeout_ms) as admin,
+        AsyncConsumer(args.url, default_api_timeout_ms=args.api_timeout_ms) as consumer,
+    ):
         if args.partition is not None:
             partitions = [args.partition]
         else:
@@ -129,7 +132,9 @@ async def consume_group(args: argparse.Namespace, out: IO[bytes]) -> int:
     """`dmq consume TOPIC --group G`: a member of G (auto-commit, at-least-once); without
     --follow it stops once its partitions have nothing more (two empty polls)."""
     written = idle = 0
-    async with AsyncGroupConsumer(args.url, args.group, topics=[args.topic]) as consumer:
+    async with AsyncGroupConsumer(
+        args.url, args.group, topics=[args.topic], default_api_timeout_ms=args.api_timeout_ms
+    ) as consumer:
         while args.max_records is None or written < args.max_records:
             limit = _POLL_RECORDS_MAX
             if args.max_records is not None:

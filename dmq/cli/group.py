@@ -43,16 +43,16 @@ def add_group(commands: Subparsers, url: argparse.ArgumentParser) -> None:
     delete.set_defaults(handler=cmd_group_delete)
 
 
-def _run(call: Callable[[AsyncAdmin], Any], url: str) -> Any:
+def _run(call: Callable[[AsyncAdmin], Any], args: argparse.Namespace) -> Any:
     async def go() -> Any:
-        async with AsyncAdmin(url) as admin:
+        async with AsyncAdmin(args.url, default_api_timeout_ms=args.api_timeout_ms) as admin:
             return await call(admin)
 
     return asyncio.run(go())
 
 
 def cmd_group_list(args: argparse.Namespace) -> int:
-    groups = _run(lambda a: a.list_groups(), args.url)
+    groups = _run(lambda a: a.list_groups(), args)
     if args.json:
         print(json.dumps({"groups": groups}, indent=2))
         return 0
@@ -64,7 +64,7 @@ def cmd_group_list(args: argparse.Namespace) -> int:
 
 
 def cmd_group_describe(args: argparse.Namespace) -> int:
-    doc = _run(lambda a: a.describe_group(args.name), args.url)
+    doc = _run(lambda a: a.describe_group(args.name), args)
     if args.json:
         print(json.dumps(doc, indent=2))
         return 0
@@ -92,11 +92,11 @@ def cmd_group_reset(args: argparse.Namespace) -> int:
         to = args.to if args.to is not None else args.to_time
         if not args.topic:
             raise SystemExit("dmq: error: --to and --to-time need --topic")
-    done = _run(lambda a: a.reset_group_offsets(args.name, to, args.topic), args.url)
+    done = _run(lambda a: a.reset_group_offsets(args.name, to, args.topic), args)
     print_table([("TOPIC", "PARTITION", "OFFSET"), *[(t, str(p), str(o)) for t, p, o in done]])
     return 0
 
 
 def cmd_group_delete(args: argparse.Namespace) -> int:
-    _run(lambda a: a.delete_group(args.name), args.url)
+    _run(lambda a: a.delete_group(args.name), args)
     return 0

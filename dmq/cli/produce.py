@@ -20,10 +20,16 @@ from pathlib import Path
 from typing import IO, BinaryIO, TextIO
 
 from dmq.cli import delay
-from dmq.cli._common import Subparsers, UsageError, _non_negative_int, _separator
+from dmq.cli._common import (
+    Subparsers,
+    UsageError,
+    _non_negative_int,
+    _positive_int,
+    _separator,
+)
 from dmq.cli.delay import duration_ms
 from dmq.client import AsyncProducer, RecordMetadata
-from dmq.client._limits import LINGER_MS_DEFAULT
+from dmq.client._limits import DELIVERY_TIMEOUT_MS_DEFAULT, LINGER_MS_DEFAULT
 from dmq.errors import DmqError, InvalidRequest
 from log import limits as log_limits
 
@@ -61,6 +67,21 @@ def add_produce(commands: Subparsers, url: argparse.ArgumentParser) -> None:
         type=_non_negative_int,
         default=LINGER_MS_DEFAULT,
         help=f"how long a batch waits for more lines ({LINGER_MS_DEFAULT})",
+    )
+    produce.add_argument(
+        "--delivery-timeout-ms",
+        type=_positive_int,
+        default=DELIVERY_TIMEOUT_MS_DEFAULT,
+        metavar="MS",
+        help="how long a record may take from being read to being acknowledged, retries "
+        "included: a broker down or a leader election shorter than this loses nothing "
+        f"({DELIVERY_TIMEOUT_MS_DEFAULT}, Kafka's delivery.timeout.ms)",
+    )
+    produce.add_argument(
+        "--retries",
+        type=_non_negative_int,
+        metavar="N",
+        help="also stop retrying a request after N retries (default: no cap)",
     )
     produce.add_argument(
         "--progress",
@@ -122,9 +143,19 @@ async def produce_lines(
     stats = ProduceStats()
     separator: bytes | None = args.key_separator
     consumed = 0
-    async with AsyncProducer(
-        args.url, acks=args.acks, compression=args.compression, linger_ms=args.linger_ms
-    ) as producer:
+    try:
+        producer = AsyncProducer(
+            args.url,
+            acks=args.acks,
+            compression=args.compression,
+            linger_ms=args.linger_ms,
+            delivery_timeout_ms=args.delivery_timeout_ms,
+            retries=args.retries,
+            default_api_timeout_ms=args.api_timeout_ms,
+        )
+    except ValueError as exc:  # e.g. --delivery-timeout-ms below --linger-ms + 30 s
+        raise UsageError(str(exc)) from None
+    async with producer:
         async for lines, consumed in read_lines(stream):
             for line in lines:
                 stats.sent += 1

@@ -84,7 +84,7 @@ def _add_quota(commands: Subparsers, url: argparse.ArgumentParser) -> None:
 
 
 def _run(args: argparse.Namespace, call: Any) -> Any:
-    with Admin(args.url) as admin:
+    with Admin(args.url, default_api_timeout_ms=args.api_timeout_ms) as admin:
         return call(admin)
 
 

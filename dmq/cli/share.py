@@ -77,7 +77,9 @@ def _line(r: ShareRecord, output: str) -> str:
 def cmd_share_consume(args: argparse.Namespace) -> int:
     async def go() -> None:
         printed, idle = 0, 0
-        async with AsyncShareConsumer(args.url, args.group, args.topic) as consumer:
+        async with AsyncShareConsumer(
+            args.url, args.group, args.topic, default_api_timeout_ms=args.api_timeout_ms
+        ) as consumer:
             while args.follow or idle < _IDLE_POLLS_TO_STOP:
                 left = None if args.max_records is None else args.max_records - printed
                 if left is not None and left <= 0:
@@ -97,12 +99,18 @@ def cmd_share_configure(args: argparse.Namespace) -> int:
     names = ("lock_duration_ms", "max_delivery_attempts", "dead_letter_topic",
              "max_in_flight_records", "session_timeout_ms")  # fmt: skip
     settings = {n: getattr(args, n) for n in names if getattr(args, n) is not None}
-    print(json.dumps(asyncio.run(configure_share_group(args.url, args.group, **settings))))
+    timeout_ms = args.api_timeout_ms
+    doc = asyncio.run(
+        configure_share_group(args.url, args.group, default_api_timeout_ms=timeout_ms, **settings)
+    )
+    print(json.dumps(doc))
     return 0
 
 
 def cmd_share_describe(args: argparse.Namespace) -> int:
-    doc = asyncio.run(describe_share_group(args.url, args.group))
+    doc = asyncio.run(
+        describe_share_group(args.url, args.group, default_api_timeout_ms=args.api_timeout_ms)
+    )
     if args.json:
         print(json.dumps(doc, indent=2))
         return 0
@@ -118,7 +126,7 @@ def cmd_share_describe(args: argparse.Namespace) -> int:
 
 
 def cmd_share_list(args: argparse.Namespace) -> int:
-    doc = asyncio.run(describe_share_group(args.url))
+    doc = asyncio.run(describe_share_group(args.url, default_api_timeout_ms=args.api_timeout_ms))
     if args.json:
         print(json.dumps(doc, indent=2))
         return 0

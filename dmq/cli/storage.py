@@ -119,7 +119,7 @@ def _delete(path: Path) -> None:
 
 def cmd_storage_set_aside(args: argparse.Namespace) -> int:
     async def ask() -> dict[str, Any]:
-        async with AsyncAdmin(args.url) as admin:
+        async with AsyncAdmin(args.url, default_api_timeout_ms=args.api_timeout_ms) as admin:
             return await admin.set_aside()
 
     doc = asyncio.run(ask())

@@ -21,7 +21,9 @@ def add_txn(commands: Subparsers, url: argparse.ArgumentParser) -> None:
 
 
 def cmd_txn_list(args: argparse.Namespace) -> int:
-    transactions = asyncio.run(list_transactions(args.url))
+    transactions = asyncio.run(
+        list_transactions(args.url, default_api_timeout_ms=args.api_timeout_ms)
+    )
     if args.json:
         print(json.dumps({"transactions": transactions}, indent=2))
         return 0

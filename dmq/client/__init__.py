@@ -20,8 +20,10 @@ Two APIs with the same names, arguments and behaviour:
 
 Every error is a `dmq.errors.DmqError`: the broker's `{"error": {"code"}}` becomes its
 class (`error_for_code`), connection failures become `BrokerUnavailable` and timeouts
-`RequestTimeout`. `RetriableError`s are retried with backoff (honouring Retry-After);
-`ClientError`s never are. A produce retried after a lost answer may be appended twice
+`RequestTimeout`. `RetriableError`s are retried with backoff (honouring Retry-After)
+until a deadline: a record's `delivery_timeout_ms` (120 s) from `send`, any other call's
+`default_api_timeout_ms` (60 s); then the last error is raised, naming the setting.
+`ClientError`s are never retried. A produce retried after a lost answer may be appended twice
 unless the producer is idempotent (`Producer(url, idempotent=True)` or a
 `transactional_id`): then the partition writes a retried batch once.
 

@@ -18,6 +18,7 @@ Partition choice, as the broker's (dmq/partitioner.py):
 
 from __future__ import annotations
 
+import math
 from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -53,6 +54,9 @@ class ProducerBatch(Generic[W]):
     waiters: list[W] = field(default_factory=list)
     size_bytes: int = HEADER_BYTES  # upper bound, uncompressed
     sticky: bool = False  # holds records placed by the sticky partitioner
+    # When its first record's delivery_timeout_ms ends (the producer's clock): the batch
+    # fails then rather than be sent or retried any longer.
+    deadline_s: float = math.inf
 
 
 class RecordAccumulator(Generic[W]):
@@ -82,8 +86,10 @@ class RecordAccumulator(Generic[W]):
         partition: int | None,
         now_s: float,
         active: Sequence[int] | None = None,
+        deadline_s: float = math.inf,
     ) -> tuple[TopicPartition, bool]:
-        """Add a record to its partition's open batch.
+        """Add a record to its partition's open batch; the batch's deadline becomes the
+        earliest of its records' `deadline_s`.
 
         Returns the partition and whether the set of batches changed in a way the sender
         must see (a batch closed, or a new one opened and so a new linger deadline).
@@ -113,6 +119,7 @@ class RecordAccumulator(Generic[W]):
         batch.waiters.append(waiter)
         batch.size_bytes += size
         batch.sticky = batch.sticky or sticky
+        batch.deadline_s = min(batch.deadline_s, deadline_s)
         if batch.size_bytes >= self._batch_bytes:  # full already (or one oversized record)
             self._close(tp)
         return tp, changed

@@ -2,7 +2,7 @@
 
 Failed calls raise the `dmq.errors` class the broker named (TopicNotFound,
 TopicAlreadyExists, InvalidConfig, ...). Retriable errors are retried like every request
-(`_http.py`); note that a create or delete retried after a lost answer may then report
+(`_http.py`), each call until its default_api_timeout_ms (60 s by default) has passed; note that a create or delete retried after a lost answer may then report
 TopicAlreadyExists or TopicNotFound for the change it made itself.
 """
 
@@ -31,9 +31,10 @@ class AsyncAdmin:
         self,
         url: str,
         *,
-        retries: int = _limits.RETRIES_DEFAULT,
+        retries: int | None = _limits.RETRIES_DEFAULT,
         retry_backoff_ms: int = _limits.RETRY_BACKOFF_MS_DEFAULT,
         request_timeout_ms: int = _limits.REQUEST_TIMEOUT_MS_DEFAULT,
+        default_api_timeout_ms: int = _limits.DEFAULT_API_TIMEOUT_MS_DEFAULT,
         tls: ssl.SSLContext | None = None,
         token: str | None = None,
     ) -> None:
@@ -42,6 +43,7 @@ class AsyncAdmin:
             request_timeout_ms=request_timeout_ms,
             retries=retries,
             retry_backoff_ms=retry_backoff_ms,
+            api_timeout_ms=default_api_timeout_ms,
             tls=tls,
             token=token,
         )

@@ -37,7 +37,7 @@ from urllib.parse import quote
 
 from dmq.client import _limits
 from dmq.client._consumer import AsyncConsumer, Isolation
-from dmq.client._http import Transport, group_path
+from dmq.client._http import Deadline, Transport, group_path
 from dmq.client._types import ConsumerRecord, TopicPartition
 from dmq.errors import DmqError, UnknownMember
 
@@ -69,6 +69,7 @@ class AsyncGroupConsumer:
         request_timeout_ms: int = _limits.REQUEST_TIMEOUT_MS_DEFAULT,
         max_poll_interval_ms: int = _limits.MAX_POLL_INTERVAL_MS_DEFAULT,
         isolation: Isolation = "read_uncommitted",
+        default_api_timeout_ms: int = _limits.DEFAULT_API_TIMEOUT_MS_DEFAULT,
     ) -> None:
         if (topics is None) == (topic_pattern is None):
             raise ValueError("give either topics or topic_pattern")
@@ -79,18 +80,21 @@ class AsyncGroupConsumer:
         if instance_id is not None:
             join["instance_id"] = instance_id
         self._join_body = join
+        self._session_timeout_ms = session_timeout_ms
         self._heartbeat_s = (heartbeat_interval_ms or session_timeout_ms // 3) / 1000
         self._max_poll_interval_s = max_poll_interval_ms / 1000
         self._last_poll = time.monotonic()
         self._auto_commit = auto_commit
         self._on_assign, self._on_revoke = on_assign, on_revoke
         self._transport = Transport(
+            url, request_timeout_ms=request_timeout_ms, api_timeout_ms=default_api_timeout_ms
+        )
+        self._inner = AsyncConsumer(
             url,
             request_timeout_ms=request_timeout_ms,
-            retries=_limits.RETRIES_DEFAULT,
-            retry_backoff_ms=_limits.RETRY_BACKOFF_MS_DEFAULT,
+            isolation=isolation,
+            default_api_timeout_ms=default_api_timeout_ms,
         )
-        self._inner = AsyncConsumer(url, request_timeout_ms=request_timeout_ms, isolation=isolation)
         self._member_id: str | None = None
         self._generation = 0  # the generation whose assignment is applied
         self._latest: dict[str, Any] | None = None  # the last heartbeat/join answer
@@ -149,6 +153,9 @@ class AsyncGroupConsumer:
                     "POST",
                     f"{self._member_path(self._member_id)}/heartbeat",
                     json_body={"generation": self._generation},
+                    # Retried while the session can still be saved, not longer: after
+                    # that the answer is unknown_member either way.
+                    deadline=Deadline.after(self._session_timeout_ms, "session_timeout_ms"),
                 )
                 self._latest = answer.json()
             except UnknownMember:

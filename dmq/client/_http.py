@@ -12,9 +12,14 @@ twins) goes through `Transport.request`, which:
    so no aiohttp or asyncio exception reaches the user; a TLS failure (the broker's
    certificate does not verify against the CA, or the broker refused ours) is a
    `ClientError` naming the CA options, never retried (dmq/client/_tls.py);
-5. retries a `RetriableError` up to `retries` times, waiting as the broker asked
-   (`details.retry_after_ms`, else `Retry-After`) or with exponential backoff, and never
-   retries a `ClientError` or a `StorageError`.
+5. retries a `RetriableError` until the call's `Deadline` (a producer's record:
+   delivery_timeout_ms from `send`; any other call: default_api_timeout_ms from its
+   start), waiting as the broker asked (`details.retry_after_ms`, else `Retry-After`) or
+   with exponential backoff, and never retries a `ClientError` or a `StorageError`. Each
+   attempt waits at most request_timeout_ms, cut to what is left before the deadline; a
+   retry whose wait would end past the deadline is not made: the last error is raised,
+   its message naming the deadline's setting. `retries`, when not None, also caps the
+   count (the last error is then raised as it is).
 
 A retried produce whose first attempt did reach the broker (a timeout, a lost answer) may
 be appended twice (at-least-once), unless the producer is idempotent: its retry carries
@@ -25,6 +30,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import math
 import os
 import random
 import ssl
@@ -183,12 +189,58 @@ def backoff_ms(attempt: int, retry_backoff_ms: int, error: DmqError) -> int:
     return int(base * jitter)
 
 
+@dataclass(frozen=True, slots=True)
+class Deadline:
+    """When a call stops retrying: `at_s` on the running loop's clock. `setting` and
+    `timeout_ms` name the limit that set it, for the error raised when it passes."""
+
+    at_s: float
+    setting: str
+    timeout_ms: int
+
+    @classmethod
+    def after(cls, timeout_ms: int, setting: str) -> Deadline:
+        """`timeout_ms` from now."""
+        return cls(asyncio.get_running_loop().time() + timeout_ms / 1000, setting, timeout_ms)
+
+    def remaining_ms(self) -> float:
+        return (self.at_s - asyncio.get_running_loop().time()) * 1000
+
+    def expired(self, what: str) -> RequestTimeout:
+        """The error of a call whose deadline passed before it could be sent."""
+        return RequestTimeout(
+            f"{what}: {self.setting} ({self.timeout_ms} ms) passed before it could be sent",
+            **{self.setting: self.timeout_ms},
+        )
+
+    def gave_up(self, error: RetriableError, attempts: int) -> RetriableError:
+        """`error`, the last of `attempts`, its message saying the deadline ended them."""
+        error.message = (
+            f"{error.message} (gave up after {attempts} attempt{'s' * (attempts > 1)}: "
+            f"{self.setting} {self.timeout_ms} ms)"
+        )
+        error.args = (error.message,)
+        error.details[self.setting] = self.timeout_ms
+        return error
+
+
 def topic_path(topic: str) -> str:
     return "/v1/topics/" + quote(topic, safe="")
 
 
 def group_path(group: str) -> str:
     return "/v1/groups/" + quote(group, safe="")
+
+
+def check_timeouts(**values: int | None) -> None:
+    """Each of request_timeout_ms, default_api_timeout_ms, delivery_timeout_ms given must
+    be >= 1, retries and retry_backoff_ms >= 0 (retries may be None: no cap)."""
+    for name, value in values.items():
+        least = 0 if name in ("retries", "retry_backoff_ms") else 1
+        if value is None and name == "retries":
+            continue
+        if not isinstance(value, int) or isinstance(value, bool) or value < least:
+            raise ValueError(f"{name} must be an int >= {least}, got {value!r}")
 
 
 def check_url(url: str) -> str:
@@ -208,16 +260,22 @@ class Transport:
         url: str,
         *,
         request_timeout_ms: int,
-        retries: int,
-        retry_backoff_ms: int,
+        retries: int | None = _limits.RETRIES_DEFAULT,
+        retry_backoff_ms: int = _limits.RETRY_BACKOFF_MS_DEFAULT,
+        api_timeout_ms: int = _limits.DEFAULT_API_TIMEOUT_MS_DEFAULT,
         tls: ssl.SSLContext | None = None,
         token: str | None = None,
     ) -> None:
-        if request_timeout_ms < 1 or retries < 0 or retry_backoff_ms < 0:
-            raise ValueError("need request_timeout_ms >= 1, retries >= 0, retry_backoff_ms >= 0")
+        check_timeouts(
+            request_timeout_ms=request_timeout_ms,
+            retries=retries,
+            retry_backoff_ms=retry_backoff_ms,
+            default_api_timeout_ms=api_timeout_ms,
+        )
         self.url = check_url(url)
         self._request_timeout_ms = request_timeout_ms
         self._retries = retries
+        self._api_timeout_ms = api_timeout_ms
         self._retry_backoff_ms = retry_backoff_ms
         self._session: aiohttp.ClientSession | None = None
         self._closed = False
@@ -240,20 +298,36 @@ class Transport:
         content_type: str | None = None,
         accept: str = JSON,
         wait_ms: int = 0,
+        deadline: Deadline | None = None,
     ) -> Response:
-        """Send with retries (module docstring); raise a `DmqError` unless 2xx."""
+        """Send with retries until `deadline` (default_api_timeout_ms from now when None;
+        module docstring, step 5); raise a `DmqError` unless 2xx."""
+        if deadline is None:
+            deadline = Deadline.after(self._api_timeout_ms, "default_api_timeout_ms")
         if json_body is not None:
             body = json.dumps(json_body).encode()
             content_type = JSON
         attempt = 0
+        last: RetriableError | None = None  # the error of the attempt before
         while True:
+            left_ms = deadline.remaining_ms()
+            if left_ms <= 0:
+                if last is None:
+                    raise deadline.expired(f"{method} {path}")
+                raise deadline.gave_up(last, attempt) from last.__cause__
+            timeout_ms = min(self._request_timeout_ms, math.ceil(left_ms)) + wait_ms
             try:
-                return await self._once(method, path, params, body, content_type, accept, wait_ms)
+                return await self._once(
+                    method, path, params, body, content_type, accept, timeout_ms
+                )
             except RetriableError as error:
-                if attempt >= self._retries:
+                if self._retries is not None and attempt >= self._retries:
                     raise
                 delay_ms = backoff_ms(attempt, self._retry_backoff_ms, error)
                 attempt += 1
+                if delay_ms >= deadline.remaining_ms():
+                    raise deadline.gave_up(error, attempt) from error.__cause__
+                last = error
                 await asyncio.sleep(delay_ms / 1000)
 
     async def _once(
@@ -264,14 +338,13 @@ class Transport:
         body: bytes | None,
         content_type: str | None,
         accept: str,
-        wait_ms: int,
+        timeout_ms: int,
     ) -> Response:
         headers = {"Accept": accept, "User-Agent": USER_AGENT}
         if self._authorization is not None:
             headers["Authorization"] = self._authorization
         if content_type is not None:
             headers["Content-Type"] = content_type
-        timeout_ms = self._request_timeout_ms + wait_ms
         try:
             async with self._get_session().request(
                 method,

@@ -32,12 +32,34 @@ BUFFER_BYTES_DEFAULT: Final = 32 * MiB
 # Retries of a request that failed with a RetriableError or a connection error: the
 # delay doubles from retry_backoff_ms up to RETRY_BACKOFF_MS_MAX (with +-20% jitter so
 # that clients do not retry in step), or is what the broker asked for (Retry-After),
-# up to RETRY_AFTER_MS_MAX.
-RETRIES_DEFAULT: Final = 5
+# up to RETRY_AFTER_MS_MAX. Retries go on until a deadline passes (below), not for a
+# fixed count: a leader failover (a Raft election, seconds on a loaded cluster) outlasts
+# any small count of ~200 ms retry-afters. RETRY_BACKOFF_MS_MAX is Kafka's
+# retry.backoff.max.ms: a client that backed off that far notices a recovered broker at
+# most this late; each retry costs the broker one request, so lower means more load
+# from a crowd of waiting clients.
 RETRY_BACKOFF_MS_DEFAULT: Final = 100
-RETRY_BACKOFF_MS_MAX: Final = 10_000
+RETRY_BACKOFF_MS_MAX: Final = 1_000
 RETRY_AFTER_MS_MAX: Final = 30_000
 RETRY_JITTER_FRACTION: Final = 0.2
+# An optional cap on the retries of one request (`retries=`); None, the default, is
+# Kafka's retries = MAX_INT: the deadline alone decides.
+RETRIES_DEFAULT: Final = None
+
+# Producer: a record's whole delivery, from `send` to its success or failure, waits for
+# metadata, buffer room and linger included, retries included (Kafka's
+# delivery.timeout.ms). A record fails with the last retriable error (or RequestTimeout)
+# naming delivery_timeout_ms once it passes. Longer rides out longer outages at the cost
+# of memory (a record holds its buffer_bytes share until then) and of a caller learning
+# of a dead cluster that much later. Must be >= linger_ms + request_timeout_ms, so that
+# a record always gets one whole attempt (checked when the producer is built).
+DELIVERY_TIMEOUT_MS_DEFAULT: Final = 120_000
+
+# Admin and consumer calls, and the producer's own calls besides records (metadata, its
+# producer id, transaction commit/abort): one call's attempts and retries end by this
+# deadline (Kafka's default.api.timeout.ms). Each attempt waits at most
+# request_timeout_ms, cut to what is left of it.
+DEFAULT_API_TIMEOUT_MS_DEFAULT: Final = 60_000
 
 # Sync Producer: sends handed to the loop thread and not yet in the buffer. `send`
 # returns without waiting for the loop (a round trip per record would cap a thread at a

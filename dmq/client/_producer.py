@@ -20,17 +20,21 @@ How a record travels (the sync `Producer` runs exactly this on its private loop)
    time, so a partition's records are appended in `send` order even across retries.
 5. The answer (one offset per record) resolves each record's future with its
    `RecordMetadata`; an error fails every record of the batch with the same `DmqError`.
-   Retriable errors were retried first (see `_http.py`).
+   Retriable errors were retried first (see `_http.py`), for as long as the batch's
+   deadline allows: delivery_timeout_ms (120 s by default, as Kafka's
+   delivery.timeout.ms) after the `send` of its first record. Steps 1-4 count against
+   it too; a batch whose deadline passed while it waited behind another of its partition
+   fails with `RequestTimeout` without being sent. `retries` optionally caps the count.
 
 Idempotence (`idempotent=True`, or a `transactional_id`): before its first batch the
 producer gets a producer id and epoch (`POST /v1/producers`); each batch carries them and
 the sequence number of its first record, counted per partition. A retry sends the very
 same bytes, so the partition answers a batch it already wrote with its original offsets
-and writes nothing (dmq/partition/producers.py): retries of timeouts and lost answers, even across
-a leader's crash, leave no duplicates. A batch that fails for good (its retries ran out)
-may or may not have been written; the producer then takes a new epoch (a new id without a
-transactional id) so that its next batches start a fresh sequence instead of being
-refused as out of order. Another producer started with the same transactional id fences
+and writes nothing (dmq/partition/producers.py): retries of timeouts and lost answers, even
+across a leader's crash, leave no duplicates. A batch that fails for good (its
+delivery_timeout_ms passed, or its `retries` ran out) may or may not have been written;
+the producer then takes a new epoch (a new id without a transactional id) so that its
+next batches start a fresh sequence instead of being refused as out of order. Another producer started with the same transactional id fences
 this one: its batches then fail with `ProducerFenced`.
 
 Transactions (a `transactional_id`, as Kafka's transactional producer): every send is
@@ -56,7 +60,7 @@ from typing import Any, Literal
 
 from dmq.client import _limits, _transactions
 from dmq.client._accumulator import ProducerBatch, RecordAccumulator, record_size_bytes
-from dmq.client._http import BATCH, Transport, topic_path
+from dmq.client._http import BATCH, Deadline, Transport, check_timeouts, topic_path
 from dmq.client._parse import parse_description
 from dmq.client._types import RecordMetadata, TopicPartition
 from dmq.errors import (
@@ -138,9 +142,11 @@ class AsyncProducer:
         linger_ms: int = _limits.LINGER_MS_DEFAULT,
         batch_bytes: int = _limits.BATCH_BYTES_DEFAULT,
         compression: Compression = "none",
-        retries: int = _limits.RETRIES_DEFAULT,
+        retries: int | None = _limits.RETRIES_DEFAULT,
         retry_backoff_ms: int = _limits.RETRY_BACKOFF_MS_DEFAULT,
         request_timeout_ms: int = _limits.REQUEST_TIMEOUT_MS_DEFAULT,
+        delivery_timeout_ms: int = _limits.DELIVERY_TIMEOUT_MS_DEFAULT,
+        default_api_timeout_ms: int = _limits.DEFAULT_API_TIMEOUT_MS_DEFAULT,
         buffer_bytes: int = _limits.BUFFER_BYTES_DEFAULT,
         idempotent: bool = False,
         transactional_id: str | None = None,
@@ -155,11 +161,23 @@ class AsyncProducer:
             raise ValueError("buffer_bytes must be >= batch_bytes")
         if compression not in ("none", "zstd"):
             raise ValueError(f'compression must be "none" or "zstd", got {compression!r}')
+        check_timeouts(
+            request_timeout_ms=request_timeout_ms,
+            delivery_timeout_ms=delivery_timeout_ms,
+        )
+        if delivery_timeout_ms < linger_ms + request_timeout_ms:
+            # As Kafka: a record must get at least one whole attempt after it lingered.
+            raise ValueError(
+                f"delivery_timeout_ms ({delivery_timeout_ms}) must be >= linger_ms "
+                f"({linger_ms}) + request_timeout_ms ({request_timeout_ms})"
+            )
+        self._delivery_timeout_ms = delivery_timeout_ms
         self._transport = Transport(
             url,
             request_timeout_ms=request_timeout_ms,
             retries=retries,
             retry_backoff_ms=retry_backoff_ms,
+            api_timeout_ms=default_api_timeout_ms,
             tls=tls,
             token=token,
         )
@@ -330,23 +348,24 @@ class AsyncProducer:
         if self._txn is not None:
             self._txn.check_open()
         future: asyncio.Future[RecordMetadata] = asyncio.get_running_loop().create_future()
+        deadline = Deadline.after(self._delivery_timeout_ms, "delivery_timeout_ms")
         # Tracked from now, so that a flush also waits for records still waiting for
         # metadata or buffer room.
         self._undelivered.add(future)
         future.add_done_callback(self._undelivered.discard)
         try:
-            count = await self._partition_count(topic, record, partition, future)
+            count = await self._partition_count(topic, record, partition, future, deadline)
             if count is None:  # the record went alone, as JSON, to a new topic
                 return future
             if partition is not None and partition >= count:
-                count = await self._refresh_metadata(topic)
+                count = await self._refresh_metadata(topic, deadline)
                 if partition >= count:
                     raise PartitionNotFound(
                         f"partition {partition} is not in 0..{count - 1} of topic {topic!r}",
                         field="partition",
                         limit=count - 1,
                     )
-            await self._reserve(record_size_bytes(record))
+            await self._reserve(record_size_bytes(record), deadline)
         except DmqError as error:
             future.set_exception(error)
             return future
@@ -358,6 +377,7 @@ class AsyncProducer:
             partition=partition,
             now_s=asyncio.get_running_loop().time(),
             active=meta.active if (meta := self._metadata.get(topic)) is not None else None,
+            deadline_s=deadline.at_s,
         )
         self._ensure_sender()
         if changed:
@@ -413,6 +433,7 @@ class AsyncProducer:
         record: Record,
         partition: int | None,
         future: asyncio.Future[RecordMetadata],
+        deadline: Deadline,
     ) -> int | None:
         """The topic's partition count; None if the topic was missing and `record` was
         therefore sent alone as JSON (step 2), which settled `future`."""
@@ -427,16 +448,16 @@ class AsyncProducer:
                 self._maybe_refresh_in_background(topic, meta)
                 return meta.partition_count
             try:
-                return await self._refresh_metadata(topic)
+                return await self._refresh_metadata(topic, deadline)
             except TopicNotFound:
                 pass
-            future.set_result(await self._send_json(topic, record, partition))
+            future.set_result(await self._send_json(topic, record, partition, deadline))
             with contextlib.suppress(TopicNotFound):  # deleted again: the next send sees it
                 await self._refresh_metadata(topic)
             return None
 
-    async def _refresh_metadata(self, topic: str) -> int:
-        response = await self._transport.request("GET", topic_path(topic))
+    async def _refresh_metadata(self, topic: str, deadline: Deadline | None = None) -> int:
+        response = await self._transport.request("GET", topic_path(topic), deadline=deadline)
         description = parse_description(response.json())
         count = description.partition_count
         if count < 1:
@@ -465,7 +486,9 @@ class AsyncProducer:
 
         self._spawn(refresh())
 
-    async def _send_json(self, topic: str, record: Record, partition: int | None) -> RecordMetadata:
+    async def _send_json(
+        self, topic: str, record: Record, partition: int | None, deadline: Deadline
+    ) -> RecordMetadata:
         """Post one record as JSON (base64): the broker auto-creates a missing topic."""
 
         def b64(data: bytes | None) -> str | None:
@@ -482,7 +505,7 @@ class AsyncProducer:
             # Without a partition the broker picks it (the key's, as the batch path would)
             # in a topic this producer has never written to: its first sequence there is 0,
             # and the answer says which partition now expects 1.
-            producer_id, epoch = await self.producer_identity()
+            producer_id, epoch = await self.producer_identity(deadline)
             sequence = 0
             if partition is not None:
                 sequence = self._sequences.get(TopicPartition(topic, partition), 0)
@@ -495,7 +518,11 @@ class AsyncProducer:
             self._txn.added = True
         try:
             response = await self._transport.request(
-                "POST", topic_path(topic) + "/records", params=params, json_body=body
+                "POST",
+                topic_path(topic) + "/records",
+                params=params,
+                json_body=body,
+                deadline=deadline,
             )
         except DmqError as error:
             if self._txn is not None:
@@ -515,8 +542,9 @@ class AsyncProducer:
 
     # ------------------------------------------------------------------ buffer
 
-    async def _reserve(self, size: int) -> None:
-        """Take `size` bytes of the buffer, waiting up to request_timeout_ms for room."""
+    async def _reserve(self, size: int, record_deadline: Deadline) -> None:
+        """Take `size` bytes of the buffer, waiting up to request_timeout_ms for room (less
+        if the record's delivery deadline comes first)."""
         if size > self._buffer_bytes_max:
             raise RecordTooLarge(
                 f"a record of about {size} bytes does not fit in buffer_bytes "
@@ -525,7 +553,7 @@ class AsyncProducer:
                 limit=self._buffer_bytes_max,
             )
         loop = asyncio.get_running_loop()
-        deadline = loop.time() + self._request_timeout_ms / 1000
+        deadline = min(loop.time() + self._request_timeout_ms / 1000, record_deadline.at_s)
         # FIFO, and free of yields when nobody waits: sends take room in call order.
         async with self._reserve_lock:
             while not self._fits(size):
@@ -538,7 +566,8 @@ class AsyncProducer:
                 except TimeoutError:
                     raise Backpressure(
                         f"the producer's buffer ({self._buffer_bytes_max} bytes) stayed full "
-                        f"for {self._request_timeout_ms} ms",
+                        f"for {self._request_timeout_ms} ms (or the record's delivery_timeout_ms "
+                        f"{self._delivery_timeout_ms} ended)",
                         limit=self._buffer_bytes_max,
                     ) from None
             self._buffered_bytes += size
@@ -588,25 +617,30 @@ class AsyncProducer:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._wake.wait(), timeout_s)
 
-    async def producer_identity(self) -> tuple[int, int]:
-        """(producer_id, producer_epoch), asked of the broker on first use."""
+    async def producer_identity(self, deadline: Deadline | None = None) -> tuple[int, int]:
+        """(producer_id, producer_epoch), asked of the broker on first use (retried until
+        `deadline`, else default_api_timeout_ms)."""
         async with self._producer_lock:
             if self._producer is None:
                 body = {} if self._transactional_id is None else {
                     "transactional_id": self._transactional_id
                 }  # fmt: skip
                 answer = (
-                    await self._transport.request("POST", "/v1/producers", json_body=body)
+                    await self._transport.request(
+                        "POST", "/v1/producers", json_body=body, deadline=deadline
+                    )
                 ).json()
                 self._producer = (int(answer["producer_id"]), int(answer["producer_epoch"]))
                 self._sequences.clear()
             return self._producer
 
-    async def _encode(self, batch: ProducerBatch[asyncio.Future[RecordMetadata]]) -> bytes:
+    async def _encode(
+        self, batch: ProducerBatch[asyncio.Future[RecordMetadata]], deadline: Deadline
+    ) -> bytes:
         try:
             if not self._idempotent:
                 return encode_batch(batch.records, codec=self._codec)
-            producer_id, epoch = await self.producer_identity()
+            producer_id, epoch = await self.producer_identity(deadline)
             tp = batch.topic_partition
             sequence = self._sequences.get(tp, 0)
             self._sequences[tp] = sequence + len(batch.records)
@@ -629,8 +663,12 @@ class AsyncProducer:
 
     async def _send_batch(self, batch: ProducerBatch[asyncio.Future[RecordMetadata]]) -> None:
         tp = batch.topic_partition
+        deadline = Deadline(batch.deadline_s, "delivery_timeout_ms", self._delivery_timeout_ms)
         try:
-            body = await self._encode(batch)
+            if deadline.remaining_ms() <= 0:  # it waited behind a batch retried that long
+                where = f"{len(batch.records)} record(s) for {tp.topic}-{tp.partition}"
+                raise deadline.expired(where)
+            body = await self._encode(batch, deadline)
             params = {"partition": str(tp.partition), "acks": self._acks}
             if self._txn is not None:
                 params |= self._txn.params()
@@ -641,6 +679,7 @@ class AsyncProducer:
                 params=params,
                 body=body,
                 content_type=BATCH,
+                deadline=deadline,
             )
             results = _metadata_from_answer(
                 tp.topic, response.json(), len(batch.records), tp.partition

@@ -80,6 +80,7 @@ class AsyncShareConsumer:
         *,
         max_records: int = 500,
         request_timeout_ms: int = _limits.REQUEST_TIMEOUT_MS_DEFAULT,
+        default_api_timeout_ms: int = _limits.DEFAULT_API_TIMEOUT_MS_DEFAULT,
     ) -> None:
         self._topics = list(topics)
         if not self._topics:
@@ -87,10 +88,7 @@ class AsyncShareConsumer:
         self._path = share_group_path(group)
         self._max_records = max_records
         self._transport = Transport(
-            url,
-            request_timeout_ms=request_timeout_ms,
-            retries=_limits.RETRIES_DEFAULT,
-            retry_backoff_ms=_limits.RETRY_BACKOFF_MS_DEFAULT,
+            url, request_timeout_ms=request_timeout_ms, api_timeout_ms=default_api_timeout_ms
         )
         self._member_id: str | None = None
         self._pending: dict[tuple[str, int, int], tuple[str, int]] = {}  # -> (type, delay_ms)
@@ -198,10 +196,12 @@ class ShareConsumer:
         *,
         max_records: int = 500,
         request_timeout_ms: int = _limits.REQUEST_TIMEOUT_MS_DEFAULT,
+        default_api_timeout_ms: int = _limits.DEFAULT_API_TIMEOUT_MS_DEFAULT,
     ) -> None:
         self._inner = AsyncShareConsumer(
-            url, group, topics, max_records=max_records, request_timeout_ms=request_timeout_ms
-        )
+            url, group, topics, max_records=max_records, request_timeout_ms=request_timeout_ms,
+            default_api_timeout_ms=default_api_timeout_ms,
+        )  # fmt: skip
         self._runner = _LoopThread("dmq-share-consumer")
 
     def __enter__(self) -> ShareConsumer:
@@ -239,14 +239,19 @@ class ShareConsumer:
 
 
 async def configure_share_group(
-    url: str, group: str, *, request_timeout_ms: int = 30_000, **settings: Any
+    url: str,
+    group: str,
+    *,
+    request_timeout_ms: int = _limits.REQUEST_TIMEOUT_MS_DEFAULT,
+    default_api_timeout_ms: int = _limits.DEFAULT_API_TIMEOUT_MS_DEFAULT,
+    **settings: Any,
 ) -> dict[str, Any]:
     """`PUT /v1/share-groups/{group}`: create it or change the `settings` given
     (lock_duration_ms, max_delivery_attempts, dead_letter_topic, max_in_flight_records,
     session_timeout_ms)."""
-    transport = Transport(url, request_timeout_ms=request_timeout_ms,
-                          retries=_limits.RETRIES_DEFAULT,
-                          retry_backoff_ms=_limits.RETRY_BACKOFF_MS_DEFAULT)  # fmt: skip
+    transport = Transport(
+        url, request_timeout_ms=request_timeout_ms, api_timeout_ms=default_api_timeout_ms
+    )
     try:
         answer = await transport.request("PUT", share_group_path(group), json_body=settings)
         doc: dict[str, Any] = answer.json()
@@ -256,12 +261,16 @@ async def configure_share_group(
 
 
 async def describe_share_group(
-    url: str, group: str | None = None, *, request_timeout_ms: int = 30_000
+    url: str,
+    group: str | None = None,
+    *,
+    request_timeout_ms: int = _limits.REQUEST_TIMEOUT_MS_DEFAULT,
+    default_api_timeout_ms: int = _limits.DEFAULT_API_TIMEOUT_MS_DEFAULT,
 ) -> dict[str, Any]:
     """`GET /v1/share-groups/{group}` (or every group's summary when `group` is None)."""
-    transport = Transport(url, request_timeout_ms=request_timeout_ms,
-                          retries=_limits.RETRIES_DEFAULT,
-                          retry_backoff_ms=_limits.RETRY_BACKOFF_MS_DEFAULT)  # fmt: skip
+    transport = Transport(
+        url, request_timeout_ms=request_timeout_ms, api_timeout_ms=default_api_timeout_ms
+    )
     try:
         path = "/v1/share-groups" if group is None else share_group_path(group)
         doc: dict[str, Any] = (await transport.request("GET", path)).json()

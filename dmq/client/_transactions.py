@@ -156,14 +156,15 @@ def offsets_of(records: Iterable[Any]) -> dict[TopicPartition, int]:
     return out
 
 
-async def list_transactions(url: str) -> list[dict[str, Any]]:
+async def list_transactions(
+    url: str, *, default_api_timeout_ms: int = _limits.DEFAULT_API_TIMEOUT_MS_DEFAULT
+) -> list[dict[str, Any]]:
     """Every transactional id's current or last transaction (`GET /v1/transactions`):
     state, age, partitions, pending offsets; for operators (`dmq txn list`)."""
     transport = Transport(
         url,
         request_timeout_ms=_limits.REQUEST_TIMEOUT_MS_DEFAULT,
-        retries=_limits.RETRIES_DEFAULT,
-        retry_backoff_ms=_limits.RETRY_BACKOFF_MS_DEFAULT,
+        api_timeout_ms=default_api_timeout_ms,
     )
     try:
         doc = (await transport.request("GET", "/v1/transactions")).json()
@@ -177,12 +178,7 @@ async def end_transaction(
 ) -> dict[str, Any]:
     """Commit or abort a transaction another process left open (its producer id and
     epoch): spark_io's exactly-once writer commits its tasks' transactions this way."""
-    transport = Transport(
-        url,
-        request_timeout_ms=_limits.REQUEST_TIMEOUT_MS_DEFAULT,
-        retries=_limits.RETRIES_DEFAULT,
-        retry_backoff_ms=_limits.RETRY_BACKOFF_MS_DEFAULT,
-    )
+    transport = Transport(url, request_timeout_ms=_limits.REQUEST_TIMEOUT_MS_DEFAULT)
     path = f"/v1/transactions/{quote(transactional_id, safe='')}/" + (
         "commit" if commit else "abort"
     )

@@ -6,7 +6,11 @@ Proves that:
   earliest, latest or an offset; `--from-time` takes epoch ms or ISO 8601 (UTC unless it
   has an offset); `--from` and `--from-time` exclude each other;
 - usage errors exit 2, errors from the broker or the network exit 1 with
-  `error: <code>: <message>` on stderr, `--help` exits 0;
+  `error: <code>: <message>` on stderr (a dead broker after --api-timeout-ms, named),
+  `--help` exits 0;
+- `--api-timeout-ms` (before or after the command), produce's `--delivery-timeout-ms` and
+  `--retries` default to Kafka's values; a delivery timeout below linger + request
+  timeout is a usage error naming the fields;
 - `dmq serve` flags reach `load_config` (a bad value is `error: invalid_config`);
 - `dmq bench log` has exactly the options of `bench.log_bench.add_arguments`;
 - produce splits lines (\\n or \\r\\n, a last line without one, lines across read chunks)
@@ -112,9 +116,35 @@ def test_from_and_from_time() -> None:
 
 
 def test_broker_errors_exit_1_with_code_and_message(capsys: pytest.CaptureFixture[str]) -> None:
-    code = cli.main(["--url", "http://127.0.0.1:9", "topic", "describe", "t"])
+    # A dead broker is retried for --api-timeout-ms (60 s by default), then reported.
+    argv = ["--url", "http://127.0.0.1:9", "topic", "describe", "t", "--api-timeout-ms", "800"]
+    code = cli.main(argv)
     assert code == 1
-    assert capsys.readouterr().err.startswith("error: broker_unavailable: ")
+    err = capsys.readouterr().err
+    assert err.startswith("error: broker_unavailable: "), err
+    assert "default_api_timeout_ms 800 ms" in err, err
+
+
+def test_timeout_options_before_or_after_the_command_with_kafkas_defaults() -> None:
+    assert parse("topic", "list").api_timeout_ms == 60_000
+    assert parse("--api-timeout-ms", "5000", "topic", "list").api_timeout_ms == 5000
+    assert (
+        parse("--api-timeout-ms", "5000", "group", "list", "--api-timeout-ms", "7").api_timeout_ms
+        == 7
+    )
+    produce_args = parse("produce", "t")
+    assert (produce_args.delivery_timeout_ms, produce_args.retries) == (120_000, None)
+    produce_args = parse("produce", "t", "--delivery-timeout-ms", "40000", "--retries", "3")
+    assert (produce_args.delivery_timeout_ms, produce_args.retries) == (40_000, 3)
+
+
+def test_a_delivery_timeout_below_linger_plus_request_timeout_is_a_usage_error(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    code = cli.main(["produce", "t", "--delivery-timeout-ms", "1000", "--file", "/dev/null"])
+    assert code == 2
+    err = capsys.readouterr().err
+    assert "delivery_timeout_ms (1000) must be >= linger_ms (5) + request_timeout_ms" in err, err
 
 
 def test_serve_flags_reach_the_config(capsys: pytest.CaptureFixture[str]) -> None:

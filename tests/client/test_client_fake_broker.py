@@ -11,6 +11,11 @@ the answers. It also injects failures. Proves that:
   as batches; with auto-create off the record fails with TopicNotFound;
 - retriable answers (503 with a delay) are retried and the record lands once; client
   errors (400) are never retried; connection failures become BrokerUnavailable;
+- retries are bounded by time, not count: by default a record is retried past the old
+  count of 5 until delivery_timeout_ms, then fails with the last retriable error naming
+  it; a batch whose deadline passed while it waited behind another fails with
+  RequestTimeout unsent; an admin call ends at default_api_timeout_ms; a delivery
+  timeout below linger_ms + request_timeout_ms is refused naming the three;
 - the consumer decodes binary fetches, drops records below its position when a batch
   starts earlier, follows X-Dmq-Next-Offset, long-polls with wait_ms (within the
   broker's bound, learnt from its 400 answer), seeks by name,
@@ -129,6 +134,9 @@ class FakeBroker:
         )
         if self.failures:
             status, code, details = self.failures.popleft()
+            if status == 0:  # ("stall"): answer, but only after stall_s
+                await asyncio.sleep(details["stall_s"])
+                return await handler(request)  # type: ignore[no-any-return]
             return error(status, code, f"injected {code}", **details)
         return await handler(request)  # type: ignore[no-any-return]
 
@@ -434,6 +442,89 @@ def test_retries_run_out_with_the_last_retriable_error(fake: FakeBroker, url: st
     with Admin(url, retries=2) as admin, pytest.raises(errors.Backpressure):
         admin.describe_topic("t")
     assert len(fake.seen) == 3
+
+
+def test_retries_go_on_past_the_old_count_of_five_by_default(fake: FakeBroker, url: str) -> None:
+    fake.create("t")
+    with Producer(url, retry_backoff_ms=1) as producer:
+        producer.send("t", b"warm-up").result(timeout=10)
+        fake.failures.extend([(503, "not_leader", {"retry_after_ms": 5})] * 20)
+        assert producer.send("t", b"x").result(timeout=10).offset == 1
+    assert len(fake.produced()) == 2 + 20
+
+
+def test_a_record_fails_at_its_delivery_timeout_with_the_last_error_naming_it(
+    fake: FakeBroker, url: str
+) -> None:
+    fake.create("t")
+    with Producer(url, linger_ms=0, request_timeout_ms=500, delivery_timeout_ms=800) as producer:
+        producer.send("t", b"warm-up").result(timeout=10)
+        fake.failures.extend([(503, "not_leader", {"retry_after_ms": 50})] * 1000)
+        started = time.monotonic()
+        future = producer.send("t", b"x")
+        with pytest.raises(errors.NotLeader, match="delivery_timeout_ms 800 ms") as caught:
+            future.result(timeout=10)
+        took_s = time.monotonic() - started
+    assert 0.6 <= took_s < 2.0, took_s  # retried about 800 ms (one 50 ms wait short of it)
+    assert caught.value.details["delivery_timeout_ms"] == 800
+    assert len(fake.produced()) > 1 + 5  # more than the old count of retries
+
+
+def test_a_batch_whose_deadline_passed_behind_another_fails_unsent(
+    fake: FakeBroker, url: str
+) -> None:
+    fake.create("t")
+
+    async def scenario() -> list[BaseException | None]:
+        async with AsyncProducer(
+            url, linger_ms=0, batch_bytes=200, request_timeout_ms=300, delivery_timeout_ms=300
+        ) as producer:
+            await (await producer.send("t", b"warm-up"))
+            fake.failures.append((0, "stall", {"stall_s": 1.0}))
+            # Two batches of one record each, in one tick: the same deadline (within
+            # microseconds). The first one's attempt is cut at that deadline.
+            first = await producer.send("t", b"x" * 120)
+            second = await producer.send("t", b"y" * 120)
+            await asyncio.wait([first, second])
+            return [first.exception(), second.exception()]
+
+    first, second = asyncio.run(scenario())
+    assert isinstance(first, errors.RequestTimeout), first
+    assert "gave up after 1 attempt: delivery_timeout_ms 300 ms" in str(first), first
+    assert isinstance(second, errors.RequestTimeout), second
+    assert "1 record(s) for t-0: delivery_timeout_ms (300 ms) passed before it could be sent" in (
+        str(second)
+    )
+    assert len(fake.produced()) == 2  # the warm-up and the stalled one: never the second
+
+
+def test_an_admin_call_retries_until_default_api_timeout_ms(fake: FakeBroker, url: str) -> None:
+    fake.create("t")
+    fake.failures.extend([(429, "backpressure", {"retry_after_ms": 20})] * 1000)
+    started = time.monotonic()
+    with (
+        Admin(url, default_api_timeout_ms=500) as admin,
+        pytest.raises(errors.Backpressure, match="default_api_timeout_ms 500 ms"),
+    ):
+        admin.describe_topic("t")
+    assert 0.3 <= time.monotonic() - started < 2.0
+    assert len(fake.seen) > 6
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"delivery_timeout_ms": 1000},
+         r"delivery_timeout_ms \(1000\) must be >= linger_ms \(5\) \+ request_timeout_ms \(30000\)"),
+        ({"delivery_timeout_ms": 1000, "request_timeout_ms": 996}, r"linger_ms \(5\)"),
+        ({"delivery_timeout_ms": 0}, "delivery_timeout_ms must be an int >= 1"),
+        ({"retries": -1}, "retries must be an int >= 0"),
+        ({"default_api_timeout_ms": 0}, "default_api_timeout_ms must be an int >= 1"),
+    ],
+)  # fmt: skip
+def test_timeouts_are_checked_as_kafka_does(kwargs: dict[str, Any], message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        AsyncProducer("http://127.0.0.1:9", **kwargs)
 
 
 def test_acks_zero_resolves_without_an_offset(fake: FakeBroker, url: str) -> None:
