@@ -462,10 +462,16 @@ def test_a_record_fails_at_its_delivery_timeout_with_the_last_error_naming_it(
         fake.failures.extend([(503, "not_leader", {"retry_after_ms": 50})] * 1000)
         started = time.monotonic()
         future = producer.send("t", b"x")
-        with pytest.raises(errors.NotLeader, match="delivery_timeout_ms 800 ms") as caught:
+        # The last answer's error, or, when the deadline cut an attempt short (a loaded
+        # machine), that attempt's RequestTimeout: either names the deadline.
+        with pytest.raises(
+            (errors.NotLeader, errors.RequestTimeout), match="delivery_timeout_ms 800 ms"
+        ) as caught:
             future.result(timeout=10)
         took_s = time.monotonic() - started
-    assert 0.6 <= took_s < 2.0, took_s  # retried about 800 ms (one 50 ms wait short of it)
+    # Retried about 800 ms (one 50 ms wait short of it); the bound leaves room for a loaded
+    # full run, and is far below what no deadline would give (1,000 refusals).
+    assert 0.6 <= took_s < 5.0, took_s
     assert caught.value.details["delivery_timeout_ms"] == 800
     assert len(fake.produced()) > 1 + 5  # more than the old count of retries
 
@@ -477,10 +483,10 @@ def test_a_batch_whose_deadline_passed_behind_another_fails_unsent(
 
     async def scenario() -> list[BaseException | None]:
         async with AsyncProducer(
-            url, linger_ms=0, batch_bytes=200, request_timeout_ms=300, delivery_timeout_ms=300
+            url, linger_ms=0, batch_bytes=200, request_timeout_ms=600, delivery_timeout_ms=600
         ) as producer:
             await (await producer.send("t", b"warm-up"))
-            fake.failures.append((0, "stall", {"stall_s": 1.0}))
+            fake.failures.append((0, "stall", {"stall_s": 1.5}))
             # Two batches of one record each, in one tick: the same deadline (within
             # microseconds). The first one's attempt is cut at that deadline.
             first = await producer.send("t", b"x" * 120)
@@ -490,9 +496,9 @@ def test_a_batch_whose_deadline_passed_behind_another_fails_unsent(
 
     first, second = asyncio.run(scenario())
     assert isinstance(first, errors.RequestTimeout), first
-    assert "gave up after 1 attempt: delivery_timeout_ms 300 ms" in str(first), first
+    assert "gave up after 1 attempt: delivery_timeout_ms 600 ms" in str(first), first
     assert isinstance(second, errors.RequestTimeout), second
-    assert "1 record(s) for t-0: delivery_timeout_ms (300 ms) passed before it could be sent" in (
+    assert "1 record(s) for t-0: delivery_timeout_ms (600 ms) passed before it could be sent" in (
         str(second)
     )
     assert len(fake.produced()) == 2  # the warm-up and the stalled one: never the second
@@ -504,10 +510,12 @@ def test_an_admin_call_retries_until_default_api_timeout_ms(fake: FakeBroker, ur
     started = time.monotonic()
     with (
         Admin(url, default_api_timeout_ms=500) as admin,
-        pytest.raises(errors.Backpressure, match="default_api_timeout_ms 500 ms"),
+        pytest.raises(
+            (errors.Backpressure, errors.RequestTimeout), match="default_api_timeout_ms 500 ms"
+        ),
     ):
         admin.describe_topic("t")
-    assert 0.3 <= time.monotonic() - started < 2.0
+    assert 0.3 <= time.monotonic() - started < 5.0  # as above: room for a loaded run
     assert len(fake.seen) > 6
 
 
