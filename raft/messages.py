@@ -108,3 +108,12 @@ def trim_outgoing_append_entries(
         "entries": entries[sent_idx - prev_idx :] if end > sent_idx else [],
     }
     return trimmed, (term, max(end, sent_idx))
+
+
+def carries_nothing_new(message: Any) -> bool:
+    """An append_entries without entries or snapshot data: a heartbeat, or what pysyncobj
+    sends after every commit to pass the new commit index on (with appendEntriesUseBatch
+    off), or what trimming left of a repeat."""
+    return (
+        not message.get("entries") and "transmission" not in message and "serialized" not in message
+    )

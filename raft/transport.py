@@ -37,6 +37,20 @@ Durability rule: `Network.send` never writes to a socket. It appends the frame t
 the tick, and only then do held frames move to the send buffer. So no message can leave
 before the journal writes that preceded it are on disk (raft/README.md, "Durability").
 
+Commit index: with appendEntriesUseBatch off, pysyncobj sends every follower an
+append_entries after each commit, only to pass the new commit index on, and the follower
+answers it: per record, two frames each way per follower where one carries the record.
+`GroupTransport.send` holds back an append_entries with nothing new (no entries, no
+snapshot data) when one went to that peer less than `append_gap_s` (half a heartbeat) ago:
+the commit index then rides on the next entries, or on the heartbeat pysyncobj sends a
+heartbeat_interval_s after its last send, so a follower learns it at most a heartbeat
+late. Commits, acknowledgements and the leader's answers do not wait for it (a follower's
+commit index is only what it may apply; Kafka's followers likewise learn the high watermark
+with their next fetch), except a proposal made through a follower, which it answers once it
+applied it: the commit index that covers a command a follower forwarded goes to that
+follower at once (`_commits_forwarded`). Sequential proposals on 3 in-process nodes: 4.6 frames sent by the
+leader per proposal before, 2.4 after; 3.1 against 2.2 ms a proposal (bench/README.md).
+
 Threading: every method except `wake()` runs on RaftNode's tick thread.
 """
 
@@ -61,7 +75,7 @@ from pysyncobj.transport import Transport
 from raft import auth, wire
 from raft.config import FRAME_BYTES_MAX, RaftConfig
 from raft.errors import AuthFailed, PeerRefused
-from raft.messages import SentMark, trim_outgoing_append_entries
+from raft.messages import SentMark, carries_nothing_new, trim_outgoing_append_entries
 from raft.tls import RaftTls
 
 logger = logging.getLogger(__name__)
@@ -172,6 +186,7 @@ class NetworkStats:
     connects: int = 0
     disconnects: int = 0
     votes_dropped_non_member: int = 0  # request_vote from outside a group's configuration
+    appends_held_back: int = 0  # empty append_entries not sent (GroupTransport.send)
     handshakes_refused: int = 0  # a hello that failed raft/auth.py, or none in time
     messages_refused: int = 0  # after the hello: a frame wire.py or safe_pickle.py refused
     messages_unsendable: int = 0  # a message of ours the codec refused (a bug: logged)
@@ -235,6 +250,9 @@ class Network:
         self._backlog: set[_Inbound] = set()
         self.address = parse_address(address)
         self._config = config
+        # GroupTransport: an empty append_entries waits this long after the last one to a
+        # peer (half a heartbeat, so a follower still hears its leader every heartbeat).
+        self.append_gap_s = config.heartbeat_interval_s / 2
         self._secret = secret
         # raft/auth.py: named in our hellos, and a hello naming another is refused. b"" while
         # the caller knows none; it may set it once it does (one reference assignment).
@@ -805,6 +823,12 @@ class GroupTransport(Transport):  # type: ignore[misc]  # pysyncobj is untyped
         self._term_at = term_at
         self._nodes: dict[str, Any] = {node.id: node for node in otherNodes}
         self._sent: dict[str, SentMark] = {}  # peer id -> (term, last index sent)
+        self._last_append: dict[str, float] = {}  # peer id -> when an append_entries left
+        # peer id -> the highest log index of a command it forwarded here (apply_command),
+        # as told in our apply_command_response: it waits to apply it, so the commit
+        # index that covers it is sent at once, never held back.
+        self._forwarded: dict[str, int] = {}
+        self._append_gap_s = network.append_gap_s
         # Frames taken from a leader this group's configuration does not name (deliver).
         self.frames_from_unnamed_leader = 0
 
@@ -839,6 +863,18 @@ class GroupTransport(Transport):  # type: ignore[misc]  # pysyncobj is untyped
             message, mark = trim_outgoing_append_entries(
                 message, self._sent.get(peer_id), self._term_at
             )
+            now = time.monotonic()
+            if (
+                carries_nothing_new(message)
+                and now - self._last_append.get(peer_id, -self._append_gap_s) < self._append_gap_s
+                and not self._commits_forwarded(peer_id, message)
+            ):
+                # The commit index pysyncobj passes on after every commit: it rides on the
+                # next append_entries with entries, or on the heartbeat, instead of costing
+                # a frame each way per commit (module docstring, "Commit index").
+                self._network.stats.appends_held_back += 1
+                return True
+            self._last_append[peer_id] = now
         sent = self._network.send(
             peer_id, self.group_id, message, hold=kind not in UNHELD_MESSAGE_TYPES
         )
@@ -849,7 +885,19 @@ class GroupTransport(Transport):  # type: ignore[misc]  # pysyncobj is untyped
                 self._sent.pop(peer_id, None)
         elif kind == "apply_command" and not sent and "request_id" in message:
             self._unsent_command(message["request_id"])
+        elif kind == "apply_command_response" and isinstance(message.get("log_idx"), int):
+            self._forwarded[peer_id] = max(self._forwarded.get(peer_id, 0), message["log_idx"])
         return sent
+
+    def _commits_forwarded(self, peer_id: str, message: dict[str, Any]) -> bool:
+        """Whether this append_entries commits a command `peer_id` forwarded (its proposer
+        waits for the follower to apply it: a held-back commit index would add up to a
+        heartbeat to every proposal made through a follower)."""
+        waiting = self._forwarded.get(peer_id)
+        if waiting is None or message.get("commit_index", 0) < waiting:
+            return False
+        del self._forwarded[peer_id]
+        return True
 
     def _unsent_command(self, request_id: int) -> None:
         """A command a follower forwarded to its leader that never left (the link is down:

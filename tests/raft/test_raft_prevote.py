@@ -25,7 +25,7 @@ from pathlib import Path
 from raft_harness import InProcessCluster, ready_leader
 from raft_harness import wait_until_async as wait_until
 
-from raft import NotApplied, RaftConfig, Timeout, prevote
+from raft import NotApplied, OutcomeUnknown, RaftConfig, prevote
 
 
 async def bridge(
@@ -74,7 +74,7 @@ async def bridge(
             if now_leader is not None and k % 5 == 0:
                 try:
                     await replicas[now_leader].propose(b"x%d" % k, timeout_s=5.0)
-                except (NotApplied, Timeout):
+                except (NotApplied, OutcomeUnknown):
                     # Deposed meanwhile: expected without pre-vote (the negative control,
                     # which once failed here under a loaded full run); with it, a failure.
                     if config.pre_vote:
