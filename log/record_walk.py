@@ -124,8 +124,9 @@ def record_chain(
     (record k of the run starts at pos + k * size only if record k-1 had that size, so the
     run ends at the first mismatch). Records of one size (fixed-width keys and values)
     come in long runs, broken where a delta's varint grows a byte. After a run shorter
-    than RUN_RECORDS_MIN, twice as many records as before go one by one before the next
-    guess, so that records of varied sizes cost little more than the plain loop."""
+    than RUN_RECORDS_MIN (or none: the next record's length differs, seen without numpy),
+    twice as many records as before go one by one before the next guess, so that records
+    of varied sizes cost little more than the plain loop."""
     left = count
     pause = RUN_RECORDS_MIN  # records walked one by one after the next short run
     while left > 0:
@@ -150,15 +151,19 @@ def record_chain(
             pos = first + size
             left -= 1
             continue
-        run = first + size * np.arange(fits, dtype=np.int64)
-        same = buf[run] == b
-        for j in range(1, width):
-            same &= buf[run + j] == data[first + j]
-        matched = fits if same.all() else int(np.argmin(same))
-        if walked:
-            starts.append(np.array(walked, np.int64))
-            walked.clear()
-        starts.append(run[:matched])
+        if data[first + size : first + size + width] != data[first:pos]:
+            matched = 1  # the next record is another size: no run, and no numpy call
+            walked.append(first)
+        else:
+            run = first + size * np.arange(fits, dtype=np.int64)
+            same = buf[run] == b
+            for j in range(1, width):
+                same &= buf[run + j] == data[first + j]
+            matched = fits if same.all() else int(np.argmin(same))
+            if walked:
+                starts.append(np.array(walked, np.int64))
+                walked.clear()
+            starts.append(run[:matched])
         pos = first + size * matched
         left -= matched
         if matched < RUN_RECORDS_MIN:

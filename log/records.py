@@ -152,9 +152,12 @@ class DecodedBatch:
 
 
 # validate_batch walks the records of a batch of this many or more in numpy arrays
-# (log/record_walk.py), fewer one at a time (`_check_records`): below it numpy's fixed cost
-# per call (~25 calls, a few us each) exceeds the scalar walk's ~1.5 us per record.
-VECTORISED_RECORDS_MIN = 32
+# (log/record_walk.py), fewer one at a time (`_check_records`): the arrays cost ~40-60
+# numpy calls of a few us each whatever the count, the scalar walk ~1-1.5 us a record.
+# Measured (bench/README.md, "Third slice"): the two cross between 200 and 380 records
+# (1 KiB, 100 B with a key, sizes varying 50-500 B), so a cluster_bench batch (128)
+# stays scalar and a broker_bench one (1000) is 4-6x cheaper.
+VECTORISED_RECORDS_MIN = 384
 
 # --------------------------------------------------------------------------- varints
 

@@ -1,6 +1,9 @@
 """Proves that validate_batch's vectorised walk (log/record_walk.py, batches of
 VECTORISED_RECORDS_MIN records or more) changes nothing but its cost (#22):
 
+- validate_batch walks a batch in arrays from VECTORISED_RECORDS_MIN records, and below
+  that one record at a time;
+
 - on every batch, valid or damaged, validate_batch gives exactly what the scalar walk alone
   (`_check_records`, VECTORISED_RECORDS_MIN patched out of reach) gives: the same header,
   or the same error class, message, `field` and `limit`. Batches of 1 to 300 records, on
@@ -40,7 +43,9 @@ from log.records import (
 from log.varint import get_varint, put_varint
 
 PROPERTY = settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-THRESHOLD = records.VECTORISED_RECORDS_MIN
+# The arrays are tried from this many records here, well under VECTORISED_RECORDS_MIN (a
+# threshold of cost, not of correctness), so that the examples stay small and fast.
+THRESHOLD = 32
 
 payloads = st.one_of(st.none(), st.just(b""), st.binary(min_size=1, max_size=150))
 header_lists = st.one_of(
@@ -103,7 +108,8 @@ def _outcome(batch: bytes, limits: RecordLimits) -> object:
 def _same_as_the_scalar_walk(batch: bytes, limits: RecordLimits = records.DEFAULT_LIMITS) -> None:
     with mock.patch.object(records, "VECTORISED_RECORDS_MIN", 2**62):
         expected = _outcome(batch, limits)
-    assert _outcome(batch, limits) == expected
+    with mock.patch.object(records, "VECTORISED_RECORDS_MIN", THRESHOLD):
+        assert _outcome(batch, limits) == expected
 
 
 FIELDS = 6  # varints of a record: length, timestamp and offset deltas, key, value, headers
@@ -230,3 +236,18 @@ def test_a_producers_batch_is_accepted_by_the_arrays_themselves(
         lambda pos, end, i: records._check_headers(section, pos, end, i, lim),
     )
     assert validate_batch(batch).record_count == len(recs)
+
+
+def test_the_arrays_walk_batches_from_the_threshold_up() -> None:
+    answers: list[bool] = []
+
+    def walk(*args: object) -> bool:
+        answers.append(real(*args))
+        return answers[-1]
+
+    real = records._records_are_valid
+    for count in (records.VECTORISED_RECORDS_MIN - 1, records.VECTORISED_RECORDS_MIN):
+        batch = encode_batch([Record(None, b"v%d" % i) for i in range(count)])
+        with mock.patch.object(records, "_records_are_valid", walk):
+            assert validate_batch(batch).record_count == count
+    assert answers == [True]  # the batch at the threshold only, accepted by the arrays
