@@ -131,16 +131,7 @@ def record_chain(
     pause = RUN_RECORDS_MIN  # records walked one by one after the next short run
     while left > 0:
         first = pos
-        b = data[pos]
-        if b < 0x80:
-            length = (b >> 1) ^ -(b & 1)
-            pos += 1
-        elif data[pos + 1] < 0x80:
-            z = (b & 0x7F) | (data[pos + 1] << 7)
-            length = (z >> 1) ^ -(z & 1)
-            pos += 2
-        else:
-            length, pos = get_varint(data, pos)
+        length, pos = get_varint(data, pos)  # once per run or guess: the loops inline it
         width = pos - first
         size = width + length
         if length < 0 or first + size > end:
@@ -156,7 +147,7 @@ def record_chain(
             walked.append(first)
         else:
             run = first + size * np.arange(fits, dtype=np.int64)
-            same = buf[run] == b
+            same = buf[run] == data[first]
             for j in range(1, width):
                 same &= buf[run + j] == data[first + j]
             matched = fits if same.all() else int(np.argmin(same))

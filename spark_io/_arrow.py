@@ -42,6 +42,7 @@ import zstandard
 
 from dmq.errors import StorageError
 from log.record_walk import I64, NeedsScalarWalk, record_chain, varints
+from log.varint import get_varint
 
 _HEADER = struct.Struct(">qibIhiqqqhii")
 HEADER_BYTES = _HEADER.size  # 57
@@ -66,21 +67,6 @@ TIMESTAMP_MS_SAFE = INT64_MAX // US_PER_MS - 2**16
 # call (~60 calls per answer, a few µs each) exceeds the loop's ~1-2 µs per record.
 VECTORISED_RECORDS_MIN = 32
 _NO_RECORDS = np.empty(0, np.int64)
-
-
-def _varint(buf: bytes | bytearray | memoryview, pos: int) -> tuple[int, int]:
-    """A zigzag varint at pos: (value, next position)."""
-    z = 0
-    shift = 0
-    while True:
-        b = buf[pos]
-        pos += 1
-        z |= (b & 0x7F) << shift
-        if b < 0x80:
-            return (z >> 1) ^ -(z & 1), pos
-        shift += 7
-        if shift > 63:
-            raise ValueError("varint longer than 10 bytes")
 
 
 @dataclass(slots=True)
@@ -413,7 +399,7 @@ def _walk_scalar(
                 length = (z >> 1) ^ -(z & 1)
                 pos += 2
             else:
-                length, pos = _varint(buf, pos)
+                length, pos = get_varint(buf, pos)
             record_end = pos + length
             if length < 0 or record_end > end:
                 raise ValueError("record length runs past the records section")
@@ -422,7 +408,7 @@ def _walk_scalar(
                 ts_delta = (b >> 1) ^ -(b & 1)
                 pos += 2
             else:
-                ts_delta, pos = _varint(buf, pos + 1)
+                ts_delta, pos = get_varint(buf, pos + 1)
             b = buf[pos]
             if b < 0x80:
                 offset = base_offset + ((b >> 1) ^ -(b & 1))
@@ -432,7 +418,7 @@ def _walk_scalar(
                 offset = base_offset + ((z >> 1) ^ -(z & 1))
                 pos += 2
             else:
-                delta, pos = _varint(buf, pos)
+                delta, pos = get_varint(buf, pos)
                 offset = base_offset + delta
             if pos > record_end:
                 raise ValueError("record fields run past the record's length")
@@ -444,7 +430,7 @@ def _walk_scalar(
                 key_len = (b >> 1) ^ -(b & 1)
                 pos += 1
             else:
-                key_len, pos = _varint(buf, pos)
+                key_len, pos = get_varint(buf, pos)
             key_bounds.append(pos)
             if key_len >= 0:
                 pos += key_len
@@ -462,7 +448,7 @@ def _walk_scalar(
                 value_len = (z >> 1) ^ -(z & 1)
                 pos += 2
             else:
-                value_len, pos = _varint(buf, pos)
+                value_len, pos = get_varint(buf, pos)
             value_bounds.append(pos)
             if value_len >= 0:
                 pos += value_len
@@ -496,17 +482,17 @@ def _headers(
 ) -> list[tuple[str, bytes]] | None:
     """A record's headers, which must end where the record does; None when it has none
     (as Spark's Kafka source)."""
-    count, pos = _varint(section, pos)
+    count, pos = get_varint(section, pos)
     if count < 0:
         raise ValueError(f"header count {count}")
     headers: list[tuple[str, bytes]] = []
     for _ in range(count):
-        key_len, pos = _varint(section, pos)
+        key_len, pos = get_varint(section, pos)
         if key_len < 0 or pos + key_len > record_end:
             raise ValueError(f"header key length {key_len}")
         key = bytes(section[pos : pos + key_len]).decode("utf-8")
         pos += key_len
-        value_len, pos = _varint(section, pos)
+        value_len, pos = get_varint(section, pos)
         if value_len < 0 or pos + value_len > record_end:
             raise ValueError(f"header value length {value_len}")
         headers.append((key, bytes(section[pos : pos + value_len])))
