@@ -13,7 +13,7 @@ main:spark_io/_arrow.py > /tmp/old.py`) loaded beside this one. The modes altern
 one process; medians of the repeats, and each mode's ratio to the first.
 
 Cases: 1 KiB values with 16-byte keys (`dmq bench spark`'s records: one size, so
-_record_chain's runs apply), values of 512-1535 bytes (every record another size: the
+record_chain's runs apply), values of 512-1535 bytes (every record another size: the
 chain walked one record at a time), 100-byte values, the 1 KiB records zstd-compressed,
 the 1 KiB records with one header each read with includeHeaders, and an answer of
 single-record batches of 1 KiB (a producer that does not batch).

@@ -2,10 +2,12 @@
 
     python -m bench.records_bench [--quick] [--against OLD_RECORDS_PY]
 
-For a producer's batch of 1000 x 1 KiB records (uncompressed and zstd) and one of 1000
-x 100 B records: CPU microseconds per batch (`time.process_time`, so other work on a
-shared machine moves it little) of `validate_batch`, of its parts (the CRC-32C and the
-per-record walk) and of `decode_batch` for scale; medians of the repeats. With
+For a producer's batch of 1000 x 1 KiB records (uncompressed and zstd), 1000 x 100 B
+records with a key, 1000 records of 50-500 B and 128 x 1 KiB (under
+VECTORISED_RECORDS_MIN: the scalar walk): CPU microseconds per batch (`time.process_time`,
+so other work on a shared machine moves it little) of `validate_batch`, of its parts (the
+CRC-32C, the scalar per-record walk and the numpy one, log/record_walk.py) and of
+`decode_batch` for scale; medians of the repeats. With
 `--against`, a copy of an older log/records.py (e.g. `git show main:log/records.py >
 /tmp/old.py`) is loaded beside this one and both are measured alternately in the same
 process, with the ratio new/old.
@@ -32,10 +34,16 @@ def _batches() -> dict[str, bytes]:
         current.Record(key=b"k%d" % i, value=os.urandom(100), timestamp_ms=ts + i)
         for i in range(1000)
     ]
+    varied = [
+        current.Record(key=None, value=os.urandom(50 + i * 37 % 450), timestamp_ms=ts + i)
+        for i in range(1000)
+    ]
     return {
         "1000 x 1 KiB, none": current.encode_batch(big),
         "1000 x 1 KiB, zstd": current.encode_batch(big, codec=current.Codec.ZSTD),
         "1000 x 100 B + key, none": current.encode_batch(small),
+        "1000 x 50-500 B, none": current.encode_batch(varied),
+        "128 x 1 KiB, none (cluster_bench's batch)": current.encode_batch(big[:128]),
     }
 
 
@@ -58,8 +66,15 @@ def main(argv: list[str] | None = None) -> int:
             "decode_batch": partial(current.decode_batch, batch),
         }
         if header.codec == current.Codec.NONE:
-            cases["  record walk alone"] = partial(
+            cases["  record walk alone, scalar"] = partial(
                 current._check_records, batch, header, current.DEFAULT_LIMITS, current.HEADER_BYTES
+            )
+            cases["  record walk alone, arrays"] = partial(
+                current._records_are_valid,
+                batch,
+                current.HEADER_BYTES,
+                header.record_count,
+                current.DEFAULT_LIMITS,
             )
         if old is not None:
             cases["validate_batch, --against"] = partial(old.validate_batch, batch)

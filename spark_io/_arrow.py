@@ -10,7 +10,7 @@ Python object; here a fetch answer becomes columns without one object per record
    it every records section copied into one, in order;
 3. walk the records (`_walk_vectorised` from VECTORISED_RECORDS_MIN records in the answer,
    else `_walk_scalar`): the chain of record lengths in Python, checked in runs of one
-   size at once; then every other field of every record in numpy (the timestamp and
+   size at once (log/record_walk.py `record_chain`); then every other field of every record in numpy (the timestamp and
    offset deltas, key and value lengths: varints of any length up to 9 bytes, one pass
    per byte). Each field must lie inside its record, lengths be -1 (null) or more, the
    headers (when asked for) end where the record does, and nothing follow a batch's last
@@ -20,9 +20,11 @@ Python object; here a fetch answer becomes columns without one object per record
 4. wrap the buffers as Arrow arrays (`pa.Array.from_buffers`, no copy) in the Spark
    schema; keys and values are copied out of the data buffer by one `pc.take` each.
 
-spark_io/ may not import log/ (tests/test_layering.py: it is a client of the HTTP API),
-so the format is read here a second time; tests/spark_io/test_arrow_decode.py checks it
-against log.records with hypothesis.
+spark_io/ is a client of the HTTP API and imports log/ only for log/record_walk.py (one
+exception in tests/test_layering.py ALLOWED): the record chain and the numpy varint reader,
+which the broker's produce check (log.records.validate_batch) shares. The rest of the
+format is read here a second time; tests/spark_io/test_arrow_decode.py checks it against
+log.records with hypothesis.
 """
 
 from __future__ import annotations
@@ -39,6 +41,8 @@ import pyarrow.compute as pc
 import zstandard
 
 from dmq.errors import StorageError
+from log.record_walk import I64, NeedsScalarWalk, record_chain, varints
+from log.varint import get_varint
 
 _HEADER = struct.Struct(">qibIhiqqqhii")
 HEADER_BYTES = _HEADER.size  # 57
@@ -59,35 +63,10 @@ INT64_MAX = 2**63 - 1
 # The largest |timestamp| in ms whose µs fit int64, less a margin for the float64 screen
 # of _walk_vectorised (its error is at most ~2**11 ms: two int64s rounded to float64).
 TIMESTAMP_MS_SAFE = INT64_MAX // US_PER_MS - 2**16
-# The shift of a varint's 9th byte: the vectorised walk reads up to 9 bytes (< 2**63).
-VARINT_SHIFT_MAX = 56
 # Answers of fewer records go through the scalar loop: below this, numpy's fixed cost per
 # call (~60 calls per answer, a few µs each) exceeds the loop's ~1-2 µs per record.
 VECTORISED_RECORDS_MIN = 32
-# _record_chain: a guessed run of records of one size shorter than this is a miss.
-RUN_RECORDS_MIN = 8
 _NO_RECORDS = np.empty(0, np.int64)
-I64 = npt.NDArray[np.int64]
-
-
-def _varint(buf: bytes | bytearray | memoryview, pos: int) -> tuple[int, int]:
-    """A zigzag varint at pos: (value, next position)."""
-    z = 0
-    shift = 0
-    while True:
-        b = buf[pos]
-        pos += 1
-        z |= (b & 0x7F) << shift
-        if b < 0x80:
-            return (z >> 1) ^ -(z & 1), pos
-        shift += 7
-        if shift > 63:
-            raise ValueError("varint longer than 10 bytes")
-
-
-class _Fallback(Exception):
-    """The vectorised walk met what only the scalar loop reads exactly (a 10-byte varint,
-    an offset or a timestamp at the edge of int64): the scalar loop decodes the answer."""
 
 
 @dataclass(slots=True)
@@ -210,7 +189,7 @@ def decode_into(
             try:
                 _walk_vectorised(columns, data, sections, start_offset, end_offset)
                 return next_offset
-            except _Fallback:
+            except NeedsScalarWalk:
                 pass
         _walk_scalar(columns, data, sections, start_offset, end_offset)
     except (
@@ -316,19 +295,18 @@ def _walk_vectorised(
     record of the answer in numpy, each varint in one pass per byte of its longest
     instance. The checks are the scalar walk's, over whole arrays: each field inside its
     record, lengths -1 (null) or more, nothing after a batch's last record. Raises
-    _Fallback where only the scalar walk reads exactly (a 10-byte varint, int64 edges)."""
+    NeedsScalarWalk where only the scalar walk reads exactly (a 10-byte varint, int64
+    edges)."""
     buf = np.frombuffer(data, np.uint8)
     starts: list[I64] = []  # per record: its first byte (its length varint)
     walked: list[int] = []  # the same, of records walked one by one, not yet in starts
     counts = [
-        _record_chain(data, buf, start, end, h[11], starts, walked) for start, end, h in sections
+        record_chain(data, buf, start, end, h[11], starts, walked) for start, end, h in sections
     ]
     if walked:
         starts.append(np.array(walked, np.int64))
     section_end = np.repeat(np.array([end for _, end, _ in sections], np.int64), counts)
-    length, fields_at = _varints(
-        buf, np.concatenate(starts) if starts else _NO_RECORDS, section_end
-    )
+    length, fields_at = varints(buf, np.concatenate(starts) if starts else _NO_RECORDS, section_end)
     record_end = fields_at + length  # the chain checked each record against its section
     # Per batch, spread to its records: base offset, first timestamp, log-append time.
     base = np.repeat(np.array([h[0] for _, _, h in sections], np.int64), counts)
@@ -336,20 +314,20 @@ def _walk_vectorised(
         np.array([bool(h[4] & TIMESTAMP_TYPE_BIT) for _, _, h in sections], np.bool_), counts
     )
     pos = fields_at + 1  # after the record attributes (unused)
-    ts_delta, pos = _varints(buf, pos, record_end)
-    offset_delta, pos = _varints(buf, pos, record_end)
+    ts_delta, pos = varints(buf, pos, record_end)
+    offset_delta, pos = varints(buf, pos, record_end)
     if np.any(offset_delta > INT64_MAX - base):  # base >= 0 (_checked_batches)
-        raise _Fallback
+        raise NeedsScalarWalk
     offsets = base + offset_delta
     keep = (offsets >= start_offset) & (offsets < end_offset)
     batch_of = np.repeat(np.arange(len(sections)), counts)
     if not keep.all():
         offsets, pos, record_end = offsets[keep], pos[keep], record_end[keep]
         ts_delta, log_append, batch_of = ts_delta[keep], log_append[keep], batch_of[keep]
-    key_len, pos = _varints(buf, pos, record_end)
+    key_len, pos = varints(buf, pos, record_end)
     key_start, key_valid, pos = _span(key_len, pos, "key")
     key_end = pos
-    value_len, pos = _varints(buf, pos, record_end)
+    value_len, pos = varints(buf, pos, record_end)
     value_start, value_valid, pos = _span(value_len, pos, "value")
     if np.any(pos >= record_end):
         raise ValueError("record fields run past the record's length")
@@ -361,7 +339,7 @@ def _walk_vectorised(
     # float64 (exact to within a few ms at that size), the rare edge left to the scalar walk.
     approx_ms = np.where(log_append, max_ms, first_ms.astype(np.float64) + ts_delta)
     if len(approx_ms) and np.abs(approx_ms).max() > TIMESTAMP_MS_SAFE:
-        raise _Fallback
+        raise NeedsScalarWalk
     timestamps_ms = np.where(log_append, max_ms, first_ms + ts_delta)
     headers: list[list[tuple[str, bytes]] | None] = []
     if columns.with_headers:
@@ -375,126 +353,6 @@ def _walk_vectorised(
     columns.timestamps_us = timestamps_ms * US_PER_MS
     columns.timestamp_types = log_append.astype(np.int32)
     columns.headers = headers
-
-
-def _record_chain(
-    data: bytes | bytearray,
-    buf: npt.NDArray[np.uint8],
-    pos: int,
-    end: int,
-    count: int,
-    starts: list[I64],
-    walked: list[int],
-) -> int:
-    """The chain of record lengths of one records section data[pos:end]: append where
-    each record starts to `starts`, or, for records walked one by one, to `walked` (moved
-    into `starts` before the next run, and by the caller at the end, so that batches of a
-    record or two cost no numpy call); return how many records. Checked as the scalar
-    walk does: every record inside the section, nothing after the last.
-
-    Each length is read in Python, then a run is guessed: the next records are as long
-    as this one if their length varints are the same bytes, checked at once in numpy
-    (record k of the run starts at pos + k * size only if record k-1 had that size, so the
-    run ends at the first mismatch). Records of one size (fixed-width keys and values)
-    come in long runs, broken where a delta's varint grows a byte. After a run shorter
-    than RUN_RECORDS_MIN, twice as many records as before go one by one before the next
-    guess, so that records of varied sizes cost little more than the plain loop."""
-    left = count
-    pause = RUN_RECORDS_MIN  # records walked one by one after the next short run
-    while left > 0:
-        first = pos
-        b = data[pos]
-        if b < 0x80:
-            length = (b >> 1) ^ -(b & 1)
-            pos += 1
-        elif data[pos + 1] < 0x80:
-            z = (b & 0x7F) | (data[pos + 1] << 7)
-            length = (z >> 1) ^ -(z & 1)
-            pos += 2
-        else:
-            length, pos = _varint(data, pos)
-        width = pos - first
-        size = width + length
-        if length < 0 or first + size > end:
-            raise ValueError("record length runs past the records section")
-        fits = min(left, (end - first) // size)  # size >= width >= 1
-        if fits < RUN_RECORDS_MIN:
-            walked.append(first)
-            pos = first + size
-            left -= 1
-            continue
-        run = first + size * np.arange(fits, dtype=np.int64)
-        same = buf[run] == b
-        for j in range(1, width):
-            same &= buf[run + j] == data[first + j]
-        matched = fits if same.all() else int(np.argmin(same))
-        if walked:
-            starts.append(np.array(walked, np.int64))
-            walked.clear()
-        starts.append(run[:matched])
-        pos = first + size * matched
-        left -= matched
-        if matched < RUN_RECORDS_MIN:
-            alone = min(pause, left)
-            pos = _record_chain_one_by_one(data, pos, end, alone, walked)
-            left -= alone
-            pause *= 2
-        else:
-            pause = RUN_RECORDS_MIN
-    if pos != end:
-        raise ValueError("bytes left after the last record")
-    return max(count, 0)
-
-
-def _record_chain_one_by_one(
-    data: bytes | bytearray, pos: int, end: int, count: int, walked: list[int]
-) -> int:
-    """_record_chain's plain loop for `count` records from pos: their starts appended to
-    `walked`, each checked inside the section; return the position after them."""
-    append = walked.append
-    for _ in range(count):
-        append(pos)
-        b = data[pos]
-        if b < 0x80:
-            length = (b >> 1) ^ -(b & 1)
-            pos += 1
-        elif data[pos + 1] < 0x80:
-            z = (b & 0x7F) | (data[pos + 1] << 7)
-            length = (z >> 1) ^ -(z & 1)
-            pos += 2
-        else:
-            length, pos = _varint(data, pos)
-        pos += length
-        if length < 0 or pos > end:
-            raise ValueError("record length runs past the records section")
-    return pos
-
-
-def _varints(buf: npt.NDArray[np.uint8], pos: I64, limit: I64) -> tuple[I64, I64]:
-    """The zigzag varint at each pos, each wholly before its limit: (values, positions
-    after). One numpy pass per byte of the longest; raises _Fallback at a 10th byte (only
-    the scalar walk reads those, with Python's unbounded ints)."""
-    if np.any(pos >= limit):
-        raise ValueError("record fields run past the record's length")
-    b = buf[pos]
-    z = b.astype(np.int64)
-    after = pos + 1
-    more = np.flatnonzero(b >= 0x80)
-    shift = 7
-    if len(more):
-        z &= 0x7F
-    while len(more):
-        if shift > VARINT_SHIFT_MAX:
-            raise _Fallback
-        at = after[more]
-        if np.any(at >= limit[more]):
-            raise ValueError("record fields run past the record's length")
-        b = buf[at]
-        z[more] |= (b & 0x7F).astype(np.int64) << shift
-        after[more] = at + 1
-        more = more[b >= 0x80]
-        shift += 7
-    return (z >> 1) ^ -(z & 1), after
 
 
 def _span(length: I64, pos: I64, name: str) -> tuple[I64, npt.NDArray[np.bool_] | None, I64]:
@@ -541,7 +399,7 @@ def _walk_scalar(
                 length = (z >> 1) ^ -(z & 1)
                 pos += 2
             else:
-                length, pos = _varint(buf, pos)
+                length, pos = get_varint(buf, pos)
             record_end = pos + length
             if length < 0 or record_end > end:
                 raise ValueError("record length runs past the records section")
@@ -550,7 +408,7 @@ def _walk_scalar(
                 ts_delta = (b >> 1) ^ -(b & 1)
                 pos += 2
             else:
-                ts_delta, pos = _varint(buf, pos + 1)
+                ts_delta, pos = get_varint(buf, pos + 1)
             b = buf[pos]
             if b < 0x80:
                 offset = base_offset + ((b >> 1) ^ -(b & 1))
@@ -560,7 +418,7 @@ def _walk_scalar(
                 offset = base_offset + ((z >> 1) ^ -(z & 1))
                 pos += 2
             else:
-                delta, pos = _varint(buf, pos)
+                delta, pos = get_varint(buf, pos)
                 offset = base_offset + delta
             if pos > record_end:
                 raise ValueError("record fields run past the record's length")
@@ -572,7 +430,7 @@ def _walk_scalar(
                 key_len = (b >> 1) ^ -(b & 1)
                 pos += 1
             else:
-                key_len, pos = _varint(buf, pos)
+                key_len, pos = get_varint(buf, pos)
             key_bounds.append(pos)
             if key_len >= 0:
                 pos += key_len
@@ -590,7 +448,7 @@ def _walk_scalar(
                 value_len = (z >> 1) ^ -(z & 1)
                 pos += 2
             else:
-                value_len, pos = _varint(buf, pos)
+                value_len, pos = get_varint(buf, pos)
             value_bounds.append(pos)
             if value_len >= 0:
                 pos += value_len
@@ -624,17 +482,17 @@ def _headers(
 ) -> list[tuple[str, bytes]] | None:
     """A record's headers, which must end where the record does; None when it has none
     (as Spark's Kafka source)."""
-    count, pos = _varint(section, pos)
+    count, pos = get_varint(section, pos)
     if count < 0:
         raise ValueError(f"header count {count}")
     headers: list[tuple[str, bytes]] = []
     for _ in range(count):
-        key_len, pos = _varint(section, pos)
+        key_len, pos = get_varint(section, pos)
         if key_len < 0 or pos + key_len > record_end:
             raise ValueError(f"header key length {key_len}")
         key = bytes(section[pos : pos + key_len]).decode("utf-8")
         pos += key_len
-        value_len, pos = _varint(section, pos)
+        value_len, pos = get_varint(section, pos)
         if value_len < 0 or pos + value_len > record_end:
             raise ValueError(f"header value length {value_len}")
         headers.append((key, bytes(section[pos : pos + value_len])))

@@ -32,6 +32,11 @@ from dmq.metadata.service import wall_ms
 from dmq.partitioner import StickyPartitioner, partition_for_key
 from log import errors as log_errors
 from log import limits as log_limits
+
+# validate_batch imports its numpy walk (and numpy, ~0.1-0.3 s) at the first batch of
+# VECTORISED_RECORDS_MIN records, so that clients importing log never load it; a broker
+# loads it here, when it starts, rather than inside its first large produce.
+from log import record_walk  # noqa: F401
 from log.records import Record, RecordLimits, encode_batch, validate_batch
 
 _log = logging.getLogger("dmq.broker")

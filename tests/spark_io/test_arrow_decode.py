@@ -203,7 +203,7 @@ def refresh_crc(batch: bytearray) -> bytes:
 
 
 # Batches of records of one size (16-byte keys, values of one length) come in runs that
-# _record_chain checks at once; an odd record or a delta's varint growing a byte (offset
+# record_chain checks at once; an odd record or a delta's varint growing a byte (offset
 # delta 64, timestamp delta 64 ms) ends a run.
 uniform_batches = st.lists(
     st.tuples(
