@@ -176,14 +176,21 @@ class RaftNode:
         *,
         members: Iterable[str] | None = None,
         members_from_log: bool = False,
+        prompt_commit_index: bool = False,
     ) -> Replica:
         """Create (or reopen from its directory) group `group_id` with these members.
 
         members_from_log: on reopening, the membership changes in the group's journal
         override `members` (membership.adopt_logged_changes), as Raft requires when the
-        caller cannot know the current members (the metadata group's own voters)."""
+        caller cannot know the current members (the metadata group's own voters).
+        prompt_commit_index: as leader, send followers each new commit index at once, so
+        that what they applied trails this node by a round, not by up to a heartbeat
+        (raft/transport.py, "Commit index"): for a machine read on every member (the
+        metadata catalogue), at the cost of a frame each way per commit."""
         return await self._on_tick_thread(
-            lambda: self._add_group(group_id, machine, members, members_from_log)
+            lambda: self._add_group(
+                group_id, machine, members, members_from_log, prompt_commit_index
+            )
         )
 
     async def remove_group(self, group_id: int, *, delete: bool = False) -> None:
@@ -223,6 +230,7 @@ class RaftNode:
         machine: StateMachine,
         members: Iterable[str] | None,
         members_from_log: bool = False,
+        prompt_commit_index: bool = False,
     ) -> Replica:
         if not 0 <= group_id <= GROUP_ID_MAX:
             raise ValueError(f"group id {group_id} out of range")
@@ -234,6 +242,7 @@ class RaftNode:
             raise ValueError(f"group {group_id}: bad members {member_list}")
         directory = self.data_dir / "groups" / str(group_id)
         replica = Replica(self, group_id, directory, machine, member_list)
+        replica.transport.lazy_commit_index = not prompt_commit_index
         try:
             # pysyncobj loads its snapshot on its first tick and expects no message before it.
             replica.tick()

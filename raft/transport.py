@@ -44,7 +44,9 @@ answers it: per record, two frames each way per follower where one carries the r
 snapshot data) when one went to that peer less than `append_gap_s` (half a heartbeat) ago:
 the commit index then rides on the next entries, or on the heartbeat pysyncobj sends a
 heartbeat_interval_s after its last send, so a follower learns it at most a heartbeat
-late. Commits, acknowledgements and the leader's answers do not wait for it (a follower's
+late (unless the group was added with prompt_commit_index: the metadata group, whose
+catalogue every broker reads from its own replica). Commits, acknowledgements and the
+leader's answers do not wait for it (a follower's
 commit index is only what it may apply; Kafka's followers likewise learn the high watermark
 with their next fetch), except a proposal made through a follower, which it answers once it
 applied it: the commit index that covers a command a follower forwarded goes to that
@@ -829,6 +831,9 @@ class GroupTransport(Transport):  # type: ignore[misc]  # pysyncobj is untyped
         # index that covers it is sent at once, never held back.
         self._forwarded: dict[str, int] = {}
         self._append_gap_s = network.append_gap_s
+        # False for a group whose followers' state machines are read directly and must
+        # trail the leader's by a round at most (RaftNode.add_group, prompt_commit_index).
+        self.lazy_commit_index = True
         # Frames taken from a leader this group's configuration does not name (deliver).
         self.frames_from_unnamed_leader = 0
 
@@ -865,7 +870,8 @@ class GroupTransport(Transport):  # type: ignore[misc]  # pysyncobj is untyped
             )
             now = time.monotonic()
             if (
-                carries_nothing_new(message)
+                self.lazy_commit_index
+                and carries_nothing_new(message)
                 and now - self._last_append.get(peer_id, -self._append_gap_s) < self._append_gap_s
                 and not self._commits_forwarded(peer_id, message)
             ):

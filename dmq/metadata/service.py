@@ -303,8 +303,15 @@ class MetadataService:
 
     async def _open_group(self, members: list[str]) -> None:
         self._machine = _NotifyingMachine(self._notify_from_thread)
+        # prompt_commit_index: every broker serves the catalogue from its own replica; a
+        # topic created through one broker is known to the other voters a round later,
+        # not a heartbeat later (raft/transport.py, "Commit index").
         self._replica = await self._raft_node.add_group(
-            METADATA_GROUP_ID, self._machine, members=members, members_from_log=True
+            METADATA_GROUP_ID,
+            self._machine,
+            members=members,
+            members_from_log=True,
+            prompt_commit_index=True,
         )
         assert self._loop is not None
         if self._check_task is None or self._check_task.done():

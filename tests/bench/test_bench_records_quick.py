@@ -1,7 +1,8 @@
 """The #22 micro-benchmarks run in their quick modes and print every figure.
 
-Proves that `bench.records_bench --quick --against FILE` measures validate_batch, its CRC
-and walk and decode_batch for each batch shape, against an older records.py loaded beside
+Proves that `bench.records_bench --quick --against FILE` measures validate_batch, its CRC,
+both record walks (scalar and numpy arrays, uncompressed batches) and decode_batch for each
+of the five batch shapes, against an older records.py loaded beside
 the current one (here the current file itself, so both validate the same batches), and
 that `bench.request_bench --chain` measures the middleware chain of the application
 `make_app` builds. It checks no speed: a busy machine must not fail a test.
@@ -29,9 +30,11 @@ def test_records_bench_quick_prints_every_case(capsys: pytest.CaptureFixture[str
     out = capsys.readouterr().out
     for label in ("validate_batch", "CRC-32C alone", "decode_batch", "validate_batch, --against"):
         figures = _figures(out, label)
-        assert len(figures) == 3, (label, out)
+        assert len(figures) == 5, (label, out)  # every batch shape
         assert all(f > 0 for f in figures), (label, out)
-    assert len(_figures(out, "record walk alone")) == 2  # the uncompressed batches
+    for walk in ("record walk alone, scalar", "record walk alone, arrays"):
+        figures = _figures(out, walk)
+        assert len(figures) == 4 and all(f > 0 for f in figures), (walk, out)  # uncompressed
 
 
 def test_request_bench_chain_measures_the_middlewares(capsys: pytest.CaptureFixture[str]) -> None:

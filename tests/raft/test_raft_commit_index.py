@@ -7,7 +7,8 @@ would show as whole heartbeats:
   (entries and commit index to each follower), and every follower still applies every
   command, learning the last commit index from the heartbeat;
 - proposals made through a follower (answered when the follower applied them) do not wait
-  for that heartbeat: 30 of them take far less than the 30 heartbeats they would.
+  for that heartbeat: 30 of them take far less than the 30 heartbeats they would;
+- a group added with prompt_commit_index (the metadata group) holds nothing back.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ import asyncio
 import time
 from pathlib import Path
 
-from raft_harness import InProcessCluster
+from raft_harness import InProcessCluster, Register, ready_leader
 from raft_harness import wait_until_async as wait_until
 
 from raft import RaftConfig
@@ -56,6 +57,17 @@ def test_the_commit_index_rides_on_later_messages(tmp_path: Path) -> None:
                 assert await replicas[follower].propose(b"f%d" % k) == b"f%d" % k
             took = time.monotonic() - started
             assert took < 30 * CONFIG.heartbeat_interval_s / 4, took  # 12 s if each waited
+
+            prompt = {
+                n: await node.add_group(2, Register(), prompt_commit_index=True)
+                for n, node in cluster.nodes.items()
+            }
+            await wait_until(lambda: ready_leader(prompt) is not None, 10, "no leader of 2")
+            held = sum(n.network.stats.appends_held_back for n in cluster.nodes.values())
+            for k in range(20):
+                await prompt[str(ready_leader(prompt))].propose(b"p%d" % k)
+            now_held = sum(n.network.stats.appends_held_back for n in cluster.nodes.values())
+            assert now_held == held  # group 1 is idle: its heartbeats are far apart
         finally:
             await cluster.stop()
 
