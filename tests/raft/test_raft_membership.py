@@ -70,18 +70,32 @@ def leader_of(replicas: dict[str, Replica]) -> str | None:
     return leaders[0] if len(leaders) == 1 else None
 
 
-def test_add_transfer_remove_one_member_at_a_time(tmp_path: Path) -> None:
+def four_peers() -> tuple[dict[str, str], dict[str, str]]:
+    """n1-n4, each on its own loopback address, and n1-n3 (`first`), which know only
+    each other."""
     hosts = [f"127.0.0.{11 + k}" for k in range(4)]
     port = free_port_on(hosts)
     peers = {f"n{k + 1}": f"{host}:{port}" for k, host in enumerate(hosts)}
-    first = {n: a for n, a in peers.items() if n != "n4"}
+    return peers, {n: a for n, a in peers.items() if n != "n4"}
+
+
+async def start_group_on_three(
+    tmp_path: Path, peers: dict[str, str], first: dict[str, str]
+) -> tuple[dict[str, RaftNode], dict[str, Log], dict[str, Replica]]:
+    """Four nodes started, group GROUP on n1-n3 only: (nodes, logs, replicas)."""
+    nodes = {n: RaftNode(n, first if n != "n4" else peers, tmp_path / n) for n in peers}
+    logs = {n: Log() for n in peers}
+    replicas = {n: await nodes[n].add_group(GROUP, logs[n]) for n in first}
+    for node in nodes.values():
+        await node.start()
+    return nodes, logs, replicas
+
+
+def test_add_transfer_remove_one_member_at_a_time(tmp_path: Path) -> None:
+    peers, first = four_peers()
 
     async def scenario() -> None:
-        nodes = {n: RaftNode(n, first if n != "n4" else peers, tmp_path / n) for n in peers}
-        logs = {n: Log() for n in peers}
-        replicas = {n: await nodes[n].add_group(GROUP, logs[n]) for n in first}
-        for node in nodes.values():
-            await node.start()
+        nodes, logs, replicas = await start_group_on_three(tmp_path, peers, first)
         try:
             old = await until(lambda: leader_of(replicas), "a leader")
             for k in range(50):
@@ -140,17 +154,10 @@ def test_add_transfer_remove_one_member_at_a_time(tmp_path: Path) -> None:
 
 
 def test_a_follower_follows_a_leader_its_configuration_does_not_name(tmp_path: Path) -> None:
-    hosts = [f"127.0.0.{11 + k}" for k in range(4)]
-    port = free_port_on(hosts)
-    peers = {f"n{k + 1}": f"{host}:{port}" for k, host in enumerate(hosts)}
-    first = {n: a for n, a in peers.items() if n != "n4"}
+    peers, first = four_peers()
 
     async def scenario() -> None:
-        nodes = {n: RaftNode(n, first if n != "n4" else peers, tmp_path / n) for n in peers}
-        logs = {n: Log() for n in peers}
-        replicas = {n: await nodes[n].add_group(GROUP, logs[n]) for n in first}
-        for node in nodes.values():
-            await node.start()
+        nodes, logs, replicas = await start_group_on_three(tmp_path, peers, first)
         try:
             leader = await until(lambda: leader_of(replicas), "a leader")
             for k in range(20):

@@ -23,6 +23,7 @@ from hypothesis import strategies as st
 
 from dmq.errors import StorageError
 from log.records import Codec, Header, Record, TimestampType, decode_batch, encode_batch
+from log.varint import put_varint
 from spark_io import _arrow
 from spark_io._arrow import Columns, decode_into
 from spark_io.source import arrow_schema, spark_schema
@@ -293,14 +294,6 @@ def test_both_walks_agree_on_a_damaged_records_section(
     damaged = b"".join(refresh_crc(b) for b in batches)
     start = data.draw(st.integers(0, 5))
     same_outcome(damaged, start, 2**62, data.draw(st.booleans()))
-
-
-def put_varint(out: bytearray, n: int) -> None:
-    z = (n << 1) ^ (n >> 63)
-    while z >= 0x80:
-        out.append((z & 0x7F) | 0x80)
-        z >>= 7
-    out.append(z)
 
 
 def record_fields(index: int, key: bytes | None, value: bytes | None, headers: int) -> list[Any]:
