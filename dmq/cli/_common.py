@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Any, TextIO
 
+from dmq.client import AsyncAdmin
 from dmq.client._limits import DEFAULT_API_TIMEOUT_MS_DEFAULT
 
 Subparsers = Any  # argparse's _SubParsersAction is private
@@ -95,6 +96,11 @@ def add_api_timeout(parser: argparse.ArgumentParser, *, suppress: bool) -> None:
         f"(unreachable, no leader) before it fails ({DEFAULT_API_TIMEOUT_MS_DEFAULT}, "
         "Kafka's default.api.timeout.ms)",
     )
+
+
+def admin_for(args: argparse.Namespace) -> AsyncAdmin:
+    """The AsyncAdmin of a command: its --url, and its --api-timeout-ms for each call."""
+    return AsyncAdmin(args.url, default_api_timeout_ms=args.api_timeout_ms)
 
 
 def _separator(text: str) -> bytes:

@@ -22,7 +22,7 @@ import sys
 import time
 from typing import Any, TextIO
 
-from dmq.cli._common import Subparsers, comma_items, print_table
+from dmq.cli._common import Subparsers, admin_for, comma_items, print_table
 from dmq.client import AsyncAdmin
 
 BAR_WIDTH = 30
@@ -83,7 +83,7 @@ def _add_operations(actions: Subparsers, url: argparse.ArgumentParser) -> None:
 
 def _cmd_cluster_status(args: argparse.Namespace) -> int:
     async def status() -> dict[str, Any]:
-        async with AsyncAdmin(args.url, default_api_timeout_ms=args.api_timeout_ms) as admin:
+        async with admin_for(args) as admin:
             return await admin.cluster_status()
 
     doc = asyncio.run(status())
@@ -207,7 +207,7 @@ def cmd_reassign(args: argparse.Namespace) -> int:
     replicas = comma_items(args.replicas)
 
     async def reassign() -> dict[str, Any]:
-        async with AsyncAdmin(args.url, default_api_timeout_ms=args.api_timeout_ms) as admin:
+        async with admin_for(args) as admin:
             return await admin.reassign(args.topic, args.partition, replicas)
 
     doc = asyncio.run(reassign())
@@ -219,7 +219,7 @@ def cmd_reassign(args: argparse.Namespace) -> int:
 
 def cmd_decommission(args: argparse.Namespace) -> int:
     async def decommission() -> dict[str, Any]:
-        async with AsyncAdmin(args.url, default_api_timeout_ms=args.api_timeout_ms) as admin:
+        async with admin_for(args) as admin:
             return await admin.decommission_broker(args.broker_id)
 
     asyncio.run(decommission())
@@ -233,7 +233,7 @@ def cmd_metadata_voters(args: argparse.Namespace) -> int:
     voters = comma_items(args.voters)
 
     async def change() -> dict[str, Any]:
-        async with AsyncAdmin(args.url, default_api_timeout_ms=args.api_timeout_ms) as admin:
+        async with admin_for(args) as admin:
             return await admin.change_metadata_voters(voters)
 
     doc = asyncio.run(change())
@@ -246,7 +246,7 @@ def cmd_metadata_voters(args: argparse.Namespace) -> int:
 
 def cmd_decommission_partition(args: argparse.Namespace) -> int:
     async def retire() -> dict[str, Any]:
-        async with AsyncAdmin(args.url, default_api_timeout_ms=args.api_timeout_ms) as admin:
+        async with admin_for(args) as admin:
             return await admin.decommission_partition(args.topic, args.partition)
 
     asyncio.run(retire())

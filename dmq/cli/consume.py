@@ -22,9 +22,10 @@ from dmq.cli._common import (
     _offset_spec,
     _positive_int,
     _separator,
+    admin_for,
     parse_time_ms,
 )
-from dmq.client import AsyncAdmin, AsyncConsumer, AsyncGroupConsumer, ConsumerRecord
+from dmq.client import AsyncConsumer, AsyncGroupConsumer, ConsumerRecord
 
 _POLL_TIMEOUT_MS = 1_000
 _POLL_RECORDS_MAX = 500
@@ -92,7 +93,7 @@ async def consume_records(args: argparse.Namespace, out: IO[bytes]) -> int:
     topic = args.topic
     written = 0
     async with (
-        AsyncAdmin(args.url, default_api_timeout_ms=args.api_timeout_ms) as admin,
+        admin_for(args) as admin,
         AsyncConsumer(args.url, default_api_timeout_ms=args.api_timeout_ms) as consumer,
     ):
         if args.partition is not None:

@@ -8,7 +8,7 @@ import json
 from collections.abc import Callable
 from typing import Any
 
-from dmq.cli._common import Subparsers, parse_time_ms, print_table
+from dmq.cli._common import Subparsers, admin_for, parse_time_ms, print_table
 from dmq.client import AsyncAdmin
 
 
@@ -45,7 +45,7 @@ def add_group(commands: Subparsers, url: argparse.ArgumentParser) -> None:
 
 def _run(call: Callable[[AsyncAdmin], Any], args: argparse.Namespace) -> Any:
     async def go() -> Any:
-        async with AsyncAdmin(args.url, default_api_timeout_ms=args.api_timeout_ms) as admin:
+        async with admin_for(args) as admin:
             return await call(admin)
 
     return asyncio.run(go())

@@ -28,8 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from dmq import meta_file
-from dmq.cli._common import Subparsers, UsageError
-from dmq.client import AsyncAdmin
+from dmq.cli._common import Subparsers, UsageError, admin_for
 from dmq.errors import BrokerUnavailable, DmqError
 from log.segment import fsync_directory
 
@@ -119,7 +118,7 @@ def _delete(path: Path) -> None:
 
 def cmd_storage_set_aside(args: argparse.Namespace) -> int:
     async def ask() -> dict[str, Any]:
-        async with AsyncAdmin(args.url, default_api_timeout_ms=args.api_timeout_ms) as admin:
+        async with admin_for(args) as admin:
             return await admin.set_aside()
 
     doc = asyncio.run(ask())

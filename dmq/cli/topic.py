@@ -11,10 +11,11 @@ from dmq.cli._common import (
     UsageError,
     _config_item,
     _positive_int,
+    admin_for,
     as_dict,
     print_table,
 )
-from dmq.client import AsyncAdmin, TopicDescription, TopicSummary
+from dmq.client import TopicDescription, TopicSummary
 
 
 def add_topic(commands: Subparsers, url: argparse.ArgumentParser) -> None:
@@ -65,7 +66,7 @@ def add_topic(commands: Subparsers, url: argparse.ArgumentParser) -> None:
 
 def _cmd_topic_create(args: argparse.Namespace) -> int:
     async def create() -> TopicDescription:
-        async with AsyncAdmin(args.url, default_api_timeout_ms=args.api_timeout_ms) as admin:
+        async with admin_for(args) as admin:
             return await admin.create_topic(
                 args.name, args.partitions, args.replication_factor, dict(args.config) or None
             )
@@ -80,7 +81,7 @@ def _cmd_topic_create(args: argparse.Namespace) -> int:
 
 def _cmd_topic_list(args: argparse.Namespace) -> int:
     async def listing() -> list[TopicSummary]:
-        async with AsyncAdmin(args.url, default_api_timeout_ms=args.api_timeout_ms) as admin:
+        async with admin_for(args) as admin:
             return await admin.list_topics()
 
     topics = asyncio.run(listing())
@@ -95,7 +96,7 @@ def _cmd_topic_list(args: argparse.Namespace) -> int:
 
 def _cmd_topic_describe(args: argparse.Namespace) -> int:
     async def describe() -> TopicDescription:
-        async with AsyncAdmin(args.url, default_api_timeout_ms=args.api_timeout_ms) as admin:
+        async with admin_for(args) as admin:
             return await admin.describe_topic(args.name)
 
     description = asyncio.run(describe())
@@ -111,7 +112,7 @@ def _cmd_topic_alter(args: argparse.Namespace) -> int:
         raise UsageError("topic alter needs --config KEY=VALUE or --partitions N")
 
     async def alter() -> TopicDescription:
-        async with AsyncAdmin(args.url, default_api_timeout_ms=args.api_timeout_ms) as admin:
+        async with admin_for(args) as admin:
             description = None
             if args.config:
                 description = await admin.alter_config(args.name, dict(args.config))
@@ -125,7 +126,7 @@ def _cmd_topic_alter(args: argparse.Namespace) -> int:
 
 def _cmd_topic_delete(args: argparse.Namespace) -> int:
     async def delete() -> None:
-        async with AsyncAdmin(args.url, default_api_timeout_ms=args.api_timeout_ms) as admin:
+        async with admin_for(args) as admin:
             await admin.delete_topic(args.name)
 
     asyncio.run(delete())

@@ -34,8 +34,9 @@ and writes nothing (dmq/partition/producers.py): retries of timeouts and lost an
 across a leader's crash, leave no duplicates. A batch that fails for good (its
 delivery_timeout_ms passed, or its `retries` ran out) may or may not have been written;
 the producer then takes a new epoch (a new id without a transactional id) so that its
-next batches start a fresh sequence instead of being refused as out of order. Another producer started with the same transactional id fences
-this one: its batches then fail with `ProducerFenced`.
+next batches start a fresh sequence instead of being refused as out of order. Another
+producer started with the same transactional id fences this one: its batches then fail
+with `ProducerFenced`.
 
 Transactions (a `transactional_id`, as Kafka's transactional producer): every send is
 inside a transaction (`begin_transaction` ... `commit_transaction` or
