@@ -19,9 +19,13 @@ and bounded in memory:
 
 from __future__ import annotations
 
+import ctypes
+import ctypes.util
+import mmap
 import os
 import pickle
 from pathlib import Path
+from typing import Literal
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -29,7 +33,14 @@ from hypothesis import strategies as st
 from pysyncobj.journal import FileJournal, MemoryJournal
 
 import raft.journal as journal_module
-from raft.journal import HEADER_BYTES, JOURNAL_FILE, META_FILE, DurableJournal, JournalView
+from raft.journal import (
+    HEADER_BYTES,
+    JOURNAL_FILE,
+    META_FILE,
+    PAGE_DROP_BYTES_MIN,
+    DurableJournal,
+    JournalView,
+)
 
 Entry = tuple[bytes, int, int]
 
@@ -44,6 +55,7 @@ operations = st.lists(
         st.tuples(st.just("delete_from"), st.integers(0, 40)),
         st.tuples(st.just("delete_to"), st.integers(0, 40)),
         st.tuples(st.just("sync_reopen")),
+        st.tuples(st.just("sync")),
         st.tuples(st.just("clear")),
         st.tuples(st.just("term"), st.integers(0, 50), st.sampled_from([None, "n1", "n2"])),
     ),
@@ -54,8 +66,11 @@ operations = st.lists(
 @settings(suppress_health_check=[HealthCheck.function_scoped_fixture], max_examples=60)
 @given(ops=operations)
 def test_behaves_like_a_list_across_any_operations_and_reopens(
-    tmp_path_factory: pytest.TempPathFactory, ops: list[tuple[object, ...]]
+    tmp_path_factory: pytest.TempPathFactory,
+    monkeypatch: pytest.MonkeyPatch,
+    ops: list[tuple[object, ...]],
 ) -> None:
+    monkeypatch.setattr(journal_module, "PAGE_DROP_BYTES_MIN", 0)  # drop pages at every sync
     directory = tmp_path_factory.mktemp("journal")
     journal = DurableJournal(directory, cache_bytes_max=500, write_buffer_bytes_max=1024)
     model: list[Entry] = []
@@ -79,6 +94,8 @@ def test_behaves_like_a_list_across_any_operations_and_reopens(
         elif op[0] == "term":
             term, vote = op[1], op[2]  # type: ignore[assignment]
             journal.setCurrentTerm(term, vote)
+        elif op[0] == "sync":
+            journal.sync()  # old pages leave the page cache: later reads go to the disk
         else:
             journal.setRaftCommitIndex(max(1, len(model)))
             journal.sync()
@@ -234,3 +251,66 @@ def test_pysyncobj_uses_the_durable_journal_and_stock_journals_are_untouched(
     assert isinstance(stock, FileJournal)
     stock._destroy()
     durable.close()
+
+
+def resident_pages(path: Path) -> list[bool]:
+    """Which pages of `path` are in the page cache now: mincore(2) over a read-only map
+    (mapping a file reads nothing in; only touching it would)."""
+    libc = ctypes.CDLL(ctypes.util.find_library("c"), use_errno=True)
+    libc.mmap.restype = ctypes.c_void_p
+    libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int,
+                          ctypes.c_int, ctypes.c_long]  # fmt: skip
+    libc.mincore.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_void_p]
+    libc.munmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
+    size = os.path.getsize(path)
+    pages = (size + mmap.PAGESIZE - 1) // mmap.PAGESIZE
+    vector = (ctypes.c_ubyte * pages)()
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        address = libc.mmap(None, size, mmap.PROT_READ, mmap.MAP_SHARED, fd, 0)
+        assert address not in (None, ctypes.c_void_p(-1).value), os.strerror(ctypes.get_errno())
+        try:
+            assert libc.mincore(address, size, vector) == 0, os.strerror(ctypes.get_errno())
+        finally:
+            libc.munmap(address, size)
+    finally:
+        os.close(fd)
+    return [bool(v & 1) for v in vector]
+
+
+@pytest.mark.parametrize("durability", ["fsync", "none"])
+def test_durable_pages_older_than_the_cache_leave_the_page_cache(
+    tmp_path: Path, durability: Literal["fsync", "none"]
+) -> None:
+    """After each sync, the journal hands back to the OS the pages of durable records older
+    than its command cache (#22: fresh page-cache pages were half a follower's CPU on this
+    VM). The cached entries' pages, the unsynced tail and anything under durability "none"
+    (dirty pages, not yet on disk) stay; every entry still reads back, also after reopening."""
+    page = mmap.PAGESIZE
+    cache = 64 * 1024
+    journal = DurableJournal(
+        tmp_path, durability=durability, cache_bytes_max=cache, write_buffer_bytes_max=1024
+    )
+    command_bytes = 4 * 1024 - 24  # one record a page
+    for idx in range(1, 257):  # 1 MiB
+        journal.add(idx.to_bytes(2, "little") * (command_bytes // 2), idx, 1)
+        if idx % 8 == 0:
+            journal.sync()
+    resident = resident_pages(tmp_path / JOURNAL_FILE)
+    assert len(resident) == 257  # the 16-byte file header, then record k on page k (k >= 1)
+    cached_from = 256 - cache // command_bytes  # the 16 newest commands are cached
+    if durability == "fsync":
+        dropped = journal.dropped_bytes // page
+        # Everything older than the cache, give or take the last drop's worth (drops wait
+        # for PAGE_DROP_BYTES_MIN), is gone; the cached entries' pages all stay.
+        assert cached_from - PAGE_DROP_BYTES_MIN // page <= dropped <= cached_from
+        assert not any(resident[:dropped])
+        assert all(resident[cached_from:])
+    else:
+        assert journal.dropped_bytes == 0 and all(resident)
+    assert [journal[k][1] for k in range(len(journal))] == list(range(1, 257))
+    assert journal[0][0] == (1).to_bytes(2, "little") * (command_bytes // 2)
+    journal.close()
+    reopened = DurableJournal(tmp_path, durability=durability)
+    assert reopened[100][0][:2] == (101).to_bytes(2, "little") and len(reopened) == 256
+    reopened.close()
