@@ -162,6 +162,7 @@ class DurableJournal(Journal):  # type: ignore[misc]  # pysyncobj is untyped
         self.dropped_bytes = 0  # a metric: journal bytes dropped from the page cache
         self._cache_bytes = 0
         self._epoch = 0  # bumped by every deletion: views taken before it are stale
+        self._first_entry: tuple[int, Entry] | None = None  # (epoch, entry 0), entry_at
         self._fd = self._open_and_recover()
         self._meta = _MetaFile(directory / META_FILE)
         self._term, self._voted_for, self._commit_index = self._meta.load()
@@ -477,9 +478,16 @@ class DurableJournal(Journal):  # type: ignore[misc]  # pysyncobj is untyped
     def entry_at(self, position: int) -> Entry:
         idx = self._first_idx + position
         command = self._cache.get(idx)
-        if command is None:
-            return self.read_range(position, position + 1)[0]
-        return command, idx, self._terms[position]
+        if command is not None:
+            return command, idx, self._terms[position]
+        if position == 0:
+            # pysyncobj reads log[0] for the first index three times per append_entries it
+            # sends; that entry is old, out of the cache, its pages dropped (_drop_pages).
+            # Kept until the next deletion changes the first entry (the epoch).
+            if self._first_entry is None or self._first_entry[0] != self._epoch:
+                self._first_entry = (self._epoch, self.read_range(0, 1)[0])
+            return self._first_entry[1]
+        return self.read_range(position, position + 1)[0]
 
     def read_range(self, start: int, stop: int) -> list[Entry]:
         """Entries at positions [start, stop): from the cache where it holds them (the

@@ -314,3 +314,28 @@ def test_durable_pages_older_than_the_cache_leave_the_page_cache(
     reopened = DurableJournal(tmp_path, durability=durability)
     assert reopened[100][0][:2] == (101).to_bytes(2, "little") and len(reopened) == 256
     reopened.close()
+
+
+def test_the_first_entry_is_read_from_the_file_once_until_a_deletion(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """pysyncobj reads log[0] three times for every append_entries it sends (its first
+    index); entry 0 is long out of the cache, so each read was a pread and a CRC pass over
+    the whole command, from the disk once its pages were dropped (#22)."""
+    journal = DurableJournal(tmp_path, cache_bytes_max=4096, write_buffer_bytes_max=1024)
+    for idx in range(1, 11):
+        journal.add(bytes([idx]) * 1024, idx, 1)
+    journal.sync()
+    reads: list[int] = []
+    real_pread = os.pread
+    monkeypatch.setattr(
+        journal_module.os, "pread", lambda fd, n, at: reads.append(at) or real_pread(fd, n, at)
+    )
+    assert [journal[0] for _ in range(100)] == [(bytes([1]) * 1024, 1, 1)] * 100
+    assert len(reads) == 1
+    journal.deleteEntriesTo(2)  # compaction: entry 0 is now index 3
+    assert journal[0] == (bytes([3]) * 1024, 3, 1) and journal[0][1] == 3
+    journal.deleteEntriesFrom(0)  # a conflicting suffix from the very first entry
+    journal.add(b"new", 3, 2)
+    assert journal[0] == (b"new", 3, 2)
+    journal.close()
