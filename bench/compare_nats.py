@@ -10,7 +10,11 @@ Workload, 1 KiB messages, for each system:
 1. **throughput**: `--messages` messages with `--in-flight` (256) unacknowledged at once
    (a sliding window: a new publish leaves as soon as one is acknowledged); messages/s.
    NATS: `js.publish` per message (each waits for its PubAck). dmq: `AsyncProducer.send`
-   with its batching (linger_ms 5, one request per partition in flight), acks=all;
+   with its batching (one request per partition in flight), acks=all, once for each
+   `--linger-ms` (5, the client's default, and 0). In this closed loop a linger only
+   delays: the window's records gather behind the request in flight anyway, and once it
+   is answered nothing more comes until the next batch is acknowledged, so linger 5 spends
+   5 ms of every round trip waiting (bench/README.md, "Linger in a closed loop");
 2. **latency**: one message at a time, each waiting for its acknowledgement, p50 and p99.
    NATS: `js.publish`; dmq: `AsyncProducer(linger_ms=0).send_and_wait`, one record per
    request.
@@ -267,20 +271,25 @@ async def measure_dmq(url: str, topic: str, args: argparse.Namespace) -> dict[st
     from dmq.client import AsyncProducer
 
     payload = os.urandom(MESSAGE_BYTES)
-    async with AsyncProducer(url, acks="all") as producer:
+    out: dict[str, float] = {}
+    for linger_ms in args.linger_ms:
+        async with AsyncProducer(url, acks="all", linger_ms=linger_ms) as producer:
 
-        async def send_batched() -> None:
-            await (await producer.send(topic, payload, partition=0))
+            async def send_batched() -> None:
+                await (await producer.send(topic, payload, partition=0))
 
-        await sliding_window(send_batched, max(args.in_flight, args.messages // 10), args.in_flight)
-        msgs_s = await sliding_window(send_batched, args.messages, args.in_flight)
+            warm_up = max(args.in_flight, args.messages // 10)
+            await sliding_window(send_batched, warm_up, args.in_flight)
+            out[f"msgs_s_linger{linger_ms}"] = await sliding_window(
+                send_batched, args.messages, args.in_flight
+            )
     async with AsyncProducer(url, acks="all", linger_ms=0) as producer:
 
         async def send_one() -> None:
             await producer.send_and_wait(topic, payload, partition=0)
 
         latency = await one_at_a_time(send_one, args.latency_count)
-    return {"msgs_s": msgs_s, **latency}
+    return {**out, **latency}
 
 
 async def _dmq_leader_url(brokers: Any, topic: str) -> str:
@@ -359,6 +368,7 @@ def _setup(args: argparse.Namespace) -> dict[str, Any]:
         "latency_count": args.latency_count,
         "runs": args.runs,
         "durability": list(args.durability),
+        "linger_ms": list(args.linger_ms),
     }
 
 
@@ -390,14 +400,16 @@ def _print_result(medians: dict[str, float], args: argparse.Namespace) -> dict[s
     )
     checks: dict[str, bool] = {}
     for d in args.durability:
-        rate, p50, p99 = (medians[f"dmq_{d}_{k}"] for k in ("msgs_s", "p50_ms", "p99_ms"))
-        label = f"dmq 3 nodes, durability {d}"
-        print(
-            f"{label:28} {rate:9.0f} {p50:8.2f} {p99:8.2f} {rate / nats_rate:14.2f} {p99 / nats_p99:11.2f}"
-        )
-        checks[f"dmq ({d}) records/s >= {TARGET_RECORDS_RATIO_MIN:g}x NATS R3"] = (
-            rate / nats_rate >= TARGET_RECORDS_RATIO_MIN
-        )
+        p50, p99 = medians[f"dmq_{d}_p50_ms"], medians[f"dmq_{d}_p99_ms"]
+        for k, linger_ms in enumerate(args.linger_ms):
+            rate = medians[f"dmq_{d}_msgs_s_linger{linger_ms}"]
+            label = f"dmq 3 nodes, {d}, linger {linger_ms}"
+            latency = f"{p50:8.2f} {p99:8.2f}" if k == 0 else f"{'':8} {'':8}"
+            ratio = f"{p99 / nats_p99:11.2f}" if k == 0 else ""
+            print(f"{label:28} {rate:9.0f} {latency} {rate / nats_rate:14.2f} {ratio}")
+            checks[
+                f"dmq ({d}, linger {linger_ms}) records/s >= {TARGET_RECORDS_RATIO_MIN:g}x NATS R3"
+            ] = rate / nats_rate >= TARGET_RECORDS_RATIO_MIN
         checks[f"dmq ({d}) single-record p99 <= {TARGET_P99_RATIO_MAX:g}x NATS's"] = (
             p99 / nats_p99 <= TARGET_P99_RATIO_MAX
         )
@@ -409,6 +421,19 @@ def _print_result(medians: dict[str, float], args: argparse.Namespace) -> dict[s
     return checks
 
 
+def _linger_list(text: str) -> list[int]:
+    """--linger-ms: distinct integers from 0 to 1000, comma-separated."""
+    try:
+        values = [int(part) for part in text.split(",")]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"--linger-ms: integers, not {text!r}") from None
+    if not values or len(set(values)) != len(values) or not all(0 <= v <= 1000 for v in values):
+        raise argparse.ArgumentTypeError(
+            f"--linger-ms: distinct values from 0 to 1000, not {text!r}"
+        )
+    return values
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--quick", action="store_true", help="one short run (CI)")
     parser.add_argument("--runs", type=int, default=3, help="runs; medians are shown")
@@ -416,6 +441,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--in-flight", type=int, default=256, help="unacknowledged at once")
     parser.add_argument("--latency-count", type=int, default=2000, help="one-at-a-time sends")
     parser.add_argument("--durability", default="fsync,none", help="dmq --raft-durability values")
+    parser.add_argument(
+        "--linger-ms",
+        type=_linger_list,
+        default=[5, 0],
+        help="comma-separated linger_ms values of dmq's throughput phase (default 5,0)",
+    )
     parser.add_argument("--dir", help="make the work directory inside DIR (default: here)")
     parser.add_argument("--json", help="also write the result here")
 
