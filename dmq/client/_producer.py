@@ -188,7 +188,10 @@ class AsyncProducer:
         self._buffer_bytes_max = buffer_bytes
         self._buffered_bytes = 0  # reserved by records not yet acknowledged
         self._space_freed = asyncio.Event()
-        self._reserve_lock = asyncio.Lock()  # taken by every send; held while waiting for room
+        self._reserve_lock = asyncio.Lock()  # held while a send waits for room
+        # Sends now waiting for a topic's metadata or for room (_enqueue): while there are
+        # any, later sends queue behind them through the same locks, in call order.
+        self._slow_sends = 0
         # A random start spreads the unkeyed records of many producers over partitions.
         self._accumulator: RecordAccumulator[asyncio.Future[RecordMetadata]] = RecordAccumulator(
             batch_bytes=batch_bytes,
@@ -354,22 +357,40 @@ class AsyncProducer:
         # metadata or buffer room.
         self._undelivered.add(future)
         future.add_done_callback(self._undelivered.discard)
-        try:
-            count = await self._partition_count(topic, record, partition, future, deadline)
-            if count is None:  # the record went alone, as JSON, to a new topic
+        size = record_size_bytes(record)
+        meta = self._metadata.get(topic)
+        if (
+            meta is not None
+            and not self._slow_sends
+            and (partition is None or partition < meta.partition_count)
+            and self._fits(size)
+        ):
+            # Nothing to wait for, and no earlier send still waiting (for metadata or room)
+            # that this one could overtake: what the locks below would do, without them.
+            self._maybe_refresh_in_background(topic, meta)
+            self._buffered_bytes += size
+            count = meta.partition_count
+        else:
+            self._slow_sends += 1
+            try:
+                known = await self._partition_count(topic, record, partition, future, deadline)
+                if known is None:  # the record went alone, as JSON, to a new topic
+                    return future
+                count = known
+                if partition is not None and partition >= count:
+                    count = await self._refresh_metadata(topic, deadline)
+                    if partition >= count:
+                        raise PartitionNotFound(
+                            f"partition {partition} is not in 0..{count - 1} of topic {topic!r}",
+                            field="partition",
+                            limit=count - 1,
+                        )
+                await self._reserve(size, deadline)
+            except DmqError as error:
+                future.set_exception(error)
                 return future
-            if partition is not None and partition >= count:
-                count = await self._refresh_metadata(topic, deadline)
-                if partition >= count:
-                    raise PartitionNotFound(
-                        f"partition {partition} is not in 0..{count - 1} of topic {topic!r}",
-                        field="partition",
-                        limit=count - 1,
-                    )
-            await self._reserve(record_size_bytes(record), deadline)
-        except DmqError as error:
-            future.set_exception(error)
-            return future
+            finally:
+                self._slow_sends -= 1
         _, changed = self._accumulator.append(
             topic,
             record,
@@ -441,8 +462,9 @@ class AsyncProducer:
         lock = self._topic_locks.get(topic)
         if lock is None:
             lock = self._topic_locks[topic] = asyncio.Lock()
-        # Always through the lock, which is FIFO and does not yield when free: a send
-        # must not overtake earlier ones still waiting here for the topic's metadata.
+        # Through the lock, which is FIFO: a send must not overtake earlier ones still
+        # waiting here for the topic's metadata (_enqueue comes here only if some send
+        # waits, or the metadata is missing).
         async with lock:
             meta = self._metadata.get(topic)
             if meta is not None:

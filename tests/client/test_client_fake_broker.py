@@ -403,6 +403,31 @@ def test_sends_of_one_thread_keep_their_order_through_waits_for_metadata_and_roo
     assert len(fake.produced()) > 10
 
 
+def test_sends_started_in_order_by_many_tasks_land_in_that_order(
+    fake: FakeBroker, url: str
+) -> None:
+    """Sends that find nothing to wait for skip the producer's locks (#22), but never
+    while an earlier send still waits in them: a second wave of tasks, started while the
+    first waits for the new topic's metadata and for room in a small buffer, lands after
+    all of it, in order."""
+
+    async def waves() -> list[int]:
+        async with AsyncProducer(url, linger_ms=1, batch_bytes=2048, buffer_bytes=4096) as producer:
+            sends = [
+                asyncio.ensure_future(producer.send("waves", b"a%04d" % i)) for i in range(300)
+            ]
+            for i in range(300):
+                sends.append(asyncio.ensure_future(producer.send("waves", b"b%04d" % i)))
+                await asyncio.sleep(0)  # let the first wave move through its waits
+            futures = [await send for send in sends]
+            return [(await future).offset for future in futures]
+
+    offsets = asyncio.run(waves())
+    assert offsets == list(range(600))
+    values = [r.value for r in fake.topics["waves"][0].records()]
+    assert values == [b"a%04d" % i for i in range(300)] + [b"b%04d" % i for i in range(300)]
+
+
 def test_without_auto_create_a_missing_topic_fails_the_record() -> None:
     fake = FakeBroker(auto_create=False)
     with serving(fake) as url, Producer(url) as producer:
