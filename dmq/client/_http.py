@@ -199,9 +199,11 @@ class Deadline:
     timeout_ms: int
 
     @classmethod
-    def after(cls, timeout_ms: int, setting: str) -> Deadline:
-        """`timeout_ms` from now."""
-        return cls(asyncio.get_running_loop().time() + timeout_ms / 1000, setting, timeout_ms)
+    def after(cls, timeout_ms: int, setting: str, now_s: float | None = None) -> Deadline:
+        """`timeout_ms` from now (`now_s`, if the caller read the loop's clock already)."""
+        if now_s is None:
+            now_s = asyncio.get_running_loop().time()
+        return cls(now_s + timeout_ms / 1000, setting, timeout_ms)
 
     def remaining_ms(self) -> float:
         return (self.at_s - asyncio.get_running_loop().time()) * 1000

@@ -351,8 +351,10 @@ class AsyncProducer:
             raise RuntimeError("the producer is closed")
         if self._txn is not None:
             self._txn.check_open()
-        future: asyncio.Future[RecordMetadata] = asyncio.get_running_loop().create_future()
-        deadline = Deadline.after(self._delivery_timeout_ms, "delivery_timeout_ms")
+        loop = asyncio.get_running_loop()
+        now_s = loop.time()
+        future: asyncio.Future[RecordMetadata] = loop.create_future()
+        deadline = Deadline.after(self._delivery_timeout_ms, "delivery_timeout_ms", now_s)
         # Tracked from now, so that a flush also waits for records still waiting for
         # metadata or buffer room.
         self._undelivered.add(future)
@@ -367,7 +369,7 @@ class AsyncProducer:
         ):
             # Nothing to wait for, and no earlier send still waiting (for metadata or room)
             # that this one could overtake: what the locks below would do, without them.
-            self._maybe_refresh_in_background(topic, meta)
+            self._maybe_refresh_in_background(topic, meta, now_s)
             self._buffered_bytes += size
             count = meta.partition_count
         else:
@@ -391,14 +393,16 @@ class AsyncProducer:
                 return future
             finally:
                 self._slow_sends -= 1
+            now_s = loop.time()
+            meta = self._metadata.get(topic)
         _, changed = self._accumulator.append(
             topic,
             record,
             future,
             partition_count=count,
             partition=partition,
-            now_s=asyncio.get_running_loop().time(),
-            active=meta.active if (meta := self._metadata.get(topic)) is not None else None,
+            now_s=now_s,
+            active=meta.active if meta is not None else None,
             deadline_s=deadline.at_s,
         )
         self._ensure_sender()
@@ -468,7 +472,7 @@ class AsyncProducer:
         async with lock:
             meta = self._metadata.get(topic)
             if meta is not None:
-                self._maybe_refresh_in_background(topic, meta)
+                self._maybe_refresh_in_background(topic, meta, asyncio.get_running_loop().time())
                 return meta.partition_count
             try:
                 return await self._refresh_metadata(topic, deadline)
@@ -491,8 +495,8 @@ class AsyncProducer:
         )
         return count
 
-    def _maybe_refresh_in_background(self, topic: str, meta: _TopicMetadata) -> None:
-        age_s = asyncio.get_running_loop().time() - meta.fetched_s
+    def _maybe_refresh_in_background(self, topic: str, meta: _TopicMetadata, now_s: float) -> None:
+        age_s = now_s - meta.fetched_s
         if age_s * 1000 < _limits.METADATA_MAX_AGE_MS or topic in self._refreshing:
             return
         self._refreshing.add(topic)
