@@ -20,6 +20,7 @@ from aiohttp import web
 from dmq import errors
 from dmq.broker import Broker
 from dmq.config import BrokerConfig
+from dmq.malloc_tuning import keep_freed_memory
 from dmq.selector import TAGS_CHARS_MAX
 from http_api.app import make_app
 
@@ -144,6 +145,8 @@ def raise_open_files_limit() -> int:
 
 def serve(config: BrokerConfig) -> int:
     configure_logging(config.log_level)
+    if not keep_freed_memory():
+        _log.info("malloc left as it is (MALLOC_*_ tunables set, or not glibc)")
     files = raise_open_files_limit()
     if files < 6 * config.replicas_per_broker_max + 1024:
         _log.warning(
