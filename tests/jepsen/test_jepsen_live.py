@@ -164,7 +164,8 @@ def test_a_deposed_leader_serves_no_stale_reads(
         if fault == "pause":  # polled from the moment it resumes, before it catches up
             cluster.brokers[leader].resume()
             thread.start()
-        time.sleep(3.0)  # past leader_step_down_s: the old leader has noticed by now
+        _wait_stepped_down(cluster, leader, 3.0)  # polled until it no longer leads
+        time.sleep(0.5)  # and a little after
         stop.set()
         thread.join(30)
         assert acked == 5, "no send committed through the majority"
@@ -179,6 +180,23 @@ def test_a_deposed_leader_serves_no_stale_reads(
         assert "stale-read" in verdict.anomalies, "lease-read was not caught"
         return
     assert "stale-read" not in verdict.anomalies, verdict.anomalies["stale-read"][:3]
+
+
+def _wait_stepped_down(cluster: Cluster, node_id: str, timeout_s: float) -> None:
+    """Until `node_id`'s own Raft view says it no longer leads partition 0 (it steps down
+    leader_step_down_s after it last heard from a majority, or when it hears of the newer
+    term), timeout_s at most."""
+    url = cluster.brokers[node_id].url + "/v1/internal/status"
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        with contextlib.suppress(OSError, ValueError, KeyError):
+            replicas = http(url, timeout_s=1.0).json()["replicas"]
+            if not any(
+                r.get("topic") == TOPIC and r.get("partition") == 0 and r.get("is_leader")
+                for r in replicas
+            ):
+                return
+        time.sleep(0.05)
 
 
 def _send_through_majority(writer: Client, leader: str, count: int) -> int:
