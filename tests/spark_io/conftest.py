@@ -2,7 +2,8 @@
 test module (a SparkSession takes seconds to start; the broker is cheap but shared likewise).
 
 Spark runs `local[2]` with the project's interpreter for its Python workers
-(PYSPARK_PYTHON = sys.executable), no UI, 2 shuffle partitions and warnings-only logs.
+(PYSPARK_PYTHON = sys.executable), no UI, 2 shuffle partitions and warnings-only logs; its
+JVM with the first JIT tier only and the serial GC (less CPU for a short-lived JVM).
 The broker checks retention every 200 ms so that the data-loss tests need not wait.
 """
 
@@ -47,7 +48,13 @@ def spark(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
         .config("spark.sql.shuffle.partitions", "2")
         .config("spark.sql.session.timeZone", "UTC")
         .config("spark.sql.warehouse.dir", str(warehouse))
-        .config("spark.driver.extraJavaOptions", f"-Djava.io.tmpdir={warehouse}")
+        # The JIT's first tier only and the serial GC: a test session's JVM lives seconds,
+        # not long enough for C2's compilations to pay for their CPU (half the JVM's CPU
+        # time in test_batch + test_auth; the other pytest worker gets it).
+        .config(
+            "spark.driver.extraJavaOptions",
+            f"-Djava.io.tmpdir={warehouse} -XX:TieredStopAtLevel=1 -XX:+UseSerialGC",
+        )
         .config("spark.sql.streaming.forceDeleteTempCheckpointLocation", "true")
         .getOrCreate()
     )
