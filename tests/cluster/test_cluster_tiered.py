@@ -93,7 +93,11 @@ def test_a_replica_on_an_empty_disk_starts_from_the_manifest_and_the_local_tail(
     assert (follower.group_dir(group_id) / "snapshot").exists(), "no snapshot installed"
     copied = sum(p.stat().st_size for p in follower.partition_dir("tt", 0).glob("*.log"))
     print(f"restored: local start {local_start(follower, 'tt')}, {copied} bytes of {count}")
-    assert copied < count * len(VALUE) // 4, f"the follower copied {copied} bytes"
+    # Not the whole log (~3 MB): the leader's local tail (its 2-segment local retention and
+    # the active segment), the entries after the snapshot replayed on top (up to 64 of 10
+    # KB, --raft-snapshot-entries) and a segment the follower's retention has not trimmed
+    # yet: 0.67-1.04 MB seen, depending on where the leader's last snapshot fell.
+    assert copied < count * len(VALUE) // 2, f"the follower copied {copied} bytes"
 
     cluster.kill9(leader.node_id)
     survivor = next(n for n in cluster.live())
