@@ -157,10 +157,14 @@ def test_kill_9_of_a_node_leading_quiesced_groups_fails_over_within_3s(tmp_path:
     with RaftCluster(tmp_path, groups=20, extra_args=["--no-values"]) as cluster:
         leader = cluster.leader(0)
         cluster.propose(leader, "warm-up")
+        time.sleep(1.0)  # idle: every group quiesces within a few heartbeats
         stats = leader.request("stats")
-        time.sleep(2.0)  # idle: every group quiesces within a few heartbeats
+        time.sleep(2.0)
         ticked = leader.request("stats")["ticks"] - stats["ticks"]
-        assert ticked < 20 * 2 / RaftConfig().heartbeat_interval_s / 4, ticked  # quiesced
+        # Quiesced: a tenth of what 20 groups heartbeating for 2 s would tick (400). The
+        # window starts once they had time to quiesce: counted from the warm-up, the
+        # heartbeats before quiescence were already ~100 ticks on a fast VM.
+        assert ticked < 20 * 2 / RaftConfig().heartbeat_interval_s / 10, ticked
         leader.kill()
         killed_at = time.monotonic()
         survivor = next(node for node in cluster.live())
