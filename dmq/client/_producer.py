@@ -356,9 +356,9 @@ class AsyncProducer:
         future: asyncio.Future[RecordMetadata] = loop.create_future()
         deadline = Deadline.after(self._delivery_timeout_ms, "delivery_timeout_ms", now_s)
         # Tracked from now, so that a flush also waits for records still waiting for
-        # metadata or buffer room.
+        # metadata or buffer room; dropped where the record ends (its batch's send, or
+        # below), not by a done-callback: that was a loop callback per record.
         self._undelivered.add(future)
-        future.add_done_callback(self._undelivered.discard)
         size = record_size_bytes(record)
         meta = self._metadata.get(topic)
         if (
@@ -377,6 +377,7 @@ class AsyncProducer:
             try:
                 known = await self._partition_count(topic, record, partition, future, deadline)
                 if known is None:  # the record went alone, as JSON, to a new topic
+                    self._undelivered.discard(future)
                     return future
                 count = known
                 if partition is not None and partition >= count:
@@ -390,7 +391,14 @@ class AsyncProducer:
                 await self._reserve(size, deadline)
             except DmqError as error:
                 future.set_exception(error)
+                self._undelivered.discard(future)
                 return future
+            except BaseException:
+                # Cancelled (or a bug) while waiting: the record is not sent, and a flush
+                # must not wait for it.
+                future.cancel()
+                self._undelivered.discard(future)
+                raise
             finally:
                 self._slow_sends -= 1
             now_s = loop.time()
@@ -630,6 +638,7 @@ class AsyncProducer:
         else:
             return
         _fail(list(self._undelivered), error)
+        self._undelivered.clear()
 
     async def _run_sender(self) -> None:
         loop = asyncio.get_running_loop()
@@ -731,6 +740,7 @@ class AsyncProducer:
                 self._producer = None  # its sequence is now unknown: start a new epoch
             _fail(batch.waiters, error)
         finally:
+            self._undelivered.difference_update(batch.waiters)
             self._release(batch.size_bytes)
             self._in_flight.discard(tp)
             self._wake.set()

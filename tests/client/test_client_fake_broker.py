@@ -428,6 +428,32 @@ def test_sends_started_in_order_by_many_tasks_land_in_that_order(
     assert values == [b"a%04d" % i for i in range(300)] + [b"b%04d" % i for i in range(300)]
 
 
+def test_a_send_cancelled_while_it_waits_for_room_is_not_waited_for_by_flush(
+    fake: FakeBroker, url: str
+) -> None:
+    """A send whose task is cancelled while it waits for buffer room is not sent, and a
+    flush (or close) does not wait for it: before, its record stayed undelivered for
+    ever and flush hung."""
+    fake.create("t")
+
+    async def scenario() -> int:
+        async with AsyncProducer(
+            url, linger_ms=0, batch_bytes=1024, buffer_bytes=1024, retry_backoff_ms=1
+        ) as producer:
+            await producer.send_and_wait("t", b"warm-up")  # the topic's metadata is known
+            fake.failures.extend([(503, "not_leader", {"retry_after_ms": 50})] * 6)
+            first = await producer.send("t", b"x" * 600)  # holds the room while retried
+            waiting = asyncio.ensure_future(producer.send("t", b"y" * 600))
+            await asyncio.sleep(0.05)
+            assert not waiting.done()  # waiting for room
+            waiting.cancel()
+            await asyncio.wait_for(producer.flush(), 10)
+            return (await first).offset
+
+    assert asyncio.run(asyncio.wait_for(scenario(), 20)) == 1
+    assert [r.value for r in fake.topics["t"][0].records()] == [b"warm-up", b"x" * 600]
+
+
 def test_without_auto_create_a_missing_topic_fails_the_record() -> None:
     fake = FakeBroker(auto_create=False)
     with serving(fake) as url, Producer(url) as producer:
