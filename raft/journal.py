@@ -76,7 +76,7 @@ COMMIT_INDEX_PERSIST_INTERVAL_S = 1.0
 # Durable pages older than the command cache leave the page cache once this many bytes of
 # them have gathered (one posix_fadvise per drop; see DurableJournal._drop_pages).
 PAGE_DROP_BYTES_MIN = 256 * 1024
-_PAGE_BYTES = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
+_PAGE_BYTES = os.sysconf("SC_PAGE_SIZE")
 
 JOURNAL_FILE = "journal"
 META_FILE = "journal.meta"

@@ -890,6 +890,8 @@ class GroupTransport(Transport):  # type: ignore[misc]  # pysyncobj is untyped
                 self._sent[peer_id] = mark
             else:
                 self._sent.pop(peer_id, None)
+            if sent and self._commits_forwarded(peer_id, message):
+                del self._forwarded[peer_id]  # this one tells it: nothing left waiting
         elif kind == "apply_command" and not sent and "request_id" in message:
             self._unsent_command(message["request_id"])
         elif kind == "apply_command_response" and isinstance(message.get("log_idx"), int):
@@ -901,10 +903,7 @@ class GroupTransport(Transport):  # type: ignore[misc]  # pysyncobj is untyped
         waits for the follower to apply it: a held-back commit index would add up to a
         heartbeat to every proposal made through a follower)."""
         waiting = self._forwarded.get(peer_id)
-        if waiting is None or message.get("commit_index", 0) < waiting:
-            return False
-        del self._forwarded[peer_id]
-        return True
+        return waiting is not None and message.get("commit_index", 0) >= waiting
 
     def _unsent_command(self, request_id: int) -> None:
         """A command a follower forwarded to its leader that never left (the link is down:
