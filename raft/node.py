@@ -550,8 +550,13 @@ class RaftNode:
             and replica.quiesce_ready(self.network.is_up)
         )
         if not ready:
+            replica.busy_at = now
             self._unquiesce(replica)
             return
+        if replica.lead_quiesce == "active" and (
+            now - replica.busy_at < quiesce.IDLE_HEARTBEATS * self.config.heartbeat_interval_s
+        ):
+            return  # idle only just now: looked at again at its next heartbeat tick
         connected = [p for p in replica.followers if self.network.is_up(p)]
         if replica.lead_quiesce == "active":
             replica.lead_quiesce = "quiescing"

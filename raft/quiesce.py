@@ -11,7 +11,8 @@ The protocol, with the states of raft/replica.py (`Replica.lead_quiesce`, `quies
 
 1. A leader whose group is idle and caught up after a tick (`Replica.quiesce_ready`: no
    proposal waiting or in flight, journal synced, commit == applied == last index, every
-   connected follower's match index at the last index) sends QUIESCE(term, last, last_term)
+   connected follower's match index at the last index), and has been since a tick at
+   least IDLE_HEARTBEATS heartbeat intervals ago, sends QUIESCE(term, last, last_term)
    to its connected followers and becomes *quiescing*: it still ticks and heartbeats.
 2. A follower accepts QUIESCE only if it follows that leader in that term and holds the
    same last entry, committed (Log Matching: then it holds the leader's whole log). It
@@ -51,6 +52,12 @@ CONTROL_TYPES = frozenset({QUIESCE, QUIESCED, UNQUIESCE, WAKE})
 # A quiescing leader sends QUIESCE again to followers that did not answer, at most this often
 # (a follower whose group is not open yet never answers; the leader keeps heartbeating it).
 QUIESCE_RETRY_S = 1.0
+# A leader quiesces only once its group was ready at every tick for this many heartbeat
+# intervals, so at its first heartbeat tick after the last commit. Quiescing at the commit
+# itself put QUIESCE, QUIESCED and UNQUIESCE around every request of a client sending one at
+# a time (six frames and four wake-ups of a follower per record, #22), for an idle period
+# too short to save any heartbeat.
+IDLE_HEARTBEATS = 1.0
 
 
 def is_leader_heartbeat(message: Any, from_leader: bool, term: int, last_index: int) -> bool:

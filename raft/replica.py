@@ -153,6 +153,7 @@ class Replica:
         self.quiesce_acks: set[str] = set()
         self.quiesce_sent_at = 0.0
         self.quiesce_round = 0  # echoed by QUIESCED: an answer to an older QUIESCE is ignored
+        self.busy_at = 0.0  # as leader: the last tick after which it was not quiesce_ready
         self.quiesced_leader: str | None = None
         self.quiesce_timeout_s = 0.0  # the follower's election timeout while quiesced
         # A full disk (raft/README.md): set while this group's journal or state machine
