@@ -22,7 +22,9 @@ with its SyncObj and DurableJournal), and the one tick thread that drives them a
    commands and answers their proposers. A quiesced group (raft/quiesce.py: idle and
    caught up) is not ticked at all until a proposal or message wakes it, or node liveness
    says its leader (or its majority) went silent;
-4. write the queued append_entries to the sockets (they acknowledge nothing);
+4. write the queued append_entries to the sockets (they acknowledge nothing), then wake
+   the event loop once for everything the round has for it (`call_soon_after_round`:
+   answers to proposers, applied offsets), so it runs while step 5 waits for the disk;
 5. sync every journal changed in this round: one fdatasync per group covers all its
    entries of the round, and term and vote;
 6. release the held messages (append and vote replies) to the sockets.
@@ -132,6 +134,13 @@ class RaftNode:
         self._ready: collections.deque[Replica] = collections.deque()
         self._calls: collections.deque[Callable[[], None]] = collections.deque()
         self._wake_pending = False
+        # Calls for event loops made by the tick thread during a round, run once the round
+        # has released its frames (call_soon_after_round); tick thread only.
+        self._loop_calls: dict[
+            asyncio.AbstractEventLoop, list[tuple[Callable[..., Any], tuple[Any, ...]]]
+        ] = {}
+        self._in_round = False
+        self._tick_ident: int | None = None
         self._touched: set[Replica] = set()
         # (due time, tie-breaker, replica); an entry is stale if replica.next_due moved on.
         self._due: list[tuple[float, int, Replica]] = []
@@ -396,18 +405,49 @@ class RaftNode:
     def settle(self, batch: tuple[Proposal, ...], result: Any, error: BaseException | None) -> None:
         """Answer a batch's proposers on their event loop (from the tick thread)."""
         loop = self._loop
-        if loop is None:
+        if loop is not None:
+            self.call_soon_after_round(loop, settle_batch, batch, result, error)
+
+    def call_soon_after_round(
+        self, loop: asyncio.AbstractEventLoop, fn: Callable[..., Any], *args: Any
+    ) -> None:
+        """Run fn(*args) on `loop`. From the tick thread during a round: once the round's
+        append_entries are written, before its journal syncs (or at the end of the round,
+        for calls made after that), all of them for one loop in one wake-up of it, in the
+        order made. Anywhere else: at once, as loop.call_soon_threadsafe.
+
+        Each wake-up of a loop is a write to its self-pipe, and the woken loop thread then
+        takes the GIL from the tick thread at its next system call. Woken at each apply, it
+        ran ahead of the rest of the round's ticks and its sends, once per apply; woken here,
+        it runs while the tick thread waits for the disk (#22). A closed loop is skipped:
+        nobody waits on it.
+        """
+        if self._in_round and threading.get_ident() == self._tick_ident:
+            self._loop_calls.setdefault(loop, []).append((fn, args))
             return
-        # RuntimeError: the loop is closed, nobody is waiting any more.
         with contextlib.suppress(RuntimeError):
-            loop.call_soon_threadsafe(settle_batch, batch, result, error)
+            loop.call_soon_threadsafe(fn, *args)
+
+    def _flush_loop_calls(self) -> None:
+        if not self._loop_calls:
+            return
+        batches, self._loop_calls = self._loop_calls, {}
+        for loop, calls in batches.items():
+            with contextlib.suppress(RuntimeError):  # closed: nobody waits on it any more
+                loop.call_soon_threadsafe(_run_calls, calls)
 
     # --- the tick thread --------------------------------------------------------------------
 
     def _run(self) -> None:
+        self._tick_ident = threading.get_ident()
         try:
             while not self.stopping:
-                self._round()
+                self._in_round = True
+                try:
+                    self._round()
+                finally:
+                    self._in_round = False
+                    self._flush_loop_calls()
         except BaseException as error:
             logger.exception("raft node %s stopped by an error", self.node_id)
             self.failed = error
@@ -613,6 +653,7 @@ class RaftNode:
         # Steps 4 to 6 of the round. append_entries leave first, so a follower's fsync
         # overlaps the leader's; replies and votes leave only after the journals are durable.
         self.network.write_unheld()
+        self._flush_loop_calls()
         failed = False
         for replica in touched:
             try:
@@ -805,3 +846,13 @@ class RaftNode:
                 logger.exception("stopping group %d", replica.group_id)
         self.network.close()
         self._stopped.set_result(None)
+
+
+def _run_calls(calls: list[tuple[Callable[..., Any], tuple[Any, ...]]]) -> None:
+    """On an event loop: a round's calls for it, in order (one failing does not stop the
+    rest; it is logged as the loop would log a failing callback)."""
+    for fn, args in calls:
+        try:
+            fn(*args)
+        except Exception:
+            logger.exception("callback %r from the raft tick thread failed", fn)

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import asyncio
 import collections
-import contextlib
 import functools
 import time
 from collections.abc import Callable, Iterable
@@ -111,6 +110,11 @@ class ReplicaHost(Protocol):
 
     def settle(self, batch: tuple[Proposal, ...], result: Any, error: BaseException | None) -> None:
         """Answer a batch's proposers on their event loop (from the tick thread)."""
+
+    def call_soon_after_round(
+        self, loop: asyncio.AbstractEventLoop, fn: Callable[..., Any], *args: Any
+    ) -> None:
+        """Run fn(*args) on `loop`, batched with the tick thread's round (RaftNode)."""
 
 
 class Replica:
@@ -345,8 +349,7 @@ class Replica:
         future: asyncio.Future[int] = loop.create_future()
 
         def answer(index: int | None, error: BaseException | None) -> None:  # tick thread
-            with contextlib.suppress(RuntimeError):  # the loop is closed: nobody waits
-                loop.call_soon_threadsafe(_settle_read, future, index, error)
+            self.node.call_soon_after_round(loop, _settle_read, future, index, error)
 
         timeout = READ_TIMEOUT_S_DEFAULT if timeout_s is None else timeout_s
         timer = loop.call_later(timeout, expire, future, self.group_id, timeout)

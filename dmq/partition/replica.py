@@ -436,8 +436,8 @@ class PartitionReplica:
         if self._mirror_pending or self._loop is None:
             return
         self._mirror_pending = True
-        with contextlib.suppress(RuntimeError):  # the loop is closed: nobody waits
-            self._loop.call_soon_threadsafe(self._mirror_and_notify)
+        # With the round's other calls for the loop, in one wake-up of it.
+        self._raft_node.call_soon_after_round(self._loop, self._mirror_and_notify)
 
     def _mirror_and_notify(self) -> None:
         self._mirror_pending = False
