@@ -354,6 +354,10 @@ class DurableJournal(Journal):  # type: ignore[misc]  # pysyncobj is untyped
             time.monotonic() - self._commit_persisted_at >= COMMIT_INDEX_PERSIST_INTERVAL_S
         )
 
+    def sync_waits_for_disk(self) -> bool:
+        """True if sync() has work and will wait for the disk (durability "fsync")."""
+        return self._durability == "fsync" and self.needs_sync()
+
     def is_synced(self) -> bool:
         """True if every entry, truncation, term and vote so far went through sync()."""
         return not (self._dirty or self._vote_dirty or self._pending)

@@ -22,9 +22,10 @@ with its SyncObj and DurableJournal), and the one tick thread that drives them a
    commands and answers their proposers. A quiesced group (raft/quiesce.py: idle and
    caught up) is not ticked at all until a proposal or message wakes it, or node liveness
    says its leader (or its majority) went silent;
-4. write the queued append_entries to the sockets (they acknowledge nothing), then wake
-   the event loop once for everything the round has for it (`call_soon_after_round`:
-   answers to proposers, applied offsets), so it runs while step 5 waits for the disk;
+4. write the queued append_entries to the sockets (they acknowledge nothing), then, if
+   step 5 will wait for the disk, wake the event loop once for everything the round has
+   for it (`call_soon_after_round`: answers to proposers, applied offsets), so it runs
+   meanwhile (else that wake-up comes after step 6);
 5. sync every journal changed in this round: one fdatasync per group covers all its
    entries of the round, and term and vote;
 6. release the held messages (append and vote replies) to the sockets.
@@ -411,16 +412,18 @@ class RaftNode:
     def call_soon_after_round(
         self, loop: asyncio.AbstractEventLoop, fn: Callable[..., Any], *args: Any
     ) -> None:
-        """Run fn(*args) on `loop`. From the tick thread during a round: once the round's
-        append_entries are written, before its journal syncs (or at the end of the round,
-        for calls made after that), all of them for one loop in one wake-up of it, in the
-        order made. Anywhere else: at once, as loop.call_soon_threadsafe.
+        """Run fn(*args) on `loop`. From the tick thread during a round: all of the round's
+        calls for one loop in one wake-up of it, in the order made, once the round's
+        append_entries are written: before its journal syncs if one of them waits for the
+        disk (fsync), else at the end of the round, after its replies are released (and
+        calls made after the syncs, at the end). Anywhere else: at once, as
+        loop.call_soon_threadsafe.
 
         Each wake-up of a loop is a write to its self-pipe, and the woken loop thread then
         takes the GIL from the tick thread at its next system call. Woken at each apply, it
-        ran ahead of the rest of the round's ticks and its sends, once per apply; woken here,
-        it runs while the tick thread waits for the disk (#22). A closed loop is skipped:
-        nobody waits on it.
+        ran ahead of the rest of the round's ticks, syncs and sends, once per apply; woken
+        here, it runs while the tick thread waits for the disk, or once the round's frames
+        are out (#22). A closed loop is skipped: nobody waits on it.
         """
         if self._in_round and threading.get_ident() == self._tick_ident:
             self._loop_calls.setdefault(loop, []).append((fn, args))
@@ -653,7 +656,8 @@ class RaftNode:
         # Steps 4 to 6 of the round. append_entries leave first, so a follower's fsync
         # overlaps the leader's; replies and votes leave only after the journals are durable.
         self.network.write_unheld()
-        self._flush_loop_calls()
+        if any(replica.journal.sync_waits_for_disk() for replica in touched):
+            self._flush_loop_calls()  # the loop runs while this thread waits for the disk
         failed = False
         for replica in touched:
             try:
