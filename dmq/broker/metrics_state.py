@@ -93,6 +93,8 @@ class StateCollector:
     # ------------------------------------------------------------------ partitions
 
     def _partitions(self, replicas: list[PartitionReplica], fold: Fold) -> Iterator[Metric]:
+        for replica in replicas:
+            replica.refresh_offsets()  # a follower's mirror may lag
         statuses = [r.raft.status() if r.raft is not None else None for r in replicas]
         leads = [s is not None and s.is_leader for s in statuses]
 

@@ -193,6 +193,10 @@ class Routing:
             if status.leader_ready and (
                 consistency == "linearizable" or _majority_heard_lately(raft)
             ):
+                # Its offsets as of that apply at least: a follower's mirror may lag (dmq/
+                # partition/replica.py, FOLLOWER_MIRROR_INTERVAL_S) and a new leader's
+                # first mirror may not have run yet.
+                replica.refresh_offsets()
                 return replica
         elif replica is not None and planted.active("stale-read"):
             return replica

@@ -126,6 +126,8 @@ class TopicsService:
         parts = []
         for p, placement in enumerate(view.info.partitions):
             local = self._ctx.replicas.local(name, p, view.topic_id)
+            if local is not None:
+                local.refresh_offsets()  # a follower's mirror may lag
             parts.append(
                 PartitionInfo(
                     p,

@@ -28,6 +28,7 @@ import functools
 import logging
 import shutil
 import threading
+import time
 import zlib
 from collections.abc import AsyncGenerator, Callable, Generator, Iterator
 from pathlib import Path
@@ -92,6 +93,12 @@ class StorageThreads:
         for executor in self._executors:
             executor.shutdown(wait=True)
 
+
+# A follower serves no reads (dmq/broker/routing.py): without a fetch waiting on it, the tick
+# thread has its offsets mirrored on the event loop at most this often, and its readers
+# (metrics, topic descriptions) call refresh_offsets() first. A mirror per apply woke the
+# loop for each record a client sent one at a time: a quarter of a follower's CPU (#22).
+FOLLOWER_MIRROR_INTERVAL_S = 0.5
 
 # Raft group ids per topic id: above PARTITIONS_PER_TOPIC_MAX (1,000). Group 0 is the
 # metadata group; topic ids start at 1.
@@ -173,6 +180,8 @@ class PartitionReplica:
         self._committed_advanced = asyncio.Event()
         self._loop: asyncio.AbstractEventLoop | None = None
         self._mirror_pending = False
+        self._mirror_asked_at = 0.0  # tick thread: when a follower's mirror was last asked for
+        self._waiters = 0  # wait_for_commit_past calls waiting (event loop)
         self._log: PartitionLog | None = None
         self._machine: PartitionStateMachine | None = None
         self.raft: Replica | None = None
@@ -432,9 +441,16 @@ class PartitionReplica:
     # ------------------------------------------------------------------ applied offsets
 
     def applied_from_thread(self) -> None:
-        """Tick thread, after an apply: mirror offsets on the loop (once per burst)."""
+        """Tick thread, after an apply: mirror offsets on the loop (once per burst; as a
+        follower nobody waits on, at most every FOLLOWER_MIRROR_INTERVAL_S)."""
         if self._mirror_pending or self._loop is None:
             return
+        raft = self.raft
+        if raft is not None and self._waiters == 0 and not raft.status().is_leader:
+            now = time.monotonic()
+            if now - self._mirror_asked_at < FOLLOWER_MIRROR_INTERVAL_S:
+                return
+            self._mirror_asked_at = now
         self._mirror_pending = True
         # With the round's other calls for the loop, in one wake-up of it.
         self._raft_node.call_soon_after_round(self._loop, self._mirror_and_notify)
@@ -443,6 +459,11 @@ class PartitionReplica:
         self._mirror_pending = False
         self._mirror_offsets()
         self._notify_committed()
+
+    def refresh_offsets(self) -> None:
+        """Event loop: mirror the log's offsets now. For a reader of a replica that may be
+        a follower, whose mirror may lag by FOLLOWER_MIRROR_INTERVAL_S or, idle, longer."""
+        self._mirror_offsets()
 
     def _mirror_offsets(self) -> None:
         log = self._log
@@ -470,15 +491,20 @@ class PartitionReplica:
         """Return when high_watermark (`stable`: last_stable_offset) > offset, the replica
         closes, or the time is up."""
         deadline = asyncio.get_running_loop().time() + timeout_s
-        while (
-            self.last_stable_offset if stable else self.high_watermark
-        ) <= offset and not self.closed:
-            remaining = deadline - asyncio.get_running_loop().time()
-            if remaining <= 0:
-                return
-            event = self._committed_advanced
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(event.wait(), remaining)
+        self._waiters += 1  # before the check: an apply after it then wakes the loop
+        try:
+            self._mirror_offsets()  # a follower's mirror may lag (FOLLOWER_MIRROR_INTERVAL_S)
+            while (
+                self.last_stable_offset if stable else self.high_watermark
+            ) <= offset and not self.closed:
+                remaining = deadline - asyncio.get_running_loop().time()
+                if remaining <= 0:
+                    return
+                event = self._committed_advanced
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(event.wait(), remaining)
+        finally:
+            self._waiters -= 1
 
     # ------------------------------------------------------------------ read
 

@@ -85,6 +85,12 @@ def test_produce_through_every_node_is_read_through_every_node_at_the_same_offse
             )
             assert [(offset, value) for offset, _, value in got] == want, node.node_id
     wait_identical_segments(cluster, "orders", 2)
+    # Each node describes its own replicas, followers' too, though the tick thread has a
+    # follower's offsets mirrored on the event loop only every FOLLOWER_MIRROR_INTERVAL_S.
+    for node in cluster.nodes.values():
+        parts = node.json("GET", "/v1/topics/orders")["partitions"]
+        ends = [(p["high_watermark"], p["log_end_offset"]) for p in parts]
+        assert ends == [(15, 15), (15, 15)], (node.node_id, ends)
 
 
 @pytest.mark.slow
