@@ -7,7 +7,9 @@ with its SyncObj and DurableJournal), and the one tick thread that drives them a
 1. poll the sockets (at most until the next group is due): each received message is
    handed to its group at once; pysyncobj appends entries to the journal and queues its
    reply, which the transport holds (ReadIndex and pre-vote messages, raft/read_index.py
-   and raft/prevote.py, are answered here by RaftNode, without a tick);
+   and raft/prevote.py, are answered here by RaftNode, without a tick); if a reply is
+   held, steps 4 to 6 run now for the groups the poll touched, so that a follower's
+   acknowledgement does not wait for its ticks (its applies), and again at the end;
 2. hand every group's waiting proposals to pysyncobj, coalesced into one command per group
    (group commit): the leader appends it to its journal and queues append_entries; new
    reads get their commit index and one confirmation round per group (`step_reads`,
@@ -462,6 +464,10 @@ class RaftNode:
         self.network.maintain(now)
         self.network.poll(self._poll_timeout(now))
         self._wake_pending = False
+        if self.network.has_held():
+            # Step 1's replies leave now, their journals synced first, not after this
+            # round's ticks: a follower's applies are not on its leader's way to a commit.
+            self._sync_and_release(tuple(self._touched))
         while self._calls:
             self._calls.popleft()()
         while self._ready:

@@ -365,6 +365,10 @@ class Network:
             if link.out:
                 self._write(link)
 
+    def has_held(self) -> bool:
+        """Whether a frame is held (waiting for RaftNode's sync step to let it go)."""
+        return any(link.held for link in self._outbound.values())
+
     def drop_held(self) -> None:
         """Drop every held frame (a journal failed to sync: see RaftNode._sync_and_release)."""
         for link in self._outbound.values():
