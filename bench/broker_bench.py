@@ -35,7 +35,7 @@ from typing import Any
 
 import aiohttp
 
-from dmq.client._http import RawBody
+from bench.cluster_bench import RawBody
 from log.config import FlushPolicy, LogConfig
 from log.partition_log import PartitionLog
 from log.records import Record, encode_batch

@@ -48,7 +48,6 @@ from typing import Any
 import aiohttp
 
 from bench.loopback import common_free_port
-from dmq.client._http import RawBody
 from log.records import Record, encode_batch
 
 RECORD_BYTES = 1024
@@ -88,6 +87,17 @@ def log_tail(path: Path, lines: int = 15) -> str:
         return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
     except OSError:
         return "(no log)"
+
+
+class RawBody(aiohttp.payload.BytesPayload):
+    """A request body of bytes already in memory, of any size, without aiohttp's
+    "large body" ResourceWarning: a body is at most one batch, sent in one write."""
+
+    def __init__(self, value: bytes, content_type: str | None) -> None:
+        aiohttp.payload.Payload.__init__(
+            self, value, content_type=content_type or "application/octet-stream"
+        )
+        self._size = len(value)
 
 
 @dataclass

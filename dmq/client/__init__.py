@@ -2,7 +2,8 @@
 
 Two APIs with the same names, arguments and behaviour:
 
-- asyncio, over aiohttp: `AsyncProducer`, `AsyncConsumer`, `AsyncAdmin`;
+- asyncio, over keep-alive HTTP/1.1 connections of its own (dmq/client/_conn.py):
+  `AsyncProducer`, `AsyncConsumer`, `AsyncAdmin`;
 - blocking: `Producer`, `Consumer`, `Admin`, which run the asyncio ones on a private event
   loop in a background thread, so the protocol logic exists once.
 

@@ -1,4 +1,5 @@
-"""The client's one HTTP path: an aiohttp session, error mapping and retries.
+"""The client's one HTTP path: a keep-alive connection pool (dmq/client/_conn.py), error
+mapping and retries.
 
 Every request of `AsyncProducer`, `AsyncConsumer` and `AsyncAdmin` (and so of their sync
 twins) goes through `Transport.request`, which:
@@ -9,7 +10,7 @@ twins) goes through `Transport.request`, which:
    body names (`error_for_code`), or, when the body is not in that shape (a proxy, an
    unknown route), into the class its status implies;
 4. turns connection failures into `BrokerUnavailable` and timeouts into `RequestTimeout`,
-   so no aiohttp or asyncio exception reaches the user; a TLS failure (the broker's
+   so no socket, TLS or asyncio exception reaches the user; a TLS failure (the broker's
    certificate does not verify against the CA, or the broker refused ours) is a
    `ClientError` naming the CA options, never retried (dmq/client/_tls.py);
 5. retries a `RetriableError` until the call's `Deadline` (a producer's record:
@@ -37,11 +38,10 @@ import ssl
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
-from urllib.parse import quote
-
-import aiohttp
+from urllib.parse import quote, urlencode, urlsplit
 
 from dmq.client import _limits
+from dmq.client._conn import ConnectionLost, Pool, ProtocolError
 from dmq.client._tls import tls_from_env
 from dmq.errors import (
     BrokerUnavailable,
@@ -78,22 +78,10 @@ _CODE_FOR_STATUS: dict[int, str] = {
 }
 
 
-class RawBody(aiohttp.payload.BytesPayload):
-    """A request body of bytes already in memory, of any size, without aiohttp's
-    "large body" ResourceWarning: a body is at most one batch (batch_bytes_max), and
-    the transport buffers it in one write either way."""
-
-    def __init__(self, value: bytes, content_type: str | None) -> None:
-        aiohttp.payload.Payload.__init__(
-            self, value, content_type=content_type or "application/octet-stream"
-        )
-        self._size = len(value)
-
-
 @dataclass(frozen=True, slots=True)
 class Response:
     status: int
-    headers: Mapping[str, str]  # case-insensitive when it comes from aiohttp
+    headers: Mapping[str, str]  # case-insensitive (dmq/client/_conn.py, Headers)
     body: bytes
 
     def json(self) -> Any:
@@ -252,7 +240,8 @@ def check_url(url: str) -> str:
 
 
 class Transport:
-    """One aiohttp session to one broker URL; created on first use in the running loop.
+    """Keep-alive connections to one broker URL (a `Pool`, created on first use in the
+    running loop).
 
     Not thread-safe: it belongs to the event loop of its first request.
     """
@@ -279,10 +268,11 @@ class Transport:
         self._retries = retries
         self._api_timeout_ms = api_timeout_ms
         self._retry_backoff_ms = retry_backoff_ms
-        self._session: aiohttp.ClientSession | None = None
+        self._pool: Pool | None = None
+        self._prefix = ""  # the URL's path, before each request's
         self._closed = False
         # dmq/client/_tls.py: the caller's context, else DMQ_CA/DMQ_CERT/DMQ_KEY, else
-        # aiohttp's default (https checked against the system's CAs).
+        # the default context (https checked against the system's CAs).
         self._tls = tls if tls is not None else tls_from_env()
         # A broker with --auth on (dmq/README.md, "Security"): the caller's token
         # ("name:password", or the superuser's), else DMQ_TOKEN; sent as a bearer token.
@@ -347,23 +337,18 @@ class Transport:
             headers["Authorization"] = self._authorization
         if content_type is not None:
             headers["Content-Type"] = content_type
+        target = self._prefix + path
+        if params:
+            target += "?" + urlencode(params, quote_via=quote)
         try:
-            async with self._get_session().request(
-                method,
-                self.url + path,
-                params=params,
-                data=None if body is None else RawBody(body, content_type),
-                headers=headers,
-                timeout=aiohttp.ClientTimeout(total=timeout_ms / 1000),
-            ) as answer:
-                payload = await answer.read()
-                status, answer_headers = answer.status, answer.headers
+            async with asyncio.timeout(timeout_ms / 1000):
+                pool = self._get_pool()
+                status, answer_headers, payload = await pool.request(method, target, headers, body)
         except TimeoutError as exc:
             raise RequestTimeout(f"{method} {path}: no answer within {timeout_ms} ms") from exc
-        except aiohttp.InvalidURL as exc:
-            raise InvalidRequest(f"invalid URL {self.url + path}: {exc}", field="url") from exc
-        except (aiohttp.ClientConnectorCertificateError, aiohttp.ClientSSLError) as exc:
-            # Not retried: another try meets the same certificate.
+        except ssl.SSLError as exc:
+            # A certificate that does not verify, or the broker refused ours. Not retried:
+            # another try meets the same certificate.
             if "certificate required" in str(exc).lower().replace("_", " "):
                 raise ClientError(
                     f"{method} {path}: the broker at {self.url} requires a client "
@@ -373,10 +358,9 @@ class Transport:
                 f"{method} {path}: TLS with {self.url} failed: {exc}; give the CA that signs "
                 f"the brokers' certificates (tls=tls_context(ca_file=...), --ca or DMQ_CA)"
             ) from exc
-        except aiohttp.ClientError as exc:
+        except (ConnectionLost, ProtocolError, OSError) as exc:
             hint = ""
-            closed = (aiohttp.ServerDisconnectedError, aiohttp.ClientOSError)
-            if isinstance(exc, closed) and self.url.startswith("https"):
+            if not isinstance(exc, ProtocolError) and self.url.startswith("https"):
                 # TLS 1.3: a broker with tls_client_auth = required checks the client's
                 # certificate after the handshake and closes the connection (the client
                 # sees it closed, reset, or the alert above, by timing).
@@ -391,18 +375,28 @@ class Transport:
             return Response(status, answer_headers, payload)
         raise error_from_response(status, answer_headers, payload)
 
-    def _get_session(self) -> aiohttp.ClientSession:
+    def _get_pool(self) -> Pool:
         if self._closed:
             raise RuntimeError("this client is closed")
-        if self._session is None:
-            connector = None if self._tls is None else aiohttp.TCPConnector(ssl=self._tls)
-            self._session = aiohttp.ClientSession(connector=connector)
-        return self._session
+        if self._pool is None:
+            parts = urlsplit(self.url)
+            try:
+                port = parts.port
+            except ValueError as exc:
+                raise InvalidRequest(f"invalid URL {self.url}: {exc}", field="url") from exc
+            if not parts.hostname:
+                raise InvalidRequest(f"invalid URL {self.url}: no host", field="url")
+            https = parts.scheme == "https"
+            tls = (self._tls or ssl.create_default_context()) if https else None
+            host = parts.hostname
+            self._pool = Pool(host, port or (443 if https else 80), tls)
+            self._prefix = parts.path.rstrip("/")
+        return self._pool
 
     async def close(self) -> None:
         self._closed = True
-        if self._session is not None:
-            session, self._session = self._session, None
-            await session.close()
+        if self._pool is not None:
+            pool, self._pool = self._pool, None
+            pool.close()
             if self.url.startswith("https://"):
                 await asyncio.sleep(_limits.TLS_CLOSE_GRACE_MS / 1000)
