@@ -44,6 +44,7 @@ from log.segment import (
     fsync_directory,
     write_durably,
 )
+from log.writeback import PAGE_BYTES, WRITEBACK_BYTES, Kick
 
 _BASE_OFFSET = struct.Struct(">q")
 LOG_START_CHECKPOINT = "log-start-offset"
@@ -150,6 +151,10 @@ class PartitionLog:
         self._last_flush_ms = clock_ms()
         self.recovered_bytes_truncated = 0
         self.closed = False
+        # log/writeback.py: given by the owner (the broker's Writeback.kick), the active
+        # segment's write-back is started each WRITEBACK_BYTES it receives, so that sealing
+        # it (an fdatasync on the writer's thread) finds little left to write. None: never.
+        self.writeback: Kick | None = None
         # Set after a failed write or fsync: the page cache can no longer be trusted
         # to hold what was written (fsync errors are not sticky), so the log stops
         # taking writes and the node must restart and recover from disk.
@@ -362,6 +367,12 @@ class PartitionLog:
             raise self._fail(f"write to {segment.log_path} failed: {exc}") from exc
         self._unflushed_records += header.record_count
         flushed = self._maybe_flush_after_append()
+        if self.writeback is not None and not flushed:
+            # Whole pages only: the next append would wait for a page under write-back.
+            end = segment.size_bytes - segment.size_bytes % PAGE_BYTES
+            if end - segment.kicked_bytes >= WRITEBACK_BYTES:
+                self.writeback(segment.fd, segment.kicked_bytes, end - segment.kicked_bytes)
+                segment.kicked_bytes = end
         return AppendResult(
             base_offset=base_offset,
             last_offset=header.last_offset,

@@ -111,6 +111,7 @@ class Segment:
         self.fd = os.open(self.log_path, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o644)
         self.size_bytes = 0
         self.flushed_bytes = 0  # prefix of the file known to be on stable storage
+        self.kicked_bytes = 0  # prefix whose write-back was started (log/writeback.py)
         self.next_offset = base_offset
         self.max_timestamp_ms = -1
         self.first_batch_timestamp_ms: int | None = None

@@ -232,6 +232,7 @@ class Reconciler:
             space=self._ctx.space,
             cluster_id=self._ctx.cluster_id,
             fetch_delayed=fetch_delayed,
+            writeback=self._ctx.replicas.writeback,
         )
         await replica.open()
         self._ctx.replicas.add(replica)

@@ -18,6 +18,7 @@ import logging
 
 from dmq.metadata.service import wall_ms
 from dmq.partition.replica import PartitionReplica, StorageThreads
+from log.writeback import Writeback
 
 _log = logging.getLogger("dmq.broker")
 
@@ -67,6 +68,11 @@ class ReplicaSet:
 
     def executor_for(self, key: str) -> concurrent.futures.ThreadPoolExecutor:
         return self._threads.executor_for(key)
+
+    @property
+    def writeback(self) -> Writeback:
+        """The thread that starts the write-back of what the replicas' logs append."""
+        return self._threads.writeback
 
     async def wait_for_leaders(self, name: str | None) -> None:
         """Until every partition of `name` (None: every topic) hosted here knows its leader

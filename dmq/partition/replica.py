@@ -53,6 +53,7 @@ from log.errors import LogError
 from log.partition_log import PartitionLog, ReadResult
 from log.records import Record, iter_batches
 from log.space import SpaceGuard, StorageFull
+from log.writeback import Writeback
 from raft import errors as raft_errors
 from raft.node import RaftNode, Replica
 
@@ -78,13 +79,16 @@ def _close_read_result(future: asyncio.Future[ReadResult]) -> None:
 
 
 class StorageThreads:
-    """A fixed pool of single-thread executors; a partition always uses the same one."""
+    """A fixed pool of single-thread executors; a partition always uses the same one.
+    Beside them, one thread that starts the write-back of what the logs append
+    (log/writeback.py)."""
 
     def __init__(self, count: int) -> None:
         self._executors = [
             concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix=f"dmq-storage-{i}")
             for i in range(count)
         ]
+        self.writeback = Writeback()
 
     def executor_for(self, key: str) -> concurrent.futures.ThreadPoolExecutor:
         return self._executors[zlib.crc32(key.encode()) % len(self._executors)]
@@ -92,6 +96,7 @@ class StorageThreads:
     def shutdown(self) -> None:
         for executor in self._executors:
             executor.shutdown(wait=True)
+        self.writeback.close()
 
 
 # A follower serves no reads (dmq/broker/routing.py): without a fetch waiting on it, the tick
@@ -155,8 +160,10 @@ class PartitionReplica:
         space: SpaceGuard | None = None,
         cluster_id: str = "",
         fetch_delayed: FetchDelayed | None = None,
+        writeback: Writeback | None = None,
     ) -> None:
         self.topic = topic
+        self._writeback = writeback
         self._fetch_delayed = fetch_delayed
         self.cluster_id = cluster_id  # written into the directory (CLUSTER_ID_FILE)
         self.topic_id = topic_id
@@ -216,6 +223,8 @@ class PartitionReplica:
             if self.cluster_id:
                 (self.directory / CLUSTER_ID_FILE).write_text(f"{self.cluster_id}\n")
             log = PartitionLog.open(self.directory, self.log_config)
+            if self._writeback is not None:
+                log.writeback = self._writeback.kick
             if log.recovered_bytes_truncated:
                 _log.warning(
                     "partition %s: truncated %d bytes of torn tail on recovery",
