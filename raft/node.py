@@ -137,8 +137,8 @@ class RaftNode:
         self._ready: collections.deque[Replica] = collections.deque()
         self._calls: collections.deque[Callable[[], None]] = collections.deque()
         self._wake_pending = False
-        # Calls for event loops made by the tick thread during a round, run once the round
-        # has released its frames (call_soon_after_round); tick thread only.
+        # Calls for event loops made by the tick thread during a round, handed over once per
+        # round (call_soon_after_round has when); tick thread only.
         self._loop_calls: dict[
             asyncio.AbstractEventLoop, list[tuple[Callable[..., Any], tuple[Any, ...]]]
         ] = {}
