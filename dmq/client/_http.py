@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import math
 import os
 import random
@@ -52,6 +53,8 @@ from dmq.errors import (
     RetriableError,
     error_for_code,
 )
+
+_log = logging.getLogger("dmq.client")
 
 # The token clients send when none is given (brokers with --auth on).
 ENV_TOKEN = "DMQ_TOKEN"  # noqa: S105 - the name of a variable, not a secret
@@ -270,6 +273,7 @@ class Transport:
         self._retry_backoff_ms = retry_backoff_ms
         self._pool: Pool | None = None
         self._prefix = ""  # the URL's path, before each request's
+        self._unreachable_told = False  # _tell_unreachable said it since the last answer
         self._closed = False
         # dmq/client/_tls.py: the caller's context, else DMQ_CA/DMQ_CERT/DMQ_KEY, else
         # the default context (https checked against the system's CAs).
@@ -309,12 +313,15 @@ class Transport:
                 raise deadline.gave_up(last, attempt) from last.__cause__
             timeout_ms = min(self._request_timeout_ms, math.ceil(left_ms)) + wait_ms
             try:
-                return await self._once(
+                response = await self._once(
                     method, path, params, body, content_type, accept, timeout_ms
                 )
+                self._unreachable_told = False
+                return response
             except RetriableError as error:
                 if self._retries is not None and attempt >= self._retries:
                     raise
+                self._tell_unreachable(error, deadline)
                 delay_ms = backoff_ms(attempt, self._retry_backoff_ms, error)
                 attempt += 1
                 if delay_ms >= deadline.remaining_ms():
@@ -374,6 +381,22 @@ class Transport:
         if 200 <= status < 300:
             return Response(status, answer_headers, payload)
         raise error_from_response(status, answer_headers, payload)
+
+    def _tell_unreachable(self, error: RetriableError, deadline: Deadline) -> None:
+        """Say once (a warning on the `dmq.client` logger; the `dmq` command prints it on
+        stderr) that the broker cannot be reached and for how long it will be retried, so
+        that a call against a dead broker does not wait out its deadline in silence; said
+        again only after a request has gone through."""
+        unreachable = isinstance(error.__cause__, (OSError, ConnectionLost, ProtocolError))
+        if self._unreachable_told or not unreachable:
+            return
+        self._unreachable_told = True
+        _log.warning(
+            "%s; retrying until %s (%d ms) passes",
+            error.message,
+            deadline.setting,
+            deadline.timeout_ms,
+        )
 
     def _get_pool(self) -> Pool:
         if self._closed:

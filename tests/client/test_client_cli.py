@@ -6,8 +6,8 @@ Proves that:
   earliest, latest or an offset; `--from-time` takes epoch ms or ISO 8601 (UTC unless it
   has an offset); `--from` and `--from-time` exclude each other;
 - usage errors exit 2, errors from the broker or the network exit 1 with
-  `error: <code>: <message>` on stderr (a dead broker after --api-timeout-ms, named),
-  `--help` exits 0;
+  `error: <code>: <message>` on stderr (a dead broker after --api-timeout-ms, named, and
+  said once at its first failed attempt with how long it will be retried), `--help` exits 0;
 - `--api-timeout-ms` (before or after the command), produce's `--delivery-timeout-ms` and
   `--retries` default to Kafka's values; a delivery timeout below linger + request
   timeout is a usage error naming the fields;
@@ -26,6 +26,8 @@ import argparse
 import asyncio
 import io
 import json
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -120,9 +122,25 @@ def test_broker_errors_exit_1_with_code_and_message(capsys: pytest.CaptureFixtur
     argv = ["--url", "http://127.0.0.1:9", "topic", "describe", "t", "--api-timeout-ms", "800"]
     code = cli.main(argv)
     assert code == 1
-    err = capsys.readouterr().err
+    err = capsys.readouterr().err.splitlines()[-1]
     assert err.startswith("error: broker_unavailable: "), err
     assert "default_api_timeout_ms 800 ms" in err, err
+
+
+def test_a_dead_broker_is_said_at_once_not_only_at_the_deadline() -> None:
+    # The real command, as a user runs it: no logging set up, so the client's warning
+    # goes to stderr by Python's last-resort handler, once, at the first failed attempt.
+    argv = ["--url", "http://127.0.0.1:9", "topic", "describe", "t", "--api-timeout-ms", "1500"]
+    run = subprocess.run(
+        [sys.executable, "-m", "dmq", *argv], capture_output=True, text=True, timeout=60
+    )
+    assert run.returncode == 1, run
+    lines = run.stderr.splitlines()
+    warnings = [line for line in lines if "retrying until" in line]
+    assert len(warnings) == 1, run.stderr
+    assert "cannot reach the broker at http://127.0.0.1:9" in warnings[0], run.stderr
+    assert "default_api_timeout_ms (1500 ms)" in warnings[0], run.stderr
+    assert lines[-1].startswith("error: broker_unavailable: "), run.stderr
 
 
 def test_timeout_options_before_or_after_the_command_with_kafkas_defaults() -> None:
