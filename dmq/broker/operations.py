@@ -619,6 +619,7 @@ class OperationsService:
             )
         if replica.raft is None:
             raise errors.BrokerUnavailable(f"{topic}-{partition} is opening", retry_after_ms=500)
+        replica.refresh_offsets()  # a follower's, or a new leader's, mirror may lag
         return {
             "leader": replica.raft.status().is_leader,
             "log_start_offset": replica.log_start_offset,

@@ -160,14 +160,15 @@ class _Connection(asyncio.Protocol):
     # -- parsing
 
     def _parse(self) -> None:
-        if self._head is None:
+        while self._head is None:  # more than one head: interim (1xx) answers first
             end = self._buffer.find(b"\r\n\r\n")
             if end < 0:
                 if len(self._buffer) > ANSWER_HEAD_BYTES_MAX:
                     raise ProtocolError(f"an answer's head is over {ANSWER_HEAD_BYTES_MAX} bytes")
                 return
-            self._read_head(bytes(self._buffer[:end]))
+            raw = bytes(self._buffer[:end])
             del self._buffer[: end + 4]
+            self._read_head(raw)
         if self._chunked:
             self._read_chunks()
         elif self._length is None:
@@ -202,8 +203,10 @@ class _Connection(asyncio.Protocol):
         keep_alive = (
             parts[0] == b"HTTP/1.1" and "close" not in connection
         ) or "keep-alive" in connection
+        if 100 <= status < 200:  # an interim answer (never sent by the broker): the final follows
+            return
         self._head = (status, headers, keep_alive)
-        if self._no_body or 100 <= status < 200 or status in (204, 304):
+        if self._no_body or status in (204, 304):
             self._length = 0
         elif "chunked" in headers.get("transfer-encoding", "").lower():
             self._chunked = True
@@ -223,10 +226,11 @@ class _Connection(asyncio.Protocol):
                     raise ProtocolError("a chunk size line is over 1024 bytes")
                 return
             size_text = bytes(self._buffer[:end]).split(b";", 1)[0].strip()
-            try:
-                size = int(size_text, 16)
-            except ValueError:
-                raise ProtocolError(f"a malformed chunk size: {size_text[:40]!r}") from None
+            if not size_text or size_text.strip(b"0123456789abcdefABCDEF"):
+                raise ProtocolError(f"a malformed chunk size: {size_text[:40]!r}")
+            size = int(size_text, 16)
+            if len(self._body) + size > ANSWER_BODY_BYTES_MAX:
+                raise ProtocolError(f"an answer's body is over {ANSWER_BODY_BYTES_MAX} bytes")
             if size == 0:
                 # The last chunk, then trailer lines (none from the broker), then CRLF.
                 if self._buffer[end + 2 : end + 4] == b"\r\n":

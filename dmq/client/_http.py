@@ -281,6 +281,8 @@ class Transport:
         # A broker with --auth on (dmq/README.md, "Security"): the caller's token
         # ("name:password", or the superuser's), else DMQ_TOKEN; sent as a bearer token.
         token = token if token is not None else os.environ.get(ENV_TOKEN) or None
+        if token is not None and (not token.isprintable() or not token.isascii()):
+            raise ValueError("token must be printable ASCII (it is sent in a header)")
         self._authorization = None if token is None else f"Bearer {token}"
 
     async def request(
@@ -387,7 +389,10 @@ class Transport:
         stderr) that the broker cannot be reached and for how long it will be retried, so
         that a call against a dead broker does not wait out its deadline in silence; said
         again only after a request has gone through."""
-        unreachable = isinstance(error.__cause__, (OSError, ConnectionLost, ProtocolError))
+        cause = error.__cause__
+        unreachable = isinstance(cause, (OSError, ConnectionLost)) and not isinstance(
+            cause, TimeoutError
+        )  # a slow broker was reached: its timeouts are not said here
         if self._unreachable_told or not unreachable:
             return
         self._unreachable_told = True
@@ -402,18 +407,20 @@ class Transport:
         if self._closed:
             raise RuntimeError("this client is closed")
         if self._pool is None:
-            parts = urlsplit(self.url)
             try:
-                port = parts.port
-            except ValueError as exc:
+                parts = urlsplit(self.url)
+                port, host = parts.port, parts.hostname
+                if host and not host.isascii():
+                    host = host.encode("idna").decode("ascii")  # as it goes in Host:
+            except (ValueError, UnicodeError) as exc:
                 raise InvalidRequest(f"invalid URL {self.url}: {exc}", field="url") from exc
-            if not parts.hostname:
+            if not host:
                 raise InvalidRequest(f"invalid URL {self.url}: no host", field="url")
             https = parts.scheme == "https"
             tls = (self._tls or ssl.create_default_context()) if https else None
-            host = parts.hostname
             self._pool = Pool(host, port or (443 if https else 80), tls)
-            self._prefix = parts.path.rstrip("/")
+            # Callers' paths come quoted (topic_path); the URL's own path is quoted here.
+            self._prefix = quote(parts.path.rstrip("/"), safe="/%:@!$&'()*+,;=-._~")
         return self._pool
 
     async def close(self) -> None:

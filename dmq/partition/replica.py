@@ -714,6 +714,7 @@ class PartitionReplica:
 
     def status(self) -> dict[str, Any]:
         """This replica's Raft and log position, for `dmq cluster status`."""
+        self.refresh_offsets()  # a follower's mirror may lag (FOLLOWER_MIRROR_INTERVAL_S)
         return {
             **raft_status_fields(self.raft),
             "group_id": self.group_id,

@@ -3,8 +3,9 @@
 - the answer parser, as a property: any status, headers and body, framed by
   Content-Length, by chunks of any sizes or by the close, and delivered in any splits,
   comes back exactly; a connection is kept only when the answer allows it;
-- malformed answers (a bad status line, a bad chunk, bytes past the answer, a head over
-  its limit) fail the request with ProtocolError and close the connection;
+- malformed answers (a bad status line, a bad chunk or chunk size, a chunk over the body
+  limit, bytes past the answer, a head over its limit) fail the request with ProtocolError
+  and close the connection; an interim 1xx answer is skipped for the final one;
 - against a real aiohttp server on loopback: a keep-alive connection is reused; one the
   server closed while idle leaves the pool, and the next request opens another without
   an error; a server that dies under a request fails it with ConnectionLost, which
@@ -131,6 +132,9 @@ def test_any_answer_in_any_splits_parses_back_exactly(
         b"HTTP/1.1 200 OK\r\nno colon here\r\n\r\n",
         b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\nab\r\n0\r\n\r\n",
         b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n2\r\nabXX0\r\n\r\n",
+        b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n0x2\r\nab\r\n0\r\n\r\n",
+        b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n-0\r\n\r\n",
+        b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\nffffffffff\r\n",
         b"HTTP/1.1 200 OK\r\nX: " + b"y" * (_conn.ANSWER_HEAD_BYTES_MAX + 10),
     ],
 )
@@ -145,6 +149,18 @@ def test_a_malformed_answer_fails_the_request_and_closes_the_connection(raw: byt
     error, transport = asyncio.run(scenario())
     assert isinstance(error, ProtocolError), error
     assert transport.closed
+
+
+def test_an_interim_answer_is_skipped_for_the_final_one() -> None:
+    async def scenario() -> Any:
+        conn, _ = connection()
+        waiter = conn.send(b"GET / HTTP/1.1\r\n\r\n", None, no_body=False)
+        conn.data_received(b"HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 201 Created\r\n")
+        conn.data_received(b"Content-Length: 2\r\n\r\nok")
+        return await waiter
+
+    answer = asyncio.run(scenario())
+    assert (answer.status, answer.body, answer.keep_alive) == (201, b"ok", True)
 
 
 def test_bytes_past_the_answer_close_the_connection() -> None:
