@@ -33,6 +33,7 @@ from log.errors import (
     InvalidOffsetError,
     StorageWriteError,
 )
+from log.writeback import PAGE_BYTES
 
 LOG_SUFFIX = ".log"
 INDEX_SUFFIX = ".index"
@@ -362,6 +363,7 @@ class Segment:
         # and a power cut after it would otherwise leave the log shorter than it says).
         os.fsync(self.fd)
         self.flushed_bytes = self.size_bytes
+        self.kicked_bytes = self.size_bytes - self.size_bytes % PAGE_BYTES  # synced: clean
         self._maybe_trace_durable()
         return cut
 
@@ -460,6 +462,7 @@ class Segment:
         self.size_bytes = cut_position
         self.rebuild_indexes()
         self.flushed_bytes = self.size_bytes
+        self.kicked_bytes = min(self.kicked_bytes, self.size_bytes - self.size_bytes % PAGE_BYTES)
         self._maybe_trace_durable()
         self.closed = False
         self.index_path.unlink(missing_ok=True)
