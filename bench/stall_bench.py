@@ -24,6 +24,7 @@ from pathlib import Path
 
 import aiohttp
 
+from bench import main_of
 from bench.cluster_bench import (
     BATCH_CONTENT_TYPE,
     Broker,
@@ -84,13 +85,15 @@ async def measure(url: str, brokers: list[Broker], seconds: float) -> dict[str, 
     }
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--quick", action="store_true", help="one run of 4 s")
     parser.add_argument("--seconds", type=float, default=12.0)
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--dir", type=Path, default=None, help="work directory parent")
-    args = parser.parse_args(argv)
+
+
+def run(args: argparse.Namespace) -> dict[str, float]:
+    """Run as `args` say; print every run and the medians, and return the medians."""
     seconds, runs = (4.0, 1) if args.quick else (args.seconds, args.runs)
     print(f"1 node, fsync; heavy: 1000 x 1 KiB batches, {HEAVY_IN_FLIGHT} in flight; probe: one "
           f"record every {PROBE_INTERVAL_S * 1e3:.0f} ms; {seconds:g} s per run, {runs} runs; "
@@ -108,10 +111,13 @@ def main(argv: list[str] | None = None) -> int:
                 samples.setdefault(name, []).append(value)
     finally:
         shutil.rmtree(base, ignore_errors=True)
-    print("medians: " + ", ".join(f"{n} {statistics.median(v):.1f}" for n, v in samples.items()))
+    medians = {name: statistics.median(values) for name, values in samples.items()}
+    print("medians: " + ", ".join(f"{n} {v:.1f}" for n, v in medians.items()))
     print(f"load average at the end: {os.getloadavg()[0]:.2f}")
-    return 0
+    return medians
 
+
+main = main_of(__doc__, add_arguments, run)
 
 if __name__ == "__main__":
     raise SystemExit(main())

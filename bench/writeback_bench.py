@@ -21,6 +21,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from bench import main_of
 from log import FlushPolicy, LogConfig, PartitionLog, Record, encode_batch
 from log.limits import MiB
 from log.writeback import Writeback
@@ -53,18 +54,20 @@ def one_run(directory: Path, segment_bytes: int, writeback: Writeback | None) ->
             "over_5ms": over_5ms, "mb_s": written / elapsed / 1e6}  # fmt: skip
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--quick", action="store_true", help="64 MiB segments, 2 repeats")
     parser.add_argument("--segment-mib", type=int, default=256)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--dir", type=Path, default=None, help="work directory parent")
-    args = parser.parse_args(argv)
+
+
+def run(args: argparse.Namespace) -> dict[str, dict[str, float]]:
+    """Run as `args` say; print the medians per mode and return them ({} off Linux)."""
     segment_mib, repeats = (64, 2) if args.quick else (args.segment_mib, args.repeats)
     writeback = Writeback()
     if not writeback.available:
         print("no sync_file_range here (not Linux): nothing to compare")
-        return 0
+        return {}
     print(f"load average at start: {os.getloadavg()[0]:.2f}")
     print(f"segments of {segment_mib} MiB, batches of 1000 x 1 KiB, no flush per append; "
           f"{repeats} repeats, alternated, medians")  # fmt: skip
@@ -83,15 +86,18 @@ def main(argv: list[str] | None = None) -> int:
         shutil.rmtree(base, ignore_errors=True)
     print(f"{'write-back':12} {'seal (fdatasync) ms':>20} {'slowest other ms':>17} "
           f"{'others > 5 ms':>14} {'MB/s':>8}")  # fmt: skip
-    for mode, runs in results.items():
-        seal = statistics.median(r["seal_ms"] for r in runs)
-        other = statistics.median(r["slowest_other_ms"] for r in runs)
-        slow = statistics.median(r["over_5ms"] for r in runs)
-        rate = statistics.median(r["mb_s"] for r in runs)
-        print(f"{mode:12} {seal:20.1f} {other:17.1f} {slow:14.0f} {rate:8.0f}")
+    medians = {
+        mode: {key: statistics.median(r[key] for r in runs) for key in runs[0]}
+        for mode, runs in results.items()
+    }
+    for mode, m in medians.items():
+        print(f"{mode:12} {m['seal_ms']:20.1f} {m['slowest_other_ms']:17.1f} "
+              f"{m['over_5ms']:14.0f} {m['mb_s']:8.0f}")  # fmt: skip
     print(f"load average at the end: {os.getloadavg()[0]:.2f}")
-    return 0
+    return medians
 
+
+main = main_of(__doc__, add_arguments, run)
 
 if __name__ == "__main__":
     raise SystemExit(main())

@@ -238,7 +238,7 @@ class PartitionReplica:
 
         self._log, machine = await self.run(_open)
         self._machine = machine
-        self._mirror_offsets()
+        self.refresh_offsets()
         try:
             self.raft = await self._raft_node.add_group(
                 self.group_id, _LockedMachine(self, machine), members=self.members
@@ -384,7 +384,7 @@ class PartitionReplica:
             ) from exc
         except raft_errors.RaftError as exc:
             raise translate_raft_error(exc, f"partition {self.name}") from exc
-        self._mirror_offsets()
+        self.refresh_offsets()
 
     async def propose_delay(self, command: bytes) -> list[int]:
         """A delay command (dmq/partition/delay.py), answered after apply."""
@@ -466,15 +466,12 @@ class PartitionReplica:
 
     def _mirror_and_notify(self) -> None:
         self._mirror_pending = False
-        self._mirror_offsets()
+        self.refresh_offsets()
         self._notify_committed()
 
     def refresh_offsets(self) -> None:
         """Event loop: mirror the log's offsets now. For a reader of a replica that may be
         a follower, whose mirror may lag by FOLLOWER_MIRROR_INTERVAL_S or, idle, longer."""
-        self._mirror_offsets()
-
-    def _mirror_offsets(self) -> None:
         log = self._log
         if log is None:
             return
@@ -502,7 +499,7 @@ class PartitionReplica:
         deadline = asyncio.get_running_loop().time() + timeout_s
         self._waiters += 1  # before the check: an apply after it then wakes the loop
         try:
-            self._mirror_offsets()  # a follower's mirror may lag (FOLLOWER_MIRROR_INTERVAL_S)
+            self.refresh_offsets()  # a follower's mirror may lag (FOLLOWER_MIRROR_INTERVAL_S)
             while (
                 self.last_stable_offset if stable else self.high_watermark
             ) <= offset and not self.closed:
@@ -635,7 +632,7 @@ class PartitionReplica:
                     )
                     compacted_below = planned_end if compacted else None
             trim = await self.run(self._locked, self._after_cleaning, compacted_below)
-            self._mirror_offsets()
+            self.refresh_offsets()
         if trim is not None:
             await self._propose_trim(trim)
         return deleted, compacted
