@@ -138,19 +138,23 @@ def write_dev_certs(
         .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
         .add_extension(
             x509.KeyUsage(
-                digital_signature=True, content_commitment=False, key_encipherment=False,
-                data_encipherment=False, key_agreement=False, key_cert_sign=True,
-                crl_sign=True, encipher_only=False, decipher_only=False,
+                digital_signature=True,
+                content_commitment=False,
+                key_encipherment=False,
+                data_encipherment=False,
+                key_agreement=False,
+                key_cert_sign=True,
+                crl_sign=True,
+                encipher_only=False,
+                decipher_only=False,
             ),
             critical=True,
-        )  # fmt: skip
+        )
         .add_extension(x509.SubjectKeyIdentifier.from_public_key(ca_key.public_key()), False)
         .sign(ca_key, hashes.SHA256())
     )
     server_and_client = [ExtendedKeyUsageOID.SERVER_AUTH, ExtendedKeyUsageOID.CLIENT_AUTH]
-    broker_cert, broker_key = _leaf(
-        "dmq broker", server_and_client, hosts, ca_cert, ca_key, days
-    )
+    broker_cert, broker_key = _leaf("dmq broker", server_and_client, hosts, ca_cert, ca_key, days)
     client_cert, client_key = _leaf(
         "dmq client", [ExtendedKeyUsageOID.CLIENT_AUTH], [], ca_cert, ca_key, days
     )
