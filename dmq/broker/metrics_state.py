@@ -134,6 +134,7 @@ class StateCollector:
         yield gauge("dmq_log_segment_bytes", "Bytes of every log segment here", sum(sizes))
         yield gauge("dmq_produce_requests_inflight", "Produce requests queued on the replicas here", sum(r.queue_depth for r in replicas))  # fmt: skip
         yield gauge("dmq_delay_pending_bytes", "Delayed records held here, bytes", sum(r.delay_pending_bytes for r in replicas))  # fmt: skip
+        yield gauge("dmq_delay_partitions", "Replicas here whose delay store holds records (what the release duty looks at)", len(self._ctx.replicas.delay_pending))  # fmt: skip
         yield gauge("dmq_fetch_waiting", "Long-poll fetches parked now", self._fetch.waiting_fetches)  # fmt: skip
         yield gauge("dmq_fetch_waiting_max", "waiting_fetches_max", self._ctx.config.waiting_fetches_max)  # fmt: skip
 

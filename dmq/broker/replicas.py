@@ -14,7 +14,9 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import functools
 import logging
+from collections.abc import Callable
 
 from dmq.metadata.service import wall_ms
 from dmq.partition.replica import PartitionReplica, StorageThreads
@@ -34,6 +36,10 @@ class ReplicaSet:
     def __init__(self, storage_threads: int = STORAGE_THREADS) -> None:
         self._replicas: dict[ReplicaKey, PartitionReplica] = {}
         self._threads = StorageThreads(storage_threads)
+        # Keys of replicas whose delay store may hold records: each store adds its key
+        # when it starts holding some (any thread; set.add under the GIL), the release
+        # duty drops a key once the store is empty (dmq/broker/delay.py).
+        self.delay_pending: set[ReplicaKey] = set()
 
     def __len__(self) -> int:
         return len(self._replicas)
@@ -61,10 +67,19 @@ class ReplicaSet:
         return list(self._replicas.values())
 
     def add(self, replica: PartitionReplica) -> None:
-        self._replicas[(replica.topic, replica.partition)] = replica
+        key = (replica.topic, replica.partition)
+        self._replicas[key] = replica
+        # Its store's hook adds the key from now on; what it held at open is added here
+        # (the release duty drops keys it cannot find, as this replica's were till now).
+        if replica.delay_due_hint_ms is not None:
+            self.delay_pending.add(key)
 
     def remove(self, key: ReplicaKey) -> None:
         del self._replicas[key]
+
+    def delay_pending_hook(self, key: ReplicaKey) -> Callable[[], None]:
+        """The `on_delay_pending` of the replica opened under `key`."""
+        return functools.partial(self.delay_pending.add, key)
 
     def executor_for(self, key: str) -> concurrent.futures.ThreadPoolExecutor:
         return self._threads.executor_for(key)

@@ -56,7 +56,7 @@ import mmap
 import os
 import shutil
 import struct
-from collections.abc import Generator, Iterable, Iterator
+from collections.abc import Callable, Generator, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import BinaryIO
@@ -208,9 +208,12 @@ class DelayStore:
     directory: Path
     _buckets: dict[int, _Bucket] = field(default_factory=dict)
     pending_bytes: int = 0  # batch bytes pending (the leader bounds it)
-    # No record is due before this (None: none pending). Read by the event loop without
-    # the lock (one int): a lower bound, made exact by `due`, lowered by each schedule.
-    due_hint_ms: int | None = None
+    # No record is due before this (None: none pending): the `due_hint_ms` property.
+    _due_hint_ms: int | None = None
+    # Called (on the writer's thread) each time the hint goes from None to a time: the
+    # broker's release duty then looks at this partition (until it finds None again)
+    # instead of looking at every partition at every tick (dmq/broker/delay.py).
+    on_pending: Callable[[], None] | None = None
     last_now_ms: int = 0  # the latest command time applied: which buckets are due soon
     # The store answers `export` for no position before this (files deleted since).
     compacted: Position = (0, 0)
@@ -235,6 +238,20 @@ class DelayStore:
         return store
 
     # --- reading ---------------------------------------------------------------------------
+
+    @property
+    def due_hint_ms(self) -> int | None:
+        """No record is due before this; None: none pending. Read by the event loop
+        without the lock (one int): a lower bound, made exact by `due`, lowered by each
+        schedule."""
+        return self._due_hint_ms
+
+    @due_hint_ms.setter
+    def due_hint_ms(self, value: int | None) -> None:
+        was = self._due_hint_ms
+        self._due_hint_ms = value  # before the call: whoever it wakes must see it
+        if was is None and value is not None and self.on_pending is not None:
+            self.on_pending()
 
     @property
     def pending_count(self) -> int:

@@ -161,8 +161,12 @@ class PartitionReplica:
         cluster_id: str = "",
         fetch_delayed: FetchDelayed | None = None,
         writeback: Writeback | None = None,
+        on_delay_pending: Callable[[], None] | None = None,
     ) -> None:
         self.topic = topic
+        # Called (tick thread) when this replica's delay store starts holding records
+        # (`DelayStore.on_pending`); what it holds at open, ReplicaSet.add looks at.
+        self._on_delay_pending = on_delay_pending
         self._writeback = writeback
         self._fetch_delayed = fetch_delayed
         self.cluster_id = cluster_id  # written into the directory (CLUSTER_ID_FILE)
@@ -234,6 +238,7 @@ class PartitionReplica:
             machine = PartitionStateMachine(
                 self.name, log, self._copy_from_leader, self._fetch_delayed
             )
+            machine.delay.on_pending = self._on_delay_pending
             return log, machine
 
         self._log, machine = await self.run(_open)

@@ -136,3 +136,48 @@ def test_an_idempotent_delayed_produce_retried_is_scheduled_once(broker: BrokerP
     time.sleep(0.3)
     doc = call(broker, "GET", "/v1/topics/idd/partitions/1/records?wait_ms=0")
     assert [r["value"] for r in doc["records"]] == ["a", "b"]
+
+
+def delay_partitions(broker: BrokerProcess) -> float:
+    """The broker's dmq_delay_partitions gauge."""
+    status, _, body = broker.request("GET", "/metrics")
+    assert status == 200
+    for line in body.decode().splitlines():
+        if line.startswith("dmq_delay_partitions "):
+            return float(line.split()[1])
+    raise AssertionError("no dmq_delay_partitions in /metrics")
+
+
+def wait_for(condition: Any, timeout_s: float, what: str) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.05)
+
+
+def test_the_release_duty_looks_only_at_partitions_holding_records(broker_factory: Any) -> None:
+    """The release duty looks at the replicas whose store holds records, not at every
+    replica every 50 ms (dmq/broker/delay.py): with 16 partitions and one delayed record,
+    one; after a kill -9 and a restart, the store's record found at open, still one,
+    and the record released at its time; none once it is."""
+    broker = broker_factory().start()
+    call(broker, "POST", "/v1/topics", {"name": "q", "partitions": 16}, expect=201)
+    call(broker, "POST", "/v1/topics/q/records?partition=3", {"records": [{"value": "now"}]})
+    assert delay_partitions(broker) == 0
+    deliver_at = int(time.time() * 1000) + 3000
+    call(broker, "POST", "/v1/topics/q/records?partition=5",
+         {"records": [{"value": "later", "deliver_at": deliver_at}]})  # fmt: skip
+    assert delay_partitions(broker) == 1
+    broker.kill9()
+    broker.start()
+    assert call(broker, "GET", "/v1/topics/q/scheduled")["count"] == 1
+    assert delay_partitions(broker) == 1
+
+    def released() -> bool:
+        doc = call(broker, "GET", "/v1/topics/q/partitions/5/records?max_records=10")
+        return [r["value"] for r in doc["records"]] == ["later"]
+
+    wait_for(released, 15, "the delayed record")
+    assert time.time() * 1000 >= deliver_at
+    wait_for(lambda: delay_partitions(broker) == 0, 5, "the emptied store to leave the registry")
+    assert call(broker, "GET", "/v1/topics/q/scheduled")["count"] == 0

@@ -123,16 +123,24 @@ class Cluster:
         self.counter = 0
         self.idempotent: list[tuple[DelayCommand, list[int]]] = []  # its last schedules
         self.sequence = 0
+        # The broker's registry of stores holding records (dmq/broker/replicas.py
+        # `delay_pending`): each store's hook adds its directory's name.
+        self.registry: set[str] = set()
 
     def open(
         self, directory: Path, fetch: object = None, fetch_delayed: object = None
     ) -> PartitionStateMachine:
-        return PartitionStateMachine(
+        machine = PartitionStateMachine(
             "t-0",
             PartitionLog.open(directory, CONFIG),
             fetch,
             fetch_delayed,  # type: ignore[arg-type]
         )
+        # As PartitionReplica and ReplicaSet.add wire it: the hook, and what it holds now.
+        machine.delay.on_pending = lambda: self.registry.add(directory.name)
+        if machine.delay.due_hint_ms is not None:
+            self.registry.add(directory.name)
+        return machine
 
     def propose(self, command: DelayCommand) -> list[int] | None:
         self.index += 1
@@ -262,6 +270,7 @@ def test_each_record_released_once_never_early_across_restarts_and_restores(
         elif op == "crash":
             c.restart(lose_records=int(arg))  # type: ignore[call-overload]
         check_never_early_and_once(c)
+        check_registered(c, c.machine, "primary")
     # Everything due at the end is released exactly once; a replica restored from the
     # last snapshot and the journal after it agrees.
     c.now += 100_000
@@ -282,6 +291,18 @@ def test_each_record_released_once_never_early_across_restarts_and_restores(
             replica.apply_at(index, k, data)
         assert c.values_in_log(replica) == delivered
         assert pending_of(replica) == pending_of(c.machine) == set()
+        assert c.snap_pending == set() or "replica" in c.registry  # its restore's hook ran
+
+
+def check_registered(c: Cluster, machine: PartitionStateMachine, key: str) -> None:
+    """The release duty's view (dmq/broker/delay.py): it drops the key of a store whose
+    hint is None; a store holding records must then still be in the registry, or its
+    records would never be released."""
+    if machine.delay.due_hint_ms is None:
+        c.registry.discard(key)
+    if machine.delay.pending_count:
+        assert machine.delay.due_hint_ms is not None
+        assert key in c.registry, "a store holding records is not in the release registry"
 
 
 def check_never_early_and_once(c: Cluster) -> None:
