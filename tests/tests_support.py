@@ -149,3 +149,13 @@ def file_size_cap(cap_bytes: int) -> Iterator[None]:
     finally:
         resource.setrlimit(resource.RLIMIT_FSIZE, (soft, hard))
         signal.signal(signal.SIGXFSZ, old_handler)
+
+
+def wait_for(predicate: Any, timeout_s: float, what: str) -> None:
+    """Until predicate() is true, polling every 0.05 s; AssertionError naming `what` after
+    timeout_s."""
+    deadline = time.monotonic() + timeout_s
+    while not predicate():
+        if time.monotonic() >= deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.05)

@@ -333,6 +333,7 @@ class DelayStore:
             ((sid, at),) = command.targets
             found = self._take(position, sid, at, staged)
             self._flush(staged)
+            self._forget_hint_if_empty()
             return [1 if found is not None else 0]
         records: list[Record] = []
         for sid, at in command.targets:
@@ -345,7 +346,15 @@ class DelayStore:
         if not records:
             return [-1, 0]
         appended = log.append(encode_batch(records), assign_offsets=True)
+        self._forget_hint_if_empty()
         return [appended.base_offset, len(records)]
+
+    def _forget_hint_if_empty(self) -> None:
+        """No record pending any more: the hint says so on every replica, followers too
+        (only the leader's `due` recomputes it otherwise), so the release duty stops
+        looking at this partition at its next tick. An undo puts the hint back."""
+        if self._due_hint_ms is not None and not any(b.count for b in self._buckets.values()):
+            self.due_hint_ms = None
 
     def undo(self) -> None:
         """Put the files and the memory back as before the last command's apply (its

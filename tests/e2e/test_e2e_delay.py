@@ -23,7 +23,7 @@ import urllib.request
 from typing import Any
 
 from log.records import Record, encode_batch
-from tests_support import ROOT, BrokerProcess
+from tests_support import ROOT, BrokerProcess, wait_for
 
 
 def call(broker: BrokerProcess, method: str, path: str, body: dict[str, Any] | None = None,
@@ -148,13 +148,6 @@ def delay_partitions(broker: BrokerProcess) -> float:
     raise AssertionError("no dmq_delay_partitions in /metrics")
 
 
-def wait_for(condition: Any, timeout_s: float, what: str) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not condition():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.05)
-
-
 def test_the_release_duty_looks_only_at_partitions_holding_records(broker_factory: Any) -> None:
     """The release duty looks at the replicas whose store holds records, not at every
     replica every 50 ms (dmq/broker/delay.py): with 16 partitions and one delayed record,
@@ -164,7 +157,7 @@ def test_the_release_duty_looks_only_at_partitions_holding_records(broker_factor
     call(broker, "POST", "/v1/topics", {"name": "q", "partitions": 16}, expect=201)
     call(broker, "POST", "/v1/topics/q/records?partition=3", {"records": [{"value": "now"}]})
     assert delay_partitions(broker) == 0
-    deliver_at = int(time.time() * 1000) + 3000
+    deliver_at = int(time.time() * 1000) + 8000
     call(broker, "POST", "/v1/topics/q/records?partition=5",
          {"records": [{"value": "later", "deliver_at": deliver_at}]})  # fmt: skip
     assert delay_partitions(broker) == 1
@@ -172,6 +165,7 @@ def test_the_release_duty_looks_only_at_partitions_holding_records(broker_factor
     broker.start()
     assert call(broker, "GET", "/v1/topics/q/scheduled")["count"] == 1
     assert delay_partitions(broker) == 1
+    assert time.time() * 1000 < deliver_at, "the restart took longer than the delay: no proof"
 
     def released() -> bool:
         doc = call(broker, "GET", "/v1/topics/q/partitions/5/records?max_records=10")

@@ -25,7 +25,6 @@ import json
 import os
 import subprocess
 import sys
-import time
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
@@ -37,7 +36,7 @@ import pytest
 from dmq.tiered.s3 import MULTIPART_PART_BYTES
 from dmq.tiered.store import ObjectNotFound, open_store
 from log.records import decode_batch, iter_batches
-from tests_support import BrokerProcess, free_port
+from tests_support import BrokerProcess, free_port, wait_for
 
 SEGMENT_BYTES = 64 * 1024
 LOCAL_RETENTION_BYTES = 128 * 1024
@@ -87,15 +86,6 @@ def partition_doc(b: BrokerProcess, topic: str) -> dict[str, Any]:
     status, doc = b.json("GET", f"/v1/topics/{topic}")
     assert status == 200, doc
     return dict(doc["partitions"][0])
-
-
-def wait_for(predicate: Any, timeout_s: float, what: str) -> None:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if predicate():
-            return
-        time.sleep(0.1)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 def read_json(b: BrokerProcess, topic: str, end: int) -> list[tuple[int, str]]:

@@ -303,6 +303,31 @@ def check_registered(c: Cluster, machine: PartitionStateMachine, key: str) -> No
     if machine.delay.pending_count:
         assert machine.delay.due_hint_ms is not None
         assert key in c.registry, "a store holding records is not in the release registry"
+    else:
+        assert machine.delay.due_hint_ms is None, "an empty store keeps the duty looking"
+
+
+def test_every_replica_says_empty_once_nothing_is_pending(tmp_path: Path) -> None:
+    """A release or a cancel that empties the store sets its hint to None on every
+    replica, a follower's included (it never calls `due`), so the release duty drops the
+    partition at its next tick; undoing that release (its checkpoint write failed) puts
+    the hint back and the partition back in the registry."""
+    c = Cluster(tmp_path)
+    c.schedule([10, 20])
+    assert "primary" in c.registry
+    c.now += 30
+    # As a follower applies the leader's release: the targets are named, `due` not called.
+    c.release([(c.sid_of[v], at) for v, at in c.deliver_at.items()])
+    assert c.machine.delay.pending_count == 0 and c.machine.delay.due_hint_ms is None
+    check_registered(c, c.machine, "primary")
+    assert c.registry == set()
+    c.machine.delay.undo()  # the machine's path when a later write of the apply fails
+    assert c.machine.delay.due_hint_ms is not None and c.registry == {"primary"}
+    d = Cluster(tmp_path / "cancel")
+    d.schedule([50])
+    ((value, at),) = d.deliver_at.items()
+    assert d.propose(DelayCommand(KIND_CANCEL, d.now, targets=((d.sid_of[value], at),))) == [1]
+    assert d.machine.delay.due_hint_ms is None
 
 
 def check_never_early_and_once(c: Cluster) -> None:
