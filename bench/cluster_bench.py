@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import collections
 import contextlib
 import json
 import os
@@ -490,8 +491,8 @@ async def failover(brokers: list[Broker], run_index: int) -> dict[str, float]:
 
 
 async def many_partitions(brokers: list[Broker], args: argparse.Namespace) -> dict[str, float]:
-    """Create `--partitions` partitions (one topic), wait until each has a leader; then
-    each broker's idle CPU, % of one core."""
+    """Create `--partitions` partitions (one topic), wait until each has a leader and the
+    leader balancer has stopped moving them; then each broker's idle CPU, % of one core."""
     topic = "bench-partitions"
     timeout = aiohttp.ClientTimeout(total=300)
     async with aiohttp.ClientSession(timeout=timeout) as session:
@@ -513,6 +514,21 @@ async def many_partitions(brokers: list[Broker], args: argparse.Namespace) -> di
                 )
             await asyncio.sleep(0.25)
         all_led_s = time.perf_counter() - start
+        # Idle is measured once the leader balancer has stopped moving leaders: while it
+        # moves them, each move is an election, a leader report to the metadata group
+        # and a reconcile on every broker, which is work, not idleness.
+        leaders = await led_partitions(session, brokers[0].url, topic)
+        moved_at = time.perf_counter()
+        while (
+            time.perf_counter() - moved_at < args.balance_seconds and time.perf_counter() < deadline
+        ):
+            await asyncio.sleep(1.0)
+            now_leaders = await led_partitions(session, brokers[0].url, topic)
+            if now_leaders != leaders:
+                moved_at = time.perf_counter()
+            leaders = now_leaders
+        balanced_s = moved_at - start
+        counts = collections.Counter(leaders.values())
     await asyncio.sleep(args.settle_seconds)
     before = [cpu_seconds(b.proc.pid) for b in brokers]
     wall_start = time.perf_counter()
@@ -522,6 +538,11 @@ async def many_partitions(brokers: list[Broker], args: argparse.Namespace) -> di
         100 * (cpu_seconds(b.proc.pid) - c) / wall for b, c in zip(brokers, before, strict=True)
     ]
     out = {"partitions_created_s": created_s, "partitions_all_led_s": all_led_s}
+    out["leaders_balanced_s"] = balanced_s
+    out["leaders_most_per_broker"] = float(max(counts.values(), default=0))
+    out["leaders_fewest_per_broker"] = float(
+        min((counts.get(b.node_id, 0) for b in brokers), default=0)
+    )
     out["idle_cpu_percent_max"] = max(idle)
     out.update({f"idle_cpu_percent_{b.node_id}": v for b, v in zip(brokers, idle, strict=True)})
     return out
@@ -612,7 +633,7 @@ def _complete(args: argparse.Namespace) -> argparse.Namespace:
     if done.quick:
         done.runs, done.phase_seconds, done.warmup_seconds = 1, 0.7, 0.2
         done.partitions = min(done.partitions, 100)
-        done.idle_seconds, done.settle_seconds = 2.0, 0.5
+        done.idle_seconds, done.settle_seconds, done.balance_seconds = 2.0, 0.5, 0.0
     if done.nodes < 1 or done.runs < 1:
         raise ValueError("--nodes and --runs must be >= 1")
     return done
@@ -696,6 +717,9 @@ def _print_result(
         ("failover_unavailable_s", "(d) failover unavailability", "s"),
         ("partitions_created_s", f"(f) create {args.partitions} partitions (answer)", "s"),
         ("partitions_all_led_s", f"(f) {args.partitions} partitions all led", "s"),
+        ("leaders_balanced_s", "(f) leaders no longer moving", "s"),
+        ("leaders_most_per_broker", "(f) then: most led by a broker", "leaders"),
+        ("leaders_fewest_per_broker", "(f) then: fewest led by a broker", "leaders"),
         ("idle_cpu_percent_max", "(f) idle CPU, busiest broker", "% core"),
     ]
     for key, label, unit in extra:
@@ -730,6 +754,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--partitions", type=int, default=1000, help="(f); 0 to skip")
     parser.add_argument("--idle-seconds", type=float, default=10.0, help="(f) CPU sample")
     parser.add_argument("--settle-seconds", type=float, default=2.0, help="(f) before it")
+    # More than two periods of the brokers' leader balancer (LEADER_BALANCE_INTERVAL_S, 5 s).
+    parser.add_argument("--balance-seconds", type=float, default=12.0,
+                        help="(f) no leader moved for this long before the settle; 0: no wait")  # fmt: skip
     parser.add_argument("--json", help="also write the result (medians, samples) here")
     parser.add_argument(
         "--cluster-secret",

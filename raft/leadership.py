@@ -25,8 +25,12 @@ from pysyncobj import FAIL_REASON
 
 from raft.replica import Replica
 
-# Leadership transfers asked for per maybe_balance_leaders() call, at most.
-BALANCE_TRANSFERS_MAX = 4
+# Leadership transfers asked for per maybe_balance_leaders() call, at most. The broker calls
+# it every 5 s on every node: with 4, the 1,000 partitions of a fresh topic (leaders 195 /
+# 457 / 348 after their first elections) took ~160 s to balance; with 32, ~45 s from 144 /
+# 282 / 574 (bench/README.md, "Leader balance after a create"). Each transfer is one
+# election in one group; Kafka's preferred-leader election moves every partition at once.
+BALANCE_TRANSFERS_MAX = 32
 
 # Transfers asked for and not yet seen done: group id -> (target node id, expiry as
 # time.monotonic() seconds).

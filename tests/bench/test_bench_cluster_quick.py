@@ -21,6 +21,8 @@ OTHER_FIGURES = {
     "failover_unavailable_s",
     "partitions_created_s",
     "partitions_all_led_s",
+    "leaders_balanced_s",
+    "leaders_most_per_broker",
     "idle_cpu_percent_max",
 }
 
