@@ -66,6 +66,7 @@ TARGET_BATCHED_MB_S_MIN = 60.0
 TARGET_LATENCY_P99_MS_MAX = 10.0
 TARGET_PARTITIONS_START_S_MAX = 60.0
 TARGET_IDLE_CPU_PERCENT_MAX = 10.0
+BALANCE_WAIT_S_MAX = 180.0  # (f): the wait for the leaders to stop moving, at most
 
 DURABILITIES = ("fsync", "none")
 
@@ -519,8 +520,10 @@ async def many_partitions(brokers: list[Broker], args: argparse.Namespace) -> di
         # and a reconcile on every broker, which is work, not idleness.
         leaders = await led_partitions(session, brokers[0].url, topic)
         moved_at = time.perf_counter()
+        balance_deadline = moved_at + BALANCE_WAIT_S_MAX
         while (
-            time.perf_counter() - moved_at < args.balance_seconds and time.perf_counter() < deadline
+            time.perf_counter() - moved_at < args.balance_seconds
+            and time.perf_counter() < balance_deadline
         ):
             await asyncio.sleep(1.0)
             now_leaders = await led_partitions(session, brokers[0].url, topic)
@@ -528,6 +531,7 @@ async def many_partitions(brokers: list[Broker], args: argparse.Namespace) -> di
                 moved_at = time.perf_counter()
             leaders = now_leaders
         balanced_s = moved_at - start
+        settled = time.perf_counter() - moved_at >= args.balance_seconds
         counts = collections.Counter(leaders.values())
     await asyncio.sleep(args.settle_seconds)
     before = [cpu_seconds(b.proc.pid) for b in brokers]
@@ -539,6 +543,7 @@ async def many_partitions(brokers: list[Broker], args: argparse.Namespace) -> di
     ]
     out = {"partitions_created_s": created_s, "partitions_all_led_s": all_led_s}
     out["leaders_balanced_s"] = balanced_s
+    out["leaders_settled"] = 1.0 if settled else 0.0  # 0: still moving at the wait's end
     out["leaders_most_per_broker"] = float(max(counts.values(), default=0))
     out["leaders_fewest_per_broker"] = float(
         min((counts.get(b.node_id, 0) for b in brokers), default=0)
@@ -633,7 +638,7 @@ def _complete(args: argparse.Namespace) -> argparse.Namespace:
     if done.quick:
         done.runs, done.phase_seconds, done.warmup_seconds = 1, 0.7, 0.2
         done.partitions = min(done.partitions, 100)
-        done.idle_seconds, done.settle_seconds, done.balance_seconds = 2.0, 0.5, 0.0
+        done.idle_seconds, done.settle_seconds, done.balance_seconds = 2.0, 0.5, 2.0
     if done.nodes < 1 or done.runs < 1:
         raise ValueError("--nodes and --runs must be >= 1")
     return done
@@ -717,7 +722,8 @@ def _print_result(
         ("failover_unavailable_s", "(d) failover unavailability", "s"),
         ("partitions_created_s", f"(f) create {args.partitions} partitions (answer)", "s"),
         ("partitions_all_led_s", f"(f) {args.partitions} partitions all led", "s"),
-        ("leaders_balanced_s", "(f) leaders no longer moving", "s"),
+        ("leaders_balanced_s", "(f) leaders last moved", "s"),
+        ("leaders_settled", "(f) then still for --balance-seconds", "1 = yes"),
         ("leaders_most_per_broker", "(f) then: most led by a broker", "leaders"),
         ("leaders_fewest_per_broker", "(f) then: fewest led by a broker", "leaders"),
         ("idle_cpu_percent_max", "(f) idle CPU, busiest broker", "% core"),

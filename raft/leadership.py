@@ -25,10 +25,10 @@ from pysyncobj import FAIL_REASON
 
 from raft.replica import Replica
 
-# Leadership transfers asked for per maybe_balance_leaders() call, at most. The broker calls
-# it every 5 s on every node: with 4, the 1,000 partitions of a fresh topic (leaders 195 /
-# 457 / 348 after their first elections) took ~160 s to balance; with 32, ~45 s from 144 /
-# 282 / 574 (bench/README.md, "Leader balance after a create"). Each transfer is one
+# Leadership transfers accepted per maybe_balance_leaders() call, at most. The broker calls
+# it every 5 s on every node: with 4, the 1,000 partitions of a fresh topic on 3 nodes took
+# ~160 s to balance once and were not balanced 180 s after the create twice; with 32,
+# 36-85 s (3 runs; bench/README.md, "Leader balance after a create"). Each transfer is one
 # election in one group; Kafka's preferred-leader election moves every partition at once.
 BALANCE_TRANSFERS_MAX = 32
 
@@ -85,14 +85,15 @@ def balance(
     on_transfer: Callable[[Replica], None],
     avoid: frozenset[str] = frozenset(),
 ) -> bool:
-    """Ask for at most `transfers_max` transfers (module docstring), record them in
+    """Ask for at most `transfers_max` accepted transfers (module docstring), record them in
     `transfers`, and call `on_transfer` on each replica whose transfer pysyncobj accepted
     (its timeout_now is queued: the node ticks it in this round). True if any was."""
     leads, mine = count_leads(node_id, peers, replicas, transfers, now)
     acted = False
-    transfers_asked = 0
-    for replica in sorted(mine, key=lambda r: r.group_id):
-        if transfers_asked >= transfers_max:
+    transfers_done = 0
+    # Group 0 (a broker's metadata group) last: its leader is busiest moving.
+    for replica in sorted(mine, key=lambda r: (r.group_id == 0, r.group_id)):
+        if transfers_done >= transfers_max:
             break
         # `avoid`: members the caller will not hand leadership to (a full disk).
         candidates = [m for m in replica.members if m != node_id and m not in avoid]
@@ -105,8 +106,8 @@ def balance(
         target_node = next(n for n in replica.syncobj.otherNodes if str(n.id) == target)
         # The callback runs before transferLeadership returns (it only sends a message).
         replica.syncobj.transferLeadership(target_node, functools.partial(_record_reason, outcome))
-        transfers_asked += 1
         if outcome and outcome[0] == FAIL_REASON.SUCCESS:
+            transfers_done += 1  # a denied one (target behind) leaves the budget to others
             transfers[replica.group_id] = (target, transfer_expiry(now, election_timeout_max_s))
             leads[target] += 1
             leads[node_id] -= 1

@@ -306,6 +306,10 @@ class RaftNode:
         return await self._on_tick_thread(lambda: self._balance_leaders(transfers_max, avoid))
 
     def _balance_leaders(self, transfers_max: int, avoid: frozenset[str]) -> bool:
+        # A peer this node has no connection to is no target: it leads nothing, so it
+        # would always be the one chosen, and pysyncobj, which remembers its match index,
+        # accepts a transfer to it that can never land (the group kept awake meanwhile).
+        down = frozenset(p for p in self.peers if p != self.node_id and not self.network.is_up(p))
         return leadership.balance(
             self.node_id,
             self.peers,
@@ -315,7 +319,7 @@ class RaftNode:
             transfers_max=transfers_max,
             election_timeout_max_s=self.config.election_timeout_max_s,
             on_transfer=self._touch,  # its timeout_now leaves in this round
-            avoid=avoid,
+            avoid=avoid | down,
         )
 
     # --- membership (raft/membership.py) ----------------------------------------------------

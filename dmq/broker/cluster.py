@@ -109,14 +109,16 @@ class ClusterService:
         assert self._ctx.raft_node is not None
         while True:
             await asyncio.sleep(LEADER_BALANCE_INTERVAL_S)
-            # Brokers whose disk is below its floor get no leadership (storage.py).
-            full = frozenset(
+            # No leadership to a broker whose disk is below its floor (storage.py), nor to
+            # one leaving the cluster (each such move is undone by its reassignment).
+            # Brokers this node cannot reach, RaftNode leaves out itself.
+            avoid = frozenset(
                 b.broker_id
                 for b in self._ctx.metadata.state.brokers.values()
-                if b.storage_level == "full"
+                if b.storage_level == "full" or b.decommissioning
             )
             try:
-                await self._ctx.raft_node.maybe_balance_leaders(avoid=full)
+                await self._ctx.raft_node.maybe_balance_leaders(avoid=avoid)
             except Exception:
                 _log.exception("leader balancing failed")
 

@@ -45,4 +45,10 @@ def test_quick_cluster_bench_reports_every_figure(tmp_path: Path) -> None:
     for name in expected:
         assert math.isfinite(medians[name]) and medians[name] > 0, (name, medians[name])
     assert len(result["checks"]) == 4
+    # (f): the leaders' wait ran after they were all led, and the counts are a split of
+    # the partitions among the brokers that is at least as even as they can be.
+    partitions, brokers = 100, 3
+    assert medians["leaders_balanced_s"] >= medians["partitions_all_led_s"]
+    fewest, most = medians["leaders_fewest_per_broker"], medians["leaders_most_per_broker"]
+    assert fewest <= math.ceil(partitions / brokers) <= most <= partitions
     assert list(tmp_path.iterdir()) == []  # the work directory is removed

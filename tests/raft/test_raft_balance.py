@@ -84,3 +84,47 @@ def test_leaders_spread_evenly_over_three_nodes(tmp_path: Path) -> None:
                 await node.stop()
 
     asyncio.run(asyncio.wait_for(scenario(), 60))
+
+
+def test_a_node_that_is_down_gets_no_leadership_and_the_others_still_balance(
+    tmp_path: Path,
+) -> None:
+    """n3 is a member of every group but never starts: it leads nothing, so it would
+    always be the member leading fewest. A transfer to it cannot land; before, pysyncobj
+    accepted each one (it remembers n3's match index from the group's start), the group was
+    kept awake as transferring, and n1 and n2 never balanced between themselves."""
+    hosts = [f"127.0.0.{11 + k}" for k in range(3)]
+    port = free_port_on(hosts)
+    peers = {f"n{k + 1}": f"{host}:{port}" for k, host in enumerate(hosts)}
+
+    async def scenario() -> None:
+        nodes = {n: RaftNode(n, peers, tmp_path / n) for n in ("n1", "n2")}
+        replicas = {
+            n: [await node.add_group(g, Register()) for g in range(GROUPS)]
+            for n, node in nodes.items()
+        }
+        try:
+            await asyncio.gather(*(node.start() for node in nodes.values()))
+            await wait_for_leaders(replicas, 15)
+            for replica in replicas["n2"]:  # every leader on n1: 30 / 0, n3 down
+                if replica.status().is_leader:
+                    await nodes["n2"].transfer_leadership(replica.group_id, "n1")
+            deadline = time.monotonic() + 15
+            while leader_counts(replicas)["n1"] != GROUPS:
+                assert time.monotonic() < deadline, leader_counts(replicas)
+                await asyncio.sleep(0.05)
+            started = time.monotonic()
+            while True:
+                await asyncio.gather(*(node.maybe_balance_leaders() for node in nodes.values()))
+                for node in nodes.values():
+                    assert all(t != "n3" for t, _ in node._transfers.values()), node._transfers
+                await asyncio.sleep(BALANCE_PERIOD_S)
+                counts = leader_counts(replicas)
+                if sum(counts.values()) == GROUPS and abs(counts["n1"] - counts["n2"]) <= 1:
+                    break
+                assert time.monotonic() - started < BALANCE_BOUND_S, counts
+        finally:
+            for node in nodes.values():
+                await node.stop()
+
+    asyncio.run(asyncio.wait_for(scenario(), 60))
