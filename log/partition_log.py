@@ -44,7 +44,7 @@ from log.segment import (
     fsync_directory,
     write_durably,
 )
-from log.writeback import PAGE_BYTES, WRITEBACK_BYTES, Kick
+from log.writeback import WRITEBACK_BYTES, Kick
 
 _BASE_OFFSET = struct.Struct(">q")
 LOG_START_CHECKPOINT = "log-start-offset"
@@ -369,7 +369,7 @@ class PartitionLog:
         flushed = self._maybe_flush_after_append()
         if self.writeback is not None and not flushed:
             # Whole pages only: the next append would wait for a page under write-back.
-            end = segment.size_bytes - segment.size_bytes % PAGE_BYTES
+            end = segment.whole_pages_bytes
             if end - segment.kicked_bytes >= WRITEBACK_BYTES:
                 self.writeback(segment.fd, segment.kicked_bytes, end - segment.kicked_bytes)
                 segment.kicked_bytes = end

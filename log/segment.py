@@ -134,6 +134,12 @@ class Segment:
     def index_entries(self) -> int:
         return len(self._index_offsets)
 
+    @property
+    def whole_pages_bytes(self) -> int:
+        """The file's length rounded down to whole pages (what write-back may be asked
+        for: a page under write-back would hold up the next append into it)."""
+        return self.size_bytes - self.size_bytes % PAGE_BYTES
+
     def _reset_state(self) -> None:
         self.size_bytes = 0
         self.next_offset = self.base_offset
@@ -363,7 +369,7 @@ class Segment:
         # and a power cut after it would otherwise leave the log shorter than it says).
         os.fsync(self.fd)
         self.flushed_bytes = self.size_bytes
-        self.kicked_bytes = self.size_bytes - self.size_bytes % PAGE_BYTES  # synced: clean
+        self.kicked_bytes = self.whole_pages_bytes  # synced: clean
         self._maybe_trace_durable()
         return cut
 
@@ -462,7 +468,7 @@ class Segment:
         self.size_bytes = cut_position
         self.rebuild_indexes()
         self.flushed_bytes = self.size_bytes
-        self.kicked_bytes = min(self.kicked_bytes, self.size_bytes - self.size_bytes % PAGE_BYTES)
+        self.kicked_bytes = min(self.kicked_bytes, self.whole_pages_bytes)
         self._maybe_trace_durable()
         self.closed = False
         self.index_path.unlink(missing_ok=True)

@@ -233,7 +233,6 @@ class Reconciler:
             cluster_id=self._ctx.cluster_id,
             fetch_delayed=fetch_delayed,
             writeback=self._ctx.replicas.writeback,
-            on_delay_pending=self._ctx.replicas.delay_pending_hook((info.name, partition)),
         )
         await replica.open()
         self._ctx.replicas.add(replica)

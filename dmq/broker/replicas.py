@@ -16,7 +16,6 @@ import asyncio
 import concurrent.futures
 import functools
 import logging
-from collections.abc import Callable
 
 from dmq.metadata.service import wall_ms
 from dmq.partition.replica import PartitionReplica, StorageThreads
@@ -69,17 +68,14 @@ class ReplicaSet:
     def add(self, replica: PartitionReplica) -> None:
         key = (replica.topic, replica.partition)
         self._replicas[key] = replica
-        # Its store's hook adds the key from now on; what it held at open is added here
-        # (the release duty drops keys it cannot find, as this replica's were till now).
+        # Its store adds the key from now on; what it holds already is added here, after
+        # the hook is in place, so that no start of holding records falls between.
+        replica.watch_delay(functools.partial(self.delay_pending.add, key))
         if replica.delay_due_hint_ms is not None:
             self.delay_pending.add(key)
 
     def remove(self, key: ReplicaKey) -> None:
         del self._replicas[key]
-
-    def delay_pending_hook(self, key: ReplicaKey) -> Callable[[], None]:
-        """The `on_delay_pending` of the replica opened under `key`."""
-        return functools.partial(self.delay_pending.add, key)
 
     def executor_for(self, key: str) -> concurrent.futures.ThreadPoolExecutor:
         return self._threads.executor_for(key)

@@ -353,7 +353,7 @@ class DelayStore:
         """No record pending any more: the hint says so on every replica, followers too
         (only the leader's `due` recomputes it otherwise), so the release duty stops
         looking at this partition at its next tick. An undo puts the hint back."""
-        if self._due_hint_ms is not None and not any(b.count for b in self._buckets.values()):
+        if self._due_hint_ms is not None and not self.pending_count:
             self.due_hint_ms = None
 
     def undo(self) -> None:

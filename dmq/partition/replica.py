@@ -161,12 +161,8 @@ class PartitionReplica:
         cluster_id: str = "",
         fetch_delayed: FetchDelayed | None = None,
         writeback: Writeback | None = None,
-        on_delay_pending: Callable[[], None] | None = None,
     ) -> None:
         self.topic = topic
-        # Called (tick thread) when this replica's delay store starts holding records
-        # (`DelayStore.on_pending`); what it holds at open, ReplicaSet.add looks at.
-        self._on_delay_pending = on_delay_pending
         self._writeback = writeback
         self._fetch_delayed = fetch_delayed
         self.cluster_id = cluster_id  # written into the directory (CLUSTER_ID_FILE)
@@ -238,7 +234,6 @@ class PartitionReplica:
             machine = PartitionStateMachine(
                 self.name, log, self._copy_from_leader, self._fetch_delayed
             )
-            machine.delay.on_pending = self._on_delay_pending
             return log, machine
 
         self._log, machine = await self.run(_open)
@@ -438,6 +433,12 @@ class PartitionReplica:
         """No delayed record is due before this (an int read without the lock)."""
         machine = self._machine
         return None if machine is None else machine.delay.due_hint_ms
+
+    def watch_delay(self, on_pending: Callable[[], None]) -> None:
+        """Event loop, once open: on_pending() is called (tick thread) each time this
+        replica's delay store starts holding records (`DelayStore.on_pending`)."""
+        if self._machine is not None:
+            self._machine.delay.on_pending = on_pending
 
     @property
     def queue_depth(self) -> int:
