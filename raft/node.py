@@ -189,6 +189,7 @@ class RaftNode:
         members: Iterable[str] | None = None,
         members_from_log: bool = False,
         prompt_commit_index: bool = False,
+        preferred_leader: str | None = None,
     ) -> Replica:
         """Create (or reopen from its directory) group `group_id` with these members.
 
@@ -198,10 +199,12 @@ class RaftNode:
         prompt_commit_index: as leader, send followers each new commit index at once, so
         that what they applied trails this node by a round, not by up to a heartbeat
         (raft/transport.py, "Commit index"): for a machine read on every member (the
-        metadata catalogue), at the cost of a frame each way per commit."""
+        metadata catalogue), at the cost of a frame each way per commit.
+        preferred_leader: a member that a new group's first election should go to
+        (`Replica.stand_first`); ignored for a group reopened with a term."""
         return await self._on_tick_thread(
             lambda: self._add_group(
-                group_id, machine, members, members_from_log, prompt_commit_index
+                group_id, machine, members, members_from_log, prompt_commit_index, preferred_leader
             )
         )
 
@@ -243,6 +246,7 @@ class RaftNode:
         members: Iterable[str] | None,
         members_from_log: bool = False,
         prompt_commit_index: bool = False,
+        preferred_leader: str | None = None,
     ) -> Replica:
         if not 0 <= group_id <= GROUP_ID_MAX:
             raise ValueError(f"group id {group_id} out of range")
@@ -252,6 +256,8 @@ class RaftNode:
         unknown = set(member_list) - set(self.peers)
         if unknown or self.node_id not in member_list:
             raise ValueError(f"group {group_id}: bad members {member_list}")
+        if preferred_leader is not None and preferred_leader not in member_list:
+            raise ValueError(f"group {group_id}: preferred leader {preferred_leader} not a member")
         directory = self.data_dir / "groups" / str(group_id)
         replica = Replica(self, group_id, directory, machine, member_list)
         replica.transport.lazy_commit_index = not prompt_commit_index
@@ -268,6 +274,8 @@ class RaftNode:
             # instead of after an election timeout (a one-node cluster's topics are usable
             # at once). pysyncobj 0.3.17's private deadline; the version is pinned.
             replica.syncobj._SyncObj__raftElectionDeadline = 0.0
+        elif preferred_leader is not None:
+            replica.stand_first(preferred_leader, time.monotonic())
         self.groups[group_id] = replica
         for peer_id in self.network.up_peers():
             replica.transport.peer_up(peer_id)

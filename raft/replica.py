@@ -72,6 +72,11 @@ STALL_RETRY_S = 0.2
 # An idle follower that hears from its leader is ticked at least this often (pysyncobj's
 # once-a-second journal timer and time-based log compaction run in its tick).
 FOLLOWER_QUIET_MAX_S = 1.0
+# A new group's first election (`Replica.stand_first`): its preferred member campaigns
+# after this fraction of the minimum election timeout; every other member holds its first
+# campaign back by this many maximum election timeouts, plus a random one.
+PREFERRED_FIRST_CAMPAIGN_FRACTION = 0.25
+OTHERS_FIRST_HOLD_TIMEOUTS = 2
 
 
 class ReplicaHost(Protocol):
@@ -698,6 +703,31 @@ class Replica:
         message = prevote.request(term, *self._last_log())
         for node in sync_obj._SyncObj__otherNodes:
             self.transport.send(node, message)
+        return True
+
+    def stand_first(self, preferred: str, now: float) -> bool:
+        """A new group's first election goes to its preferred member (Kafka's preferred
+        replica; the broker's placement picks one per partition, balanced over brokers), so
+        that a fresh topic's leaders start where the placement put them instead of wherever
+        a timer fired first (skewed, then moved one by one by the leader balancer).
+
+        The preferred member campaigns soon (its pre-vote round, then pysyncobj's election);
+        the others hold their first campaign back by OTHERS_FIRST_HOLD_TIMEOUTS election
+        timeouts: the preferred member has two rounds or more to win, or to find peers
+        that opened the group after it. A bias, not a rule: if the preferred member is down
+        the others elect one of them after the hold, and nothing changes once the group had
+        a term. True if the deadline was set; False for a group that is not new (it has a
+        term, or entries past pysyncobj's first no-op: a reopen after a restart).
+        """
+        sync_obj = self.syncobj
+        if int(sync_obj.raftCurrentTerm) != 0 or self._last_log()[0] > 1:
+            return False
+        if preferred == self.node.node_id:
+            delay = PREFERRED_FIRST_CAMPAIGN_FRACTION * self._config.election_timeout_min_s
+        else:
+            hold = OTHERS_FIRST_HOLD_TIMEOUTS * self._config.election_timeout_max_s
+            delay = hold + sync_obj._SyncObj__generateRaftTimeout()
+        sync_obj._SyncObj__raftElectionDeadline = now + delay
         return True
 
     def give_up_commits(self) -> None:

@@ -233,6 +233,7 @@ class Reconciler:
             cluster_id=self._ctx.cluster_id,
             fetch_delayed=fetch_delayed,
             writeback=self._ctx.replicas.writeback,
+            preferred_leader=members[0],  # the placement's preferred leader
         )
         await replica.open()
         self._ctx.replicas.add(replica)

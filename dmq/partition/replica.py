@@ -161,6 +161,7 @@ class PartitionReplica:
         cluster_id: str = "",
         fetch_delayed: FetchDelayed | None = None,
         writeback: Writeback | None = None,
+        preferred_leader: str | None = None,
     ) -> None:
         self.topic = topic
         self._writeback = writeback
@@ -172,6 +173,9 @@ class PartitionReplica:
         self.log_config = log_config
         self.group_id = group_id_for(topic_id, partition)
         self.members = members
+        # The placement's first replica: a new group's first election goes to it
+        # (raft/replica.py, Replica.stand_first), so a fresh topic's leaders start balanced.
+        self.preferred_leader = preferred_leader
         self.lock = threading.Lock()
         self._executor = executor
         self._raft_node = raft_node
@@ -241,7 +245,10 @@ class PartitionReplica:
         self.refresh_offsets()
         try:
             self.raft = await self._raft_node.add_group(
-                self.group_id, _LockedMachine(self, machine), members=self.members
+                self.group_id,
+                _LockedMachine(self, machine),
+                members=self.members,
+                preferred_leader=self.preferred_leader,
             )
         except BaseException:
             await self.run(self._close_files)

@@ -1,6 +1,8 @@
 """Proves, with real `dmq serve` processes on 127.0.0.11.. (every partition a Raft group,
 a metadata Raft group owning topics), that:
 
+- a fresh topic's first leaders are the placement's preferred replicas (one per broker
+  in turn), elected so, not moved there by the leader balancer;
 - any node accepts a produce for any partition and forwards it to the leader: records
   produced with acks=all through each of three nodes are read back through each node at
   the same offsets, every one exactly once (a fetch relays to the leader), and every
@@ -35,6 +37,7 @@ from cluster_harness import (
     check_log_against_acks,
     fetch_all,
     first_ack_sent_after,
+    placements,
     produce,
     retry,
     wait_caught_up,
@@ -47,6 +50,12 @@ def test_produce_through_every_node_is_read_through_every_node_at_the_same_offse
     dmq_cluster: Callable[..., DmqCluster],
 ) -> None:
     cluster = dmq_cluster(3).start_all()
+    # A fresh topic's first leaders are the placement's preferred replicas (balanced over
+    # the brokers), not whichever replica's timer fired first: 1 in 729 by chance.
+    cluster.create_topic("placed", partitions=6, replication_factor=3)
+    preferred = [replicas[0] for replicas in placements(cluster["n1"], "placed")]
+    assert sorted(preferred) == ["n1", "n1", "n2", "n2", "n3", "n3"], preferred
+    assert [cluster.leader_of("placed", p) for p in range(6)] == preferred
     cluster.create_topic("orders", partitions=2, replication_factor=3, via=cluster["n2"])
     expected: dict[int, dict[int, str]] = {0: {}, 1: {}}  # partition -> offset -> value
     for node in cluster.nodes.values():

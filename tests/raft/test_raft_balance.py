@@ -128,3 +128,56 @@ def test_a_node_that_is_down_gets_no_leadership_and_the_others_still_balance(
                 await node.stop()
 
     asyncio.run(asyncio.wait_for(scenario(), 60))
+
+
+def test_a_new_groups_first_leader_is_its_preferred_member(tmp_path: Path) -> None:
+    """add_group(preferred_leader=...) (Replica.stand_first): 30 new groups on n1-n3, group
+    g preferring n{g % 3 + 1}, all three nodes started together: every group's first
+    leader is its preferred member, elected in term 1 (no contested election), so the
+    leaders start balanced 10/10/10 with no balancer. Without it the first timer to fire
+    wins, and the counts are whatever the timers made them. Three more groups prefer n4,
+    a member that never starts: n1 or n2 leads each of them once the others' hold ends."""
+    hosts = [f"127.0.0.{11 + k}" for k in range(4)]
+    port = free_port_on(hosts)
+    peers = {f"n{k + 1}": f"{host}:{port}" for k, host in enumerate(hosts)}
+    orphans = range(GROUPS, GROUPS + 3)
+
+    async def scenario() -> None:
+        nodes = {n: RaftNode(n, peers, tmp_path / n) for n in ("n1", "n2", "n3")}
+        replicas: dict[str, list[Replica]] = {n: [] for n in nodes}
+        for n, node in nodes.items():
+            for g in range(GROUPS):
+                preferred = f"n{g % 3 + 1}"
+                replicas[n].append(
+                    await node.add_group(
+                        g, Register(), members=["n1", "n2", "n3"], preferred_leader=preferred
+                    )
+                )
+        orphan_replicas = [
+            await nodes[n].add_group(
+                g, Register(), members=["n1", "n2", "n4"], preferred_leader="n4"
+            )
+            for n in ("n1", "n2")
+            for g in orphans
+        ]
+        try:
+            await asyncio.gather(*(node.start() for node in nodes.values()))
+            await wait_for_leaders(replicas, 15)
+            leaders = {r.group_id: r.status() for r in replicas["n1"]}
+            wrong = {
+                g: (s.leader_id, s.term)
+                for g, s in leaders.items()
+                if (s.leader_id, s.term) != (f"n{g % 3 + 1}", 1)
+            }
+            assert not wrong, wrong
+            assert leader_counts(replicas) == {"n1": 10, "n2": 10, "n3": 10}
+
+            deadline = time.monotonic() + 15
+            while not all(r.status().leader_id in ("n1", "n2") for r in orphan_replicas):
+                assert time.monotonic() < deadline, [r.status() for r in orphan_replicas]
+                await asyncio.sleep(0.05)
+        finally:
+            for node in nodes.values():
+                await node.stop()
+
+    asyncio.run(asyncio.wait_for(scenario(), 60))
