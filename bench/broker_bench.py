@@ -26,7 +26,6 @@ import signal
 import socket
 import statistics
 import subprocess
-import sys
 import tempfile
 import time
 import urllib.request
@@ -36,6 +35,7 @@ from typing import Any
 import aiohttp
 
 from bench.cluster_bench import RawBody
+from bench.tree import start_python
 from log.config import FlushPolicy, LogConfig
 from log.partition_log import PartitionLog
 from log.records import Record, encode_batch
@@ -72,16 +72,15 @@ def _warm_page_cache(directory: Path, nbytes: int) -> None:
 
 class Server:
     def __init__(self, data_dir: Path, extra_args: tuple[str, ...] = ()) -> None:
-        self.data_dir = data_dir
-        self.extra_args = extra_args
+        self.data_dir = data_dir.resolve()  # absolute: the broker runs in the tree's root
+        self.extra_args = extra_args  # any path in them absolute, for the same reason
         self.port = _free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.proc: subprocess.Popen[bytes] | None = None
 
     def __enter__(self) -> Server:
-        self.proc = subprocess.Popen(
+        self.proc = start_python(  # this tree's broker (bench/tree.py)
             [
-                sys.executable,
                 "-m",
                 "dmq",
                 "serve",

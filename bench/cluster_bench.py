@@ -49,6 +49,7 @@ from typing import Any
 import aiohttp
 
 from bench.loopback import common_free_port
+from bench.tree import start_python
 from log.records import Record, encode_batch
 
 RECORD_BYTES = 1024
@@ -140,9 +141,10 @@ class Broker:
 
 
 def _spawn(args: list[str], log_path: Path) -> subprocess.Popen[bytes]:
+    """`dmq serve ARGS` of this tree (bench/tree.py), its output appended to `log_path`."""
     with open(log_path, "ab") as log:
-        return subprocess.Popen(
-            [sys.executable, "-m", "dmq", "serve", *args],
+        return start_python(
+            ["-m", "dmq", "serve", *args],
             stdin=subprocess.DEVNULL,
             stdout=log,
             stderr=subprocess.STDOUT,
@@ -162,7 +164,9 @@ def dmq_cluster(
     """`nodes` brokers (1: a plain `dmq serve`, no --peers), ready; all killed at exit.
     A cluster of several shares a fresh secret (`--cluster-secret-file`) unless
     `secret=False`: that is how a cluster should run. `extra_args` go to every broker;
-    `tls`: they serve https (given the --tls-* flags), checked with this context."""
+    `tls`: they serve https (given the --tls-* flags), checked with this context. Paths
+    in `extra_args` must be absolute: the brokers run in the tree's root (bench/tree.py)."""
+    work_dir = work_dir.resolve()  # absolute: the brokers run in another directory
     hosts = [f"127.0.0.{HOST_FIRST + k}" for k in range(nodes)]
     http_port = common_free_port(hosts)
     raft_port = common_free_port(hosts, avoid=[http_port])

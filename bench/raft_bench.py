@@ -49,6 +49,7 @@ from queue import Queue
 from typing import Any, TextIO
 
 from bench.loopback import common_free_port
+from bench.tree import start_python
 
 KIB = 1024
 TARGETS = {"dmq_batched_mb_s_min": 60.0, "dmq_latency_p99_ms_max": 10.0}
@@ -60,8 +61,8 @@ class Node:
     def __init__(self, args: list[str], log_path: Path) -> None:
         self.args, self.log_path = args, log_path
         with open(log_path, "a") as log:
-            self.proc = subprocess.Popen(
-                [sys.executable, "-m", "raft.demo", *args],
+            self.proc: subprocess.Popen[str] = start_python(  # this tree's (bench/tree.py)
+                ["-m", "raft.demo", *args],
                 stdin=subprocess.PIPE,
                 stdout=subprocess.PIPE,
                 stderr=log,
@@ -130,6 +131,7 @@ def cluster(work_dir: Path, stock: bool, extra_args: Sequence[str] = ()) -> Iter
     port = common_free_port(hosts)
     peers = ",".join(f"n{k + 1}={host}:{port}" for k, host in enumerate(hosts))
     nodes: list[Node] = []
+    work_dir = work_dir.resolve()  # absolute: the nodes run in the tree's root
     work_dir.mkdir(parents=True, exist_ok=True)
     try:
         for k in range(3):

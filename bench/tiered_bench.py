@@ -187,7 +187,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         return tiered_proof.run(args)
     if args.quick:
         args.runs, args.total_mb, args.segment_mb = 1, 8, 1
-    work = Path(tempfile.mkdtemp(prefix="dmq-bench-tiered-", dir=args.dir))
+    # Absolute: the store's URL goes to a broker running in the tree's root (bench/tree.py).
+    work = Path(tempfile.mkdtemp(prefix="dmq-bench-tiered-", dir=args.dir)).resolve()
     try:
         extra = (
             "--remote-storage", f"file://{work / 'store'}",

@@ -308,7 +308,8 @@ async def _remote_read_bytes(session: aiohttp.ClientSession, url: str) -> float:
 
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
-    work = Path(tempfile.mkdtemp(prefix="dmq-bench-tiered-proof-", dir=args.dir))
+    # Absolute: the store's URL goes to brokers running in the tree's root (bench/tree.py).
+    work = Path(tempfile.mkdtemp(prefix="dmq-bench-tiered-proof-", dir=args.dir)).resolve()
     began = time.monotonic()
     try:
         extra = (

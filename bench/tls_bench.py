@@ -99,7 +99,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     client_cpu: dict[str, list[float]] = {"plain": [], "tls": []}  # this process's
     gb = sum(map(len, batches[1:])) / 1e9
     with tempfile.TemporaryDirectory(dir=args.dir) as tmp:
-        work = Path(tmp)
+        work = Path(tmp).resolve()  # absolute: cert paths go to brokers in the tree's root
         certs = write_dev_certs(work / "certs", [*hosts, "127.0.0.1", "localhost"]).ca.parent
         client_tls: ssl.SSLContext = tls_context(str(certs / "ca.pem"))
         with (
