@@ -112,6 +112,10 @@ class BrokerConfig:
     raft_snapshot_entries: int = field(
         default=4096, metadata=_doc("journal entries per group before a snapshot drops them")
     )
+    raft_snapshot_bytes: int = field(
+        default=256 * 1024 * 1024,
+        metadata=_doc("journal bytes per group before a snapshot drops them (>= 1 MiB)"),
+    )
     request_timeout_ms: int = field(
         default=10_000,
         metadata=_doc("how long a produce or admin request waits for a leader and a commit, ms"),
@@ -363,6 +367,12 @@ class BrokerConfig:
         self._check_auth()
         if self.raft_durability not in ("fsync", "none"):
             raise InvalidConfig("raft_durability must be fsync or none", field="raft_durability")
+        if self.raft_snapshot_bytes < 1024 * 1024:
+            raise InvalidConfig(
+                "raft_snapshot_bytes must be at least 1 MiB",
+                field="raft_snapshot_bytes",
+                limit=1024 * 1024,
+            )
         peers = self.peer_addrs  # parses and checks
         if self.node_id not in peers:
             raise InvalidConfig(

@@ -20,13 +20,24 @@ tick thread waits for it. Nothing here takes a lock.
 
 File format (`journal`), little-endian::
 
-    header   8s magic b"DMQRJNL1" | u32 version | u32 reserved            (16 bytes)
-    record   u32 body_len | u32 crc32c(body) | body = u64 idx | u64 term | command
+    header   8s magic b"DMQRJNL1" | u32 version | u32 seed                (16 bytes)
+    record   u32 body_len | u32 crc32c(body, seed) | body = u64 idx | u64 term | command
 
 Entries are consecutive: record k holds index first_idx + k. Recovery reads records until
 the first one that is cut short or fails its CRC, and truncates the file there (a torn
 write at the tail); a record whose index breaks the sequence is corruption and stops the
 node (JournalCorrupt).
+
+Version 2 (this code) seeds every record's CRC-32C with the file's `seed`, a random
+number drawn when the file is written from its start; version 1 files (seed 0, the
+plain CRC) are still read and appended to until their first compaction. The seed is what
+lets compaction recycle a file (`_rewrite_from`): the tail left after a compaction is
+written into `journal.spare`, the file the compaction before it retired, over its old
+records, and the two swap names. Writes there overwrite blocks the file system has
+allocated already, so their fdatasync commits no block allocation or file size, only
+data (half the time of an append's: bench/README.md, "Recycled journal files"); the old
+records beyond the new end carry another seed, so their CRCs fail and recovery stops at
+the first of them as at a torn write. Version 1 code refuses a version 2 file.
 
 Meta file (`journal.meta`): two 512-byte slots, each u32 len | u32 crc32c | u64 seq | JSON
 {"term", "voted_for", "commit_index"}; writes alternate slots and recovery takes the valid
@@ -35,6 +46,7 @@ slot with the higher seq, so a torn meta write never loses both.
 
 from __future__ import annotations
 
+import bisect
 import errno
 import json
 import logging
@@ -58,7 +70,8 @@ logger = logging.getLogger(__name__)
 Entry = tuple[bytes, int, int]  # (command, idx, term), as pysyncobj stores them
 
 MAGIC = b"DMQRJNL1"
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
+READABLE_VERSIONS = frozenset({1, 2})  # 1: seed 0 (the plain CRC-32C), never recycled
 _FILE_HEADER = struct.Struct("<8sII")
 HEADER_BYTES = _FILE_HEADER.size  # 16
 _RECORD_HEADER = struct.Struct("<II")  # body_len, crc32c(body)
@@ -80,6 +93,14 @@ _PAGE_BYTES = os.sysconf("SC_PAGE_SIZE")
 
 JOURNAL_FILE = "journal"
 META_FILE = "journal.meta"
+# The file a compaction retired, reused by the next one (_rewrite_from), and the second
+# name the current journal takes for the moment of the swap.
+SPARE_FILE = "journal.spare"
+RETIRING_FILE = "journal.retiring"
+# A spare longer than this is cut to it before reuse: what a long run between two
+# compactions wrote is not kept on disk twice (RaftConfig.log_compaction_bytes keeps
+# journals near or under it).
+SPARE_BYTES_MAX = 256 * 1024 * 1024
 DURABLE_TRACE_FILE = "journal.durable"
 
 
@@ -108,6 +129,15 @@ def _invariant(condition: bool, message: str) -> None:
     # Not `assert`: python -O must not strip the checks that stop a broken node.
     if not condition:
         raise JournalCorrupt(message)
+
+
+def _new_seed(other: int) -> int:
+    """A random CRC seed for a file written from its start: never 0 (version 1's) nor
+    `other` (the seed of the records a recycled file still holds)."""
+    while True:
+        seed = int.from_bytes(os.urandom(4), "little")
+        if seed not in (0, other):
+            return seed
 
 
 def _fsync_directory(directory: Path) -> None:
@@ -163,6 +193,8 @@ class DurableJournal(Journal):  # type: ignore[misc]  # pysyncobj is untyped
         self._cache_bytes = 0
         self._epoch = 0  # bumped by every deletion: views taken before it are stale
         self._first_entry: tuple[int, Entry] | None = None  # (epoch, entry 0), entry_at
+        self._seed = 0  # every record's CRC-32C starts from it (module docstring)
+        self._settle_swap()
         self._fd = self._open_and_recover()
         self._meta = _MetaFile(directory / META_FILE)
         self._term, self._voted_for, self._commit_index = self._meta.load()
@@ -183,13 +215,16 @@ class DurableJournal(Journal):  # type: ignore[misc]  # pysyncobj is untyped
         if size < HEADER_BYTES:
             # New file, or one cut inside its header by a crash during creation.
             os.ftruncate(fd, 0)
-            os.pwrite(fd, _FILE_HEADER.pack(MAGIC, FORMAT_VERSION, 0), 0)
+            self._seed = _new_seed(0)
+            os.pwrite(fd, _FILE_HEADER.pack(MAGIC, FORMAT_VERSION, self._seed), 0)
             os.fdatasync(fd)
             _fsync_directory(self.directory)
             return fd
-        magic, version, _ = _FILE_HEADER.unpack(os.pread(fd, HEADER_BYTES, 0))
+        magic, version, seed = _FILE_HEADER.unpack(os.pread(fd, HEADER_BYTES, 0))
         _invariant(magic == MAGIC, f"{self.path}: not a dmq raft journal")
-        _invariant(version == FORMAT_VERSION, f"{self.path}: unknown format version {version}")
+        _invariant(version in READABLE_VERSIONS, f"{self.path}: unknown format version {version}")
+        _invariant(version == 2 or seed == 0, f"{self.path}: version 1 with a seed")
+        self._seed = seed
         self._end = HEADER_BYTES
         for entry_offset, entry_end, idx, term in self._scan(fd, size):
             if self._offsets:
@@ -203,7 +238,10 @@ class DurableJournal(Journal):  # type: ignore[misc]  # pysyncobj is untyped
             self._terms.append(term)
             self._end = entry_end
         if self._end < size:
-            # A torn tail: the crash cut the last write short. Drop it for good.
+            # A torn tail (the crash cut the last write short), or a recycled file's old
+            # records (another seed). Dropped for good either way: past a torn write this
+            # file's own unsynced records may follow, and the next append must not leave
+            # one where recovery could read it after a record of the same length.
             os.ftruncate(fd, self._end)
             os.fdatasync(fd)
         self._written = self._durable = self._end
@@ -220,7 +258,7 @@ class DurableJournal(Journal):  # type: ignore[misc]  # pysyncobj is untyped
             if body_start + body_len > size:
                 return
             body = os.pread(fd, body_len, body_start)
-            if len(body) != body_len or crc32c.crc32c(body) != crc:
+            if len(body) != body_len or crc32c.crc32c(body, self._seed) != crc:
                 return
             idx, term = _BODY_HEADER.unpack_from(body)
             yield offset, body_start + body_len, idx, term
@@ -238,7 +276,7 @@ class DurableJournal(Journal):  # type: ignore[misc]  # pysyncobj is untyped
         else:
             self._first_idx = idx
         head = _BODY_HEADER.pack(idx, term)
-        crc = crc32c.crc32c(command, crc32c.crc32c(head))
+        crc = crc32c.crc32c(command, crc32c.crc32c(head, self._seed))
         self._offsets.append(self._end)
         self._terms.append(term)
         self._pending += _RECORD_HEADER.pack(len(head) + len(command), crc)
@@ -280,8 +318,10 @@ class DurableJournal(Journal):  # type: ignore[misc]  # pysyncobj is untyped
         except (OSError, JournalWriteFailed) as exc:
             # A full disk: keep the entries (the journal stays longer than it needs to be,
             # which is safe) and let pysyncobj's next log compaction try again.
+            # The spare's blocks are given back to the full disk; a compaction after this
+            # one writes a new file again.
             self.write_failures += 1
-            self.path.with_name(JOURNAL_FILE + ".tmp").unlink(missing_ok=True)
+            (self.directory / SPARE_FILE).unlink(missing_ok=True)
             logger.warning("journal compaction of %s put off: %s", self.path, exc)
             return
         shift = cut - HEADER_BYTES
@@ -539,7 +579,7 @@ class DurableJournal(Journal):  # type: ignore[misc]  # pysyncobj is untyped
         body_len, crc = _RECORD_HEADER.unpack_from(data, offset)
         body = data[offset + _RECORD_HEADER.size : offset + _RECORD_HEADER.size + body_len]
         _invariant(
-            len(body) == body_len and crc32c.crc32c(body) == crc,
+            len(body) == body_len and crc32c.crc32c(body, self._seed) == crc,
             f"{self.path}: bad record at position {position} (CRC or length)",
         )
         idx, term = _BODY_HEADER.unpack_from(body)
@@ -622,30 +662,103 @@ class DurableJournal(Journal):  # type: ignore[misc]  # pysyncobj is untyped
         self._epoch += 1
 
     def _rewrite_from(self, cut: int) -> None:
-        """Replace the file by its header and bytes [cut, _end), durably (tmp, rename)."""
-        tmp_path = self.path.with_name(JOURNAL_FILE + ".tmp")
-        tmp_fd = os.open(tmp_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        """Make the journal its header and records [cut, _end), durably, in a recycled file.
+
+        The records are written, under a new seed, into `journal.spare` (the file the last
+        compaction retired, or a new one) from its start, over what it held; then the
+        spare becomes the journal and the journal the spare: a hard link gives the current
+        journal a second name, an atomic rename puts the spare in its place, a second one
+        names the old journal spare. A crash at any step leaves a complete journal under
+        its name (`_settle_swap` tidies the other names at the next open). Each record's
+        old CRC is checked before it is sealed under the new seed, so a damaged record is
+        never given a valid one. Anything that fails before the first rename leaves the
+        journal as it was (the caller keeps its entries).
+        """
+        spare = self.directory / SPARE_FILE
+        fd = os.open(spare, os.O_RDWR | os.O_CREAT, 0o644)
         try:
-            os.write(tmp_fd, _FILE_HEADER.pack(MAGIC, FORMAT_VERSION, 0))
-            position = cut
-            while position < self._end:
-                chunk = os.pread(self._fd, min(READ_AHEAD_BYTES, self._end - position), position)
-                _invariant(bool(chunk), f"short read while compacting {self.path}")
-                os.write(tmp_fd, chunk)
-                position += len(chunk)
+            size = os.fstat(fd).st_size
+            old_seed = 0
+            if size >= HEADER_BYTES:
+                magic, _, old_seed = _FILE_HEADER.unpack(os.pread(fd, HEADER_BYTES, 0))
+                old_seed = old_seed if magic == MAGIC else 0
+            if size > SPARE_BYTES_MAX:
+                os.ftruncate(fd, SPARE_BYTES_MAX)
+            seed = _new_seed(old_seed)
+            header = _FILE_HEADER.pack(MAGIC, FORMAT_VERSION, seed)
+            written = HEADER_BYTES + self._copy_resealed(fd, cut, seed)
+            os.pwrite(fd, header, 0)
             if self._durability == "fsync":
-                os.fdatasync(tmp_fd)
-        finally:
-            os.close(tmp_fd)
-        os.replace(tmp_path, self.path)
-        if self._durability == "fsync":
-            _fsync_directory(self.directory)
-        os.close(self._fd)
-        self._fd = os.open(self.path, os.O_RDWR)
+                os.fdatasync(fd)
+            retiring = self.directory / RETIRING_FILE
+            retiring.unlink(missing_ok=True)
+            os.link(self.path, retiring)
+            os.replace(spare, self.path)  # the swap is done here
+        except BaseException:
+            os.close(fd)
+            raise
+        old_fd, self._fd, self._seed = self._fd, fd, seed
+        os.close(old_fd)
+        try:
+            os.replace(retiring, spare)
+            if self._durability == "fsync":
+                _fsync_directory(self.directory)
+        except OSError as exc:  # the journal is swapped already: the next open tidies up
+            logger.warning("journal compaction of %s: retiring the old file: %s", self.path, exc)
         self._dropped_to = 0  # a new file: its pages are the tail's, just written
         self._dirty = False
         if self._trace_fd is not None:
-            os.write(self._trace_fd, b"rewrite\n")
+            # The durable length of the new file: what follows the tail is the spare's old
+            # records, which a power cut may leave as they are (a torn-write test cuts there).
+            os.write(self._trace_fd, b"rewrite\n%d\n" % written)
+
+    def _copy_resealed(self, fd: int, cut: int, seed: int) -> int:
+        """Write records [cut, _end) at HEADER_BYTES of `fd`, each CRC checked under this
+        file's seed and sealed under `seed`; the bytes written."""
+        position = bisect.bisect_left(self._offsets, cut)
+        _invariant(
+            cut == self._end or (position < len(self._offsets) and self._offsets[position] == cut),
+            f"{self.path}: compaction cut {cut} is not a record boundary",
+        )
+        out = HEADER_BYTES
+        while position < len(self._offsets):
+            first = self._offsets[position]
+            last = position
+            while (
+                last + 1 < len(self._offsets) and self._offsets[last + 1] - first < READ_AHEAD_BYTES
+            ):
+                last += 1
+            end = self._offsets[last + 1] if last + 1 < len(self._offsets) else self._end
+            data = memoryview(self._read_bytes(first, end))
+            parts: list[bytes | memoryview] = []
+            for k in range(position, last + 1):
+                offset = self._offsets[k] - first
+                body_len, crc = _RECORD_HEADER.unpack_from(data, offset)
+                body = data[offset + _RECORD_HEADER.size : offset + _RECORD_HEADER.size + body_len]
+                _invariant(
+                    len(body) == body_len and crc32c.crc32c(body, self._seed) == crc,
+                    f"{self.path}: bad record at position {k} (CRC or length) while compacting",
+                )
+                parts += (_RECORD_HEADER.pack(body_len, crc32c.crc32c(body, seed)), body)
+            out += os.pwritev(fd, parts, out)
+            position = last + 1
+        _invariant(out - HEADER_BYTES == self._end - cut, f"short write compacting {self.path}")
+        return out - HEADER_BYTES
+
+    def _settle_swap(self) -> None:
+        """At open: finish or undo a compaction's swap that a crash interrupted (the link
+        and two renames of `_rewrite_from`). The journal's own name always holds a whole
+        journal; only which file is the spare can be left to decide."""
+        retiring = self.directory / RETIRING_FILE
+        if not retiring.exists():
+            return
+        if not self.path.exists():  # not left by _rewrite_from; keep the data it names
+            os.replace(retiring, self.path)
+        elif os.path.samefile(retiring, self.path):  # before the swap: a second name only
+            retiring.unlink()
+        else:  # after it: the old journal, which is the spare now
+            os.replace(retiring, self.directory / SPARE_FILE)
+        _fsync_directory(self.directory)
 
     def _sync_snapshot_file(self) -> None:
         if self._durability != "fsync" or self._snapshot_path is None:

@@ -449,6 +449,10 @@ class Replica:
         self.syncobj.doTick(0.0)
         self.raise_failure()
         sync_obj = self.syncobj
+        if self.journal.size_bytes > self._config.log_compaction_bytes:
+            # pysyncobj compacts on a count of entries or on time only: ask for one now (a
+            # flag it reads in its next tick; one already running finishes first).
+            sync_obj.forceLogCompaction()
         if was_leader and not sync_obj._isLeader():
             # Check-quorum stepped it down (a higher term arrives as a message, not in a
             # tick): no majority hears it, so nothing tells it its entries' fate soon.

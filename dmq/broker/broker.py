@@ -88,6 +88,7 @@ def raft_config_for(config: BrokerConfig) -> RaftConfig:
         if config.raft_durability == "none" or planted.active("no-fsync")
         else "fsync",
         log_compaction_min_entries=config.raft_snapshot_entries,
+        log_compaction_bytes=config.raft_snapshot_bytes,
         batch_bytes_max=entry_bytes_max,
         append_entries_bytes_max=entry_bytes_max + 128 * 1024,
     )

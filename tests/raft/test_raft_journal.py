@@ -14,7 +14,12 @@ and bounded in memory:
   the cache in memory, and old entries are read back from the file, also through lazy
   slices (a slice pickles as a plain list);
 - pysyncobj uses the journal handed to it as journalFile, and stock SyncObj objects in the
-  same process still get pysyncobj's own journals.
+  same process still get pysyncobj's own journals;
+- compaction recycles the file the compaction before it retired (the journal and
+  `journal.spare` swap; the old records beyond the new end never reopen, whatever a power
+  cut leaves of the writes after the last sync: a property); a swap cut short by a crash
+  is finished or undone at the next open; a version 1 journal (seed 0) is still read,
+  appended to and compacted into version 2.
 """
 
 from __future__ import annotations
@@ -24,9 +29,12 @@ import ctypes.util
 import mmap
 import os
 import pickle
+import random
+import struct
 from pathlib import Path
 from typing import Literal
 
+import crc32c
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -38,6 +46,8 @@ from raft.journal import (
     JOURNAL_FILE,
     META_FILE,
     PAGE_DROP_BYTES_MIN,
+    RETIRING_FILE,
+    SPARE_FILE,
     DurableJournal,
     JournalView,
 )
@@ -339,3 +349,152 @@ def test_the_first_entry_is_read_from_the_file_once_until_a_deletion(
     journal.add(b"new", 3, 2)
     assert journal[0] == (b"new", 3, 2)
     journal.close()
+
+
+# --- recycled files (compaction) -------------------------------------------------------------
+
+SECTOR = 512
+
+crash_operations = st.lists(
+    st.one_of(
+        st.tuples(st.just("add"), st.integers(0, 900)),
+        st.tuples(st.just("sync")),
+        st.tuples(st.just("compact"), st.integers(0, 40)),
+        st.tuples(st.just("crash"), st.randoms(use_true_random=False)),
+    ),
+    max_size=50,
+)
+
+
+def crashed_bytes(old: bytes, new: bytes, durable: int, rng: random.Random) -> bytes:
+    """What a power cut may leave of a file that held `old` at its last fdatasync (which
+    made [0, durable) durable) and `new` now: its old or its new length, and past
+    `durable` each sector as it was or as it is (zeros where neither wrote it)."""
+    length = rng.choice([len(old), len(new)])
+    out = bytearray(new[:durable])
+    for start in range(durable, length, SECTOR):
+        source = rng.choice([old, new])
+        piece = source[start : min(start + SECTOR, length)]
+        out += piece + bytes(min(SECTOR, length - start) - len(piece))
+    return bytes(out)
+
+
+@settings(suppress_health_check=[HealthCheck.function_scoped_fixture], max_examples=80)
+@given(ops=crash_operations)
+def test_a_power_cut_reopens_a_prefix_of_what_was_written_never_a_recycled_record(
+    tmp_path_factory: pytest.TempPathFactory, ops: list[tuple[object, ...]]
+) -> None:
+    """Entries are written, synced, compacted (each compaction after the first writes the
+    tail into the file the one before retired, over its old records) and cut by power
+    losses that keep any mix of old and new sectors past the durable length. Every reopen
+    holds what was synced, then at most a prefix of what followed it, and nothing else:
+    no record of a retired file's earlier life (they are of the same sizes and indexes,
+    the worst case for a recycled file) ever comes back."""
+    directory = tmp_path_factory.mktemp("journal")
+    journal = DurableJournal(directory, cache_bytes_max=2000)
+    model: list[Entry] = []  # what the journal holds now
+    synced: list[Entry] = []  # what a power cut cannot take
+    at_sync = (directory / JOURNAL_FILE).read_bytes()
+    durable = len(at_sync)
+    for op in ops:
+        if op[0] == "add":
+            idx = model[-1][1] + 1 if model else 1
+            command = bytes([idx % 251]) * int(op[1])  # type: ignore[call-overload]
+            journal.add(command, idx, 1)
+            model.append((command, idx, 1))
+        elif op[0] in ("sync", "compact"):
+            if op[0] == "compact":
+                journal.deleteEntriesTo(op[1])
+                del model[: op[1]]  # type: ignore[misc]
+            journal.sync()
+            synced = list(model)
+            at_sync = (directory / JOURNAL_FILE).read_bytes()
+            durable = journal._durable
+        else:
+            journal._write_pending()  # written, not synced: in the page cache
+            journal._fd, fd = -1, journal._fd
+            os.close(fd)  # no sync at close: the process dies with the power
+            journal._meta.close()
+            now = (directory / JOURNAL_FILE).read_bytes()
+            cut = crashed_bytes(at_sync, now, durable, op[1])  # type: ignore[arg-type]
+            (directory / JOURNAL_FILE).write_bytes(cut)
+            journal = DurableJournal(directory, cache_bytes_max=2000)
+            reopened = entries_of(journal)
+            assert reopened[: len(synced)] == synced
+            assert reopened == model[: len(reopened)], "a record that was never written"
+            model, synced = list(reopened), list(reopened)
+            at_sync = (directory / JOURNAL_FILE).read_bytes()
+            durable = len(at_sync)
+        assert entries_of(journal) == model
+    journal.close()
+    reopened = DurableJournal(directory)
+    assert entries_of(reopened) == model
+    reopened.close()
+
+
+def test_compaction_recycles_the_file_the_compaction_before_retired(tmp_path: Path) -> None:
+    journal = DurableJournal(tmp_path)
+    inodes = []
+    for round_ in range(4):
+        for k in range(10):
+            idx = round_ * 10 + k + 1
+            journal.add(b"x" * 1000, idx, 1)
+        journal.sync()
+        inodes.append(os.stat(tmp_path / JOURNAL_FILE).st_ino)
+        journal.deleteEntriesTo(len(journal) - 2)  # keep a tail of two entries
+    inodes.append(os.stat(tmp_path / JOURNAL_FILE).st_ino)
+    # New, new (no spare yet: the first compaction's), then the two files alternate.
+    assert inodes[2] == inodes[0] and inodes[3] == inodes[1] and inodes[4] == inodes[0]
+    assert inodes[0] != inodes[1]
+    assert os.stat(tmp_path / SPARE_FILE).st_ino == inodes[1]
+    # The recycled journal is longer than what it holds: the rest is the old life's
+    # records, under another seed; reopening finds the two kept entries only.
+    assert os.path.getsize(tmp_path / JOURNAL_FILE) > HEADER_BYTES + 2 * (24 + 1000)
+    expected = [(b"x" * 1000, 39, 1), (b"x" * 1000, 40, 1)]
+    assert entries_of(journal) == expected
+    journal.close()
+    reopened = DurableJournal(tmp_path)
+    assert entries_of(reopened) == expected
+    reopened.add(b"y", 41, 2)
+    reopened.close()
+    assert entries_of(DurableJournal(tmp_path)) == [*expected, (b"y", 41, 2)]
+
+
+@pytest.mark.parametrize("left", ["link only", "after the swap"])
+def test_a_swap_a_crash_cut_short_is_settled_at_the_next_open(tmp_path: Path, left: str) -> None:
+    journal = DurableJournal(tmp_path)
+    journal.add(b"kept", 1, 1)
+    journal.close()
+    if left == "link only":  # crashed between the link and the first rename
+        os.link(tmp_path / JOURNAL_FILE, tmp_path / RETIRING_FILE)
+        (tmp_path / SPARE_FILE).write_bytes(b"half a compaction")
+    else:  # crashed between the two renames: the retiring file is the old journal
+        (tmp_path / RETIRING_FILE).write_bytes(b"the old journal")
+    reopened = DurableJournal(tmp_path)
+    assert entries_of(reopened) == [(b"kept", 1, 1)]
+    assert not (tmp_path / RETIRING_FILE).exists()
+    spare = (tmp_path / SPARE_FILE).read_bytes()
+    assert spare == (b"half a compaction" if left == "link only" else b"the old journal")
+    reopened.close()
+
+
+def test_a_version_1_journal_is_read_appended_and_compacted_into_version_2(
+    tmp_path: Path,
+) -> None:
+    """A journal written before the seed (version 1, plain CRC-32C) opens as it was."""
+    records = b""
+    for idx in (1, 2, 3):
+        body = struct.pack("<QQ", idx, 1) + b"v1-%d" % idx
+        records += struct.pack("<II", len(body), crc32c.crc32c(body)) + body
+    (tmp_path / JOURNAL_FILE).write_bytes(b"DMQRJNL1" + struct.pack("<II", 1, 0) + records)
+    journal = DurableJournal(tmp_path)
+    assert entries_of(journal) == [(b"v1-%d" % k, k, 1) for k in (1, 2, 3)]
+    journal.add(b"new", 4, 2)
+    journal.close()
+    journal = DurableJournal(tmp_path)
+    assert journal[-1] == (b"new", 4, 2)
+    assert (tmp_path / JOURNAL_FILE).read_bytes()[8:12] == struct.pack("<I", 1)
+    journal.deleteEntriesTo(2)
+    assert (tmp_path / JOURNAL_FILE).read_bytes()[8:12] == struct.pack("<I", 2)
+    journal.close()
+    assert entries_of(DurableJournal(tmp_path)) == [(b"v1-3", 3, 1), (b"new", 4, 2)]
