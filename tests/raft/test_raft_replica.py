@@ -123,3 +123,31 @@ def test_no_majority_raises_not_leader_at_the_deadline(tmp_path: Path) -> None:
         await node.stop()
 
     run(scenario())
+
+
+def test_calls_queued_while_a_round_runs_its_calls_wait_for_the_next_round(
+    tmp_path: Path,
+) -> None:
+    """A round runs the calls queued before it (on_tick_thread, add_group, ...) and no more.
+    Each call here queues the next one: draining until empty ran them all in one round,
+    with no poll, tick or sync between (a broker opening 1,000 new replicas spent up to
+    1.8 s so, and every new group's election came late, all at once)."""
+    node = one_node(tmp_path)
+    rounds: list[int] = []
+
+    def chain(left: int) -> None:
+        rounds.append(node.rounds)
+        if left:
+            node._calls.append(lambda: chain(left - 1))
+
+    async def scenario() -> None:
+        await node.start()
+        try:
+            await node.on_tick_thread(lambda: chain(20))
+            while len(rounds) < 21:
+                await asyncio.sleep(0.01)
+        finally:
+            await node.stop()
+
+    run(scenario())
+    assert rounds == sorted(rounds) and len(set(rounds)) == 21, rounds
