@@ -5,7 +5,15 @@ only the groups it leads. No fair-share floor: with 7 groups on 3 nodes, 3/3/1 h
 node at or below ceil(7/3) = 3 and still needs a move (to 2/3/2). Leader counts are this
 node's view (each replica's known leader), plus the transfers asked for recently and not
 yet seen done, so repeated calls do not move the same surplus twice. A group moves only to
-a member leading at least two fewer than this node (no ping-pong between nodes one apart).
+a member leading at least two fewer than this node (no ping-pong between nodes one apart),
+and a group with a preferred leader (`Replica.preferred_leader`, the broker's placement
+choice) that is not leading it only to that member, while it can take it (a member,
+reachable, not avoided) and leads two fewer: leadership goes back where the placement
+balanced it, as Kafka's preferred-leader rebalance does, and those groups move first.
+Groups led by their preferred member, or whose preferred member cannot take them, move
+by the counts alone (the placement's preferred leaders may be uneven after replica
+moves). The rule for both is the same count condition, so a group moved off its
+preferred member is never moved back by the first rule: no flapping.
 pysyncobj's transferLeadership sends the target 'timeout_now' if it holds the whole log
 (else it is denied and retried by a later call); the target starts an election at once
 and wins it.
@@ -91,12 +99,20 @@ def balance(
     leads, mine = count_leads(node_id, peers, replicas, transfers, now)
     acted = False
     transfers_done = 0
-    # Group 0 (a broker's metadata group) last: its leader is busiest moving.
-    for replica in sorted(mine, key=lambda r: (r.group_id == 0, r.group_id)):
+
+    # Groups away from their preferred member first (they go home), group 0 (a broker's
+    # metadata group) last: its leader is busiest moving.
+    def order(replica: Replica) -> tuple[bool, bool, int]:
+        home = replica.preferred_leader in (None, node_id)
+        return home, replica.group_id == 0, replica.group_id
+
+    for replica in sorted(mine, key=order):
         if transfers_done >= transfers_max:
             break
         # `avoid`: members the caller will not hand leadership to (a full disk).
         candidates = [m for m in replica.members if m != node_id and m not in avoid]
+        if replica.preferred_leader in candidates:
+            candidates = [replica.preferred_leader]  # back where the placement put it
         if not candidates:
             continue
         target = min(candidates, key=lambda m: (leads[m], m))

@@ -276,6 +276,7 @@ class RaftNode:
             replica.syncobj._SyncObj__raftElectionDeadline = 0.0
         elif preferred_leader is not None:
             replica.stand_first(preferred_leader, time.monotonic())
+        replica.preferred_leader = preferred_leader  # the leader balancer's only target
         self.groups[group_id] = replica
         for peer_id in self.network.up_peers():
             replica.transport.peer_up(peer_id)

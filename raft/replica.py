@@ -183,6 +183,9 @@ class Replica:
         # the leader it follows last came, and the rounds asked for (a metric).
         self.prevote_round: prevote.PreVoteRound | None = None
         self.prevote_won_term: int | None = None
+        # The member its leadership belongs on (RaftNode.add_group): a new group's first
+        # election goes to it, and the leader balancer moves the group to it only.
+        self.preferred_leader: str | None = None
         self.leader_heard_at = 0.0
         self.prevotes_sent = 0
         self._status = ReplicaStatus(group_id, node.node_id, False, None, 0, 0, 0, 0)

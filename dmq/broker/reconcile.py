@@ -116,6 +116,7 @@ class Reconciler:
                     new_config = log_config_for(dict(want[0].config), self._ctx.config)
                     if new_config != replica.log_config:
                         replica.reconfigure(new_config)
+                    replica.set_preferred_leader(want[1][0])  # a reassignment may change it
             missing = [(key, want) for key, want in wanted.items() if key not in replicas]
             await self._open_missing(missing)
             if self._unplaced_dirs:
@@ -151,7 +152,7 @@ class Reconciler:
                     _log.exception("opening replica %s-%d failed", info.name, partition)
                     self.wanted.set()
 
-        await asyncio.gather(*(open_one(w[0], k[1], w[1]) for k, w in missing))
+        await asyncio.gather(*(open_one(w[0], k[1], w[1]) for k, w in in_turns(missing)))
 
     async def _still_a_member(
         self, state: MetadataState, topic: str, topic_id: int, partition: int
@@ -428,3 +429,24 @@ class Reconciler:
                 self._strays.set_aside(path, key[0], key[1], with_raft[key])
             elif key not in placed and key[0] < state.next_topic_id:
                 remove(key, path, "raft group")  # a newer id alone: not judged
+
+
+def in_turns(
+    missing: list[tuple[tuple[str, int], tuple[TopicInfo, tuple[str, ...]]]],
+) -> list[tuple[tuple[str, int], tuple[TopicInfo, tuple[str, ...]]]]:
+    """The replicas to open, in turns of their preferred leaders: the first partition each
+    broker prefers, then the second, and so on (each topic's partitions in order within a
+    turn). The placement gives each broker its share of preferred leaders in one run of
+    partitions (0-332 to one broker, 333-665 to the next, for 1,000 on 3); opened in
+    partition order, the first third all led by one broker for seconds and the leader
+    balancer moved them off, to move them back later. Every broker computes the same
+    order from the catalogue, so a group opens on all its members at about the same time.
+    """
+    turn: dict[tuple[str, str], int] = {}
+    keyed = []
+    for key, want in sorted(missing, key=lambda item: item[0]):
+        preferred = (key[0], want[1][0])
+        turn[preferred] = turn.get(preferred, -1) + 1
+        keyed.append(((turn[preferred], key), (key, want)))
+    keyed.sort(key=lambda item: item[0])
+    return [item for _, item in keyed]

@@ -256,6 +256,13 @@ class PartitionReplica:
         if self._space is not None and len(self.members) > 1:
             self.raft.write_gate = self._space_above_floor
 
+    def set_preferred_leader(self, node_id: str) -> None:
+        """The placement's first replica changed (a reassignment): the leader balancer
+        moves the group there from now on (raft/leadership.py)."""
+        self.preferred_leader = node_id
+        if self.raft is not None:
+            self.raft.preferred_leader = node_id  # read by the tick thread: one attribute
+
     def _space_above_floor(self) -> bool:
         """The write gate (tick thread): False while the disk is below its floor, so this
         replica, as a follower, stops taking (and acknowledging) new entries."""

@@ -181,3 +181,46 @@ def test_a_new_groups_first_leader_is_its_preferred_member(tmp_path: Path) -> No
                 await node.stop()
 
     asyncio.run(asyncio.wait_for(scenario(), 60))
+
+
+def test_the_balancer_moves_groups_back_to_their_preferred_members(tmp_path: Path) -> None:
+    """30 groups, group g preferring n{g % 3 + 1}; n3 starts only after n1 and n2 elected a
+    leader in every group (so its 10 lead elsewhere, 15/15/0 or so). Balancing ends with
+    every group led by its preferred member (by counts alone it ends 10/10/10 with any
+    groups on n3: without the rule it fails)."""
+    hosts = [f"127.0.0.{11 + k}" for k in range(3)]
+    port = free_port_on(hosts)
+    peers = {f"n{k + 1}": f"{host}:{port}" for k, host in enumerate(hosts)}
+
+    def preferred(g: int) -> str:
+        return f"n{g % 3 + 1}"
+
+    async def scenario() -> None:
+        nodes = {n: RaftNode(n, peers, tmp_path / n) for n in peers}
+        replicas = {
+            n: [
+                await node.add_group(g, Register(), preferred_leader=preferred(g))
+                for g in range(GROUPS)
+            ]
+            for n, node in nodes.items()
+        }
+        try:
+            await nodes["n1"].start()
+            await nodes["n2"].start()
+            await wait_for_leaders({n: replicas[n] for n in ("n1", "n2")}, 15)
+            await nodes["n3"].start()
+            await asyncio.sleep(0.5)  # n3 connects and catches up; it leads nothing
+            assert leader_counts(replicas)["n3"] == 0
+            started = time.monotonic()
+            while True:
+                await asyncio.gather(*(node.maybe_balance_leaders() for node in nodes.values()))
+                await asyncio.sleep(BALANCE_PERIOD_S)
+                leaders = {r.group_id: r.status().leader_id for r in replicas["n1"]}
+                if all(leaders[g] == preferred(g) for g in range(GROUPS)):
+                    break
+                assert time.monotonic() - started < BALANCE_BOUND_S, leaders
+        finally:
+            for node in nodes.values():
+                await node.stop()
+
+    asyncio.run(asyncio.wait_for(scenario(), 60))
