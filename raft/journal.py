@@ -89,7 +89,8 @@ COMMIT_INDEX_PERSIST_INTERVAL_S = 1.0
 # Durable pages older than the command cache leave the page cache once this many bytes of
 # them have gathered (one posix_fadvise per drop; see DurableJournal._drop_pages).
 PAGE_DROP_BYTES_MIN = 256 * 1024
-_PAGE_BYTES = os.sysconf("SC_PAGE_SIZE")
+PAGE_BYTES = os.sysconf("SC_PAGE_SIZE")
+_ZEROS = memoryview(bytes(PAGE_BYTES))
 
 JOURNAL_FILE = "journal"
 META_FILE = "journal.meta"
@@ -100,7 +101,7 @@ RETIRING_FILE = "journal.retiring"
 # A spare longer than this is cut to it before reuse: what a long run between two
 # compactions wrote is not kept on disk twice (RaftConfig.log_compaction_bytes keeps
 # journals near or under it).
-SPARE_BYTES_MAX = 256 * 1024 * 1024
+SPARE_BYTES_MAX = 512 * 1024 * 1024
 DURABLE_TRACE_FILE = "journal.durable"
 
 
@@ -466,8 +467,8 @@ class DurableJournal(Journal):  # type: ignore[misc]  # pysyncobj is untyped
             oldest = next(iter(self._cache)) - self._first_idx
             if 0 <= oldest < len(self._offsets):
                 limit = min(limit, self._offsets[oldest])
-        start = max(self._dropped_to, HEADER_BYTES) // _PAGE_BYTES * _PAGE_BYTES
-        end = limit // _PAGE_BYTES * _PAGE_BYTES
+        start = max(self._dropped_to, HEADER_BYTES) // PAGE_BYTES * PAGE_BYTES
+        end = limit // PAGE_BYTES * PAGE_BYTES
         if end - start < PAGE_DROP_BYTES_MIN:
             return
         try:
@@ -510,6 +511,12 @@ class DurableJournal(Journal):  # type: ignore[misc]  # pysyncobj is untyped
         """Bytes this journal holds in memory: indexes, cache and write buffer."""
         index_bytes = (len(self._offsets) + len(self._terms)) * 8
         return index_bytes + self._cache_bytes + len(self._pending)
+
+    @property
+    def first_index(self) -> int:
+        """The index of the first entry the journal holds (0 if it holds none); it moves
+        at each compaction."""
+        return self._first_idx if self._offsets else 0
 
     @property
     def last_index(self) -> int:
@@ -600,15 +607,20 @@ class DurableJournal(Journal):  # type: ignore[misc]  # pysyncobj is untyped
     def _write_pending(self) -> None:
         if not self._pending:
             return
+        # Zeros up to the next page boundary (never part of the journal: recovery stops at
+        # them): the write then covers its last page whole, so the kernel does not first
+        # read that page from the disk, which it must where the file holds older bytes
+        # there (a recycled file); the next write starts in that page, still cached.
+        pad = -(self._written + len(self._pending)) % PAGE_BYTES
         try:
-            written = os.pwrite(self._fd, self._pending, self._written)
+            written = os.pwritev(self._fd, [self._pending, _ZEROS[:pad]], self._written) - pad
         except OSError as exc:
             self._undo_partial_write()
             self.write_failures += 1
             raise JournalWriteFailed(
                 f"write to {self.path} failed: {exc}", no_space=exc.errno in NO_SPACE_ERRNOS
             ) from exc
-        if written != len(self._pending):
+        if written < len(self._pending):
             # The disk filled up mid-write: cut the file back to the last whole record
             # (recovery would too) and keep every record in memory for the next try.
             self._undo_partial_write()

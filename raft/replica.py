@@ -77,6 +77,9 @@ FOLLOWER_QUIET_MAX_S = 1.0
 # campaign back by this many maximum election timeouts, plus a random one.
 PREFERRED_FIRST_CAMPAIGN_FRACTION = 0.25
 OTHERS_FIRST_HOLD_TIMEOUTS = 2
+# A compaction asked for by size that has not happened (a full disk put it off) is asked
+# for again after this long.
+COMPACTION_ASK_AGAIN_S = 10.0
 
 
 class ReplicaHost(Protocol):
@@ -186,6 +189,9 @@ class Replica:
         # The member its leadership belongs on (RaftNode.add_group): a new group's first
         # election goes to it, and the leader balancer moves the group to it only.
         self.preferred_leader: str | None = None
+        # The journal's first index when a compaction was last asked for, and until when
+        # not to ask again while it stays so (_maybe_force_compaction).
+        self._compaction_asked = (-1, 0.0)
         self.leader_heard_at = 0.0
         self.prevotes_sent = 0
         self._status = ReplicaStatus(group_id, node.node_id, False, None, 0, 0, 0, 0)
@@ -452,10 +458,7 @@ class Replica:
         self.syncobj.doTick(0.0)
         self.raise_failure()
         sync_obj = self.syncobj
-        if self.journal.size_bytes > self._config.log_compaction_bytes:
-            # pysyncobj compacts on a count of entries or on time only: ask for one now (a
-            # flag it reads in its next tick; one already running finishes first).
-            sync_obj.forceLogCompaction()
+        self._maybe_force_compaction(sync_obj)
         if was_leader and not sync_obj._isLeader():
             # Check-quorum stepped it down (a higher term arrives as a message, not in a
             # tick): no majority hears it, so nothing tells it its entries' fate soon.
@@ -476,6 +479,20 @@ class Replica:
             len(self.journal),
             leader_ready(sync_obj),
         )
+
+    def _maybe_force_compaction(self, sync_obj: Any) -> None:
+        """pysyncobj compacts on a count of entries or on time only: past
+        log_compaction_bytes, ask it for one (a flag its next tick reads). Once per
+        compaction: asked again in the ticks before the first one ends, it ran a second
+        right after on a journal a few MiB long."""
+        journal = self.journal
+        if journal.size_bytes <= self._config.log_compaction_bytes:
+            return
+        now = time.monotonic()
+        if journal.first_index == self._compaction_asked[0] and now < self._compaction_asked[1]:
+            return  # asked already, and no compaction since
+        self._compaction_asked = (journal.first_index, now + COMPACTION_ASK_AGAIN_S)
+        sync_obj.forceLogCompaction()
 
     def quiet_until(self, now: float) -> float | None:
         """For a follower whose idle tick is due: until when a tick would do nothing.
