@@ -47,6 +47,7 @@ slot with the higher seq, so a torn meta write never loses both.
 from __future__ import annotations
 
 import bisect
+import contextlib
 import errno
 import json
 import logging
@@ -238,7 +239,7 @@ class DurableJournal(Journal):  # type: ignore[misc]  # pysyncobj is untyped
             self._offsets.append(entry_offset)
             self._terms.append(term)
             self._end = entry_end
-        if self._end < size:
+        if self._end < size and not self._only_padding(fd, size):
             # A torn tail (the crash cut the last write short), or a recycled file's old
             # records (another seed). Dropped for good either way: past a torn write this
             # file's own unsynced records may follow, and the next append must not leave
@@ -247,6 +248,14 @@ class DurableJournal(Journal):  # type: ignore[misc]  # pysyncobj is untyped
             os.fdatasync(fd)
         self._written = self._durable = self._end
         return fd
+
+    def _only_padding(self, fd: int, size: int) -> bool:
+        """Whether the bytes after the last record are only a write's zero padding (less
+        than a page of zeros to the end of the file): then nothing follows that a later
+        recovery could misread, and the open need not truncate and sync the file."""
+        return size - self._end < PAGE_BYTES and not os.pread(
+            fd, size - self._end, self._end
+        ).strip(b"\0")
 
     def _scan(self, fd: int, size: int) -> Iterator[tuple[int, int, int, int]]:
         """(offset, end, idx, term) of every valid record, in order, up to the first bad one."""
@@ -649,6 +658,13 @@ class DurableJournal(Journal):  # type: ignore[misc]  # pysyncobj is untyped
             return
         tail = os.pread(self._fd, self._written - self._durable, self._durable)
         _invariant(len(tail) == self._written - self._durable, f"short read of {self.path}")
+        # Pages a failed fdatasync dropped read back as what the disk holds there: in a
+        # recycled file, older records. Only records of this file, whole, go back.
+        first = bisect.bisect_left(self._offsets, self._durable)
+        for k in range(first, len(self._offsets)):
+            if self._offsets[k] >= self._written:
+                break
+            self._parse_record(memoryview(tail), self._offsets[k] - self._durable, k)
         self._pending[:0] = tail
         self._written = self._durable
         self._undo_partial_write()
@@ -709,14 +725,20 @@ class DurableJournal(Journal):  # type: ignore[misc]  # pysyncobj is untyped
         except BaseException:
             os.close(fd)
             raise
+        # The swap is done: from here nothing may raise an OSError, which the caller takes
+        # for "compaction put off" while the journal is the new file already.
         old_fd, self._fd, self._seed = self._fd, fd, seed
-        os.close(old_fd)
+        with contextlib.suppress(OSError):
+            os.close(old_fd)
         try:
             os.replace(retiring, spare)
-            if self._durability == "fsync":
-                _fsync_directory(self.directory)
-        except OSError as exc:  # the journal is swapped already: the next open tidies up
+        except OSError as exc:  # the next open tidies up (_settle_swap)
             logger.warning("journal compaction of %s: retiring the old file: %s", self.path, exc)
+        if self._durability == "fsync":
+            try:
+                _fsync_directory(self.directory)  # the first rename: before any append is synced
+            except OSError as exc:
+                raise JournalCorrupt(f"{self.path}: its swap may not be durable: {exc}") from exc
         self._dropped_to = 0  # a new file: its pages are the tail's, just written
         self._dirty = False
         if self._trace_fd is not None:
@@ -752,7 +774,11 @@ class DurableJournal(Journal):  # type: ignore[misc]  # pysyncobj is untyped
                     f"{self.path}: bad record at position {k} (CRC or length) while compacting",
                 )
                 parts += (_RECORD_HEADER.pack(body_len, crc32c.crc32c(body, seed)), body)
-            out += os.pwritev(fd, parts, out)
+            chunk = b"".join(parts)  # one buffer: pwritev takes at most IOV_MAX (1024) of them
+            written = os.pwrite(fd, chunk, out)
+            if written != len(chunk):  # the disk filled up: put the compaction off
+                raise OSError(errno.ENOSPC, f"short write compacting {self.path}")
+            out += written
             position = last + 1
         _invariant(out - HEADER_BYTES == self._end - cut, f"short write compacting {self.path}")
         return out - HEADER_BYTES
@@ -761,6 +787,7 @@ class DurableJournal(Journal):  # type: ignore[misc]  # pysyncobj is untyped
         """At open: finish or undo a compaction's swap that a crash interrupted (the link
         and two renames of `_rewrite_from`). The journal's own name always holds a whole
         journal; only which file is the spare can be left to decide."""
+        self.path.with_name(JOURNAL_FILE + ".tmp").unlink(missing_ok=True)  # version 1's
         retiring = self.directory / RETIRING_FILE
         if not retiring.exists():
             return

@@ -111,13 +111,15 @@ def balance(
             break
         # `avoid`: members the caller will not hand leadership to (a full disk).
         candidates = [m for m in replica.members if m != node_id and m not in avoid]
-        if replica.preferred_leader in candidates:
-            candidates = [replica.preferred_leader]  # back where the placement put it
         if not candidates:
             continue
-        target = min(candidates, key=lambda m: (leads[m], m))
-        if leads[target] + 2 > leads[node_id]:
-            continue
+        preferred = replica.preferred_leader  # read once: the event loop may set it
+        if preferred in candidates and leads[preferred] + 2 <= leads[node_id]:
+            target = preferred  # back where the placement put it
+        else:
+            target = min(candidates, key=lambda m: (leads[m], m))
+            if leads[target] + 2 > leads[node_id]:
+                continue
         outcome: list[int] = []
         target_node = next(n for n in replica.syncobj.otherNodes if str(n.id) == target)
         # The callback runs before transferLeadership returns (it only sends a message).

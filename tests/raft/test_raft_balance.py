@@ -12,11 +12,14 @@ from __future__ import annotations
 
 import asyncio
 import time
+import types
 from pathlib import Path
+from typing import Any
 
+from pysyncobj import FAIL_REASON
 from raft_harness import Register, free_port_on
 
-from raft import RaftNode, Replica
+from raft import RaftNode, Replica, leadership
 
 GROUPS = 30
 BALANCE_PERIOD_S = 0.3
@@ -224,3 +227,54 @@ def test_the_balancer_moves_groups_back_to_their_preferred_members(tmp_path: Pat
                 await node.stop()
 
     asyncio.run(asyncio.wait_for(scenario(), 60))
+
+
+class _FakeSyncObj:
+    """What leadership.balance reads of a replica's SyncObj, for a pure check."""
+
+    def __init__(self, me: str, leader: str, members: list[str]) -> None:
+        self.me, self.leader = me, leader
+        self.otherNodes = [types.SimpleNamespace(id=m) for m in members if m != me]
+        self.asked: list[str] = []
+
+    def _isLeader(self) -> bool:  # noqa: N802 - pysyncobj's name
+        return self.leader == self.me
+
+    def _getLeader(self) -> types.SimpleNamespace:  # noqa: N802
+        return types.SimpleNamespace(id=self.leader)
+
+    def transferLeadership(self, node: Any, callback: Any) -> None:  # noqa: N802
+        self.asked.append(str(node.id))
+        callback(None, FAIL_REASON.SUCCESS)
+
+
+def test_a_group_its_preferred_member_cannot_take_moves_by_counts() -> None:
+    """X leads 4 groups preferring P, P leads 4 preferring X, Y leads none: neither
+    preferred member leads two fewer than the other, so the groups move by counts, to Y
+    (the rule for preferred members alone left Y with nothing, for good)."""
+    members = ["P", "X", "Y"]
+    mine = []
+    for g in range(4):
+        sync_obj = _FakeSyncObj("X", "X", members)
+        mine.append(
+            types.SimpleNamespace(
+                group_id=g + 1, members=members, preferred_leader="P", syncobj=sync_obj
+            )
+        )
+    theirs = [
+        types.SimpleNamespace(
+            group_id=g + 5,
+            members=members,
+            preferred_leader="X",
+            syncobj=_FakeSyncObj("X", "P", members),
+        )
+        for g in range(4)
+    ]
+    transfers: leadership.Transfers = {}
+    replicas: list[Any] = [*mine, *theirs]  # what balance() reads of a Replica
+    acted = leadership.balance(
+        "X", members, replicas, transfers, now=0.0, transfers_max=32,
+        election_timeout_max_s=0.8, on_transfer=lambda _: None,
+    )  # fmt: skip
+    assert acted
+    assert sorted(t for t, _ in transfers.values()) == ["Y", "Y"]  # 4/4/0 -> 2/4/2

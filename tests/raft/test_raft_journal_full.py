@@ -41,3 +41,25 @@ def test_a_journal_sync_cut_short_keeps_every_entry_and_writes_them_later(
         (b"entry-%d" % idx * 100, idx, 1) for idx in range(1, 12)
     ]
     reopened.close()
+
+
+def test_a_compaction_the_disk_cuts_short_is_put_off_and_done_later(tmp_path: Path) -> None:
+    """The kept tail's copy into the spare fails part-way (the spare must grow: the first
+    compaction has none): the compaction is put off, the journal stays as it was, and a
+    later one, with room again, keeps exactly the tail. The tail here is 2,000 records, more
+    than one write may take as separate buffers (IOV_MAX, 1024)."""
+    journal = DurableJournal(tmp_path)
+    entries = [(b"r%d" % idx * 20, idx, 1) for idx in range(1, 4001)]
+    for entry in entries:
+        journal.add(*entry)
+    journal.sync()
+    with file_size_cap(20_000):
+        journal.deleteEntriesTo(2000)  # needs a ~110 KB spare
+    assert journal.write_failures == 1
+    assert [journal[k] for k in range(len(journal))] == entries
+    journal.deleteEntriesTo(2000)
+    assert [journal[k] for k in range(len(journal))] == entries[2000:]
+    journal.close()
+    reopened = DurableJournal(tmp_path)
+    assert [reopened[k] for k in range(len(reopened))] == entries[2000:]
+    reopened.close()
