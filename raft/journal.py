@@ -622,7 +622,7 @@ class DurableJournal(Journal):  # type: ignore[misc]  # pysyncobj is untyped
         # there (a recycled file); the next write starts in that page, still cached.
         pad = -(self._written + len(self._pending)) % PAGE_BYTES
         try:
-            written = os.pwritev(self._fd, [self._pending, _ZEROS[:pad]], self._written) - pad
+            written = os.pwritev(self._fd, [self._pending, _ZEROS[:pad]], self._written)
         except OSError as exc:
             self._undo_partial_write()
             self.write_failures += 1
@@ -638,7 +638,7 @@ class DurableJournal(Journal):  # type: ignore[misc]  # pysyncobj is untyped
                 f"short write to {self.path}: {written} of {len(self._pending)} bytes",
                 no_space=True,
             )
-        self._written += written
+        self._written += len(self._pending)  # what follows, if written, is padding
         self._pending.clear()
 
     def _undo_partial_write(self) -> None:

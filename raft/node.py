@@ -200,8 +200,9 @@ class RaftNode:
         that what they applied trails this node by a round, not by up to a heartbeat
         (raft/transport.py, "Commit index"): for a machine read on every member (the
         metadata catalogue), at the cost of a frame each way per commit.
-        preferred_leader: a member that a new group's first election should go to
-        (`Replica.stand_first`); ignored for a group reopened with a term."""
+        preferred_leader: the member the group's leadership belongs on: a new group's
+        first election goes to it (`Replica.stand_first`; not for a group reopened with a
+        term), and the leader balancer moves the group back to it (raft/leadership.py)."""
         return await self._on_tick_thread(
             lambda: self._add_group(
                 group_id, machine, members, members_from_log, prompt_commit_index, preferred_leader
@@ -276,7 +277,7 @@ class RaftNode:
             replica.syncobj._SyncObj__raftElectionDeadline = 0.0
         elif preferred_leader is not None:
             replica.stand_first(preferred_leader, time.monotonic())
-        replica.preferred_leader = preferred_leader  # the leader balancer's only target
+        replica.preferred_leader = preferred_leader  # where the leader balancer sends it back
         self.groups[group_id] = replica
         for peer_id in self.network.up_peers():
             replica.transport.peer_up(peer_id)

@@ -187,7 +187,7 @@ class Replica:
         self.prevote_round: prevote.PreVoteRound | None = None
         self.prevote_won_term: int | None = None
         # The member its leadership belongs on (RaftNode.add_group): a new group's first
-        # election goes to it, and the leader balancer moves the group to it only.
+        # election goes to it, and the leader balancer moves the group back to it.
         self.preferred_leader: str | None = None
         # The journal's first index when a compaction was last asked for, and until when
         # not to ask again while it stays so (_maybe_force_compaction).

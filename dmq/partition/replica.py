@@ -174,7 +174,8 @@ class PartitionReplica:
         self.group_id = group_id_for(topic_id, partition)
         self.members = members
         # The placement's first replica: a new group's first election goes to it
-        # (raft/replica.py, Replica.stand_first), so a fresh topic's leaders start balanced.
+        # (raft/replica.py, Replica.stand_first), so a fresh topic's leaders start balanced,
+        # and the leader balancer moves the group back to it (raft/leadership.py).
         self.preferred_leader = preferred_leader
         self.lock = threading.Lock()
         self._executor = executor
