@@ -37,6 +37,17 @@ async def wait_for_leaders(replicas: dict[str, list[Replica]], timeout_s: float)
         await asyncio.sleep(0.05)
 
 
+async def start_n3_last(nodes: dict[str, RaftNode], replicas: dict[str, list[Replica]]) -> None:
+    """n1 and n2 elect a leader in every group; then n3 starts, and leads none."""
+    await nodes["n1"].start()
+    await nodes["n2"].start()
+    await wait_for_leaders({n: replicas[n] for n in ("n1", "n2")}, 15)
+    await nodes["n3"].start()
+    await asyncio.sleep(0.5)  # n3 connects and catches up; it leads nothing
+    counts = leader_counts(replicas)
+    assert counts["n3"] == 0 and sum(counts.values()) == GROUPS, counts
+
+
 def test_leaders_spread_evenly_over_three_nodes(tmp_path: Path) -> None:
     hosts = [f"127.0.0.{11 + k}" for k in range(3)]
     port = free_port_on(hosts)
@@ -49,13 +60,8 @@ def test_leaders_spread_evenly_over_three_nodes(tmp_path: Path) -> None:
             for n, node in nodes.items()
         }
         try:
-            await nodes["n1"].start()
-            await nodes["n2"].start()
-            await wait_for_leaders({n: replicas[n] for n in ("n1", "n2")}, 15)
-            await nodes["n3"].start()
-            await asyncio.sleep(0.5)  # n3 connects and catches up; it leads nothing
+            await start_n3_last(nodes, replicas)
             before = leader_counts(replicas)
-            assert before["n3"] == 0 and sum(before.values()) == GROUPS, before
 
             started = time.monotonic()
             while True:
@@ -208,12 +214,7 @@ def test_the_balancer_moves_groups_back_to_their_preferred_members(tmp_path: Pat
             for n, node in nodes.items()
         }
         try:
-            await nodes["n1"].start()
-            await nodes["n2"].start()
-            await wait_for_leaders({n: replicas[n] for n in ("n1", "n2")}, 15)
-            await nodes["n3"].start()
-            await asyncio.sleep(0.5)  # n3 connects and catches up; it leads nothing
-            assert leader_counts(replicas)["n3"] == 0
+            await start_n3_last(nodes, replicas)
             started = time.monotonic()
             while True:
                 await asyncio.gather(*(node.maybe_balance_leaders() for node in nodes.values()))
