@@ -133,6 +133,14 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
         help="the log topic on tiered storage: brokers with a file:// object store in the "
         "run directory, 4 KiB segments, local retention 0 bytes (jepsen/tiered.py)",
     )
+    p.add_argument(
+        "--snapshot-entries",
+        type=int,
+        default=0,
+        help="--raft-snapshot-entries of the brokers (0: their default); a small value "
+        "compacts the journals often, each compaction recycling the file the one before "
+        "retired (raft/journal.py), under the power-loss cuts too",
+    )
     p.add_argument("--dir", type=Path, default=None, help="default: jepsen/store/<time>-seed<seed>")
     args = p.parse_args(argv)
     items = [] if args.nemesis in ("", "none") else args.nemesis.split(",")
@@ -313,7 +321,15 @@ def run(args: argparse.Namespace) -> int:
         metadata_voters=[f"n{k + 1}" for k in range(VOTERS_SMALL)] if membership else None,
         auth=args.auth,
         tls=args.tls,
-        broker_args=tiered_broker_args(args.dir) if args.tiered else None,
+        broker_args=[
+            *(tiered_broker_args(args.dir) if args.tiered else []),
+            *(
+                ["--raft-snapshot-entries", str(args.snapshot_entries)]
+                if args.snapshot_entries
+                else []
+            ),
+        ]
+        or None,
     )
     nemesis = Nemesis(cluster, history, args.nemesis, args.seed, TOPIC, args.partitions, Focus())
     args.schedule = draw(
