@@ -309,6 +309,9 @@ def run(args: argparse.Namespace) -> int:
     args.dir.mkdir(parents=True, exist_ok=True)
     history = History(args.dir / "history.jsonl")
     membership = any(kind in MEMBERSHIP for kind in args.nemesis)
+    broker_args = tiered_broker_args(args.dir) if args.tiered else []
+    if args.snapshot_entries:
+        broker_args += ["--raft-snapshot-entries", str(args.snapshot_entries)]
     cluster = Cluster(
         args.dir,
         args.nodes,
@@ -321,15 +324,7 @@ def run(args: argparse.Namespace) -> int:
         metadata_voters=[f"n{k + 1}" for k in range(VOTERS_SMALL)] if membership else None,
         auth=args.auth,
         tls=args.tls,
-        broker_args=[
-            *(tiered_broker_args(args.dir) if args.tiered else []),
-            *(
-                ["--raft-snapshot-entries", str(args.snapshot_entries)]
-                if args.snapshot_entries
-                else []
-            ),
-        ]
-        or None,
+        broker_args=broker_args,
     )
     nemesis = Nemesis(cluster, history, args.nemesis, args.seed, TOPIC, args.partitions, Focus())
     args.schedule = draw(

@@ -142,6 +142,13 @@ def _new_seed(other: int) -> int:
             return seed
 
 
+def _record_head(command: bytes, idx: int, term: int, seed: int) -> bytes:
+    """What precedes `command` in its record: length, CRC-32C under `seed`, idx, term."""
+    head = _BODY_HEADER.pack(idx, term)
+    crc = crc32c.crc32c(command, crc32c.crc32c(head, seed))
+    return _RECORD_HEADER.pack(len(head) + len(command), crc) + head
+
+
 def _fsync_directory(directory: Path) -> None:
     fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
     try:
@@ -285,12 +292,9 @@ class DurableJournal(Journal):  # type: ignore[misc]  # pysyncobj is untyped
             _invariant(idx == expected, f"append of index {idx}, expected {expected}")
         else:
             self._first_idx = idx
-        head = _BODY_HEADER.pack(idx, term)
-        crc = crc32c.crc32c(command, crc32c.crc32c(head, self._seed))
         self._offsets.append(self._end)
         self._terms.append(term)
-        self._pending += _RECORD_HEADER.pack(len(head) + len(command), crc)
-        self._pending += head
+        self._pending += _record_head(command, idx, term, self._seed)
         self._pending += command
         self._end += RECORD_OVERHEAD_BYTES + len(command)
         self._dirty = True
@@ -697,9 +701,9 @@ class DurableJournal(Journal):  # type: ignore[misc]  # pysyncobj is untyped
         spare becomes the journal and the journal the spare: a hard link gives the current
         journal a second name, an atomic rename puts the spare in its place, a second one
         names the old journal spare. A crash at any step leaves a complete journal under
-        its name (`_settle_swap` tidies the other names at the next open). Each record's
-        old CRC is checked before it is sealed under the new seed, so a damaged record is
-        never given a valid one. Anything that fails before the first rename leaves the
+        its name (`_settle_swap` tidies the other names at the next open). Each record comes
+        from the command cache or from the file with its CRC checked before it is sealed
+        under the new seed, so a damaged record is never given a valid one. Anything that fails before the first rename leaves the
         journal as it was (the caller keeps its entries).
         """
         spare = self.directory / SPARE_FILE
@@ -747,8 +751,9 @@ class DurableJournal(Journal):  # type: ignore[misc]  # pysyncobj is untyped
             os.write(self._trace_fd, b"rewrite\n%d\n" % written)
 
     def _copy_resealed(self, fd: int, cut: int, seed: int) -> int:
-        """Write records [cut, _end) at HEADER_BYTES of `fd`, each CRC checked under this
-        file's seed and sealed under `seed`; the bytes written."""
+        """Write records [cut, _end) at HEADER_BYTES of `fd`, each read as `read_range`
+        reads it (CRC checked under this file's seed, or from the command cache) and sealed
+        under `seed`; the bytes written."""
         position = bisect.bisect_left(self._offsets, cut)
         _invariant(
             cut == self._end or (position < len(self._offsets) and self._offsets[position] == cut),
@@ -762,18 +767,9 @@ class DurableJournal(Journal):  # type: ignore[misc]  # pysyncobj is untyped
                 last + 1 < len(self._offsets) and self._offsets[last + 1] - first < READ_AHEAD_BYTES
             ):
                 last += 1
-            end = self._offsets[last + 1] if last + 1 < len(self._offsets) else self._end
-            data = memoryview(self._read_bytes(first, end))
-            parts: list[bytes | memoryview] = []
-            for k in range(position, last + 1):
-                offset = self._offsets[k] - first
-                body_len, crc = _RECORD_HEADER.unpack_from(data, offset)
-                body = data[offset + _RECORD_HEADER.size : offset + _RECORD_HEADER.size + body_len]
-                _invariant(
-                    len(body) == body_len and crc32c.crc32c(body, self._seed) == crc,
-                    f"{self.path}: bad record at position {k} (CRC or length) while compacting",
-                )
-                parts += (_RECORD_HEADER.pack(body_len, crc32c.crc32c(body, seed)), body)
+            parts: list[bytes] = []
+            for command, idx, term in self.read_range(position, last + 1):
+                parts += (_record_head(command, idx, term, seed), command)
             chunk = b"".join(parts)  # one buffer: pwritev takes at most IOV_MAX (1024) of them
             written = os.pwrite(fd, chunk, out)
             if written != len(chunk):  # the disk filled up: put the compaction off

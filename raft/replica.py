@@ -729,7 +729,7 @@ class Replica:
             self.transport.send(node, message)
         return True
 
-    def stand_first(self, preferred: str, now: float) -> bool:
+    def stand_first(self, preferred: str, now: float) -> None:
         """A new group's first election goes to its preferred member (Kafka's preferred
         replica; the broker's placement picks one per partition, balanced over brokers), so
         that a fresh topic's leaders start where the placement put them instead of wherever
@@ -740,19 +740,18 @@ class Replica:
         timeouts: the preferred member has two rounds or more to win, or to find peers
         that opened the group after it. A bias, not a rule: if the preferred member is down
         the others elect one of them after the hold, and nothing changes once the group had
-        a term. True if the deadline was set; False for a group that is not new (it has a
-        term, or entries past pysyncobj's first no-op: a reopen after a restart).
+        a term. A group that is not new (it has a term, or entries past pysyncobj's first
+        no-op: a reopen after a restart) is left as it is.
         """
         sync_obj = self.syncobj
         if int(sync_obj.raftCurrentTerm) != 0 or self._last_log()[0] > 1:
-            return False
+            return
         if preferred == self.node.node_id:
             delay = PREFERRED_FIRST_CAMPAIGN_FRACTION * self._config.election_timeout_min_s
         else:
             hold = OTHERS_FIRST_HOLD_TIMEOUTS * self._config.election_timeout_max_s
             delay = hold + sync_obj._SyncObj__generateRaftTimeout()
         sync_obj._SyncObj__raftElectionDeadline = now + delay
-        return True
 
     def give_up_commits(self) -> None:
         """This node lost its leader, or its leadership, without learning of a new one:
