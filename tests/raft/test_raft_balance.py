@@ -13,13 +13,16 @@ from __future__ import annotations
 import asyncio
 import time
 import types
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from pysyncobj import FAIL_REASON
 from raft_harness import Register, free_port_on
 
 from raft import RaftNode, Replica, leadership
+
+_S = TypeVar("_S")
 
 GROUPS = 30
 BALANCE_PERIOD_S = 0.3
@@ -35,6 +38,25 @@ async def wait_for_leaders(replicas: dict[str, list[Replica]], timeout_s: float)
     while sum(leader_counts(replicas).values()) != GROUPS:
         assert time.monotonic() < deadline, leader_counts(replicas)
         await asyncio.sleep(0.05)
+
+
+async def balance_until(
+    nodes: dict[str, RaftNode],
+    state: Callable[[], _S],
+    done: Callable[[_S], bool],
+    each_call: Callable[[], None] = lambda: None,
+) -> tuple[_S, float]:
+    """Every node balances every BALANCE_PERIOD_S (each_call() after each call) until
+    done(state()); that state and the seconds it took. Fails after BALANCE_BOUND_S."""
+    started = time.monotonic()
+    while True:
+        await asyncio.gather(*(node.maybe_balance_leaders() for node in nodes.values()))
+        each_call()
+        await asyncio.sleep(BALANCE_PERIOD_S)
+        now = state()
+        if done(now):
+            return now, time.monotonic() - started
+        assert time.monotonic() - started < BALANCE_BOUND_S, now
 
 
 async def start_n3_last(nodes: dict[str, RaftNode], replicas: dict[str, list[Replica]]) -> None:
@@ -63,17 +85,12 @@ def test_leaders_spread_evenly_over_three_nodes(tmp_path: Path) -> None:
             await start_n3_last(nodes, replicas)
             before = leader_counts(replicas)
 
-            started = time.monotonic()
-            while True:
-                await asyncio.gather(*(node.maybe_balance_leaders() for node in nodes.values()))
-                await asyncio.sleep(BALANCE_PERIOD_S)
-                counts = leader_counts(replicas)
-                if sum(counts.values()) == GROUPS and all(
-                    c == GROUPS // 3 for c in counts.values()
-                ):
-                    break
-                assert time.monotonic() - started < BALANCE_BOUND_S, (before, counts)
-            print(f"leaders {before} -> {counts} in {time.monotonic() - started:.1f} s")
+            counts, took = await balance_until(
+                nodes,
+                lambda: leader_counts(replicas),
+                lambda c: sum(c.values()) == GROUPS and all(v == GROUPS // 3 for v in c.values()),
+            )
+            print(f"leaders {before} -> {counts} in {took:.1f} s")
 
             # Balanced: further calls change nothing.
             for _ in range(3):
@@ -122,16 +139,17 @@ def test_a_node_that_is_down_gets_no_leadership_and_the_others_still_balance(
             while leader_counts(replicas)["n1"] != GROUPS:
                 assert time.monotonic() < deadline, leader_counts(replicas)
                 await asyncio.sleep(0.05)
-            started = time.monotonic()
-            while True:
-                await asyncio.gather(*(node.maybe_balance_leaders() for node in nodes.values()))
+
+            def no_transfer_to_n3() -> None:
                 for node in nodes.values():
                     assert all(t != "n3" for t, _ in node._transfers.values()), node._transfers
-                await asyncio.sleep(BALANCE_PERIOD_S)
-                counts = leader_counts(replicas)
-                if sum(counts.values()) == GROUPS and abs(counts["n1"] - counts["n2"]) <= 1:
-                    break
-                assert time.monotonic() - started < BALANCE_BOUND_S, counts
+
+            await balance_until(
+                nodes,
+                lambda: leader_counts(replicas),
+                lambda c: sum(c.values()) == GROUPS and abs(c["n1"] - c["n2"]) <= 1,
+                no_transfer_to_n3,
+            )
         finally:
             for node in nodes.values():
                 await node.stop()
@@ -215,14 +233,11 @@ def test_the_balancer_moves_groups_back_to_their_preferred_members(tmp_path: Pat
         }
         try:
             await start_n3_last(nodes, replicas)
-            started = time.monotonic()
-            while True:
-                await asyncio.gather(*(node.maybe_balance_leaders() for node in nodes.values()))
-                await asyncio.sleep(BALANCE_PERIOD_S)
-                leaders = {r.group_id: r.status().leader_id for r in replicas["n1"]}
-                if all(leaders[g] == preferred(g) for g in range(GROUPS)):
-                    break
-                assert time.monotonic() - started < BALANCE_BOUND_S, leaders
+            await balance_until(
+                nodes,
+                lambda: {r.group_id: r.status().leader_id for r in replicas["n1"]},
+                lambda leaders: all(leaders[g] == preferred(g) for g in range(GROUPS)),
+            )
         finally:
             for node in nodes.values():
                 await node.stop()
