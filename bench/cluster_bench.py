@@ -48,6 +48,7 @@ from typing import Any
 
 import aiohttp
 
+from bench.cpu import process_cpu_s
 from bench.loopback import common_free_port
 from bench.tree import start_python
 from log.records import Record, encode_batch
@@ -77,12 +78,6 @@ class ClusterError(RuntimeError):
 
 
 # --------------------------------------------------------------------------- processes
-
-
-def cpu_seconds(pid: int) -> float:
-    """utime + stime of a process (all its threads), in seconds."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def log_tail(path: Path, lines: int = 15) -> str:
@@ -538,12 +533,12 @@ async def many_partitions(brokers: list[Broker], args: argparse.Namespace) -> di
         settled = time.perf_counter() - moved_at >= args.balance_seconds
         counts = collections.Counter(leaders.values())
     await asyncio.sleep(args.settle_seconds)
-    before = [cpu_seconds(b.proc.pid) for b in brokers]
+    before = [process_cpu_s(b.proc.pid) for b in brokers]
     wall_start = time.perf_counter()
     await asyncio.sleep(args.idle_seconds)
     wall = time.perf_counter() - wall_start
     idle = [
-        100 * (cpu_seconds(b.proc.pid) - c) / wall for b, c in zip(brokers, before, strict=True)
+        100 * (process_cpu_s(b.proc.pid) - c) / wall for b, c in zip(brokers, before, strict=True)
     ]
     out = {"partitions_created_s": created_s, "partitions_all_led_s": all_led_s}
     out["leaders_balanced_s"] = balanced_s

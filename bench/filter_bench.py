@@ -32,6 +32,7 @@ from typing import Any
 
 from bench import main_of
 from bench.broker_bench import Server
+from bench.cpu import process_cpu_s
 
 MATCH_EVERY = 100  # 1% of records match
 VALUE_CHARS = 200
@@ -43,12 +44,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--records", type=int, default=200_000, help="records in the topic")
     parser.add_argument("--runs", type=int, default=5, help="runs; medians are shown (5)")
     parser.add_argument("--quick", action="store_true", help="one small run (CI)")
-
-
-def _cpu_s(pid: int) -> float:
-    with open(f"/proc/{pid}/stat") as f:
-        fields = f.read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def _get(url: str) -> tuple[bytes, dict[str, Any]]:
@@ -85,7 +80,7 @@ def _produce(url: str, records: int) -> None:
 def _read_range(url: str, pid: int, end: int, query: dict[str, str]) -> tuple[int, float, int]:
     """(body bytes, broker CPU seconds, records) of reading [0, end) page by page."""
     offset, nbytes, nrecords = 0, 0, 0
-    cpu_before = _cpu_s(pid)
+    cpu_before = process_cpu_s(pid)
     while offset < end:
         params = {"offset": str(offset), "max_records": "10000", "max_bytes": str(8 << 20)}
         body, doc = _get(
@@ -94,7 +89,7 @@ def _read_range(url: str, pid: int, end: int, query: dict[str, str]) -> tuple[in
         nbytes += len(body)
         nrecords += len(doc["records"])
         offset = doc["next_offset"]
-    return nbytes, _cpu_s(pid) - cpu_before, nrecords
+    return nbytes, process_cpu_s(pid) - cpu_before, nrecords
 
 
 def run(args: argparse.Namespace) -> dict[str, Any]:

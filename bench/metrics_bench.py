@@ -42,6 +42,7 @@ from typing import Any
 import aiohttp
 
 from bench.broker_bench import BATCH_RECORDS, RECORD_BYTES, Server, _produce_binary
+from bench.cpu import process_cpu_s
 from log.records import Record, encode_batch
 
 IDLE_SAMPLE_S = 2.0  # the broker's idle CPU, subtracted from the scrapes' CPU
@@ -101,18 +102,12 @@ def _scrape_cpu_s(url: str, pid: int, scrapes: int) -> float:
                     await resp.read()
             return time.perf_counter() - start
 
-    idle_before = _cpu_s(pid)
+    idle_before = process_cpu_s(pid)
     time.sleep(IDLE_SAMPLE_S)
-    idle_per_s = (_cpu_s(pid) - idle_before) / IDLE_SAMPLE_S
-    before = _cpu_s(pid)
+    idle_per_s = (process_cpu_s(pid) - idle_before) / IDLE_SAMPLE_S
+    before = process_cpu_s(pid)
     wall = asyncio.run(scrape_all())
-    return max(0.0, _cpu_s(pid) - before - idle_per_s * wall) / scrapes
-
-
-def _cpu_s(pid: int) -> float:
-    """The process's user + system CPU seconds (/proc/<pid>/stat fields 14 and 15)."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    return max(0.0, process_cpu_s(pid) - before - idle_per_s * wall) / scrapes
 
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
@@ -129,7 +124,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         assert server.proc is not None
         for run_index in range(2 * args.runs):
             with_scrape = run_index % 2 == 1
-            cpu_before, wall_before = _cpu_s(server.proc.pid), time.perf_counter()
+            cpu_before, wall_before = process_cpu_s(server.proc.pid), time.perf_counter()
             mb_s, seen = asyncio.run(
                 _one_run(
                     server.url,
@@ -139,7 +134,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                     args.interval if with_scrape else None,
                 )
             )
-            cpu_used = _cpu_s(server.proc.pid) - cpu_before
+            cpu_used = process_cpu_s(server.proc.pid) - cpu_before
             cpu[with_scrape].append(cpu_used / gb)
             if not with_scrape:
                 busy.append(cpu_used / (time.perf_counter() - wall_before))

@@ -48,6 +48,7 @@ from pathlib import Path
 from queue import Queue
 from typing import Any, TextIO
 
+from bench.cpu import process_cpu_s
 from bench.loopback import common_free_port
 from bench.tree import start_python
 
@@ -98,8 +99,7 @@ class Node:
         return answer
 
     def cpu_s(self) -> float:
-        fields = Path(f"/proc/{self.proc.pid}/stat").read_text().rsplit(")", 1)[1].split()
-        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+        return process_cpu_s(self.proc.pid)
 
     def stop(self) -> None:
         if self.proc.poll() is None:

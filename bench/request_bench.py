@@ -35,17 +35,12 @@ import time
 import urllib.request
 from pathlib import Path
 
+from bench.cpu import process_cpu_s
 from bench.loopback import common_free_port
 from log.records import Record, encode_batch
 
 ROOT = Path(__file__).resolve().parent.parent
 BATCH_CONTENT_TYPE = "application/vnd.dmq.batch"
-_TICK = os.sysconf("SC_CLK_TCK")
-
-
-def _cpu_s(pid: int) -> float:
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / _TICK
 
 
 def _start(root: Path, data_dir: str) -> tuple[subprocess.Popen[bytes], int]:
@@ -86,13 +81,13 @@ def _round(proc: subprocess.Popen[bytes], port: int, requests: int, body: bytes)
     conn = http.client.HTTPConnection("127.0.0.1", port)
     for _ in range(200):
         _produce(conn, body)
-    cpu0, wall0 = _cpu_s(proc.pid), time.monotonic()
+    cpu0, wall0 = process_cpu_s(proc.pid), time.monotonic()
     for _ in range(requests):
         _produce(conn, body)
-    cpu1, wall1 = _cpu_s(proc.pid), time.monotonic()
+    cpu1, wall1 = process_cpu_s(proc.pid), time.monotonic()
     conn.close()
     time.sleep(2)
-    idle_rate = (_cpu_s(proc.pid) - cpu1) / (time.monotonic() - wall1)
+    idle_rate = (process_cpu_s(proc.pid) - cpu1) / (time.monotonic() - wall1)
     return (cpu1 - cpu0 - idle_rate * (wall1 - wall0)) / requests * 1e6
 
 

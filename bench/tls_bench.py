@@ -34,12 +34,12 @@ import aiohttp
 from bench import main_of
 from bench.cluster_bench import (
     Broker,
-    cpu_seconds,
     create_topic,
     dmq_cluster,
     post_batch,
     wait_leader,
 )
+from bench.cpu import process_cpu_s
 from dmq.client import tls_context
 from dmq.dev_certs import write_dev_certs
 from log.records import Record, encode_batch
@@ -113,7 +113,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             for run_index in range(args.runs):
                 for mode in ("plain", "tls") if run_index % 2 == 0 else ("tls", "plain"):
                     brokers = clusters[mode]
-                    before = sum(cpu_seconds(b.proc.pid) for b in brokers)
+                    before = sum(process_cpu_s(b.proc.pid) for b in brokers)
                     client_before = time.process_time()
                     mb_s[mode].append(
                         asyncio.run(
@@ -122,7 +122,9 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                             )
                         )
                     )  # fmt: skip
-                    cpu[mode].append((sum(cpu_seconds(b.proc.pid) for b in brokers) - before) / gb)
+                    cpu[mode].append(
+                        (sum(process_cpu_s(b.proc.pid) for b in brokers) - before) / gb
+                    )
                     client_cpu[mode].append((time.process_time() - client_before) / gb)
     plain_mb_s, tls_mb_s = statistics.median(mb_s["plain"]), statistics.median(mb_s["tls"])
     result: dict[str, Any] = {

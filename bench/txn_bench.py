@@ -43,7 +43,8 @@ from typing import Any
 import aiohttp
 
 from bench import main_of
-from bench.cluster_bench import Broker, cpu_seconds, dmq_cluster, percentile
+from bench.cluster_bench import Broker, dmq_cluster, percentile
+from bench.cpu import process_cpu_s
 from dmq.client import AsyncProducer
 
 PARTITIONS = 3
@@ -116,14 +117,17 @@ async def _produce(
                 await asyncio.gather(*futures)
                 sent += args.records
 
-    cpu_before, entries_before = sum(cpu_seconds(b.proc.pid) for b in brokers), await _entries(url)
+    cpu_before, entries_before = (
+        sum(process_cpu_s(b.proc.pid) for b in brokers),
+        await _entries(url),
+    )
     client_before = time.process_time()
     start = time.perf_counter()
     deadline = start + args.seconds
     await asyncio.gather(*(one(k) for k in range(producers)))
     rate = sent / (time.perf_counter() - start)
     client = time.process_time() - client_before
-    cpu_after, entries_after = sum(cpu_seconds(b.proc.pid) for b in brokers), await _entries(url)
+    cpu_after, entries_after = sum(process_cpu_s(b.proc.pid) for b in brokers), await _entries(url)
     units = max(1, sent // args.records)
     advanced = {g: v - entries_before[g] for g, v in entries_after.items() if g in entries_before}
     metadata = advanced.pop(0, 0)

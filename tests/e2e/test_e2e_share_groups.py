@@ -30,14 +30,13 @@ Proves that:
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 import threading
 import time
-from pathlib import Path
 from typing import Any
 
+from bench.cpu import process_cpu_s
 from dmq.client import ShareConsumer
 from tests_support import ROOT, BrokerProcess
 
@@ -352,9 +351,7 @@ def test_the_client_releases_with_a_delay_and_rejects(broker: BrokerProcess) -> 
 def cpu_s(broker: BrokerProcess) -> float:
     """The broker process's CPU time (user + system) so far."""
     assert broker.proc is not None
-    stat = Path(f"/proc/{broker.proc.pid}/stat").read_text()
-    fields = stat.rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    return process_cpu_s(broker.proc.pid)
 
 
 def test_a_poll_on_a_full_window_waits_without_spinning(broker: BrokerProcess) -> None:

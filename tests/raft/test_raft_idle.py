@@ -14,21 +14,16 @@ default settings, that an idle cluster goes quiet (raft/quiesce.py):
 
 from __future__ import annotations
 
-import os
 import time
 from pathlib import Path
 
 from raft_harness import RaftCluster
 
+from bench.cpu import process_cpu_s
 from raft.config import RaftConfig
 
 GROUPS = 200
 IDLE_S = 4.0
-
-
-def _cpu_s(pid: int) -> float:
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def test_two_hundred_idle_groups_quiesce_and_send_only_node_heartbeats(tmp_path: Path) -> None:
@@ -58,12 +53,12 @@ def test_two_hundred_idle_groups_quiesce_and_send_only_node_heartbeats(tmp_path:
 
         terms_before = terms()
         stats_before = [n.request("stats") for n in nodes]
-        cpu_before = [_cpu_s(n.proc.pid) for n in nodes if n.proc is not None]
+        cpu_before = [process_cpu_s(n.proc.pid) for n in nodes if n.proc is not None]
         started = time.monotonic()
         time.sleep(IDLE_S)
         elapsed = time.monotonic() - started
         cpu = [
-            100.0 * (_cpu_s(n.proc.pid) - before) / elapsed
+            100.0 * (process_cpu_s(n.proc.pid) - before) / elapsed
             for n, before in zip(nodes, cpu_before, strict=True)
             if n.proc is not None
         ]
