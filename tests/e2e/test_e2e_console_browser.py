@@ -86,11 +86,16 @@ class Console:
         return str(found)
 
     def until_text(self, css: str, expected: str, *, exact: bool = False) -> None:
+        seen = [""]
+
         def shown(d: WebDriver) -> bool:
-            text = self.text(css)
+            seen[0] = text = self.text(css)
             return text == expected if exact else expected in text
 
-        self.until(shown, f"{expected!r} in {css}")
+        try:
+            self.until(shown, f"{expected!r} in {css}")
+        except AssertionError as exc:
+            raise AssertionError(f"{exc}; {css} showed: {seen[0][:500]!r}") from None
 
     def shot(self, name: str) -> None:
         self.driver.save_screenshot(str(self.shots / f"{name}.png"))
@@ -181,7 +186,11 @@ def test_topics_page_and_topic_detail_show_what_the_api_has(console: Console) ->
 def test_record_produced_through_the_api_appears_in_the_record_browser(console: Console) -> None:
     console.api("POST", "/v1/topics", {"name": "browse", "partitions": 1}, expect=201)
     console.api("POST", "/v1/topics/browse/records", {"records": [{"value": "plain"}] * 3})
-    before_ms = int(time.time() * 1000)
+    # Strictly after the three records' timestamps, at or before the next one's: taken in
+    # the same millisecond as their answer, a lookup from it also found them (4 shown).
+    before_ms = int(time.time() * 1000) + 1
+    while int(time.time() * 1000) < before_ms:
+        time.sleep(0.001)
     value = json.dumps({"order": 17, "items": ["a", "b"]}, separators=(",", ":"))
     produced = console.api("POST", "/v1/topics/browse/records", {"records": [
         {"key": "k-17", "value": value, "headers": [{"key": "trace", "value": "t-1"}]}]})  # fmt: skip
