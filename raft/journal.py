@@ -204,6 +204,9 @@ class DurableJournal(Journal):  # type: ignore[misc]  # pysyncobj is untyped
         self._first_entry: tuple[int, Entry] | None = None  # (epoch, entry 0), entry_at
         self._seed = 0  # every record's CRC-32C starts from it (module docstring)
         self._settle_swap()
+        # The retired file a compaction will write into (a metric: disk use is the journal
+        # plus this, up to SPARE_BYTES_MAX more).
+        self.spare_bytes = _file_bytes(directory / SPARE_FILE)
         self._fd = self._open_and_recover()
         self._meta = _MetaFile(directory / META_FILE)
         self._term, self._voted_for, self._commit_index = self._meta.load()
@@ -336,6 +339,7 @@ class DurableJournal(Journal):  # type: ignore[misc]  # pysyncobj is untyped
             # one writes a new file again.
             self.write_failures += 1
             (self.directory / SPARE_FILE).unlink(missing_ok=True)
+            self.spare_bytes = 0
             logger.warning("journal compaction of %s put off: %s", self.path, exc)
             return
         shift = cut - HEADER_BYTES
@@ -738,6 +742,7 @@ class DurableJournal(Journal):  # type: ignore[misc]  # pysyncobj is untyped
             os.replace(retiring, spare)
         except OSError as exc:  # the next open tidies up (_settle_swap)
             logger.warning("journal compaction of %s: retiring the old file: %s", self.path, exc)
+        self.spare_bytes = _file_bytes(spare) or _file_bytes(retiring)  # the retired file
         if self._durability == "fsync":
             try:
                 _fsync_directory(self.directory)  # the first rename: before any append is synced
@@ -805,6 +810,14 @@ class DurableJournal(Journal):  # type: ignore[misc]  # pysyncobj is untyped
             finally:
                 os.close(fd)
         _fsync_directory(self._snapshot_path.parent)
+
+
+def _file_bytes(path: Path) -> int:
+    """A file's length, 0 if it is not there (or cannot be read: a metric only)."""
+    try:
+        return os.stat(path).st_size
+    except OSError:
+        return 0
 
 
 class JournalView(Sequence[Entry]):

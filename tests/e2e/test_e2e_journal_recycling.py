@@ -30,6 +30,14 @@ def partition_group_dir(data_dir: Path) -> Path:
     return group
 
 
+def metric(url: str, name: str) -> float:
+    with urllib.request.urlopen(url + "/metrics", timeout=10) as resp:
+        for line in resp.read().decode().splitlines():
+            if line.startswith(name + " "):
+                return float(line.split()[1])
+    raise AssertionError(f"{name} not in /metrics")
+
+
 def all_values(url: str, topic: str) -> list[tuple[int, str]]:
     out: list[tuple[int, str]] = []
     offset = 0
@@ -100,6 +108,10 @@ def test_a_busy_journal_stays_small_recycles_its_files_and_survives_kill9(
     thread.join(10)
 
     broker.start()
+    # The retired files count in what the journals take of the disk, as a metric of its own.
+    spares = sum(p.stat().st_size for p in broker.data_dir.rglob("journal.spare"))
+    assert spares > SNAPSHOT_BYTES
+    assert metric(broker.url, "dmq_raft_journal_spare_bytes") == spares
     stored = all_values(broker.url, "j")
     assert stored[: len(acked)] == acked
     assert len(stored) - len(acked) <= BATCH_RECORDS  # at most the batch in flight

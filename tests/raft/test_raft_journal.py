@@ -442,6 +442,7 @@ def test_a_power_cut_reopens_a_prefix_of_what_was_written_never_a_recycled_recor
 
 def test_compaction_recycles_the_file_the_compaction_before_retired(tmp_path: Path) -> None:
     journal = DurableJournal(tmp_path)
+    assert journal.spare_bytes == 0
     inodes = []
     for round_ in range(4):
         for k in range(10):
@@ -449,7 +450,10 @@ def test_compaction_recycles_the_file_the_compaction_before_retired(tmp_path: Pa
             journal.add(b"x" * 1000, idx, 1)
         journal.sync()
         inodes.append(os.stat(tmp_path / JOURNAL_FILE).st_ino)
+        retired_bytes = os.path.getsize(tmp_path / JOURNAL_FILE)
         journal.deleteEntriesTo(len(journal) - 2)  # keep a tail of two entries
+        # The retired file is the spare now, and counted (dmq_raft_journal_spare_bytes).
+        assert journal.spare_bytes == retired_bytes == os.path.getsize(tmp_path / SPARE_FILE)
     inodes.append(os.stat(tmp_path / JOURNAL_FILE).st_ino)
     # New, new (no spare yet: the first compaction's), then the two files alternate.
     assert inodes[2] == inodes[0] and inodes[3] == inodes[1] and inodes[4] == inodes[0]
@@ -463,6 +467,7 @@ def test_compaction_recycles_the_file_the_compaction_before_retired(tmp_path: Pa
     journal.close()
     reopened = DurableJournal(tmp_path)
     assert entries_of(reopened) == expected
+    assert reopened.spare_bytes == os.path.getsize(tmp_path / SPARE_FILE) > 0
     reopened.add(b"y", 41, 2)
     reopened.close()
     assert entries_of(DurableJournal(tmp_path)) == [*expected, (b"y", 41, 2)]

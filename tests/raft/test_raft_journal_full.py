@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from raft.journal import DurableJournal, JournalWriteFailed
+from raft.journal import SPARE_FILE, DurableJournal, JournalWriteFailed
 from tests_support import file_size_cap
 
 
@@ -57,6 +57,7 @@ def test_a_compaction_the_disk_cuts_short_is_put_off_and_done_later(tmp_path: Pa
         journal.deleteEntriesTo(2000)  # needs a ~110 KB spare
     assert journal.write_failures == 1
     assert [journal[k] for k in range(len(journal))] == entries
+    assert journal.spare_bytes == 0 and not (tmp_path / SPARE_FILE).exists()  # given back
     journal.deleteEntriesTo(2000)
     assert [journal[k] for k in range(len(journal))] == entries[2000:]
     journal.close()
