@@ -204,10 +204,12 @@ class DurableJournal(Journal):  # type: ignore[misc]  # pysyncobj is untyped
         self._first_entry: tuple[int, Entry] | None = None  # (epoch, entry 0), entry_at
         self._seed = 0  # every record's CRC-32C starts from it (module docstring)
         self._settle_swap()
-        # The retired file a compaction will write into (a metric: disk use is the journal
-        # plus this, up to SPARE_BYTES_MAX more).
-        self.spare_bytes = _file_bytes(directory / SPARE_FILE)
+        # The retired file the next compaction writes into, and the journal file's own
+        # length where it passed what was written (a recycled file's old records): both
+        # only for disk_bytes, a metric.
+        self.spare_bytes = _length_of(directory / SPARE_FILE)
         self._fd = self._open_and_recover()
+        self._file_bytes = os.fstat(self._fd).st_size
         self._meta = _MetaFile(directory / META_FILE)
         self._term, self._voted_for, self._commit_index = self._meta.load()
         self._vote_dirty = False
@@ -520,8 +522,15 @@ class DurableJournal(Journal):  # type: ignore[misc]  # pysyncobj is untyped
 
     @property
     def size_bytes(self) -> int:
-        """The journal file's length, records not yet written included (a metric)."""
+        """Bytes of the journal's records, those not yet written included (a metric)."""
         return self._end
+
+    @property
+    def disk_bytes(self) -> int:
+        """Bytes the journal takes on disk (a metric): its file, whose length passes its
+        records by the last write's zero padding and, once recycled, by the old records
+        after them; and the spare, the retired file the next compaction writes into."""
+        return max(self._written, self._file_bytes) + self.spare_bytes
 
     @property
     def memory_bytes(self) -> int:
@@ -646,6 +655,7 @@ class DurableJournal(Journal):  # type: ignore[misc]  # pysyncobj is untyped
                 f"short write to {self.path}: {written} of {len(self._pending)} bytes",
                 no_space=True,
             )
+        self._file_bytes = max(self._file_bytes, self._written + written)  # padding too
         self._written += len(self._pending)  # what follows, if written, is padding
         self._pending.clear()
 
@@ -655,6 +665,7 @@ class DurableJournal(Journal):  # type: ignore[misc]  # pysyncobj is untyped
         try:
             if os.fstat(self._fd).st_size > self._written:
                 os.ftruncate(self._fd, self._written)
+                self._file_bytes = self._written
         except OSError as exc:
             raise JournalCorrupt(f"cannot undo a failed write to {self.path}: {exc}") from exc
 
@@ -684,6 +695,7 @@ class DurableJournal(Journal):  # type: ignore[misc]  # pysyncobj is untyped
         else:
             self._pending.clear()
             os.ftruncate(self._fd, cut)
+            self._file_bytes = cut
             self._written = cut
             self._durable = min(self._durable, cut)
             self._dropped_to = min(self._dropped_to, cut)
@@ -742,7 +754,8 @@ class DurableJournal(Journal):  # type: ignore[misc]  # pysyncobj is untyped
             os.replace(retiring, spare)
         except OSError as exc:  # the next open tidies up (_settle_swap)
             logger.warning("journal compaction of %s: retiring the old file: %s", self.path, exc)
-        self.spare_bytes = _file_bytes(spare) or _file_bytes(retiring)  # the retired file
+        self.spare_bytes = _length_of(spare) or _length_of(retiring)  # the retired file
+        self._file_bytes = _length_of(self.path)  # the recycled file, old records included
         if self._durability == "fsync":
             try:
                 _fsync_directory(self.directory)  # the first rename: before any append is synced
@@ -812,7 +825,7 @@ class DurableJournal(Journal):  # type: ignore[misc]  # pysyncobj is untyped
         _fsync_directory(self._snapshot_path.parent)
 
 
-def _file_bytes(path: Path) -> int:
+def _length_of(path: Path) -> int:
     """A file's length, 0 if it is not there (or cannot be read: a metric only)."""
     try:
         return os.stat(path).st_size

@@ -443,6 +443,11 @@ def test_a_power_cut_reopens_a_prefix_of_what_was_written_never_a_recycled_recor
 def test_compaction_recycles_the_file_the_compaction_before_retired(tmp_path: Path) -> None:
     journal = DurableJournal(tmp_path)
     assert journal.spare_bytes == 0
+    assert journal.disk_bytes == os.path.getsize(tmp_path / JOURNAL_FILE)
+
+    def on_disk() -> int:
+        return os.path.getsize(tmp_path / JOURNAL_FILE) + os.path.getsize(tmp_path / SPARE_FILE)
+
     inodes = []
     for round_ in range(4):
         for k in range(10):
@@ -452,8 +457,13 @@ def test_compaction_recycles_the_file_the_compaction_before_retired(tmp_path: Pa
         inodes.append(os.stat(tmp_path / JOURNAL_FILE).st_ino)
         retired_bytes = os.path.getsize(tmp_path / JOURNAL_FILE)
         journal.deleteEntriesTo(len(journal) - 2)  # keep a tail of two entries
-        # The retired file is the spare now, and counted (dmq_raft_journal_spare_bytes).
+        # The retired file is the spare now, and counted (dmq_raft_journal_disk_bytes);
+        # from the second compaction on, the journal is a recycled file, longer than its
+        # records.
         assert journal.spare_bytes == retired_bytes == os.path.getsize(tmp_path / SPARE_FILE)
+        assert journal.disk_bytes == on_disk()
+        if round_ >= 1:
+            assert os.path.getsize(tmp_path / JOURNAL_FILE) > journal.size_bytes
     inodes.append(os.stat(tmp_path / JOURNAL_FILE).st_ino)
     # New, new (no spare yet: the first compaction's), then the two files alternate.
     assert inodes[2] == inodes[0] and inodes[3] == inodes[1] and inodes[4] == inodes[0]
@@ -468,6 +478,7 @@ def test_compaction_recycles_the_file_the_compaction_before_retired(tmp_path: Pa
     reopened = DurableJournal(tmp_path)
     assert entries_of(reopened) == expected
     assert reopened.spare_bytes == os.path.getsize(tmp_path / SPARE_FILE) > 0
+    assert reopened.disk_bytes == on_disk()
     reopened.add(b"y", 41, 2)
     reopened.close()
     assert entries_of(DurableJournal(tmp_path)) == [*expected, (b"y", 41, 2)]
