@@ -24,15 +24,26 @@ acks=all batches of 1 KiB records to partition 0's leader:
   (`dmq bench broker`'s baseline).
 Each figure also reports the bytes of the brokers' segment files, which proves which tree
 ran: the "one write" brokers' stay empty.
+
+Read the figures with the machine's memory in mind (`memory_state`, printed with them). On
+a VM that hands free memory back to its host, a run that grows the page cache into free
+memory pays the host's page faults for every segment byte, and the copy pays none: the
+gain it shows there is more than one write per replica could give, since that design
+still writes each batch into the segment's pages. Only a run with the page cache full
+(as on a broker that has run for a while) bounds the design. The baseline is warmed as in
+`dmq bench broker` (as many bytes written and deleted just before it).
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import compileall
+import contextlib
 import json
 import os
 import shutil
+import signal
 import statistics
 import subprocess
 import sys
@@ -49,6 +60,7 @@ TREES = ("as-is", "one-write")
 # (nodes, records per batch, requests in flight)
 SHAPES: tuple[tuple[int, int, int], ...] = ((3, 128, 8), (1, 128, 8), (1, 1000, 4))
 WARMUP_S = 1.5
+CHILD_STOP_S = 15.0  # a child asked to stop, before its process group is killed
 
 
 def copy_tree(destination: Path, *, one_write: bool) -> Path:
@@ -64,6 +76,8 @@ def copy_tree(destination: Path, *, one_write: bool) -> Path:
         if text.count(WRITE_LINE) != 1:
             raise RuntimeError(f"{segment}: the line to change is gone: {WRITE_LINE!r}")
         segment.write_text(text.replace(WRITE_LINE, NO_WRITE_LINE))
+    # Compiled once here, not by each of the ~50 processes a run starts from the copy.
+    compileall.compile_dir(destination, quiet=1)
     return destination
 
 
@@ -72,7 +86,7 @@ def memory_state() -> str:
 
     A VM that reports free memory to its host (virtio-balloon free page reporting, as on
     the machine these figures come from) takes the memory back: the first write to such a
-    page faults in the host, ~2.2 ms of CPU per MiB here against 0.17 ms for a page just
+    page faults in the host, ~2.4 ms of CPU per MiB here against 0.17 ms for a page just
     freed. A run that grows the page cache into free memory pays that for every segment
     byte, so the same code measures up to a third slower on a machine with much free
     memory than on one whose page cache is full (bench/README.md, session 19)."""
@@ -92,7 +106,10 @@ def memory_state() -> str:
 
 
 def segment_bytes(data_dir: Path) -> int:
-    return sum(p.stat().st_size for p in data_dir.rglob("*.log") if p.is_file())
+    """Bytes of the brokers' segment files (`<20-digit base offset>.log`; each broker's
+    own output is `n1.log` beside them)."""
+    return sum(p.stat().st_size for p in data_dir.rglob("*.log")
+               if p.stem.isdigit() and len(p.stem) == 20 and p.is_file())  # fmt: skip
 
 
 async def _measure(work_dir: Path, nodes: int, batch_records: int, in_flight: int,
@@ -137,13 +154,32 @@ def _child(spec: dict[str, Any]) -> None:
 
 
 def _in_tree(tree: Path, spec: dict[str, Any]) -> dict[str, Any]:
-    out = subprocess.run(
+    """One phase in a child started in `tree` (its brokers import that tree), in a process
+    group of its own: interrupted, the child and every broker it started are stopped."""
+    child = subprocess.Popen(
         [sys.executable, "-m", "bench.ceiling_bench", "--child", json.dumps(spec)],
         cwd=tree, env={**os.environ, "PYTHONPATH": str(tree)},
-        check=True, capture_output=True, text=True,
+        stdout=subprocess.PIPE, text=True, start_new_session=True,
     )  # fmt: skip
-    result: dict[str, Any] = json.loads(out.stdout.strip().splitlines()[-1])
+    try:
+        out, _ = child.communicate()
+    except BaseException:
+        _stop_group(child)
+        raise
+    if child.returncode != 0:  # its traceback and the brokers' log tails are on stderr
+        raise RuntimeError(f"a phase in {tree} failed (exit {child.returncode}): {spec}")
+    result: dict[str, Any] = json.loads(out.strip().splitlines()[-1])
     return result
+
+
+def _stop_group(child: subprocess.Popen[str]) -> None:
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(child.pid, signal.SIGTERM)
+    with contextlib.suppress(subprocess.TimeoutExpired):
+        child.wait(CHILD_STOP_S)
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(child.pid, signal.SIGKILL)  # brokers left behind, if any
+    child.wait()
 
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
@@ -156,15 +192,16 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
           f"load average {os.getloadavg()[0]:.1f}; {memory_state()}")  # fmt: skip
     figures: dict[str, dict[str, list[float]]] = {tree: {} for tree in TREES}
     segments: dict[str, list[int]] = {tree: [] for tree in TREES}
-    with tempfile.TemporaryDirectory(dir=args.dir) as tmp:
-        trees = {tree: copy_tree(Path(tmp) / tree, one_write=tree == "one-write")
+    with tempfile.TemporaryDirectory(dir=args.dir) as tmp_name:
+        tmp = Path(tmp_name).resolve()  # absolute: each child runs in its tree's root
+        trees = {tree: copy_tree(tmp / tree, one_write=tree == "one-write")
                  for tree in TREES}  # fmt: skip
         for run_index in range(args.runs):
             order = TREES if run_index % 2 == 0 else TREES[::-1]
             for nodes, batch_records, in_flight in shapes:
                 key = f"{nodes} node{'s' if nodes > 1 else ''}, {batch_records} x 1 KiB, {in_flight} in flight"
                 for tree in order:
-                    spec = {"work_dir": str(Path(tmp) / f"data-{tree}-{run_index}-{key[:1]}{batch_records}"),
+                    spec = {"work_dir": str(tmp / f"data-{tree}-{run_index}-{key[:1]}{batch_records}"),
                             "nodes": nodes, "batch_records": batch_records, "in_flight": in_flight,
                             "seconds": args.seconds, "durability": args.durability}  # fmt: skip
                     result = _in_tree(trees[tree], spec)
@@ -173,10 +210,10 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                     shutil.rmtree(spec["work_dir"], ignore_errors=True)
                     print(f"  run {run_index + 1} {tree:9s} {key}: {result['mb_s']:.1f} MB/s "
                           f"(segment files {result['segment_bytes'] / 1e6:.1f} MB)", flush=True)  # fmt: skip
-            baseline = _in_tree(trees["as-is"], {"work_dir": str(Path(tmp) / f"base-{run_index}"),
+            baseline = _in_tree(trees["as-is"], {"work_dir": str(tmp / f"base-{run_index}"),
                                                  "baseline": True})  # fmt: skip
             figures["as-is"].setdefault("PartitionLog.append, fsync", []).append(baseline["mb_s"])
-            shutil.rmtree(Path(tmp) / f"base-{run_index}", ignore_errors=True)
+            shutil.rmtree(tmp / f"base-{run_index}", ignore_errors=True)
     medians = {tree: {k: statistics.median(v) for k, v in f.items()} for tree, f in figures.items()}
     result: dict[str, Any] = {"medians_mb_s": medians, "runs_mb_s": figures,
                               "segment_bytes": segments, "load_end": os.getloadavg()[0]}  # fmt: skip
@@ -218,8 +255,15 @@ def main(argv: list[str] | None = None) -> int:
     if args.child is not None:
         _child(json.loads(args.child))
         return 0
+    # Stopped by SIGTERM (a timeout, a CI runner) as by Ctrl-C: the phase's child and its
+    # brokers are stopped and the trees and data removed on the way out.
+    signal.signal(signal.SIGTERM, _exit_on_sigterm)
     run(args)
     return 0
+
+
+def _exit_on_sigterm(signum: int, frame: object) -> None:
+    raise SystemExit(128 + signum)
 
 
 if __name__ == "__main__":

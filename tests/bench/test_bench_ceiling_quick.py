@@ -39,3 +39,10 @@ def test_the_copy_refuses_a_tree_whose_write_line_changed(
     monkeypatch.setattr(ceiling_bench, "WRITE_LINE", "a line no tree holds")
     with pytest.raises(RuntimeError, match="the line to change is gone"):
         ceiling_bench.copy_tree(tmp_path / "stale", one_write=True)
+
+
+def test_segment_bytes_counts_segments_not_the_brokers_own_output(tmp_path: Path) -> None:
+    (tmp_path / "n1" / "partitions").mkdir(parents=True)
+    (tmp_path / "n1" / "partitions" / ("0" * 20 + ".log")).write_bytes(b"x" * 100)
+    (tmp_path / "n1.log").write_text("a broker's warning\n")
+    assert ceiling_bench.segment_bytes(tmp_path) == 100
