@@ -23,7 +23,7 @@ def _cpu_clock_of() -> Callable[[int, Any], int] | None:
     if not sys.platform.startswith("linux"):
         return None
     try:
-        function = ctypes.CDLL(None, use_errno=True).clock_getcpuclockid
+        function = ctypes.CDLL(None).clock_getcpuclockid
     except (OSError, AttributeError):
         return None
     function.argtypes = [ctypes.c_int, ctypes.POINTER(ctypes.c_int)]
@@ -42,6 +42,6 @@ def process_cpu_s(pid: int) -> float:
             try:
                 return time.clock_gettime(clock.value)
             except OSError:
-                pass  # the process ended between the two calls: its ticks say so too
+                pass  # the process ended between the two calls: /proc says so below
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
