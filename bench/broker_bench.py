@@ -35,6 +35,7 @@ from typing import Any
 import aiohttp
 
 from bench.cluster_bench import RawBody
+from bench.memory import memory_state
 from bench.tree import start_python
 from log.config import FlushPolicy, LogConfig
 from log.partition_log import PartitionLog
@@ -274,7 +275,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     base.mkdir(parents=True, exist_ok=True)
     print("dmq bench broker: single node over HTTP on loopback")
     print(
-        f"  python {platform.python_version()}, {os.cpu_count()} cores shared by broker and client"
+        f"  python {platform.python_version()}, {os.cpu_count()} cores shared by broker and client; "
+        f"{memory_state()}"
     )
     print(
         f"  data dir {base.resolve()}, records {RECORD_BYTES} B, {BATCH_RECORDS} per batch/request, "

@@ -51,6 +51,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from bench.memory import memory_state
 from bench.tree import TREE_ROOT
 
 # The one line the "one write" copy changes (log/segment.py, Segment.append_parts).
@@ -79,30 +80,6 @@ def copy_tree(destination: Path, *, one_write: bool) -> Path:
     # Compiled once here, not by each of the ~50 processes a run starts from the copy.
     compileall.compile_dir(destination, quiet=1)
     return destination
-
-
-def memory_state() -> str:
-    """Free memory and the VM's free page reporting, which decide what a fresh page costs.
-
-    A VM that reports free memory to its host (virtio-balloon free page reporting, as on
-    the machine these figures come from) takes the memory back: the first write to such a
-    page faults in the host, ~2.4 ms of CPU per MiB here against 0.17 ms for a page just
-    freed. A run that grows the page cache into free memory pays that for every segment
-    byte, so the same code measures up to a third slower on a machine with much free
-    memory than on one whose page cache is full (bench/README.md, session 19)."""
-    meminfo = Path("/proc/meminfo")
-    free_mb = -1
-    if meminfo.exists():
-        for line in meminfo.read_text().splitlines():
-            if line.startswith("MemFree:"):
-                free_mb = int(line.split()[1]) // 1024
-    params = Path("/sys/module/page_reporting/parameters")
-    reporting = "no free page reporting"
-    if params.is_dir():
-        values = {p.name: p.read_text().strip() for p in sorted(params.iterdir())
-                  if p.name in ("page_reporting_order", "min_free_ms")}  # fmt: skip
-        reporting = "free page reporting " + ", ".join(f"{k} {v}" for k, v in values.items())
-    return f"MemFree {free_mb} MB, {reporting}"
 
 
 def segment_bytes(data_dir: Path) -> int:

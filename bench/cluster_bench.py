@@ -50,6 +50,7 @@ import aiohttp
 
 from bench.cpu import process_cpu_s
 from bench.loopback import common_free_port
+from bench.memory import memory_state
 from bench.tree import start_python
 from log.records import Record, encode_batch
 
@@ -669,6 +670,7 @@ def _print_setup(args: argparse.Namespace, base: Path) -> None:
         f"  python {platform.python_version()}, {os.cpu_count()} cores shared by every broker "
         f"and the client (all on this machine), load {os.getloadavg()[0]:.2f}; data in {base}"
     )
+    print(f"  {memory_state()}")
     print(
         f"  records {RECORD_BYTES} B; (a) {args.batch_records} per batch, {args.in_flight} in "
         f"flight; (b) 1 per request, {args.single_in_flight} in flight; (c) {args.rate} req/s "

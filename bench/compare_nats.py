@@ -56,6 +56,7 @@ from bench.cluster_bench import (
     wait_leader,
 )
 from bench.loopback import common_free_port
+from bench.memory import memory_state
 from dmq.errors import DmqError
 
 MESSAGE_BYTES = 1024
@@ -379,6 +380,7 @@ def _print_setup(args: argparse.Namespace, base: Path) -> None:
         f"  python {setup['python']}, {setup['nats_server']}, {setup['cpus']} cores shared by "
         f"all 3 nodes and the client (one machine), load {os.getloadavg()[0]:.2f}; data in {base}"
     )
+    print(f"  {memory_state()}")
     print(
         f"  {MESSAGE_BYTES} B messages; throughput: {args.messages} with {args.in_flight} in "
         f"flight; latency: {args.latency_count} one at a time; {args.runs} runs, medians"
