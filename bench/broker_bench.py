@@ -210,7 +210,7 @@ async def _latency(
     return latencies
 
 
-def _baseline_append(directory: Path, batches: list[bytes]) -> float:
+def baseline_append(directory: Path, batches: list[bytes]) -> float:
     """MB/s of PartitionLog.append of the same batches, fsync per append (the broker's default)."""
     _warm_page_cache(directory.parent, sum(len(b) for b in batches))
     log = PartitionLog.open(directory, LogConfig(flush=FlushPolicy(interval_records=1)))
@@ -286,7 +286,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     try:
         for run_index in range(runs):
             samples.setdefault("log_append_mb_s", []).append(
-                _baseline_append(base / f"baseline-{run_index}", batches)
+                baseline_append(base / f"baseline-{run_index}", batches)
             )
             _warm_page_cache(base, sum(len(b) for b in batches))
             with Server(base / f"broker-{run_index}") as server:

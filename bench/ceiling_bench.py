@@ -51,8 +51,13 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+import aiohttp
+
+from bench.broker_bench import baseline_append
+from bench.cluster_bench import closed_loop, create_topic, dmq_cluster, records, wait_leader
 from bench.memory import memory_state
 from bench.tree import TREE_ROOT
+from log.records import encode_batch
 
 # The one line the "one write" copy changes (log/segment.py, Segment.append_parts).
 WRITE_LINE = "written = os.writev(self.fd, parts)"
@@ -91,11 +96,6 @@ def segment_bytes(data_dir: Path) -> int:
 
 async def _measure(work_dir: Path, nodes: int, batch_records: int, in_flight: int,
                    seconds: float, durability: str) -> dict[str, Any]:  # fmt: skip
-    import aiohttp
-
-    from bench.cluster_bench import closed_loop, create_topic, dmq_cluster, records, wait_leader
-    from log.records import encode_batch
-
     batches = [encode_batch(records(batch_records, i * batch_records)) for i in range(32)]
     with dmq_cluster(work_dir, nodes, durability) as brokers:
         connector = aiohttp.TCPConnector(limit=100)
@@ -111,12 +111,8 @@ async def _measure(work_dir: Path, nodes: int, batch_records: int, in_flight: in
 
 
 def _baseline_mb_s(work_dir: Path) -> float:
-    from bench.broker_bench import _baseline_append
-    from bench.cluster_bench import records
-    from log.records import encode_batch
-
     batches = [encode_batch(records(1000, i * 1000)) for i in range(256)]
-    return _baseline_append(work_dir / "baseline", batches)
+    return baseline_append(work_dir / "baseline", batches)
 
 
 def _child(spec: dict[str, Any]) -> None:

@@ -156,7 +156,7 @@ class StateCollector:
         groups = list(node.groups.values())  # one C call: safe against the tick thread
         yield gauge("dmq_raft_groups", "Raft groups on this broker (metadata included)", len(groups))  # fmt: skip
         yield gauge("dmq_raft_journal_bytes", "Bytes of every Raft journal here", sum(g.journal.size_bytes for g in groups))  # fmt: skip
-        yield gauge("dmq_raft_journal_disk_bytes", "Bytes the Raft journals take on disk: files past their records, and the retired files compactions write into next", sum(g.journal.disk_bytes for g in groups))  # fmt: skip
+        yield gauge("dmq_raft_journal_disk_bytes", "Bytes the Raft journal files take on disk: a recycled file's old records after its own, and the retired files compactions write into next, included", sum(g.journal.disk_bytes for g in groups))  # fmt: skip
         yield gauge("dmq_raft_groups_stalled", "Raft groups stalled by a failed write", stalled_groups)  # fmt: skip
         yield CounterMetricFamily(
             "dmq_raft_leader_changes",
