@@ -23,7 +23,7 @@ def memory_state() -> str:
     params = Path("/sys/module/page_reporting/parameters")
     reporting = "no free page reporting"
     if params.is_dir():
-        values = {p.name: p.read_text().strip() for p in sorted(params.iterdir())
-                  if p.name in ("page_reporting_order", "min_free_ms")}  # fmt: skip
-        reporting = "free page reporting " + ", ".join(f"{k} {v}" for k, v in values.items())
+        values = [f"{name} {(params / name).read_text().strip()}"
+                  for name in ("min_free_ms", "page_reporting_order") if (params / name).exists()]  # fmt: skip
+        reporting = "free page reporting " + ", ".join(values)
     return f"MemFree {free_mb} MB, {reporting}"

@@ -113,7 +113,7 @@ class BrokerConfig:
         default=4096, metadata=_doc("journal entries per group before a snapshot drops them")
     )
     raft_snapshot_bytes: int = field(
-        default=256 * 1024 * 1024,
+        default=256 * limits.MiB,
         metadata=_doc("journal bytes per group before a snapshot drops them (>= 1 MiB)"),
     )
     request_timeout_ms: int = field(
@@ -367,11 +367,11 @@ class BrokerConfig:
         self._check_auth()
         if self.raft_durability not in ("fsync", "none"):
             raise InvalidConfig("raft_durability must be fsync or none", field="raft_durability")
-        if self.raft_snapshot_bytes < 1024 * 1024:
+        if self.raft_snapshot_bytes < limits.MiB:
             raise InvalidConfig(
                 "raft_snapshot_bytes must be at least 1 MiB",
                 field="raft_snapshot_bytes",
-                limit=1024 * 1024,
+                limit=limits.MiB,
             )
         peers = self.peer_addrs  # parses and checks
         if self.node_id not in peers:

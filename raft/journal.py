@@ -719,8 +719,9 @@ class DurableJournal(Journal):  # type: ignore[misc]  # pysyncobj is untyped
         names the old journal spare. A crash at any step leaves a complete journal under
         its name (`_settle_swap` tidies the other names at the next open). Each record comes
         from the command cache or from the file with its CRC checked before it is sealed
-        under the new seed, so a damaged record is never given a valid one. Anything that fails before the first rename leaves the
-        journal as it was (the caller keeps its entries).
+        under the new seed, so a damaged record is never given a valid one. Anything that
+        fails before the first rename leaves the journal as it was (the caller keeps its
+        entries).
         """
         spare = self.directory / SPARE_FILE
         fd = os.open(spare, os.O_RDWR | os.O_CREAT, 0o644)
@@ -734,7 +735,8 @@ class DurableJournal(Journal):  # type: ignore[misc]  # pysyncobj is untyped
                 os.ftruncate(fd, SPARE_BYTES_MAX)
             seed = _new_seed(old_seed)
             header = _FILE_HEADER.pack(MAGIC, FORMAT_VERSION, seed)
-            written = HEADER_BYTES + self._copy_resealed(fd, cut, seed)
+            self._copy_resealed(fd, cut, seed)
+            written = HEADER_BYTES + self._end - cut  # the new file's records end here
             os.pwrite(fd, header, 0)
             if self._durability == "fsync":
                 os.fdatasync(fd)
@@ -768,10 +770,10 @@ class DurableJournal(Journal):  # type: ignore[misc]  # pysyncobj is untyped
             # records, which a power cut may leave as they are (a torn-write test cuts there).
             os.write(self._trace_fd, b"rewrite\n%d\n" % written)
 
-    def _copy_resealed(self, fd: int, cut: int, seed: int) -> int:
+    def _copy_resealed(self, fd: int, cut: int, seed: int) -> None:
         """Write records [cut, _end) at HEADER_BYTES of `fd`, each read as `read_range`
         reads it (CRC checked under this file's seed, or from the command cache) and sealed
-        under `seed`; the bytes written."""
+        under `seed`."""
         position = bisect.bisect_left(self._offsets, cut)
         _invariant(
             cut == self._end or (position < len(self._offsets) and self._offsets[position] == cut),
@@ -795,7 +797,6 @@ class DurableJournal(Journal):  # type: ignore[misc]  # pysyncobj is untyped
             out += written
             position = last + 1
         _invariant(out - HEADER_BYTES == self._end - cut, f"short write compacting {self.path}")
-        return out - HEADER_BYTES
 
     def _settle_swap(self) -> None:
         """At open: finish or undo a compaction's swap that a crash interrupted (the link
