@@ -355,6 +355,31 @@ class DurableJournal(Journal):  # type: ignore[misc]  # pysyncobj is untyped
             self._cache_bytes -= len(command)
         self._epoch += 1
 
+    def finish_compaction(self, previous: tuple[int, int], last: tuple[int, int]) -> int:
+        """Drop the entries before `previous` if the journal holds both entries a snapshot
+        ends with ((index, term) each); the number of entries dropped.
+
+        pysyncobj writes a snapshot in one tick and drops the journal entries it covers
+        (deleteEntriesTo) in the next. A crash between the two leaves a new snapshot beside
+        a journal that still starts before it. At start, pysyncobj's `__loadDumpFile`
+        keeps the journal only if its first two entries are the snapshot's last two, and
+        otherwise clears it: every entry after the snapshot, synced and acknowledged,
+        would go with it (jepsen/README.md, "Real bugs found": an acknowledged write lost
+        at a whole-cluster power cut). Called before pysyncobj loads the snapshot, this
+        finishes the compaction instead. Both entries must be here with the snapshot's
+        terms: by Raft's log matching, everything after them then continues the history
+        the snapshot ends, so it is kept. Otherwise nothing is dropped, and pysyncobj's
+        clear is right (the journal holds nothing past the snapshot, or another history).
+        """
+        (previous_idx, previous_term), (last_idx, last_term) = previous, last
+        if self.term_at(previous_idx) != previous_term or self.term_at(last_idx) != last_term:
+            return 0
+        position = previous_idx - self._first_idx
+        if position > 0:
+            self.deleteEntriesTo(position)
+            self.sync()
+        return max(position, 0)
+
     @overload
     def __getitem__(self, item: int) -> Entry: ...
     @overload

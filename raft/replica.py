@@ -20,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import functools
+import logging
 import time
 from collections.abc import Callable, Iterable
 from pathlib import Path
@@ -55,6 +56,8 @@ from raft.read_index import READ, PendingRead, ReadIndexState
 from raft.snapshot import SNAPSHOT_FILE, read_snapshot, write_snapshot
 from raft.transport import GroupTransport, Network
 from raft.types import ReplicaStatus, StateMachine
+
+logger = logging.getLogger(__name__)
 
 # A proposal with no timeout of its own waits this long.
 PROPOSE_TIMEOUT_S_DEFAULT = 10.0
@@ -203,6 +206,7 @@ class Replica:
             snapshot_path=directory / SNAPSHOT_FILE,
             durable_trace=node.durable_trace,
         )
+        self._finish_interrupted_compaction()
         self.syncobj, self.transport = self._open_syncobj(members)
         close_dropped_transfers(self.syncobj._SyncObj__serializer)
         self._apply_batch_id = self.syncobj._methodToID[self.syncobj._getFuncName("_apply_batch")]
@@ -909,6 +913,23 @@ class Replica:
             Path(path).unlink(missing_ok=True)
             raise
         self.snapshots_written += 1
+
+    def _finish_interrupted_compaction(self) -> None:
+        """At open, before pysyncobj loads its snapshot: the journal compaction a crash
+        cut off after the snapshot was written is finished (DurableJournal.finish_compaction
+        says why pysyncobj would otherwise drop every entry after the snapshot)."""
+        path = self.directory / SNAPSHOT_FILE
+        if not path.exists():
+            return
+        data, _ = read_snapshot(str(path))  # (last entry, previous entry, members)
+        last, previous = data[0], data[1]
+        dropped = self.journal.finish_compaction((previous[1], previous[2]), (last[1], last[2]))
+        if dropped:
+            logger.warning(
+                "group %s: a compaction was cut off after its snapshot at index %d; "
+                "dropped the %d journal entries the snapshot covers, kept the rest",
+                self.group_id, last[1], dropped,
+            )  # fmt: skip
 
     def _read_snapshot(self, path: str) -> tuple[Any, ...]:
         """pysyncobj's `deserializer(fileName)`: restore the state, return the bookkeeping.
