@@ -17,14 +17,14 @@ $(STAMP): pyproject.toml
 # NATS comparison benchmark and its smoke test, iptables for the jepsen/ partitions, a
 # Java 17 runtime for the Spark tests of spark_io/, chromium and its WebDriver for the web
 # console's browser tests, libfaketime for the stepped-clock test and jepsen/'s clock
-# nemesis). Installed only if missing.
+# nemesis, strace for jepsen/'s crash-point explorer). Installed only if missing.
 system-deps:
 	@command -v curl >/dev/null 2>&1 && command -v nats-server >/dev/null 2>&1 && \
 		command -v iptables >/dev/null 2>&1 && command -v java >/dev/null 2>&1 && \
 		command -v chromium >/dev/null 2>&1 && command -v chromedriver >/dev/null 2>&1 && \
-		command -v faketime >/dev/null 2>&1 || \
+		command -v faketime >/dev/null 2>&1 && command -v strace >/dev/null 2>&1 || \
 		{ apt-get update -qq && apt-get install -y -qq curl nats-server iptables \
-			openjdk-17-jre-headless chromium chromium-driver faketime; }
+			openjdk-17-jre-headless chromium chromium-driver faketime strace; }
 
 # The targets that start many Python processes (brokers, harness clients) compile the
 # sources first: where PYTHONDONTWRITEBYTECODE is set, no process writes the .pyc it
