@@ -159,6 +159,8 @@ class RaftNode:
         # node's higher term, and higher terms taken (a leader or candidate stepping down).
         self.higher_terms_answered = 0
         self.higher_terms_taken = 0
+        self.frames_refused_empty_log = 0  # messages for a replica whose log holds no entry
+        self._empty_log_warned: set[int] = set()  # group ids: logged once each
 
     def set_cluster_id(self, cluster_id: bytes) -> None:
         """Name this cluster in every hello from now on, and refuse hellos naming another
@@ -774,6 +776,9 @@ class RaftNode:
         if replica.stall is not None:
             self.frames_dropped_stalled += 1  # it acknowledges nothing until it resumes
             return
+        if not len(replica.journal):
+            self._refuse_with_empty_log(replica, peer_id, message)
+            return
         kind = message.get("type") if isinstance(message, dict) else None
         if kind == higher_term.HIGHER_TERM:
             self._on_higher_term(replica, peer_id, message)
@@ -804,6 +809,30 @@ class RaftNode:
         replica.raise_failure()
         if replica.needs_tick_after(message):
             self._touched.add(replica)
+
+    def _refuse_with_empty_log(self, replica: Replica, peer_id: str, message: Any) -> None:
+        """A replica whose log holds no entry takes no message, rather than stop the node.
+
+        pysyncobj 0.3.17 always keeps one entry (the one its snapshot ends at) and reads the
+        first or last in nearly every handler: with none, the first append_entries raised
+        IndexError in `__getEntries`, which stopped the tick thread and the broker (issue
+        39: a snapshot past its journal's end, then a compaction that dropped every entry).
+        Refused, it acknowledges nothing and the majority commits without it; a message
+        from a leader of its term or later holds its election back (that leader is alive),
+        as a full disk's write gate does, so its own tick never campaigns on an empty log.
+        It takes entries again once its log is anchored (restarted on its snapshot)."""
+        self.frames_refused_empty_log += 1
+        term = message.get("term") if isinstance(message, dict) else None
+        leading = isinstance(message, dict) and message.get("type") == "append_entries"
+        if leading and type(term) is int and term >= replica.syncobj.raftCurrentTerm:
+            replica.hold_election(time.monotonic())
+        if replica.group_id not in self._empty_log_warned:
+            self._empty_log_warned.add(replica.group_id)
+            logger.warning(
+                "raft node %s: group %d has no log entry (not even its snapshot's last); "
+                "it refuses every message from %s and the others until it is reopened",
+                self.node_id, replica.group_id, peer_id,
+            )  # fmt: skip
 
     def _maybe_answer_lower_term(
         self, replica: Replica, peer_id: str, kind: Any, message: Any
