@@ -78,9 +78,8 @@ async def rejoin_after_a_term_raised_while_cut_off(tmp_path: Path) -> dict[str, 
             if now_leader is None or now_leader == behind:
                 return False
             status = replicas[now_leader].status()
-            return status.term > raised and (
-                replicas[behind].status().commit_index >= status.commit_index
-            )
+            caught_up = replicas[behind].status().commit_index >= status.commit_index
+            return bool(status.term > raised and caught_up)
 
         bound_s = REJOIN_ELECTION_TIMEOUTS * config.election_timeout_max_s
         await wait_until(rejoined, bound_s, f"{behind} (term {raised}) never rejoined")
