@@ -10,6 +10,11 @@
   the answer with the higher term (the fix) pysyncobj drops the leader's lower-term
   append_entries unanswered, the leader keeps its majority, and the follower stays behind
   for good;
+- the same, but the leader is cut off from both others as the follower comes back: the
+  remaining follower, whose log is the longer, asks for a pre-vote of a term not above the
+  raised one, is answered with the raised term (as etcd answers MsgPreVote), takes it, and
+  wins the next pre-vote and election; the follower left behind catches up from it.
+  Without that answer neither could ever win (one's term too low, the other's log);
 - the rule itself: which messages are answered with the higher term, and which terms are
   taken.
 """
@@ -50,7 +55,9 @@ async def force_election(cluster: InProcessCluster, node_id: str, replica: Any) 
     await wait_until(lambda: replica.status().term > term, 10, f"{node_id} did not campaign")
 
 
-async def rejoin_after_a_term_raised_while_cut_off(tmp_path: Path) -> dict[str, Any]:
+async def rejoin_after_a_term_raised_while_cut_off(
+    tmp_path: Path, *, leader_gone: bool = False
+) -> dict[str, Any]:
     config = RaftConfig()
     cluster = InProcessCluster(tmp_path, config=config)
     replicas, leader = await cluster.start_group(1)
@@ -69,13 +76,18 @@ async def rejoin_after_a_term_raised_while_cut_off(tmp_path: Path) -> dict[str, 
         assert raised > replicas[leader].status().term, "the cut-off term did not rise"
         assert replicas[behind].status().commit_index < replicas[leader].status().commit_index
 
-        for other in (leader, third):
-            cluster.heal(behind, other)
+        if leader_gone:  # it stays cut off from both: only the other two can elect
+            cluster.cut(leader, third)
+            cluster.heal(behind, third)
+        else:
+            for other in (leader, third):
+                cluster.heal(behind, other)
         healed_at = time.monotonic()
+        electable = {third} if leader_gone else {leader, third}
 
         def rejoined() -> bool:
-            now_leader = ready_leader(replicas)
-            if now_leader is None or now_leader == behind:
+            now_leader = ready_leader({n: replicas[n] for n in (behind, *electable)})
+            if now_leader is None or now_leader not in electable:
                 return False
             status = replicas[now_leader].status()
             caught_up = replicas[behind].status().commit_index >= status.commit_index
@@ -84,7 +96,7 @@ async def rejoin_after_a_term_raised_while_cut_off(tmp_path: Path) -> dict[str, 
         bound_s = REJOIN_ELECTION_TIMEOUTS * config.election_timeout_max_s
         await wait_until(rejoined, bound_s, f"{behind} (term {raised}) never rejoined")
         took_s = time.monotonic() - healed_at
-        new_leader = str(ready_leader(replicas))
+        new_leader = str(ready_leader({n: replicas[n] for n in (behind, *electable)}))
         await replicas[new_leader].propose(b"after", timeout_s=5.0)
         await wait_until(
             lambda: replicas[behind].machine.value == b"after", 5, "the new entry not applied"
@@ -102,6 +114,14 @@ def test_a_follower_whose_term_rose_while_cut_off_rejoins_once_healed(tmp_path: 
     seen = asyncio.run(asyncio.wait_for(rejoin_after_a_term_raised_while_cut_off(tmp_path), 90))
     # How it rejoined: it answered the old leader's heartbeats with its term, and a node
     # (the old leader at least) took that term.
+    assert seen["answered"] >= 1 and seen["taken"] >= 1, seen
+
+
+def test_with_the_leader_gone_the_other_follower_learns_the_term_and_takes_it_back(
+    tmp_path: Path,
+) -> None:
+    run = rejoin_after_a_term_raised_while_cut_off(tmp_path, leader_gone=True)
+    seen = asyncio.run(asyncio.wait_for(run, 90))
     assert seen["answered"] >= 1 and seen["taken"] >= 1, seen
 
 
