@@ -3,8 +3,9 @@
 `GroupSyncObj` is the SyncObj of every group: its one `@replicated` method applies a batch
 of commands (one Raft entry, raft/proposals.py) to the group's StateMachine. The helpers
 below read or patch private names of pysyncobj 0.3.17 (the version is pinned in
-pyproject.toml): the election no-op a leader must apply before it serves reads, and the
-file descriptors SyncObj leaves open when it is destroyed or drops a snapshot transfer.
+pyproject.toml): the election no-op a leader must apply before it serves reads, a step
+down to a later term that pysyncobj's own messages never tell a leader of, and the file
+descriptors SyncObj leaves open when it is destroyed or drops a snapshot transfer.
 raft/README.md ("What raft/ changes in pysyncobj") lists each of them with its reason.
 """
 
@@ -16,6 +17,7 @@ from collections.abc import Callable
 from typing import Any
 
 from pysyncobj import SyncObj, replicated
+from pysyncobj.syncobj import _RAFT_STATE
 
 from raft import safe_pickle
 from raft.types import StateMachine
@@ -29,6 +31,21 @@ def leader_ready(sync_obj: SyncObj) -> bool:
     """Leader, and its election no-op (pysyncobj's private index of it) is applied."""
     noop = sync_obj._SyncObj__noopIDx
     return bool(sync_obj._isLeader()) and noop is not None and sync_obj.raftLastApplied >= noop
+
+
+def become_follower_at(sync_obj: SyncObj, term: int) -> bool:
+    """Raft's rule for a message of a later term (raft/higher_term.py, step 2), which
+    pysyncobj applies itself to request_vote and append_entries only: take `term` with no
+    vote, become a follower, follow no leader. Forwarded commands waiting on the old leader
+    fail LEADER_CHANGED, as in pysyncobj's own campaign. True if it followed or was a
+    leader (the caller settles what that leader held)."""
+    had_leader = sync_obj._SyncObj__raftLeader is not None
+    sync_obj._SyncObj__setCurrentTerm(term, None)  # the journal's meta: synced this round
+    sync_obj._SyncObj__setState(_RAFT_STATE.FOLLOWER)
+    if had_leader:
+        sync_obj._SyncObj__raftLeader = None
+        sync_obj._SyncObj__onLeaderChanged()
+    return had_leader
 
 
 class GroupSyncObj(SyncObj):  # type: ignore[misc]  # pysyncobj is untyped

@@ -61,7 +61,7 @@ from typing import Any, TypeVar
 
 from pysyncobj import FAIL_REASON
 
-from raft import leadership, membership, prevote, quiesce, read_index
+from raft import higher_term, leadership, membership, prevote, quiesce, read_index
 from raft.config import RaftConfig
 from raft.errors import ApplyDeferred, ReplicaStopped, RequestDenied, Timeout
 from raft.journal import JournalCorrupt, JournalWriteFailed
@@ -155,6 +155,12 @@ class RaftNode:
         self._stalled: set[Replica] = set()
         self.frames_dropped_stalled = 0  # messages for a stalled group, dropped
         self.entries_refused_full = 0  # append_entries a write gate refused
+        # raft/higher_term.py: stale leaders' and candidates' messages answered with this
+        # node's higher term, and higher terms taken (a leader or candidate stepping down).
+        self.higher_terms_answered = 0
+        self.higher_terms_taken = 0
+        self.frames_refused_empty_log = 0  # messages for a replica whose log holds no entry
+        self._empty_log_warned: set[int] = set()  # group ids: logged once each
 
     def set_cluster_id(self, cluster_id: bytes) -> None:
         """Name this cluster in every hello from now on, and refuse hellos naming another
@@ -770,7 +776,14 @@ class RaftNode:
         if replica.stall is not None:
             self.frames_dropped_stalled += 1  # it acknowledges nothing until it resumes
             return
+        if not len(replica.journal):
+            self._refuse_with_empty_log(replica, peer_id, message)
+            return
         kind = message.get("type") if isinstance(message, dict) else None
+        if kind == higher_term.HIGHER_TERM:
+            self._on_higher_term(replica, peer_id, message)
+            return
+        self._maybe_answer_lower_term(replica, peer_id, kind, message)
         if kind in quiesce.CONTROL_TYPES:
             self._on_control(replica, peer_id, kind, message)
             return
@@ -796,6 +809,57 @@ class RaftNode:
         replica.raise_failure()
         if replica.needs_tick_after(message):
             self._touched.add(replica)
+
+    def _refuse_with_empty_log(self, replica: Replica, peer_id: str, message: Any) -> None:
+        """A replica whose log holds no entry takes no message, rather than stop the node.
+
+        pysyncobj 0.3.17 always keeps one entry (the one its snapshot ends at) and reads the
+        first or last in nearly every handler: with none, the first append_entries raised
+        IndexError in `__getEntries`, which stopped the tick thread and the broker (issue
+        39: a snapshot past its journal's end, then a compaction that dropped every entry).
+        Refused, it acknowledges nothing and the majority commits without it; a message
+        from a leader of its term or later holds its election back (that leader is alive),
+        as a full disk's write gate does, so its own tick never campaigns on an empty log.
+        It takes entries again once its log is anchored (restarted on its snapshot)."""
+        self.frames_refused_empty_log += 1
+        term = message.get("term") if isinstance(message, dict) else None
+        leading = isinstance(message, dict) and message.get("type") == "append_entries"
+        if leading and type(term) is int and term >= replica.syncobj.raftCurrentTerm:
+            replica.hold_election(time.monotonic())
+        if replica.group_id not in self._empty_log_warned:
+            self._empty_log_warned.add(replica.group_id)
+            logger.warning(
+                "raft node %s: group %d has no log entry (not even its snapshot's last); "
+                "it refuses every message from %s and the others until it is reopened",
+                self.node_id, replica.group_id, peer_id,
+            )  # fmt: skip
+
+    def _maybe_answer_lower_term(
+        self, replica: Replica, peer_id: str, kind: Any, message: Any
+    ) -> None:
+        """raft/higher_term.py step 1: a leader's (or candidate's) message of a lower term
+        is answered with this node's term, which pysyncobj would never tell it; the message
+        itself goes on to be ignored (pysyncobj) or refused (a pre-vote)."""
+        reply = higher_term.answer_for(kind, message, int(replica.syncobj.raftCurrentTerm))
+        if reply is not None and membership.is_member(replica, peer_id):
+            replica.send_to(peer_id, reply)
+            self.higher_terms_answered += 1
+
+    def _on_higher_term(self, replica: Replica, peer_id: str, message: Any) -> None:
+        """raft/higher_term.py step 2: a member holds a later term; take it and follow no
+        one (a leader steps down), so that the group elects again with that member in it."""
+        term = higher_term.newer_term(message, int(replica.syncobj.raftCurrentTerm))
+        if term is None or not membership.is_member(replica, peer_id):
+            return
+        replica.take_higher_term(term)
+        self.higher_terms_taken += 1
+        logger.info(
+            "raft node %s: group %d takes term %d from %s", self.node_id, replica.group_id,
+            term, peer_id,
+        )  # fmt: skip
+        # Ticked and synced in this round: the term is on disk before any reply leaves, and
+        # the election deadline (a leader's is long past) starts a pre-vote round at once.
+        self._touch(replica)
 
     def _on_read_or_prevote(self, replica: Replica, peer_id: str, kind: Any, message: Any) -> None:
         """ReadIndex and pre-vote messages (raft/read_index.py, raft/prevote.py): answered

@@ -46,6 +46,7 @@ from raft.errors import (
 )
 from raft.group_syncobj import (
     GroupSyncObj,
+    become_follower_at,
     close_dropped_transfers,
     close_pysyncobj_files,
     leader_ready,
@@ -772,6 +773,12 @@ class Replica:
                 "commit; it may still commit"
             )
             self.node.settle(batch, None, error)
+
+    def take_higher_term(self, term: int) -> None:
+        """A member holds a later term (raft/higher_term.py step 2): follow no one at it;
+        what a deposed leader held fails OutcomeUnknown, as at check-quorum."""
+        if become_follower_at(self.syncobj, term):
+            self.give_up_commits()
 
     def answer_prevote(self, peer_id: str, message: dict[str, Any], now: float) -> None:
         """Pre-vote step 2 (any member, no tick)."""

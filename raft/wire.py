@@ -27,6 +27,7 @@ ids, u8 0/1 for booleans, `u8 present | u64` for a value that may be None):
 | 16 | dmq_read_ack | term, seq |
 | 17 | dmq_prevote | term, last_log_index, last_log_term |
 | 18 | dmq_prevote_answer | term, granted |
+| 19 | dmq_higher_term | term |
 
 Tails: `entries` is `u32 count | count x (u32 length | u64 idx | u64 term | command)` and
 decodes to a tuple of `(command, idx, term)`; `command` is `u32 length | bytes`;
@@ -61,7 +62,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from raft import prevote, quiesce, read_index
+from raft import higher_term, prevote, quiesce, read_index
 from raft.errors import PeerRefused, UnsafePickle
 from raft.safe_pickle import check_command
 
@@ -133,6 +134,7 @@ LAYOUTS: tuple[Layout, ...] = (
     Layout.of(16, read_index.READ_ACK, "term:u seq:u"),
     Layout.of(17, prevote.PREVOTE, "term:u last_log_index:u last_log_term:u"),
     Layout.of(18, prevote.PREVOTE_ANSWER, "term:u granted:b"),
+    Layout.of(19, higher_term.HIGHER_TERM, "term:u"),
 )
 _BY_CODE: dict[int, Layout] = {layout.code: layout for layout in LAYOUTS}
 _BY_KIND: dict[str, tuple[Layout, ...]] = {}

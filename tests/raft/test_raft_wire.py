@@ -82,7 +82,8 @@ MESSAGES = st.one_of(
          "last_log_term": uints}
     ),
     st.fixed_dictionaries({"type": st.sampled_from(["response_vote", "timeout_now",
-                           "dmq_unquiesce", "dmq_wake"]), "term": uints}),
+                           "dmq_unquiesce", "dmq_wake", "dmq_higher_term"]),
+                           "term": uints}),
     st.fixed_dictionaries(
         {"type": st.just("append_entries"), "term": uints, "commit_index": uints,
          "prevLogIdx": uints, "prevLogTerm": uints, "entries": entries}
