@@ -111,6 +111,7 @@ class ShareConfig:
     dead_letter_topic: str = ""  # "" = "<group>.dlq"
     max_in_flight_records: int = 2_000  # as Kafka's group.share.partition.max.record.locks
     session_timeout_ms: int = 45_000  # as Kafka's group.share.session.timeout.ms
+    configured_by: str = ""  # whose rights the dead-letter topic is written with
 
 
 @dataclass(frozen=True, slots=True)
@@ -266,7 +267,7 @@ def _put(state: ShareGroupsState, cmd: PutShareGroup) -> Result:
             return _refuse(state, REJECT_INVALID_ARGUMENT, bad, "group")
     config = ShareConfig(
         cmd.lock_duration_ms, cmd.max_delivery_attempts, cmd.dead_letter_topic,
-        cmd.max_in_flight_records, cmd.session_timeout_ms,
+        cmd.max_in_flight_records, cmd.session_timeout_ms, cmd.configured_by,
     )  # fmt: skip
     group = state.groups.get(cmd.group)
     if group is None:
@@ -298,7 +299,7 @@ def _join(state: ShareGroupsState, cmd: JoinShareGroup) -> Result:
         bad = _check_default_dlq(cmd.group, lim.name_chars_max)
         if bad:
             return _refuse(state, REJECT_INVALID_ARGUMENT, bad, "group")
-        group = ShareGroup(cmd.group)
+        group = ShareGroup(cmd.group, ShareConfig(configured_by=cmd.configured_by))
     if cmd.member_id not in group.members and len(group.members) >= lim.members_per_group_max:
         return _refuse(
             state, REJECT_TOO_MANY_MEMBERS,
@@ -709,8 +710,10 @@ def share_groups_to_json(state: ShareGroupsState) -> dict[str, Any]:
 def _group_to_json(g: ShareGroup) -> dict[str, Any]:
     c = g.config
     return {
+        # configured_by only when set: a snapshot without one reads as before
         "config": [c.lock_duration_ms, c.max_delivery_attempts, c.dead_letter_topic,
-                   c.max_in_flight_records, c.session_timeout_ms],
+                   c.max_in_flight_records, c.session_timeout_ms,
+                   *([c.configured_by] if c.configured_by else [])],
         "members": [[m.member_id, list(m.topics), m.joined_ms] for m in g.members.values()],
         "partitions": [
             [t, p, sp.start_offset, sp.end_offset, sp.accepted, sp.archived, sp.dead_lettered,

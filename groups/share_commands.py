@@ -46,6 +46,9 @@ class PutShareGroup:
     max_in_flight_records: int
     session_timeout_ms: int
     now_ms: int
+    # The principal the dead-letter topic is written for ("User:alice"; "" with auth off):
+    # its write (and create) is checked again at each write (dmq/broker/share.py).
+    configured_by: str = ""
     version: int = COMMAND_VERSION
 
 
@@ -57,6 +60,7 @@ class JoinShareGroup:
     member_id: str
     topics: tuple[str, ...]
     now_ms: int
+    configured_by: str = ""  # PutShareGroup's, for a group this join creates
     version: int = COMMAND_VERSION
 
     def __post_init__(self) -> None:
@@ -173,9 +177,9 @@ COMMAND_TYPES: Final[dict[str, type[Any]]] = {
 
 # Fields added after a command was first shipped: left out of the encoding when they hold
 # this default (so older commands encode, and decode, exactly as before).
-OPTIONAL_FIELDS: Final[dict[str, int]] = {"replaces_producer_id": -1}
+OPTIONAL_FIELDS: Final[dict[str, int | str]] = {"replaces_producer_id": -1, "configured_by": ""}
 
-STR_FIELDS: Final = frozenset({"group", "member_id", "dead_letter_topic"})
+STR_FIELDS: Final = frozenset({"group", "member_id", "dead_letter_topic", "configured_by"})
 # The JSON shape of each field that is neither a str (STR_FIELDS) nor an int.
 _NESTED: Final[dict[str, str]] = {
     "topics": "strs",

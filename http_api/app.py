@@ -383,8 +383,6 @@ async def init_producer(request: web.Request) -> web.Response:
         raise errors.InvalidRequest(
             "transactional_id must be a string of 1-249 characters", field="transactional_id"
         )
-    if tid:  # Kafka's InitProducerId: write on the transactional id (it fences the holder)
-        auth.require(request, "transactional_id", tid, "write")
     broker = broker_of(request)
     broker.groups.route(forwarded_hops(request))  # the metadata leader answers, as for groups
     producer_id, epoch = await broker.produce.init_producer(tid or "")

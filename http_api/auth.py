@@ -2,8 +2,9 @@
 what every route needs, and the routes that manage users, ACLs and quotas.
 
 With `--auth on` (dmq/broker/security.py has the rules), `run_authorized` (a stage of
-http_api/edge.py's middleware) looks the matched route up in `ROUTE_NEEDS`, the one table
-from every route (method, path template) to what it needs:
+http_api/edge.py's middleware) looks the matched route up in `ROUTE_NEEDS`
+(http_api/access.py: the one table of every resource each route touches, in path, query
+or body, and the check made with it):
 
 - `PUBLIC`: nothing (probes, the OpenAPI document, the web console's static files: the
   data the console then asks for is authorised like any other call);
@@ -11,12 +12,8 @@ from every route (method, path template) to what it needs:
   single node with auth on makes up a secret of its own, so no caller can sign);
 - `AUTHENTICATED`: any valid principal (the cluster's brokers for client bootstrap, the
   topic list, which only shows topics the principal may describe, producer ids, whoami);
-- `Need(resource_type, operation, name_from)`: an ACL on a resource, named by a path
-  parameter (`topic`, `group`, `transactional_id`), by the JSON body's `name` (creating a
-  topic) or, for the cluster, "cluster".
+- `Need(resource_type, operation, source)`: an ACL on each resource named there.
 
-A route missing from the table is refused to every principal but superusers (fail
-closed), and tests/http_api/test_auth_routes.py fails until it has its entry.
 `/metrics` needs describe on the cluster: it names every topic and group (Prometheus sends
 the token with `authorization: {credentials: ...}`).
 
@@ -34,7 +31,6 @@ another broker must answer is relayed with its Authorization header, and checked
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
 from typing import Any, Final
 
 from aiohttp import web
@@ -42,6 +38,7 @@ from aiohttp import web
 from dmq import errors, internal_auth
 from dmq.broker.security import CHALLENGE, QUOTA_KINDS, AclBinding, Principal, SecurityService
 from http_api import codec
+from http_api.access import INTERNAL, PUBLIC, Need, check_route, needs_of
 from http_api.errors import response_for
 from http_api.forward import broker_of
 
@@ -50,173 +47,8 @@ PRINCIPAL: Final = web.RequestKey("principal", Principal)
 BROKER_PRINCIPAL: Final = Principal("broker", superuser=True)  # a signed broker-to-broker call
 
 
-@dataclass(frozen=True, slots=True)
-class Need:
-    """What a route needs: `resource_type` an ACL resource type, or one of the kinds
-    public, internal, authenticated; `name_from` a path parameter, "body:name", or ""
-    (the cluster)."""
-
-    resource_type: str
-    operation: str = ""
-    name_from: str = ""
-
-
-PUBLIC: Final = Need("public")
-INTERNAL: Final = Need("internal")
-AUTHENTICATED: Final = Need("authenticated")
-
-
-def _cluster(op: str) -> Need:
-    return Need("cluster", op)
-
-
-def _topic(op: str) -> Need:
-    return Need("topic", op, "topic")
-
-
-def _group(op: str) -> Need:
-    return Need("group", op, "group")
-
-
-def _share(op: str) -> Need:
-    return Need("share_group", op, "group")
-
-
-def _txn(op: str) -> Need:
-    return Need("transactional_id", op, "transactional_id")
-
-
-_INTERNAL_PATHS: Final = (
-    ("POST", "/v1/internal/delay/{topic}/{partition}"),
-    ("GET", "/v1/internal/delay/{topic}/{partition}"),
-    ("GET", "/v1/internal/delay/{topic}/{partition}/pending"),
-    ("GET", "/v1/internal/status"),
-    ("POST", "/v1/internal/partitions/{topic}/{partition}/append"),
-    ("GET", "/v1/internal/partitions/{topic}/{partition}/batches"),
-    ("POST", "/v1/internal/metadata/propose"),
-    ("GET", "/v1/internal/metadata"),
-    ("GET", "/v1/internal/metadata/voters"),
-    ("GET", "/v1/internal/partitions/{topic}/{partition}/progress"),
-    ("GET", "/v1/internal/partitions/{topic}/{partition}/log"),
-    ("POST", "/v1/internal/partitions/{topic}/{partition}/membership"),
-    ("POST", "/v1/internal/partitions/{topic}/{partition}/transfer"),
-)
-
-# The one table: (method, path template) -> what the route needs (module docstring).
-ROUTE_NEEDS: Final[dict[tuple[str, str], Need]] = {
-    ("GET", "/healthz"): PUBLIC,
-    ("GET", "/readyz"): PUBLIC,
-    ("GET", "/openapi.json"): PUBLIC,
-    ("GET", "/ui"): PUBLIC,
-    ("GET", "/ui/"): PUBLIC,
-    ("GET", "/ui/{name}"): PUBLIC,
-    ("GET", "/metrics"): _cluster("describe"),
-    **{route: INTERNAL for route in _INTERNAL_PATHS},
-    # cluster
-    ("GET", "/v1/cluster"): AUTHENTICATED,  # brokers and addresses: every client's bootstrap
-    ("GET", "/v1/cluster/status"): _cluster("describe"),
-    ("POST", "/v1/cluster/reassignments"): _cluster("alter"),
-    ("GET", "/v1/cluster/operations"): _cluster("describe"),
-    ("POST", "/v1/cluster/metadata-voters"): _cluster("alter"),
-    ("POST", "/v1/cluster/brokers/{broker_id}/decommission"): _cluster("alter"),
-    ("GET", "/v1/storage/set-aside"): _cluster("describe"),
-    # topics, records
-    ("GET", "/v1/topics"): AUTHENTICATED,  # lists only the topics the principal may describe
-    ("POST", "/v1/topics"): Need("topic", "create", "body:name"),
-    ("GET", "/v1/topics/{topic}"): _topic("describe"),
-    ("DELETE", "/v1/topics/{topic}"): _topic("delete"),
-    ("PATCH", "/v1/topics/{topic}/config"): _topic("alter"),
-    ("POST", "/v1/topics/{topic}/partitions"): _topic("alter"),
-    ("POST", "/v1/topics/{topic}/partitions/{partition}/decommission"): _topic("alter"),
-    ("POST", "/v1/topics/{topic}/records"): _topic("write"),
-    ("GET", "/v1/topics/{topic}/partitions/{partition}/records"): _topic("read"),
-    ("GET", "/v1/topics/{topic}/partitions/{partition}/offsets"): _topic("describe"),
-    ("GET", "/v1/topics/{topic}/scheduled"): _topic("describe"),
-    ("DELETE", "/v1/topics/{topic}/scheduled/{id}"): _topic("write"),
-    ("POST", "/v1/producers"): AUTHENTICATED,  # an id only; writing needs write on the topic
-    # consumer groups
-    ("GET", "/v1/groups"): _cluster("describe"),
-    ("GET", "/v1/groups/{group}"): _group("describe"),
-    ("DELETE", "/v1/groups/{group}"): _group("delete"),
-    ("POST", "/v1/groups/{group}/members"): _group("read"),
-    ("POST", "/v1/groups/{group}/members/{member_id}/heartbeat"): _group("read"),
-    ("DELETE", "/v1/groups/{group}/members/{member_id}"): _group("read"),
-    ("GET", "/v1/groups/{group}/members/{member_id}/records"): _group("read"),
-    ("GET", "/v1/groups/{group}/offsets"): _group("describe"),
-    ("POST", "/v1/groups/{group}/offsets"): _group("read"),
-    ("POST", "/v1/groups/{group}/offsets/reset"): _group("delete"),
-    # share groups
-    ("GET", "/v1/share-groups"): _cluster("describe"),
-    ("GET", "/v1/share-groups/{group}"): _share("describe"),
-    ("PUT", "/v1/share-groups/{group}"): _share("alter"),
-    ("DELETE", "/v1/share-groups/{group}"): _share("delete"),
-    ("POST", "/v1/share-groups/{group}/members"): _share("read"),
-    ("DELETE", "/v1/share-groups/{group}/members/{member_id}"): _share("read"),
-    ("GET", "/v1/share-groups/{group}/members/{member_id}/records"): _share("read"),
-    ("POST", "/v1/share-groups/{group}/members/{member_id}/acks"): _share("read"),
-    # transactions
-    ("GET", "/v1/transactions"): _cluster("describe"),
-    ("GET", "/v1/transactions/{transactional_id}"): _txn("describe"),
-    ("POST", "/v1/transactions/{transactional_id}/commit"): _txn("write"),
-    ("POST", "/v1/transactions/{transactional_id}/abort"): _txn("write"),
-    ("POST", "/v1/transactions/{transactional_id}/offsets"): _txn("write"),
-    # security itself (this module's routes)
-    ("GET", "/v1/auth/whoami"): AUTHENTICATED,
-    ("GET", "/v1/auth/users"): _cluster("describe"),
-    ("POST", "/v1/auth/users"): _cluster("alter"),
-    ("DELETE", "/v1/auth/users/{name}"): _cluster("alter"),
-    ("GET", "/v1/acls"): _cluster("describe"),
-    ("POST", "/v1/acls"): _cluster("alter"),
-    ("DELETE", "/v1/acls"): _cluster("alter"),
-    ("GET", "/v1/quotas"): _cluster("describe"),
-    ("POST", "/v1/quotas"): _cluster("alter"),
-    # Confluent REST Proxy v2 (http_api/rest_v2.py)
-    ("GET", "/topics"): AUTHENTICATED,
-    ("GET", "/topics/{topic}"): _topic("describe"),
-    ("POST", "/topics/{topic}"): _topic("write"),
-    ("GET", "/topics/{topic}/partitions"): _topic("describe"),
-    ("GET", "/topics/{topic}/partitions/{p}"): _topic("describe"),
-    ("POST", "/topics/{topic}/partitions/{p}"): _topic("write"),
-    ("GET", "/topics/{topic}/partitions/{p}/offsets"): _topic("describe"),
-    ("GET", "/topics/{topic}/partitions/{p}/records"): _topic("read"),
-    ("POST", "/consumers/{group}"): _group("read"),
-    ("DELETE", "/consumers/{group}/instances/{instance}"): _group("read"),
-    ("POST", "/consumers/{group}/instances/{instance}/subscription"): _group("read"),
-    ("GET", "/consumers/{group}/instances/{instance}/subscription"): _group("read"),
-    ("DELETE", "/consumers/{group}/instances/{instance}/subscription"): _group("read"),
-    ("GET", "/consumers/{group}/instances/{instance}/assignments"): _group("read"),
-    ("GET", "/consumers/{group}/instances/{instance}/records"): _group("read"),
-    ("POST", "/consumers/{group}/instances/{instance}/offsets"): _group("read"),
-    ("GET", "/consumers/{group}/instances/{instance}/offsets"): _group("describe"),
-    ("POST", "/consumers/{group}/instances/{instance}/positions"): _group("read"),
-    ("POST", "/consumers/{group}/instances/{instance}/positions/beginning"): _group("read"),
-    ("POST", "/consumers/{group}/instances/{instance}/positions/end"): _group("read"),
-}
-_UNLISTED: Final = Need("cluster", "all")  # a route without an entry: superusers only
-
-
-def need_of(request: web.Request) -> Need | None:
-    """What the matched route needs; None for a request no route matched (404/405)."""
-    route = request.match_info.route
-    resource = route.resource
-    if resource is None or not hasattr(route, "handler") or route.method == "*":
-        return None
-    return ROUTE_NEEDS.get((request.method, resource.canonical), _UNLISTED)
-
-
 def _security(request: web.Request) -> SecurityService:
     return broker_of(request).security
-
-
-async def _resource_name(request: web.Request, need: Need) -> str:
-    if not need.name_from:
-        return "cluster"
-    if need.name_from == "body:name":
-        name = codec.parse_json_object(await request.read()).get("name")
-        if not isinstance(name, str):
-            raise errors.InvalidRequest("name must be a string", field="name")
-        return name
-    return request.match_info[need.name_from]
 
 
 async def run_authorized(
@@ -225,8 +57,8 @@ async def run_authorized(
     """With auth on (http_api/edge.py calls this then, before the cluster id check and the
     handler): authenticate, check the route's ACL, charge the quotas, run `handler`, charge
     a read's bytes. A refused request never reaches `handler`."""
-    need = need_of(request)
-    if need is None or need in (PUBLIC, INTERNAL):
+    needs = needs_of(request)
+    if needs is None or needs[0] in (PUBLIC, INTERNAL):
         return await handler(request)
     try:
         principal = await _principal(request, security)
@@ -234,14 +66,12 @@ async def run_authorized(
         refusal = response_for(exc)
         refusal.headers["WWW-Authenticate"] = CHALLENGE
         return refusal
-    if need != AUTHENTICATED:
-        name = await _resource_name(request, need)
-        security.check(principal, need.resource_type, name, need.operation)
-    writes = (need.resource_type, need.operation) == ("topic", "write")
+    await check_route(request, security, principal)  # every resource the table names
+    writes = needs[0] == Need("topic", "write", "path:topic")
     security.charge_request(principal, (request.content_length or 0) if writes else 0)
     request[PRINCIPAL] = principal
     response = await handler(request)
-    if need.operation == "read":
+    if needs[0].operation == "read":
         security.charge_fetch(principal, response.content_length or 0)
     return response
 
@@ -273,6 +103,28 @@ def may(request: web.Request, resource_type: str, name: str, operation: str) -> 
     only what the principal may see."""
     principal = request.get(PRINCIPAL)
     return principal is None or _security(request).allows(principal, resource_type, name, operation)
+
+
+def principal_name(request: web.Request) -> str:
+    """This request's principal as stored for later work on its behalf ("" with auth off)."""
+    principal = request.get(PRINCIPAL)
+    return "" if principal is None else str(principal)
+
+
+def describable(request: web.Request) -> Callable[[str], bool]:
+    """The topics this request's principal may see (describe): what group descriptions and
+    offset listings show; the others are left out as missing ones are."""
+    return lambda topic: may(request, "topic", topic, "describe")
+
+
+def readable(request: web.Request) -> Callable[[str], bool]:
+    """The topics a pattern matches for this request's principal, and the assigned ones
+    it is served: those it may describe and read (Kafka resolves a subscription's pattern
+    only against the topics the member may describe). Asked at each call, so a topic
+    created or an ACL changed since the join counts from the next one."""
+    return lambda topic: (
+        may(request, "topic", topic, "describe") and may(request, "topic", topic, "read")
+    )
 
 
 # ---------------------------------------------------------------------- the routes

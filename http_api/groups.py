@@ -76,13 +76,15 @@ def _offsets(doc: dict[str, Any], field: str = "offsets") -> tuple[tuple[str, in
     return tuple(out)
 
 
-def _member_view(v: MemberView) -> dict[str, Any]:
+def _member_view(request: web.Request, v: MemberView) -> dict[str, Any]:
+    """A member's view: only the partitions of topics the caller may read (auth.readable)."""
+    keep = auth.readable(request)
     return {
         "group": v.group,
         "member_id": v.member_id,
         "generation": v.generation,
-        "assignment": [{"topic": t, "partition": p} for t, p in v.assignment],
-        "revoking": [{"topic": t, "partition": p} for t, p in v.revoking],
+        "assignment": [{"topic": t, "partition": p} for t, p in v.assignment if keep(t)],
+        "revoking": [{"topic": t, "partition": p} for t, p in v.revoking if keep(t)],
         "assignment_changed": v.assignment_changed,
         "session_timeout_ms": v.session_timeout_ms,
     }
@@ -117,8 +119,6 @@ async def join(request: web.Request) -> web.Response:
         {"topics", "topic_pattern", "session_timeout_ms", "assignor", "instance_id", "member_id"},
     )
     topics, pattern = _subscription(doc)
-    for topic in topics:  # a pattern's topics are checked as they are read
-        auth.require(request, "topic", topic, "read")
     timeout_ms = _int(
         doc, "session_timeout_ms", limits.SESSION_TIMEOUT_MS_DEFAULT,
         limits.SESSION_TIMEOUT_MS_MIN, limits.SESSION_TIMEOUT_MS_MAX,
@@ -137,7 +137,7 @@ async def join(request: web.Request) -> web.Response:
         group, topics=topics, topic_pattern=pattern, session_timeout_ms=timeout_ms,
         assignor=assignor, instance_id=instance_id, member_id=member_id,
     )  # fmt: skip
-    return codec.json_response(_member_view(view), status=201)
+    return codec.json_response(_member_view(request, view), status=201)
 
 
 async def heartbeat(request: web.Request) -> web.Response:
@@ -146,7 +146,7 @@ async def heartbeat(request: web.Request) -> web.Response:
     doc = codec.parse_json_object(await request.read())
     generation = _int(doc, "generation", None, 0, 2**62)
     view = await _routed(request).groups.heartbeat(group, member_id, generation)
-    return codec.json_response(_member_view(view))
+    return codec.json_response(_member_view(request, view))
 
 
 async def leave(request: web.Request) -> web.Response:
@@ -169,7 +169,6 @@ async def member_records(request: web.Request) -> web.Response:
     broker = _routed(request)
 
     async def read(topic: str, partition: int, offset: int, wait: int) -> Any:
-        auth.require(request, "topic", topic, "read")  # read on the group is not enough
         return await broker.fetch.partition_read(
             topic, partition, offset, wait, max_records, max_bytes, kept, isolation
         )
@@ -178,11 +177,13 @@ async def member_records(request: web.Request) -> web.Response:
         return int((await broker.fetch.partition_offsets(topic, partition)).log_start_offset)
 
     view, found = await broker.groups.fetch(
-        group, member_id, wait_ms, read, log_start, report_skipped=kept is not None
-    )
-    # The reads of a topic it may not read were refused above (and left out, as a
-    # partition without a leader is); the member learns why here, with nothing served.
-    for topic in sorted({t for t, _ in view.assignment}):
+        group, member_id, wait_ms, read, log_start, report_skipped=kept is not None,
+        keep=auth.readable(request),
+    )  # fmt: skip
+    # A topic it named but may no longer read (an ACL removed since the join) was not
+    # read above; the member learns why here, with nothing served. A topic its pattern
+    # matches but it may not read is simply not matched (auth.readable).
+    for topic in view.topics:
         auth.require(request, "topic", topic, "read")
     parts = []
     for f, records in _within_budget(found, max_records, max_bytes):
@@ -202,7 +203,7 @@ async def member_records(request: web.Request) -> web.Response:
     if auto_commit == "true" and parts:  # at-most-once: committed before the caller sees them
         offsets = tuple((p["topic"], p["partition"], p["next_offset"]) for p in parts)
         await broker.groups.commit(group, member_id, view.generation, offsets)
-    return codec.json_response({**_member_view(view), "partitions": parts})
+    return codec.json_response({**_member_view(request, view), "partitions": parts})
 
 
 def _within_budget(
@@ -246,7 +247,9 @@ async def read_offsets(request: web.Request) -> web.Response:
     group = _name(request.match_info["group"], "group")
     broker = _routed(request)
     broker.transactions.check_stable(group)  # no transaction pending offsets for it
-    return _offsets_response(group, await broker.groups.committed(group))
+    visible = auth.describable(request)
+    offsets = await broker.groups.committed(group)
+    return _offsets_response(group, {tp: o for tp, o in offsets.items() if visible(tp[0])})
 
 
 def _offsets_response(group: str, offsets: dict[tuple[str, int], int]) -> web.Response:
@@ -302,7 +305,10 @@ async def delete_group(request: web.Request) -> web.Response:
 async def describe_group(request: web.Request) -> web.Response:
     group = _name(request.match_info["group"], "group")
     broker = _routed(request)
-    return codec.json_response(await broker.groups.describe(group, broker.fetch.partition_offsets))
+    found = await broker.groups.describe(
+        group, broker.fetch.partition_offsets, auth.describable(request)
+    )
+    return codec.json_response(found)
 
 
 GROUP_ROUTES: tuple[tuple[str, str, Any], ...] = (

@@ -404,8 +404,6 @@ async def subscribe(request: web.Request) -> web.Response:
     doc = await _body(request)
     codec.only_fields(doc, {"topics", "topic_pattern"})
     topics, pattern = _subscription(doc)
-    for topic in topics:  # read on the group is not enough
-        auth.require(request, "topic", topic, "read")
     await _routed(request).rest_v2.subscribe(group, name, topics, pattern)
     return web.Response(status=204)
 
@@ -418,7 +416,8 @@ async def get_subscription(request: web.Request) -> web.Response:
     instance = broker.rest_v2.instance(group, name)
     topics = list(instance.topics)
     if instance.topic_pattern:  # the topics the pattern matches now, as Kafka answers
-        topics = sorted({t for t, _ in broker.rest_v2.assignment(group, name)})
+        keep = auth.readable(request)
+        topics = sorted({t for t, _ in broker.rest_v2.assignment(group, name) if keep(t)})
     return _json({"topics": topics}, kind)
 
 
@@ -434,7 +433,9 @@ async def get_assignments(request: web.Request) -> web.Response:
     group, name = _names(request)
     kind = _answer_type(request)
     assigned = _routed(request).rest_v2.assignment(group, name)
-    return _json({"partitions": [{"topic": t, "partition": p} for t, p in assigned]}, kind)
+    keep = auth.readable(request)  # a pattern matches only topics it may read
+    rows = [{"topic": t, "partition": p} for t, p in assigned if keep(t)]
+    return _json({"partitions": rows}, kind)
 
 
 def _accepted_format(request: web.Request, instance: ConsumerInstance | None) -> str:
@@ -494,10 +495,13 @@ async def get_records(request: web.Request) -> web.Response:
     group, name = _names(request)
     broker = _routed(request)
     c = broker.config
-    fmt = _accepted_format(request, broker.rest_v2.instance(group, name))
+    instance = broker.rest_v2.instance(group, name)
+    fmt = _accepted_format(request, instance)
     wait_ms, max_bytes = _fetch_params(request, c.fetch_wait_ms_max, c.fetch_bytes_max)
+    for topic in instance.topics:  # named at the subscription: an ACL removed since
+        auth.require(request, "topic", topic, "read")
     found = await broker.rest_v2.fetch(
-        group, name, wait_ms, max_bytes, lambda r: _record_json(r, fmt)
+        group, name, wait_ms, max_bytes, lambda r: _record_json(r, fmt), auth.readable(request)
     )
     return _json(found, _FORMAT_TYPES[fmt])
 

@@ -54,7 +54,10 @@ async def put_group(request: web.Request) -> web.Response:
             "member's session must outlive its locks", field="session_timeout_ms", limit=lock,
         )  # fmt: skip
     broker = _routed(request)
-    found = await broker.share.put_group(group, changes)
+    dead_letter_topic = changes.get("dead_letter_topic")
+    if dead_letter_topic is not None and not broker.topics.exists(dead_letter_topic):
+        auth.require(request, "topic", dead_letter_topic, "create")  # write: the table's
+    found = await broker.share.put_group(group, changes, auth.principal_name(request))
     return codec.json_response(group_json(found, 0, partitions=False))
 
 
@@ -82,9 +85,7 @@ async def join(request: web.Request) -> web.Response:
             limit=topics_max,
         )  # fmt: skip
     names = tuple(_name(t, f"topics[{i}]") for i, t in enumerate(topics))
-    for topic in names:  # read on the share group is not enough
-        auth.require(request, "topic", topic, "read")
-    member_id = await _routed(request).share.join(group, names)
+    member_id = await _routed(request).share.join(group, names, auth.principal_name(request))
     return codec.json_response({"group": group, "member_id": member_id}, status=201)
 
 
@@ -100,6 +101,8 @@ async def records(request: web.Request) -> web.Response:
     encoding = codec.check_encoding(request.query.get("value_encoding"))
     selected = record_filter(request, request.app[BROKER].config)  # tags= / filter=
     broker = _routed(request)
+    for topic in broker.share.member_topics(group, member_id):  # each poll, not only the join
+        auth.require(request, "topic", topic, "read")
     found = await broker.share.poll(
         group, member_id, max_records, max_bytes, wait_ms, record_filter=selected
     )

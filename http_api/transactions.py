@@ -18,7 +18,7 @@ from dmq.broker import Broker
 from dmq.broker.produce import BeforeAppend
 from dmq.broker.transactions import END_WAITS, TRANSACTION_TIMEOUT_MS_DEFAULT
 from dmq.broker.types import FetchResult
-from http_api import auth, codec
+from http_api import codec
 from http_api.codec import isolation_param
 from http_api.forward import BROKER, forwarded_hops
 from http_api.groups import _int, _name, _offsets
@@ -122,7 +122,6 @@ def produce_hook(request: web.Request, broker: Broker) -> BeforeAppend | None:
             )
         return None
     _name(tid, "transactional_id", TRANSACTIONAL_ID_CHARS_MAX)
-    auth.require(request, "transactional_id", tid, "write")  # write on the topic: the route's
     timeout_ms = codec.int_param(
         request, "transaction_timeout_ms", TRANSACTION_TIMEOUT_MS_DEFAULT, 1,
         TRANSACTION_TIMEOUT_MS_MAX,

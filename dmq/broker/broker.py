@@ -126,7 +126,10 @@ class Broker:
             offsets_retention_ms=config.group_offsets_retention_ms,
             transactional_id_expiration_ms=config.transactional_id_expiration_ms,
         )
-        self.share = ShareService(ctx, self.fetch, self.produce, self.topics, self.groups.is_leader)
+        self.share = ShareService(
+            ctx, self.fetch, self.produce, self.topics, self.groups.is_leader,
+            lambda *access: self.security.allows_stored(*access),
+        )  # fmt: skip
         self.rest_v2 = RestConsumers(  # Confluent REST v2 consumer instances (rest_v2.py)
             self.groups, self.fetch, instance_timeout_ms=config.rest_v2_instance_timeout_ms,
             instances_max=config.rest_v2_instances_max, fetch_records_max=config.fetch_records_max,

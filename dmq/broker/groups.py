@@ -69,6 +69,7 @@ class MemberView:
     revoking: tuple[tuple[str, int], ...]
     assignment_changed: bool
     session_timeout_ms: int
+    topics: tuple[str, ...] = ()  # the topics it named ((): a topic_pattern)
 
 
 @dataclass(frozen=True, slots=True)
@@ -167,6 +168,7 @@ class GroupsService:
             member.revoking,
             member.assignment_generation > known_generation,
             member.session_timeout_ms,
+            member.topics,
         )
 
     # --- membership -----------------------------------------------------------------------
@@ -297,13 +299,19 @@ class GroupsService:
         return {(t, p): o for t, p, o in offsets}
 
     async def describe(
-        self, name: str, offsets_of: Callable[[str, int, int | None], Awaitable[Any]]
+        self,
+        name: str,
+        offsets_of: Callable[[str, int, int | None], Awaitable[Any]],
+        visible: Callable[[str], bool] = lambda topic: True,
     ) -> dict[str, Any]:
         """Members, assignment, and per partition: member, committed offset, high watermark
-        and lag (high watermark - committed offset; from the log start when none)."""
+        and lag (high watermark - committed offset; from the log start when none). Only
+        the topics `visible` keeps are shown (those the caller may describe): the others
+        are left out as if they did not exist."""
         group = self._group(name)
         owner = {tp: mid for mid, m in group.members.items() for tp in m.assigned}
-        tps = sorted(set(group.target) | set(group.committed) | set(owner))
+        tps = sorted(tp for tp in set(group.target) | set(group.committed) | set(owner)
+                     if visible(tp[0]))  # fmt: skip
         in_flight = asyncio.Semaphore(limits.GROUP_DESCRIBE_CONCURRENCY_MAX)
 
         async def row(tp: tuple[str, int]) -> dict[str, Any]:
@@ -326,8 +334,8 @@ class GroupsService:
             }
 
         rows = await asyncio.gather(*(row(tp) for tp in tps))
-        return {**group_summary(group), "members": [member_json(m) for m in group.members.values()],
-                "partitions": list(rows)}  # fmt: skip
+        members = [member_json(m, visible) for m in group.members.values()]
+        return {**group_summary(group), "members": members, "partitions": list(rows)}
 
     def groups(self) -> list[Group]:
         return list(self._metadata().state.groups.groups.values())
@@ -438,6 +446,7 @@ class GroupsService:
         read: Callable[[str, int, int, int], Awaitable[Any]],
         log_start: Callable[[str, int], Awaitable[int]],
         report_skipped: bool = False,
+        keep: Callable[[str], bool] = lambda topic: True,
     ) -> tuple[MemberView, list[PartitionFetch]]:
         """Records of the member's assigned partitions from the group's committed offsets.
 
@@ -446,7 +455,9 @@ class GroupsService:
         first to get records answers (the others are cancelled). A partition that cannot be
         read now (no reachable leader) is left out of this answer, not the whole fetch.
         `report_skipped` (a filtered fetch): a partition read past records the filter
-        dropped counts as found without records, so its new position can be committed."""
+        dropped counts as found without records, so its new position can be committed.
+        Only partitions of topics `keep` keeps are read: the others (a topic the caller may
+        not read, matched by its pattern) are skipped as if not assigned."""
         g, m = self.touch_member(group, member_id)
         if m.revoking:
             # Fetching is acknowledging: the answer names the current generation and serves
@@ -465,6 +476,8 @@ class GroupsService:
         view = self._view(g, m, g.generation)
         positions = []
         for topic, partition in m.assigned:
+            if not keep(topic):  # a topic the caller may not read: as if not assigned
+                continue
             offset = planted.volatile_view(group, g.committed).get((topic, partition))
             if offset is None:
                 try:
@@ -549,13 +562,14 @@ def group_summary(group: Group) -> dict[str, Any]:
     }
 
 
-def member_json(m: Member) -> dict[str, Any]:
+def member_json(m: Member, visible: Callable[[str], bool] = lambda topic: True) -> dict[str, Any]:
+    """A member as group descriptions show it: only the topics `visible` keeps."""
     return {
         "member_id": m.member_id,
         "instance_id": m.instance_id or None,
-        "topics": list(m.topics),
+        "topics": [t for t in m.topics if visible(t)],
         "topic_pattern": m.topic_pattern or None,
         "session_timeout_ms": m.session_timeout_ms,
-        "assignment": [{"topic": t, "partition": p} for t, p in m.assigned],
-        "revoking": [{"topic": t, "partition": p} for t, p in m.revoking],
+        "assignment": [{"topic": t, "partition": p} for t, p in m.assigned if visible(t)],
+        "revoking": [{"topic": t, "partition": p} for t, p in m.revoking if visible(t)],
     }

@@ -221,11 +221,13 @@ class RestConsumers:
         wait_ms: int | None,
         max_bytes: int,
         encode: Callable[[FetchedRecord], T],
+        keep: Callable[[str], bool] = lambda topic: True,
     ) -> list[T]:
         """Records of the assigned partitions from the instance's positions (steps 4, 5),
         each as `encode` makes it. A record `encode` refuses (raises) ends the answer
         before it, and is not passed: the first one's error is raised, so the instance
-        never moves past a record it could not deliver."""
+        never moves past a record it could not deliver. Only the partitions of topics
+        `keep` keeps are read (those the caller may read: a pattern matches no other)."""
         await self.maybe_expire()
         instance = self.instance(group, name)
         async with instance.lock:
@@ -237,6 +239,7 @@ class RestConsumers:
             if instance.auto_commit:
                 await self._commit_positions(instance)
             assigned = await self._acknowledged_assignment(instance)
+            assigned = tuple(tp for tp in assigned if keep(tp[0]))
             positions = await self._positions(instance, assigned)
             found = await self._groups.read_positions(
                 positions,

@@ -114,8 +114,11 @@ class ShareService:
         produce: ProduceService,
         topics: TopicsService,
         is_leader: Callable[[], bool],
+        allows: Callable[[str, str, str, str], bool] = lambda principal, rtype, name, op: True,
     ) -> None:
         self._ctx = ctx
+        # (stored principal, resource type, name, operation) -> allowed? (SecurityService)
+        self._allows = allows
         self._fetch = fetch
         self._produce = produce
         self._topics = topics
@@ -158,14 +161,23 @@ class ShareService:
         self._touch(group_name, member_id)
         return group, member
 
+    def member_topics(self, group: str, member_id: str) -> tuple[str, ...]:
+        """The topics a member joined with; () for an unknown one (the poll refuses it)."""
+        g = self._state().groups.get(group)
+        member = None if g is None else g.members.get(member_id)
+        return () if member is None else member.topics
+
     def _touch(self, group: str, member_id: str) -> None:
         """The member's session runs from now (maybe_expire_members)."""
         self._seen[(group, member_id)] = time.monotonic()
 
     # --- config and membership --------------------------------------------------------------
 
-    async def put_group(self, name: str, changes: dict[str, Any]) -> share.ShareGroup:
-        """Create a share group or change the given settings (the others stay)."""
+    async def put_group(
+        self, name: str, changes: dict[str, Any], principal: str = ""
+    ) -> share.ShareGroup:
+        """Create a share group or change the given settings (the others stay); its
+        dead-letter topic is written from now on with `principal`'s rights."""
         found = self._state().groups.get(name)
         c = share.ShareConfig() if found is None else found.config
         await self._propose(
@@ -177,16 +189,20 @@ class ShareService:
                 changes.get("max_in_flight_records", c.max_in_flight_records),
                 changes.get("session_timeout_ms", c.session_timeout_ms),
                 wall_ms(),
+                configured_by=principal,
             )
         )
         return self.group(name)
 
-    async def join(self, group: str, topics: tuple[str, ...]) -> str:
+    async def join(self, group: str, topics: tuple[str, ...], principal: str = "") -> str:
+        """Join; a group this creates writes its dead letters with `principal`'s rights."""
         for topic in topics:
             if topic not in self._ctx.metadata.state.topics:
                 raise errors.TopicNotFound(f"topic {topic!r} does not exist", field="topics")
         member_id = f"member-{uuid.uuid4().hex[:16]}"
-        await self._propose(JoinShareGroup(group, member_id, topics, wall_ms()))
+        await self._propose(
+            JoinShareGroup(group, member_id, topics, wall_ms(), configured_by=principal)
+        )
         self._touch(group, member_id)
         return member_id
 
@@ -490,7 +506,9 @@ class ShareService:
         self, g: share.ShareGroup, pending: list[tuple[int, str, int, int, share.InFlight]]
     ) -> int:
         topic = g.dead_letter_topic
-        if topic not in self._ctx.metadata.state.topics:
+        exists = topic in self._ctx.metadata.state.topics
+        self._check_dead_letter_rights(g, topic, exists)
+        if not exists:
             with contextlib.suppress(errors.TopicAlreadyExists):
                 await self._topics.create_topic(
                     topic, partitions=1, config=self._dlq_config({t for _, t, *_ in pending})
@@ -520,6 +538,22 @@ class ShareService:
             await self._mark(g.name, done)
         _log.info("share group %s: %d records dead-lettered to %s", g.name, written, topic)
         return written
+
+    def _check_dead_letter_rights(self, g: share.ShareGroup, topic: str, exists: bool) -> None:
+        """The dead-letter topic is written (and created) with the rights of the principal
+        that configured the group, checked at each write: an ACL removed since stops it.
+        Refused: Forbidden, and the records stay DEAD_LETTERING (nothing is dropped) until
+        the rights are given or the group is configured again by a principal that has them."""
+        who = g.config.configured_by
+        for operation in ("write",) if exists else ("create", "write"):
+            if not self._allows(who, "topic", topic, operation):
+                raise errors.Forbidden(
+                    f"{who or 'a principal unknown (set before auth)'} may not {operation} "
+                    f"topic {topic!r}: share group {g.name!r} cannot dead-letter until it "
+                    "has that right or is configured again by a principal that has it",
+                    operation=operation, resource_type="topic", resource_name=topic,
+                    principal=who,
+                )  # fmt: skip
 
     async def _write_one(
         self, g: share.ShareGroup, topic: str, producer: tuple[int, int], seq: int,
