@@ -48,6 +48,8 @@ INTERNAL_PATH_PREFIX = "/v1/internal/"
 CLOCK_SKEW_MS_MAX = 60_000
 # A secret shorter than this is refused at start-up: it could be guessed.
 SECRET_BYTES_MIN = 16
+# Unix milliseconds have 13 digits until the year 2286; a longer stamp is malformed.
+STAMP_DIGITS_MAX = 15
 SECRET_BYTES_MAX = 4096
 _CONTEXT = b"dmq internal v1\n"
 
@@ -137,7 +139,12 @@ def verify(
         raise _refused("missing", f"internal route: no {SIGNATURE_HEADER} header")
     version, _, rest = header.partition(":")
     stamp, _, digest = rest.partition(":")
-    if version != SIGNATURE_VERSION or not stamp.isascii() or not stamp.isdigit():
+    if (
+        version != SIGNATURE_VERSION
+        or not stamp.isascii()
+        or not stamp.isdigit()
+        or len(stamp) > STAMP_DIGITS_MAX  # int() of thousands of digits raises
+    ):
         raise _refused("malformed", f"{SIGNATURE_HEADER} is not {SIGNATURE_VERSION}:<ms>:<hex>")
     now = int(time.time() * 1000) if now_ms is None else now_ms
     if abs(now - int(stamp)) > CLOCK_SKEW_MS_MAX:

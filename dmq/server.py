@@ -22,6 +22,7 @@ from dmq.broker import Broker
 from dmq.config import BrokerConfig
 from dmq.malloc_tuning import keep_freed_memory
 from dmq.selector import TAGS_CHARS_MAX
+from http_api import log_redaction
 from http_api.app import make_app
 
 _log = logging.getLogger("dmq.server")
@@ -61,6 +62,7 @@ async def run_broker(config: BrokerConfig, stop: asyncio.Event) -> None:
     others (their internal routes) before it can itself finish starting."""
     broker = Broker(config)
     _log.info("starting broker %s (data dir %s)", config.node_id, config.data_dir)
+    log_redaction.install()  # aiohttp quotes a malformed request's raw headers
     runner = web.AppRunner(
         make_app(broker),
         shutdown_timeout=config.shutdown_grace_ms / 1000,

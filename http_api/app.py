@@ -39,6 +39,7 @@ from http_api.identity import IDENTITY_ROUTES
 from http_api.metrics import METRICS_ROUTES
 from http_api.openapi import openapi_document
 from http_api.operations import OPERATIONS_ROUTES
+from http_api.request_guard import expect_100
 from http_api.rest_v2 import REST_V2_ROUTES
 from http_api.sendfile import FileRangesResponse
 from http_api.share import SHARE_ROUTES
@@ -527,5 +528,6 @@ def make_app(broker: Broker) -> web.Application:
     app[BROKER] = broker
     app[REQUEST_BYTES_MAX] = broker.config.request_bytes_max
     for method, path, handler in ROUTES:
-        app.router.add_route(method, path, handler)
+        # aiohttp's own Expect answer can fail with a 500 (http_api/request_guard.py)
+        app.router.add_route(method, path, handler, expect_handler=expect_100)
     return app
