@@ -98,6 +98,14 @@ class BrokerConfig:
         default=60_000,
         metadata=_doc("how long a verified credential is trusted without scrypt, ms"),
     )
+    # A password check is a scrypt (30-60 ms of one core, 16 MiB); a client address with
+    # this many under way or queued gets 429 for the next one, so that one client cannot
+    # queue checks ahead of everybody else's logins. Cost of a lower bound: clients
+    # sharing an address (behind NAT) are refused sooner on their first logins.
+    auth_checks_per_address_max: int = field(
+        default=2,
+        metadata=_doc("password checks (scrypt) under way or queued per client address"),
+    )
     raft_durability: str = field(
         default="fsync",
         metadata=_doc("fsync: acks=all survives power loss; none: only process crashes"),
@@ -400,6 +408,10 @@ class BrokerConfig:
         for name in ("auth_cache_entries_max", "auth_cache_ttl_ms"):
             if getattr(self, name) < 0:
                 raise InvalidConfig(f"{name} must be >= 0 (0: no cache)", field=name)
+        if self.auth_checks_per_address_max < 1:
+            raise InvalidConfig(
+                "auth_checks_per_address_max must be >= 1", field="auth_checks_per_address_max"
+            )
 
     def _check_tls(self) -> None:
         if self.tls_client_auth not in ("none", "optional", "required"):

@@ -283,7 +283,7 @@ async def _principal(request: web.Request, security: SecurityService) -> Princip
         body = await request.read()
         internal_auth.verify(secret, request.method, request.raw_path, body, signature)
         return BROKER_PRINCIPAL
-    return await security.authenticate(request.headers.get("Authorization"))
+    return await security.authenticate(request.headers.get("Authorization"), request.remote)
 
 
 def require(request: web.Request, resource_type: str, name: str, operation: str) -> None:

@@ -14,9 +14,13 @@ request, in order:
    while the user's credential in the catalogue is the very one it was checked against
    (a changed password or a deleted user misses at once, on every broker, as soon as it
    applies the change). Failures are cached the same way, so a client retrying a wrong
-   password does not cost a scrypt each time. At most VERIFY_CONCURRENCY derivations run
-   at once, on worker threads (hashlib.scrypt releases the GIL): the event loop keeps
-   serving while one runs;
+   password does not cost a scrypt each time. An unknown user's password is derived
+   too, against a made-up credential, so that the answer takes as long as for a known
+   user with a wrong password (no enumeration of users by timing). At most
+   VERIFY_CONCURRENCY derivations run at once, on worker threads (hashlib.scrypt
+   releases the GIL): the event loop keeps serving while one runs; one client address
+   may have at most `auth_checks_per_address_max` under way or queued (429 naming the
+   limit past it), so that it cannot queue scrypt work ahead of other clients' logins;
 2. `charge_request(principal, body_bytes, fetch_reserve_bytes)`: the principal's
    requests/s and (for a produce) bytes/s quotas, the body's bytes as read (however it
    was framed: a chunked body has no Content-Length); over quota, QuotaExceeded (429,
@@ -217,8 +221,15 @@ class SecurityService:
         c = ctx.config
         self.cache = CredentialCache(c.auth_cache_entries_max, c.auth_cache_ttl_ms)
         self._verifying = asyncio.Semaphore(VERIFY_CONCURRENCY)
+        self._checks_per_address_max = c.auth_checks_per_address_max
+        self._checks: dict[str, int] = {}  # client address -> checks under way or queued
+        # An unknown user's password is checked against this (module docstring, 1).
+        self._nobody = UserCredential(
+            os.urandom(SALT_BYTES).hex(), os.urandom(KEY_BYTES).hex(),
+            SCRYPT_N, SCRYPT_R, SCRYPT_P, 0,
+        )  # fmt: skip
         self._buckets: dict[tuple[str, str], _Bucket] = {}
-        self.refused = {"unauthenticated": 0, "forbidden": 0, "quota": 0}
+        self.refused = {"unauthenticated": 0, "forbidden": 0, "quota": 0, "password_checks": 0}
 
     @property
     def _sec(self) -> SecurityState:
@@ -226,17 +237,19 @@ class SecurityService:
 
     # --- 1. authentication ----------------------------------------------------------------
 
-    async def authenticate(self, header: str | None) -> Principal:
+    async def authenticate(self, header: str | None, address: str | None = None) -> Principal:
+        """The principal of an Authorization header sent from `address` (the client's
+        IP, for the bound on its password checks)."""
         if header is None:
             self.refused["unauthenticated"] += 1
             raise _unauthenticated("missing", "this broker runs with --auth on: send credentials")
         try:
-            return await self._authenticate(header)
+            return await self._authenticate(header, address or "")
         except errors.Unauthenticated:
             self.refused["unauthenticated"] += 1
             raise
 
-    async def _authenticate(self, header: str) -> Principal:
+    async def _authenticate(self, header: str, address: str) -> Principal:
         name, password, bearer = parse_authorization(header)
         if bearer is not None and self._superuser_digest is not None:
             # The whole token, whatever it holds (a ':' too), against the superuser's.
@@ -249,17 +262,37 @@ class SecurityService:
         key = CredentialCache.key_of(header)
         verdict = self.cache.get(key, credential)
         if verdict is None:
-            verdict = credential is not None and await self._verify(password, credential)
+            # The same scrypt work whether the user exists or not (module docstring, 1).
+            matches = await self._verify(password, credential or self._nobody, address)
+            verdict = credential is not None and matches
             self.cache.put(key, credential, verdict)
         if not verdict:
             raise _unauthenticated("credentials", "unknown user or wrong password")
         return Principal(name)
 
-    async def _verify(self, password: str, credential: UserCredential) -> bool:
+    async def _verify(self, password: str, credential: UserCredential, address: str) -> bool:
+        under_way = self._checks.get(address, 0)
+        if under_way >= self._checks_per_address_max:
+            self.refused["password_checks"] += 1
+            raise errors.Backpressure(
+                f"{under_way} password checks from {address or 'this client'} are under way "
+                f"(auth_checks_per_address_max {self._checks_per_address_max})",
+                retry_after_ms=100,
+                limit=self._checks_per_address_max,
+                field="auth_checks_per_address_max",
+            )
+        self._checks[address] = under_way + 1
         salt = bytes.fromhex(credential.salt)
         c = credential
-        async with self._verifying:
-            key = await asyncio.to_thread(derive_key, password, salt, c.n, c.r, c.p)
+        try:
+            async with self._verifying:
+                key = await asyncio.to_thread(derive_key, password, salt, c.n, c.r, c.p)
+        finally:
+            left = self._checks[address] - 1
+            if left:
+                self._checks[address] = left
+            else:
+                del self._checks[address]
         return hmac.compare_digest(key, bytes.fromhex(credential.key))
 
     # --- 2. quotas --------------------------------------------------------------------------
