@@ -15,6 +15,7 @@ from aiohttp import web
 
 from dmq import errors
 from dmq.broker import Acks, Broker, Consistency, FetchResult, TopicDescription
+from dmq.internal_auth import ReplayCache
 from dmq.types import PARTITION_COUNT_HEADER
 from http_api import auth, codec, transactions
 from http_api.auth import AUTH_ROUTES, may
@@ -36,6 +37,7 @@ from http_api.forward import (
 )
 from http_api.groups import GROUP_ROUTES
 from http_api.identity import IDENTITY_ROUTES
+from http_api.internal_auth import SIGNATURES_SEEN
 from http_api.metrics import METRICS_ROUTES
 from http_api.openapi import openapi_document
 from http_api.operations import OPERATIONS_ROUTES
@@ -527,6 +529,7 @@ def make_app(broker: Broker) -> web.Application:
     )
     app[BROKER] = broker
     app[REQUEST_BYTES_MAX] = broker.config.request_bytes_max
+    app[SIGNATURES_SEEN] = ReplayCache(broker.config.signature_replay_entries_max)
     for method, path, handler in ROUTES:
         # aiohttp's own Expect answer can fail with a 500 (http_api/request_guard.py)
         app.router.add_route(method, path, handler, expect_handler=expect_100)

@@ -44,6 +44,7 @@ from dmq.broker.security import CHALLENGE, QUOTA_KINDS, AclBinding, Principal, S
 from http_api import codec
 from http_api.errors import response_for
 from http_api.forward import broker_of
+from http_api.internal_auth import verify_signed
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 PRINCIPAL: Final = web.RequestKey("principal", Principal)
@@ -280,8 +281,7 @@ async def _principal(request: web.Request, security: SecurityService) -> Princip
     signature = request.headers.get(internal_auth.SIGNATURE_HEADER)
     secret = broker_of(request).cluster_secret
     if signature is not None and secret is not None:
-        body = await request.read()
-        internal_auth.verify(secret, request.method, request.raw_path, body, signature)
+        await verify_signed(request, secret)
         return BROKER_PRINCIPAL
     return await security.authenticate(request.headers.get("Authorization"), request.remote)
 
