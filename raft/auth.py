@@ -72,6 +72,16 @@ HELLO_FRAME_BYTES_MAX = 512
 HANDSHAKE_TIMEOUT_S = 5.0
 # Accepted connections that have not authenticated yet, at most; more are closed at once.
 PENDING_HANDSHAKES_MAX = 64
+# Of those, at most this many from one address: idle connections from one host cannot
+# take every slot and lock a restarting peer out. A peer holds one connection to us
+# (two while it replaces one), so the cost is only to peers sharing one address (brokers
+# of a test on 127.0.0.1): past 8 of them connecting at once, one waits connect_retry_s.
+PENDING_HANDSHAKES_PER_ADDRESS_MAX = 8
+# An accepted connection must finish TLS and send its hello within this long (or
+# HANDSHAKE_TIMEOUT_S if shorter): a peer does it in milliseconds, so an idle stranger
+# holds a slot 2 s, not 5. Cost: a peer whose handshake takes longer (a host too loaded
+# to run it in 2 s) is cut and reconnects.
+ACCEPTED_HANDSHAKE_TIMEOUT_S = 2.0
 
 _U8 = struct.Struct("<B")
 
