@@ -294,9 +294,7 @@ async def _fetch_offset(
         offset = raw  # type: ignore[assignment]
     else:
         # Any int64: one below log_start_offset answers 416 with the valid range (README).
-        parsed = codec.int_param(request, "offset", 0, -(2**63), 2**63 - 1)
-        assert parsed is not None
-        offset = parsed
+        offset = codec.int_param(request, "offset", 0, -(2**63), 2**63 - 1)
     return await broker.fetch.resolve_offset(
         topic,
         partition,
@@ -366,7 +364,8 @@ def _offset_headers(result: FetchResult) -> dict[str, str]:
 
 async def _send_raw(request: web.Request, result: FetchResult) -> web.StreamResponse:
     raw = result.raw
-    assert raw is not None
+    if raw is None:  # _fetch asked for the raw form: a broken invariant, answered 500
+        raise errors.DmqError("a binary fetch read no raw ranges")
     # aiohttp calls prepare() after the handler returns; the response closes the
     # read's descriptors once the body is sent (or the connection is gone).
     return FileRangesResponse(
@@ -473,7 +472,6 @@ async def internal_metadata(request: web.Request) -> web.Response:
     broker = broker_of(request)
     after = codec.int_param(request, "after_version", -1, -1, 2**63 - 1)
     wait_ms = codec.int_param(request, "wait_ms", 0, 0, broker.config.fetch_wait_ms_max)
-    assert after is not None and wait_ms is not None
     return codec.json_response(
         await broker.cluster.metadata_state_after(after, wait_ms, request.query.get("consistency"))
     )
