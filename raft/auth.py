@@ -86,6 +86,18 @@ ACCEPTED_HANDSHAKE_TIMEOUT_S = 2.0
 _U8 = struct.Struct("<B")
 
 
+def handshake_slot_refusal(pending_hosts: list[str], host: str) -> str | None:
+    """Why a connection from `host` gets no handshake slot, given the hosts of the
+    accepted connections not authenticated yet; None when it gets one."""
+    mine = pending_hosts.count(host)
+    if len(pending_hosts) < PENDING_HANDSHAKES_MAX and mine < PENDING_HANDSHAKES_PER_ADDRESS_MAX:
+        return None
+    return (
+        f"{len(pending_hosts)} handshakes pending already, {mine} of them from it (at most "
+        f"{PENDING_HANDSHAKES_MAX}, {PENDING_HANDSHAKES_PER_ADDRESS_MAX} per address)"
+    )
+
+
 def new_challenge() -> tuple[bytes, bytes]:
     """(the challenge bytes to write, the nonce to remember) for one accepted connection."""
     nonce = secrets.token_bytes(NONCE_BYTES)

@@ -625,8 +625,7 @@ class Network:
                 FrameDecoder(auth.HELLO_FRAME_BYTES_MAX),
                 nonce,
                 f"{address[0]}:{address[1]}",
-                time.monotonic()
-                + min(auth.HANDSHAKE_TIMEOUT_S, auth.ACCEPTED_HANDSHAKE_TIMEOUT_S),
+                time.monotonic() + min(auth.HANDSHAKE_TIMEOUT_S, auth.ACCEPTED_HANDSHAKE_TIMEOUT_S),
                 bytearray(challenge),
             )
             self._inbound[sock] = conn
@@ -639,25 +638,16 @@ class Network:
                 self._write_challenge(conn)  # step 1 of raft/auth.py
 
     def _too_many_pending(self, host: str) -> bool:
-        """Whether a connection from `host` finds every handshake slot taken, or the
-        slots of its address (raft/auth.py's bounds). Logged once per address per
-        HANDSHAKE_TIMEOUT_S, so that a flood of refusals is not a flood of lines."""
-        total = len(self._pending)
-        mine = sum(1 for c in self._pending if c.address.rpartition(":")[0] == host)
-        if total < auth.PENDING_HANDSHAKES_MAX and mine < auth.PENDING_HANDSHAKES_PER_ADDRESS_MAX:
-            return False
-        now = time.monotonic()
-        if now >= self._refusal_logged_at.get(host, 0.0):
+        """Whether a connection from `host` finds no handshake slot (raft/auth.py); logged
+        once per address per HANDSHAKE_TIMEOUT_S: a flood of refusals is not of lines."""
+        hosts = [c.address.rpartition(":")[0] for c in self._pending]
+        why = auth.handshake_slot_refusal(hosts, host)
+        if why is not None and time.monotonic() >= self._refusal_logged_at.get(host, 0.0):
             if len(self._refusal_logged_at) > auth.PENDING_HANDSHAKES_MAX:
                 self._refusal_logged_at.clear()  # bounded: one entry per refused address
-            self._refusal_logged_at[host] = now + auth.HANDSHAKE_TIMEOUT_S
-            logger.warning(
-                "refused connection from %s: %d handshakes pending already, %d of them "
-                "from it (at most %d, %d per address)",
-                host, total, mine,
-                auth.PENDING_HANDSHAKES_MAX, auth.PENDING_HANDSHAKES_PER_ADDRESS_MAX,
-            )  # fmt: skip
-        return True
+            self._refusal_logged_at[host] = time.monotonic() + auth.HANDSHAKE_TIMEOUT_S
+            logger.warning("refused connection from %s: %s", host, why)
+        return why is not None
 
     def _continue_tls_inbound(self, conn: _Inbound) -> None:
         """The TLS handshake of an accepted connection, then the challenge. A peer without

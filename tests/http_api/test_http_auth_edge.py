@@ -155,7 +155,7 @@ _ROUTES = st.sampled_from(
 )
 
 
-@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(route=_ROUTES, headers=st.lists(st.tuples(_HEADER_NAMES, _VALUES), max_size=3))
 def test_no_header_bytes_give_a_5xx(
     broker: BrokerProcess, route: tuple[bytes, bytes], headers: list[tuple[bytes, bytes]]
