@@ -98,6 +98,22 @@ class BrokerConfig:
         default=60_000,
         metadata=_doc("how long a verified credential is trusted without scrypt, ms"),
     )
+    # A password check is a scrypt (30-60 ms of one core, 16 MiB); a client address with
+    # this many under way or queued gets 429 for the next one, so that one client cannot
+    # queue checks ahead of everybody else's logins. Cost of a lower bound: clients
+    # sharing an address (behind NAT) are refused sooner on their first logins.
+    # Signatures of broker-to-broker calls accepted in the last CLOCK_SKEW_MS_MAX (60 s),
+    # remembered so that a replay is refused (dmq/internal_auth.py): ~180 bytes each
+    # (45 MiB when full at the default), room for 60 s of ~4,000 signed calls/s; past it
+    # signed calls get a retriable 503 until old ones expire.
+    signature_replay_entries_max: int = field(
+        default=250_000,
+        metadata=_doc("signed internal calls remembered within their 60 s window"),
+    )
+    auth_checks_per_address_max: int = field(
+        default=2,
+        metadata=_doc("password checks (scrypt) under way or queued per client address"),
+    )
     raft_durability: str = field(
         default="fsync",
         metadata=_doc("fsync: acks=all survives power loss; none: only process crashes"),
@@ -400,6 +416,14 @@ class BrokerConfig:
         for name in ("auth_cache_entries_max", "auth_cache_ttl_ms"):
             if getattr(self, name) < 0:
                 raise InvalidConfig(f"{name} must be >= 0 (0: no cache)", field=name)
+        if self.signature_replay_entries_max < 1:
+            raise InvalidConfig(
+                "signature_replay_entries_max must be >= 1", field="signature_replay_entries_max"
+            )
+        if self.auth_checks_per_address_max < 1:
+            raise InvalidConfig(
+                "auth_checks_per_address_max must be >= 1", field="auth_checks_per_address_max"
+            )
 
     def _check_tls(self) -> None:
         if self.tls_client_auth not in ("none", "optional", "required"):

@@ -19,7 +19,7 @@ import json
 import ssl
 import urllib.error
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import aiohttp
@@ -64,9 +64,11 @@ def for_the_clock(error: errors.DmqError) -> errors.DmqError:
     tests/cluster/test_cluster_clock_step.py). Any other error is returned as it is."""
     if (
         isinstance(error, errors.Unauthenticated)
-        and error.details.get("reason") == "expired"
+        and error.details.get("reason") in ("expired", "replayed")
         and error.details.get("field") == SIGNATURE_HEADER
     ):
+        # "replayed": the same signature twice, which this broker's own calls never
+        # make (each has a nonce) but a tool's may; asking again signs anew.
         return errors.BrokerUnavailable(
             f"a peer refused this broker's call for its clock: {error.message}",
             retry_after_ms=CLOCK_RETRY_MS,
@@ -82,6 +84,9 @@ class PeerClient:
     ) -> None:
         self._session: aiohttp.ClientSession | None = None
         self.secret = secret  # the cluster secret: internal calls are signed with it
+        # http_addr -> the node id listening there ("" unknown): a signature names the
+        # broker it is for (dmq/internal_auth.py). The Broker sets it (routing.node_at).
+        self.receiver_of: Callable[[str], str] = lambda http_addr: ""
         # dmq/tls.py's http_client: with it every call is https, the other broker checked
         # against the cluster's CA and its address; None: plain http (TLS off).
         self.tls = tls
@@ -140,7 +145,8 @@ class PeerClient:
         if params:
             url = url.update_query(params)
         # Every route, public ones too: a broker's own call (dmq/internal_auth.py).
-        headers = broker_headers(self.secret, method, url.raw_path_qs, body)
+        receiver = self.receiver_of(http_addr)
+        headers = broker_headers(self.secret, method, url.raw_path_qs, body, receiver)
         if self.cluster_id:
             headers[CLUSTER_ID_HEADER] = self.cluster_id
         if body is not None:

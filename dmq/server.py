@@ -11,8 +11,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
 import resource
 import signal
+import stat
 import sys
 
 from aiohttp import web
@@ -22,6 +24,7 @@ from dmq.broker import Broker
 from dmq.config import BrokerConfig
 from dmq.malloc_tuning import keep_freed_memory
 from dmq.selector import TAGS_CHARS_MAX
+from http_api import log_redaction
 from http_api.app import make_app
 
 _log = logging.getLogger("dmq.server")
@@ -31,6 +34,34 @@ UNSECURED_WARNING = (
     "/v1/internal routes on %s is trusted as a broker of the cluster; keep both ports "
     "private, or give every broker --cluster-secret-file (dmq/README.md)"
 )
+
+
+EXPOSED_WARNING = (
+    "%s %s is readable by group or others (mode %03o): anyone on this host who can read "
+    "it can %s; chmod 600 it"
+)
+_EXPOSES = {
+    "cluster_secret_file": "pass as a broker of the cluster",
+    "tls_key": "pose as this broker over TLS",
+}
+
+
+def warn_if_exposed(config: BrokerConfig) -> list[str]:
+    """Warn (one line each) about a cluster secret or TLS key file that users other than
+    its owner may read; the names of those settings, for tests."""
+    exposed = []
+    for name, consequence in _EXPOSES.items():
+        path = getattr(config, name)
+        if not path:
+            continue
+        try:
+            mode = os.stat(path).st_mode
+        except OSError:
+            continue  # reading it fails later with its own message
+        if mode & (stat.S_IRWXG | stat.S_IRWXO):
+            _log.warning(EXPOSED_WARNING, name, path, stat.S_IMODE(mode), consequence)
+            exposed.append(name)
+    return exposed
 
 
 def configure_logging(level: str) -> None:
@@ -61,6 +92,8 @@ async def run_broker(config: BrokerConfig, stop: asyncio.Event) -> None:
     others (their internal routes) before it can itself finish starting."""
     broker = Broker(config)
     _log.info("starting broker %s (data dir %s)", config.node_id, config.data_dir)
+    log_redaction.install()  # aiohttp quotes a malformed request's raw headers
+    warn_if_exposed(config)
     runner = web.AppRunner(
         make_app(broker),
         shutdown_timeout=config.shutdown_grace_ms / 1000,

@@ -15,6 +15,7 @@ from aiohttp import web
 
 from dmq import errors
 from dmq.broker import Acks, Broker, Consistency, FetchResult, TopicDescription
+from dmq.internal_auth import ReplayCache
 from dmq.types import PARTITION_COUNT_HEADER
 from http_api import auth, codec, transactions
 from http_api.auth import AUTH_ROUTES, may
@@ -36,9 +37,11 @@ from http_api.forward import (
 )
 from http_api.groups import GROUP_ROUTES
 from http_api.identity import IDENTITY_ROUTES
+from http_api.internal_auth import SIGNATURES_SEEN
 from http_api.metrics import METRICS_ROUTES
 from http_api.openapi import openapi_document
 from http_api.operations import OPERATIONS_ROUTES
+from http_api.request_guard import expect_100
 from http_api.rest_v2 import REST_V2_ROUTES
 from http_api.sendfile import FileRangesResponse
 from http_api.share import SHARE_ROUTES
@@ -291,9 +294,7 @@ async def _fetch_offset(
         offset = raw  # type: ignore[assignment]
     else:
         # Any int64: one below log_start_offset answers 416 with the valid range (README).
-        parsed = codec.int_param(request, "offset", 0, -(2**63), 2**63 - 1)
-        assert parsed is not None
-        offset = parsed
+        offset = codec.int_param(request, "offset", 0, -(2**63), 2**63 - 1)
     return await broker.fetch.resolve_offset(
         topic,
         partition,
@@ -363,7 +364,8 @@ def _offset_headers(result: FetchResult) -> dict[str, str]:
 
 async def _send_raw(request: web.Request, result: FetchResult) -> web.StreamResponse:
     raw = result.raw
-    assert raw is not None
+    if raw is None:  # _fetch asked for the raw form: a broken invariant, answered 500
+        raise errors.DmqError("a binary fetch read no raw ranges")
     # aiohttp calls prepare() after the handler returns; the response closes the
     # read's descriptors once the body is sent (or the connection is gone).
     return FileRangesResponse(
@@ -468,7 +470,6 @@ async def internal_metadata(request: web.Request) -> web.Response:
     broker = broker_of(request)
     after = codec.int_param(request, "after_version", -1, -1, 2**63 - 1)
     wait_ms = codec.int_param(request, "wait_ms", 0, 0, broker.config.fetch_wait_ms_max)
-    assert after is not None and wait_ms is not None
     return codec.json_response(
         await broker.cluster.metadata_state_after(after, wait_ms, request.query.get("consistency"))
     )
@@ -524,6 +525,8 @@ def make_app(broker: Broker) -> web.Application:
     )
     app[BROKER] = broker
     app[REQUEST_BYTES_MAX] = broker.config.request_bytes_max
+    app[SIGNATURES_SEEN] = ReplayCache(broker.config.signature_replay_entries_max)
     for method, path, handler in ROUTES:
-        app.router.add_route(method, path, handler)
+        # aiohttp's own Expect answer can fail with a 500 (http_api/request_guard.py)
+        app.router.add_route(method, path, handler, expect_handler=expect_100)
     return app

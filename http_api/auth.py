@@ -35,12 +35,13 @@ from typing import Any, Final
 
 from aiohttp import web
 
-from dmq import errors, internal_auth
+from dmq import errors, internal_auth, limits
 from dmq.broker.security import CHALLENGE, QUOTA_KINDS, AclBinding, Principal, SecurityService
 from http_api import codec
 from http_api.access import INTERNAL, PUBLIC, Need, check_route, needs_of
 from http_api.errors import response_for
 from http_api.forward import broker_of
+from http_api.internal_auth import verify_signed
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 PRINCIPAL: Final = web.RequestKey("principal", Principal)
@@ -68,12 +69,41 @@ async def run_authorized(
         return refusal
     await check_route(request, security, principal)  # every resource the table names
     writes = needs[0] == Need("topic", "write", "path:topic")
-    security.charge_request(principal, (request.content_length or 0) if writes else 0)
+    # The bytes as read, however framed (a chunked body has no Content-Length); the
+    # handler reads the same cached bytes, bounded by request_bytes_max.
+    produce_bytes = len(await request.read()) if writes else 0
+    reserved = security.charge_request(principal, produce_bytes, _fetch_reserve(request))
     request[PRINCIPAL] = principal
-    response = await handler(request)
-    if needs[0].operation == "read":
-        security.charge_fetch(principal, response.content_length or 0)
-    return response
+    answered = 0
+    reads = needs[0].operation == "read"
+    try:
+        response = await handler(request)
+        if reads:
+            answered = _answered_bytes(response)
+        return response
+    finally:
+        if reads or reserved:
+            security.charge_fetch(principal, answered, reserved)
+
+
+def _fetch_reserve(request: web.Request) -> int:
+    """The bytes a request that answers records may take (its `max_bytes`, defaulted
+    and bounded as http_api/codec.py's fetch_limits does; 0 for any other request):
+    reserved from the principal's fetch quota while it is in flight."""
+    if request.method != "GET" or not request.path.endswith("/records"):
+        return 0
+    config = broker_of(request).config
+    raw = request.query.get("max_bytes", "")
+    default = min(limits.FETCH_BYTES_DEFAULT, config.fetch_bytes_max)
+    asked = int(raw) if raw.isascii() and raw.isdigit() and len(raw) <= 12 else default
+    return max(1, min(asked, config.fetch_bytes_max))
+
+
+def _answered_bytes(response: web.StreamResponse) -> int:
+    """The body's bytes: its Content-Length, else (a streamed answer) what was written."""
+    if response.content_length is not None:
+        return response.content_length
+    return response.body_length if response.prepared else 0
 
 
 async def _principal(request: web.Request, security: SecurityService) -> Principal:
@@ -82,10 +112,9 @@ async def _principal(request: web.Request, security: SecurityService) -> Princip
     signature = request.headers.get(internal_auth.SIGNATURE_HEADER)
     secret = broker_of(request).cluster_secret
     if signature is not None and secret is not None:
-        body = await request.read()
-        internal_auth.verify(secret, request.method, request.raw_path, body, signature)
+        await verify_signed(request, secret)
         return BROKER_PRINCIPAL
-    return await security.authenticate(request.headers.get("Authorization"))
+    return await security.authenticate(request.headers.get("Authorization"), request.remote)
 
 
 def require(request: web.Request, resource_type: str, name: str, operation: str) -> None:

@@ -9,7 +9,7 @@ from __future__ import annotations
 import base64
 import binascii
 import json
-from typing import Any
+from typing import Any, overload
 
 import orjson
 from aiohttp import web
@@ -282,9 +282,17 @@ def json_response(payload: Any, status: int = 200) -> web.Response:
     )
 
 
+@overload
+def int_param(request: web.Request, name: str, default: int, minimum: int, maximum: int) -> int: ...
+@overload
+def int_param(
+    request: web.Request, name: str, default: None, minimum: int, maximum: int
+) -> int | None: ...
 def int_param(
     request: web.Request, name: str, default: int | None, minimum: int, maximum: int
 ) -> int | None:
+    """Query parameter `name` as an integer in [minimum, maximum]; `default` when absent
+    (so never None with an int default: the overloads tell the type checker)."""
     raw = request.query.get(name)
     if raw is None or raw == "":
         return default
@@ -326,7 +334,6 @@ def fetch_limits(request: web.Request, config: BrokerConfig) -> tuple[int, int, 
         config.fetch_bytes_max,
     )
     wait_ms = int_param(request, "wait_ms", 0, 0, config.fetch_wait_ms_max)
-    assert max_records is not None and max_bytes is not None and wait_ms is not None
     return max_records, max_bytes, wait_ms
 
 

@@ -10,6 +10,8 @@ secret: no signature to check; auth off: no principal), so a request pays one co
    cancelled (the server stopping) is not observed;
 2. errors: any exception below becomes the API's JSON error (http_api/errors.py's table);
    an HTTPException below 400 (a redirect) passes to aiohttp as it is;
+2b. the request's dmq headers are well formed, and a state-changing request does not
+   come from another site's page (http_api/request_guard.py);
 3. with a cluster secret, a call of an internal route must be signed
    (http_api/internal_auth.py);
 4. with auth on, authentication, the route's ACL (ROUTE_NEEDS), quotas, then stages 5-6
@@ -26,12 +28,14 @@ import time
 from aiohttp import web
 
 from dmq.broker import ForwardRequest
+from dmq.broker.security import HEADER_CHARS_MAX
 from http_api.auth import run_authorized
 from http_api.errors import error_response_to
 from http_api.forward import BROKER, Handler, relay
 from http_api.identity import check_cluster_id
 from http_api.internal_auth import check_internal_call
 from http_api.metrics import route_template
+from http_api.request_guard import check_headers, check_same_site
 
 
 async def _identified(request: web.Request, handler: Handler) -> web.StreamResponse:
@@ -50,6 +54,8 @@ async def edge_middleware(request: web.Request, handler: Handler) -> web.StreamR
     status = 500  # an exception not turned into a response (cannot happen: stage 2)
     try:
         try:
+            check_headers(request, HEADER_CHARS_MAX)
+            check_same_site(request)
             secret = broker.cluster_secret
             if secret is not None:
                 await check_internal_call(request, secret)

@@ -63,7 +63,10 @@ def _lost(method: str, node_id: str) -> errors.DmqError:
 def forwarded_hops(request: web.Request) -> int:
     """How many brokers relayed this request (0: it came from a client)."""
     raw = request.headers.get(FORWARDED_HEADER)
-    return 0 if raw is None else int(raw) if raw.isascii() and raw.isdigit() else 1
+    if raw is None:
+        return 0
+    # http_api/request_guard.py refused anything but 1-3 digits before any handler ran.
+    return int(raw) if raw.isascii() and raw.isdigit() and len(raw) <= 3 else 1
 
 
 async def _relay(request: web.Request, http_addr: str, hops: int = 1) -> web.Response:
@@ -76,7 +79,10 @@ async def _relay(request: web.Request, http_addr: str, hops: int = 1) -> web.Res
     # then False): group handlers parse their body before they know where it goes.
     body = await request.read() or None
     url = broker.peers.url(http_addr, request.path_qs)
-    headers.update(signed_headers(broker.cluster_secret, request.method, url.raw_path_qs, body))
+    receiver = broker.peers.receiver_of(http_addr)
+    headers.update(
+        signed_headers(broker.cluster_secret, request.method, url.raw_path_qs, body, receiver)
+    )
     # A long-poll may wait fetch_wait_ms_max at the leader, then the usual request time.
     timeout_s = broker.config.fetch_wait_ms_max / 1000 + broker.timeout_s
     try:

@@ -16,8 +16,31 @@ import logging
 from aiohttp import web
 
 from dmq import errors, internal_auth
+from http_api.forward import broker_of
 
 _log = logging.getLogger("dmq.http")
+# The signatures this broker accepted within their window (dmq/internal_auth.py).
+SIGNATURES_SEEN: web.AppKey[internal_auth.ReplayCache] = web.AppKey(
+    "signatures_seen", internal_auth.ReplayCache
+)
+
+
+async def verify_signed(request: web.Request, secret: bytes) -> None:
+    """Raise Unauthenticated unless the request carries a valid signature made for this
+    broker and not seen before (dmq/internal_auth.py); reads the body."""
+    body = await request.read()
+    headers = request.headers
+    internal_auth.verify(
+        secret,
+        request.method,
+        request.raw_path,
+        body,
+        headers.get(internal_auth.SIGNATURE_HEADER),
+        nonce=headers.get(internal_auth.NONCE_HEADER, ""),
+        receiver=headers.get(internal_auth.RECEIVER_HEADER, ""),
+        me=broker_of(request).config.node_id,
+        seen=request.app[SIGNATURES_SEEN],
+    )
 
 
 async def check_internal_call(request: web.Request, secret: bytes) -> None:
@@ -25,10 +48,8 @@ async def check_internal_call(request: web.Request, secret: bytes) -> None:
     cluster secret; a request to any other path passes (http_api/edge.py calls this
     whenever the broker has a secret)."""
     if internal_auth.is_internal(request.path):
-        body = await request.read()
-        header = request.headers.get(internal_auth.SIGNATURE_HEADER)
         try:
-            internal_auth.verify(secret, request.method, request.raw_path, body, header)
+            await verify_signed(request, secret)
         except errors.Unauthenticated as exc:
             _log.warning(
                 "refused %s %s from %s: %s",

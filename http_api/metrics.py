@@ -2,9 +2,9 @@
 
 The route is outside /v1 and outside the OpenAPI document, as Prometheus expects of a
 scrape target; it answers even while the broker starts (the families it cannot read yet
-are left out). It has no authentication: dmq has none on /v1 either today (issue #20);
-when that lands, /metrics stays open like /healthz, and operators who must hide it put
-it behind their network policy. http_api/README.md documents it.
+are left out). With `--auth on` it needs describe on the cluster (http_api/auth.py's
+ROUTE_NEEDS: it names every topic and group), like the other cluster-wide reads;
+Prometheus sends a token. http_api/README.md documents it.
 
 The edge middleware (http_api/edge.py) observes every request's latency into
 `dmq_http_request_duration_seconds{method, route, status_class}`, labelled with the route

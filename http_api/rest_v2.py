@@ -462,7 +462,6 @@ def _fetch_params(request: web.Request, wait_max: int, bytes_max: int) -> tuple[
     consumer.request.timeout.ms and consumer.request.max.bytes."""
     wait_ms = codec.int_param(request, "timeout", None, 0, INT64_MAX)
     max_bytes = codec.int_param(request, "max_bytes", bytes_max, 1, INT64_MAX)
-    assert max_bytes is not None
     return None if wait_ms is None else min(wait_ms, wait_max), min(max_bytes, bytes_max)
 
 

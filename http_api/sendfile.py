@@ -73,7 +73,8 @@ class FileRangesResponse(web.StreamResponse):
         if self.prepared:
             return await super().prepare(request)
         writer = await super().prepare(request)
-        assert writer is not None
+        if writer is None:  # prepare() gives None only for a response already sent
+            raise ConnectionResetError("the answer was sent already")
         loop = asyncio.get_running_loop()
         transport = request.transport
         if transport is None:

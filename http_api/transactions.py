@@ -126,7 +126,6 @@ def produce_hook(request: web.Request, broker: Broker) -> BeforeAppend | None:
         request, "transaction_timeout_ms", TRANSACTION_TIMEOUT_MS_DEFAULT, 1,
         TRANSACTION_TIMEOUT_MS_MAX,
     )  # fmt: skip
-    assert timeout_ms is not None
     return broker.transactions.before_append(tid, timeout_ms)
 
 

@@ -72,8 +72,30 @@ HELLO_FRAME_BYTES_MAX = 512
 HANDSHAKE_TIMEOUT_S = 5.0
 # Accepted connections that have not authenticated yet, at most; more are closed at once.
 PENDING_HANDSHAKES_MAX = 64
+# Of those, at most this many from one address: idle connections from one host cannot
+# take every slot and lock a restarting peer out. A peer holds one connection to us
+# (two while it replaces one), so the cost is only to peers sharing one address (brokers
+# of a test on 127.0.0.1): past 8 of them connecting at once, one waits connect_retry_s.
+PENDING_HANDSHAKES_PER_ADDRESS_MAX = 8
+# An accepted connection must finish TLS and send its hello within this long (or
+# HANDSHAKE_TIMEOUT_S if shorter): a peer does it in milliseconds, so an idle stranger
+# holds a slot 2 s, not 5. Cost: a peer whose handshake takes longer (a host too loaded
+# to run it in 2 s) is cut and reconnects.
+ACCEPTED_HANDSHAKE_TIMEOUT_S = 2.0
 
 _U8 = struct.Struct("<B")
+
+
+def handshake_slot_refusal(pending_hosts: list[str], host: str) -> str | None:
+    """Why a connection from `host` gets no handshake slot, given the hosts of the
+    accepted connections not authenticated yet; None when it gets one."""
+    mine = pending_hosts.count(host)
+    if len(pending_hosts) < PENDING_HANDSHAKES_MAX and mine < PENDING_HANDSHAKES_PER_ADDRESS_MAX:
+        return None
+    return (
+        f"{len(pending_hosts)} handshakes pending already, {mine} of them from it (at most "
+        f"{PENDING_HANDSHAKES_MAX}, {PENDING_HANDSHAKES_PER_ADDRESS_MAX} per address)"
+    )
 
 
 def new_challenge() -> tuple[bytes, bytes]:

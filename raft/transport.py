@@ -270,6 +270,7 @@ class Network:
         self._inbound: dict[socket.socket, _Inbound] = {}
         # Accepted connections whose hello has not checked out yet (bounded, timed out).
         self._pending: set[_Inbound] = set()
+        self._refusal_logged_at: dict[str, float] = {}  # host -> next refusal to log
         self._selector = selectors.DefaultSelector()
         self._listener: socket.socket | None = None
         self._wake_r, self._wake_w = socket.socketpair()
@@ -603,12 +604,7 @@ class Network:
             except OSError as error:
                 logger.warning("accept failed: %s", error)
                 return
-            if len(self._pending) >= auth.PENDING_HANDSHAKES_MAX:
-                logger.warning(
-                    "refused connection from %s: %d handshakes pending already",
-                    address[0],
-                    len(self._pending),
-                )
+            if self._too_many_pending(address[0]):
                 self.stats.handshakes_refused += 1
                 sock.close()
                 continue
@@ -629,7 +625,7 @@ class Network:
                 FrameDecoder(auth.HELLO_FRAME_BYTES_MAX),
                 nonce,
                 f"{address[0]}:{address[1]}",
-                time.monotonic() + auth.HANDSHAKE_TIMEOUT_S,
+                time.monotonic() + min(auth.HANDSHAKE_TIMEOUT_S, auth.ACCEPTED_HANDSHAKE_TIMEOUT_S),
                 bytearray(challenge),
             )
             self._inbound[sock] = conn
@@ -640,6 +636,18 @@ class Network:
                 self._continue_tls_inbound(conn)
             else:
                 self._write_challenge(conn)  # step 1 of raft/auth.py
+
+    def _too_many_pending(self, host: str) -> bool:
+        """Whether a connection from `host` finds no handshake slot (raft/auth.py); logged
+        once per address per HANDSHAKE_TIMEOUT_S: a flood of refusals is not of lines."""
+        hosts = [c.address.rpartition(":")[0] for c in self._pending]
+        why = auth.handshake_slot_refusal(hosts, host)
+        if why is not None and time.monotonic() >= self._refusal_logged_at.get(host, 0.0):
+            if len(self._refusal_logged_at) > auth.PENDING_HANDSHAKES_MAX:
+                self._refusal_logged_at.clear()  # bounded: one entry per refused address
+            self._refusal_logged_at[host] = time.monotonic() + auth.HANDSHAKE_TIMEOUT_S
+            logger.warning("refused connection from %s: %s", host, why)
+        return why is not None
 
     def _continue_tls_inbound(self, conn: _Inbound) -> None:
         """The TLS handshake of an accepted connection, then the challenge. A peer without

@@ -104,6 +104,7 @@ class Broker:
         # Composed in dependency order: each service gets the context and the services
         # it calls, never the Broker (dmq/README.md, "dmq/broker/").
         self.routing = Routing(ctx)
+        ctx.peers.receiver_of = self.routing.node_at  # signed calls name their receiver
         self.identity = IdentityService(ctx)
         self.strays = StrayData(ctx.data_dir)
         self.operations = OperationsService(ctx)  # reassign, decommission, balance

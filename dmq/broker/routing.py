@@ -99,6 +99,17 @@ class Routing:
         info = self._ctx.metadata.state.brokers.get(node_id)
         return None if info is None else info.http_addr
 
+    def node_at(self, http_addr: str) -> str:
+        """The node id of the registered broker listening on `http_addr`, "" if none is
+        known (yet): whom a signed call is for (dmq/internal_auth.py)."""
+        metadata = self._ctx.metadata_service
+        if metadata is None:
+            return ""
+        for node_id, info in metadata.state.brokers.items():
+            if info.http_addr == http_addr:
+                return node_id
+        return ""
+
     def voter_http_addrs(self) -> list[str]:
         """The other voters' HTTP addresses: registered ones, else a guess for the first
         contact. The voters are the catalogue's (`MetadataState.voters`, recorded after

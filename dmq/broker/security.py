@@ -14,19 +14,27 @@ request, in order:
    while the user's credential in the catalogue is the very one it was checked against
    (a changed password or a deleted user misses at once, on every broker, as soon as it
    applies the change). Failures are cached the same way, so a client retrying a wrong
-   password does not cost a scrypt each time. At most VERIFY_CONCURRENCY derivations run
-   at once, on worker threads (hashlib.scrypt releases the GIL): the event loop keeps
-   serving while one runs;
-2. `charge_request(principal, body_bytes)`: the principal's requests/s and (for a
-   produce) bytes/s quotas; over quota, QuotaExceeded (429, Retry-After) before anything
-   is done;
+   password does not cost a scrypt each time. An unknown user's password is derived
+   too, against a made-up credential, so that the answer takes as long as for a known
+   user with a wrong password (no enumeration of users by timing). At most
+   VERIFY_CONCURRENCY derivations run at once, on worker threads (hashlib.scrypt
+   releases the GIL): the event loop keeps serving while one runs; one client address
+   may have at most `auth_checks_per_address_max` under way or queued (429 naming the
+   limit past it), so that it cannot queue scrypt work ahead of other clients' logins;
+2. `charge_request(principal, body_bytes, fetch_reserve_bytes)`: the principal's
+   requests/s and (for a produce) bytes/s quotas, the body's bytes as read (however it
+   was framed: a chunked body has no Content-Length); over quota, QuotaExceeded (429,
+   Retry-After) before anything is done. A request that answers records reserves its
+   `max_bytes` from the fetch bucket at once, so that a principal's parallel long-polls
+   share one debt: while the reservations of those in flight empty the bucket, its next
+   fetches are refused;
 3. `check(principal, resource_type, name, operation)`: the ACLs (superusers bypass them).
    Refused: Forbidden (403) naming the operation and the resource, except a topic the
    principal may not even describe, which is TopicNotFound (404), as in Kafka: a
    principal learns nothing of topics it may not see;
-4. after a fetch, `charge_fetch(principal, bytes)`: fetch bytes/s are counted once the
-   answer's size is known; a principal in debt is refused its next requests until the
-   bucket refills.
+4. after a read, `charge_fetch(principal, bytes, reserved)`: the reservation is given
+   back and the answer's bytes are counted; a principal in debt is refused its next
+   requests until the bucket refills.
 
 Quotas are token buckets per principal and per broker (Kafka's are per broker too): a
 bucket holds at most one second of its rate, may go into debt by one request, and a
@@ -79,7 +87,14 @@ HEADER_CHARS_MAX: Final = 4096  # a longer Authorization header is refused unrea
 VERIFY_CONCURRENCY: Final = 2  # scrypt derivations at once (each one core, 16 MiB)
 QUOTA_BURST_S: Final = 1.0  # a bucket holds this many seconds of its rate
 CHALLENGE: Final = 'Bearer realm="dmq", Basic realm="dmq"'  # WWW-Authenticate
-__all__ = ["CHALLENGE", "QUOTA_KINDS", "AclBinding", "Principal", "SecurityService"]  # http_api
+__all__ = [
+    "CHALLENGE",
+    "HEADER_CHARS_MAX",
+    "QUOTA_KINDS",
+    "AclBinding",
+    "Principal",
+    "SecurityService",
+]  # http_api
 
 
 @dataclass(frozen=True, slots=True)
@@ -169,10 +184,13 @@ class CredentialCache:
 class _Bucket:
     """A token bucket that may go into debt (module docstring)."""
 
-    __slots__ = ("level", "stamp")
+    __slots__ = ("level", "reserved", "stamp")
 
     def __init__(self, rate: float) -> None:
         self.level = rate * QUOTA_BURST_S
+        # Bytes that requests in flight may still take (fetch reservations): counted
+        # against the level at admission, given back when they answer.
+        self.reserved = 0
         self.stamp = time.monotonic()
 
     def refill(self, rate: float) -> float:
@@ -203,8 +221,15 @@ class SecurityService:
         c = ctx.config
         self.cache = CredentialCache(c.auth_cache_entries_max, c.auth_cache_ttl_ms)
         self._verifying = asyncio.Semaphore(VERIFY_CONCURRENCY)
+        self._checks_per_address_max = c.auth_checks_per_address_max
+        self._checks: dict[str, int] = {}  # client address -> checks under way or queued
+        # An unknown user's password is checked against this (module docstring, 1).
+        self._nobody = UserCredential(
+            os.urandom(SALT_BYTES).hex(), os.urandom(KEY_BYTES).hex(),
+            SCRYPT_N, SCRYPT_R, SCRYPT_P, 0,
+        )  # fmt: skip
         self._buckets: dict[tuple[str, str], _Bucket] = {}
-        self.refused = {"unauthenticated": 0, "forbidden": 0, "quota": 0}
+        self.refused = {"unauthenticated": 0, "forbidden": 0, "quota": 0, "password_checks": 0}
 
     @property
     def _sec(self) -> SecurityState:
@@ -212,17 +237,19 @@ class SecurityService:
 
     # --- 1. authentication ----------------------------------------------------------------
 
-    async def authenticate(self, header: str | None) -> Principal:
+    async def authenticate(self, header: str | None, address: str | None = None) -> Principal:
+        """The principal of an Authorization header sent from `address` (the client's
+        IP, for the bound on its password checks)."""
         if header is None:
             self.refused["unauthenticated"] += 1
             raise _unauthenticated("missing", "this broker runs with --auth on: send credentials")
         try:
-            return await self._authenticate(header)
+            return await self._authenticate(header, address or "")
         except errors.Unauthenticated:
             self.refused["unauthenticated"] += 1
             raise
 
-    async def _authenticate(self, header: str) -> Principal:
+    async def _authenticate(self, header: str, address: str) -> Principal:
         name, password, bearer = parse_authorization(header)
         if bearer is not None and self._superuser_digest is not None:
             # The whole token, whatever it holds (a ':' too), against the superuser's.
@@ -235,42 +262,79 @@ class SecurityService:
         key = CredentialCache.key_of(header)
         verdict = self.cache.get(key, credential)
         if verdict is None:
-            verdict = credential is not None and await self._verify(password, credential)
+            # The same scrypt work whether the user exists or not (module docstring, 1).
+            matches = await self._verify(password, credential or self._nobody, address)
+            verdict = credential is not None and matches
             self.cache.put(key, credential, verdict)
         if not verdict:
             raise _unauthenticated("credentials", "unknown user or wrong password")
         return Principal(name)
 
-    async def _verify(self, password: str, credential: UserCredential) -> bool:
+    async def _verify(self, password: str, credential: UserCredential, address: str) -> bool:
+        under_way = self._checks.get(address, 0)
+        if under_way >= self._checks_per_address_max:
+            self.refused["password_checks"] += 1
+            raise errors.Backpressure(
+                f"{under_way} password checks from {address or 'this client'} are under way "
+                f"(auth_checks_per_address_max {self._checks_per_address_max})",
+                retry_after_ms=100,
+                limit=self._checks_per_address_max,
+                field="auth_checks_per_address_max",
+            )
+        self._checks[address] = under_way + 1
         salt = bytes.fromhex(credential.salt)
         c = credential
-        async with self._verifying:
-            key = await asyncio.to_thread(derive_key, password, salt, c.n, c.r, c.p)
+        try:
+            async with self._verifying:
+                key = await asyncio.to_thread(derive_key, password, salt, c.n, c.r, c.p)
+        finally:
+            left = self._checks[address] - 1
+            if left:
+                self._checks[address] = left
+            else:
+                del self._checks[address]
         return hmac.compare_digest(key, bytes.fromhex(credential.key))
 
     # --- 2. quotas --------------------------------------------------------------------------
 
-    def charge_request(self, principal: Principal, produce_bytes: int = 0) -> None:
-        """Count one request (and its produce bytes); QuotaExceeded while a bucket is
-        empty. Superusers have no quota."""
+    def charge_request(
+        self, principal: Principal, produce_bytes: int = 0, fetch_reserve_bytes: int = 0
+    ) -> int:
+        """Count one request (and its produce bytes), reserve a fetch's bytes; return the
+        bytes reserved, to give back to `charge_fetch`. QuotaExceeded while a bucket is
+        empty (nothing taken then). Superusers have no quota."""
         if principal.superuser:
-            return
+            return 0
         spec = quota_of(self._sec, principal.name)
         if spec is None:
-            return
+            return 0
+        fetch_rate = spec.fetch_bytes_per_s
+        self._admit(principal, "requests_per_s", spec.requests_per_s)
+        if produce_bytes:
+            self._admit(principal, "produce_bytes_per_s", spec.produce_bytes_per_s)
+        elif fetch_rate:  # a fetch (or anything) while fetch bytes are in debt; only a
+            # fetch waits for the reservations (a heartbeat must not wait for a long-poll)
+            self._admit(principal, "fetch_bytes_per_s", fetch_rate, bool(fetch_reserve_bytes))
         self._take(principal, "requests_per_s", spec.requests_per_s, 1)
         if produce_bytes:
             self._take(principal, "produce_bytes_per_s", spec.produce_bytes_per_s, produce_bytes)
-        elif spec.fetch_bytes_per_s:  # a fetch (or anything) while fetch bytes are in debt
-            self._take(principal, "fetch_bytes_per_s", spec.fetch_bytes_per_s, 0)
+        if not fetch_rate or not fetch_reserve_bytes:
+            return 0
+        self._bucket(principal, "fetch_bytes_per_s", fetch_rate).reserved += fetch_reserve_bytes
+        return fetch_reserve_bytes
 
-    def charge_fetch(self, principal: Principal, fetched_bytes: int) -> None:
-        if principal.superuser or fetched_bytes <= 0:
+    def charge_fetch(self, principal: Principal, fetched_bytes: int, reserved: int = 0) -> None:
+        """Give back a read's reservation and count the bytes it answered."""
+        if principal.superuser or (fetched_bytes <= 0 and not reserved):
             return
         spec = quota_of(self._sec, principal.name)
+        key = (principal.name, "fetch_bytes_per_s")
+        bucket = self._buckets.get(key)
+        if bucket is not None:  # the quota may have been removed meanwhile
+            bucket.reserved = max(0, bucket.reserved - reserved)
         if spec is not None and spec.fetch_bytes_per_s:
             bucket = self._bucket(principal, "fetch_bytes_per_s", spec.fetch_bytes_per_s)
-            bucket.level -= fetched_bytes
+            bucket.level -= max(0, fetched_bytes)
 
     def _bucket(self, principal: Principal, kind: str, rate: int) -> _Bucket:
         bucket = self._buckets.get((principal.name, kind))
@@ -279,20 +343,31 @@ class SecurityService:
         bucket.refill(rate)
         return bucket
 
-    def _take(self, principal: Principal, kind: str, rate: int, amount: int) -> None:
+    def _admit(self, principal: Principal, kind: str, rate: int, reserving: bool = False) -> None:
+        """QuotaExceeded while the bucket (less, for a request that reserves, what
+        requests in flight reserved) is empty or in debt: refused before anything is
+        done or taken."""
         if not rate:
             return
         bucket = self._bucket(principal, kind, rate)
-        if bucket.level <= 0:  # empty or in debt: refused before anything is done
-            self.refused["quota"] += 1
-            wait_ms = max(1, math.ceil(1000 * (1 - bucket.level) / rate))
-            raise errors.QuotaExceeded(
-                f"{principal} is over its {kind} quota of {rate} on this broker",
-                retry_after_ms=wait_ms,
-                quota=kind,
-                limit=rate,
-            )
-        bucket.level -= amount
+        if bucket.level - (bucket.reserved if reserving else 0) > 0:
+            return
+        self.refused["quota"] += 1
+        # In debt: until it refills. Only reserved: until a request in flight answers,
+        # which the client cannot know; a second is a fair guess (a long-poll's own wait
+        # may be longer, and the retry is refused again then).
+        owed = 1 - bucket.level if bucket.level <= 0 else rate * QUOTA_BURST_S
+        wait_ms = max(1, math.ceil(1000 * owed / rate))
+        raise errors.QuotaExceeded(
+            f"{principal} is over its {kind} quota of {rate} on this broker",
+            retry_after_ms=wait_ms,
+            quota=kind,
+            limit=rate,
+        )
+
+    def _take(self, principal: Principal, kind: str, rate: int, amount: int) -> None:
+        if rate:
+            self._bucket(principal, kind, rate).level -= amount
 
     # --- 3. authorisation -------------------------------------------------------------------
 

@@ -16,7 +16,11 @@ this process, and raw sockets playing a stranger):
 - before the hello checks out, at most RECV_BYTES_BEFORE_HELLO bytes are read and a first
   frame over HELLO_FRAME_BYTES_MAX is refused; a connection that sends no hello is closed
   after HANDSHAKE_TIMEOUT_S; at most PENDING_HANDSHAKES_MAX unauthenticated connections
-  are held.
+  are held;
+- idle connections from one address take at most PENDING_HANDSHAKES_PER_ADDRESS_MAX
+  slots: the next from it is closed at once, while another address is still served and
+  the real peer still connects; an accepted connection gets ACCEPTED_HANDSHAKE_TIMEOUT_S
+  (shorter than HANDSHAKE_TIMEOUT_S) to send its hello.
 """
 
 from __future__ import annotations
@@ -301,6 +305,57 @@ def test_unauthenticated_connections_are_bounded(
     extra.close()
     for stranger in held:
         stranger.close()
+
+
+def _raw_from(nodes: Nodes, host: str) -> socket.socket:
+    sock = socket.socket()
+    nodes.sockets.append(sock)
+    sock.bind((host, 0))
+    sock.connect(("127.0.0.12", nodes.port))
+    sock.setblocking(False)
+    return sock
+
+
+def _answer(nodes: Nodes, sock: socket.socket) -> bytes | None:
+    """b's first bytes on `sock` (the challenge), b"" if b closed it, None if neither."""
+    got: list[bytes] = []
+
+    def answered() -> bool:
+        try:
+            got.append(sock.recv(64))
+        except BlockingIOError:
+            return False
+        return True
+
+    return got[0] if nodes.pump(answered, seconds=5) else None
+
+
+def test_one_address_cannot_take_every_handshake_slot(
+    make_nodes: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(auth, "PENDING_HANDSHAKES_PER_ADDRESS_MAX", 3)
+    nodes = make_nodes(SECRET, SECRET)
+    held = [Stranger(nodes) for _ in range(3)]  # idle, from 127.0.0.13
+    assert _answer(nodes, _raw_from(nodes, "127.0.0.13")) == b""  # closed at once
+    other = _answer(nodes, _raw_from(nodes, "127.0.0.14"))
+    assert other is not None and len(other) > 0  # another address gets its challenge
+    assert nodes.b_still_serves_a()
+    assert nodes.b.stats.handshakes_refused >= 1
+    for stranger in held:
+        stranger.close()
+
+
+def test_an_accepted_connection_has_a_short_deadline(
+    make_nodes: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(auth, "ACCEPTED_HANDSHAKE_TIMEOUT_S", 0.3)
+    assert auth.HANDSHAKE_TIMEOUT_S >= 5  # the outbound side's, unchanged
+    nodes = make_nodes(SECRET, SECRET)
+    stranger = Stranger(nodes)
+    started = time.monotonic()
+    assert stranger.closed_by_b(seconds=5)
+    assert time.monotonic() - started <= 3
+    stranger.close()
 
 
 # --- the cluster id in the hello ------------------------------------------------------------

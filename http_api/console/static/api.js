@@ -2,7 +2,11 @@
 // Paths are resolved against the page ("../v1/..." from /ui/), so a reverse proxy that
 // serves dmq under a path prefix serves the console and its API calls alike. Cookies and
 // HTTP authentication of the same origin go with every request (credentials: same-origin),
-// so the console is held to whatever guards /v1.
+// so the console is held to whatever guards /v1. Every call names the console in
+// X-Dmq-Client (a custom header: another site's page cannot send it without a CORS
+// preflight, which the broker never grants), the browser adds this page's Origin, and
+// bodies go as application/json: the broker refuses state-changing requests from
+// other origins or with form and text bodies (http_api/request_guard.py).
 
 export class ApiError extends Error {
   constructor(status, code, message, details) {
@@ -22,7 +26,7 @@ export function apiUrl(path, query) {
 }
 
 export async function api(method, path, { query, body, contentType } = {}) {
-  const init = { method, credentials: "same-origin", headers: { Accept: "application/json" } };
+  const init = { method, credentials: "same-origin", headers: { Accept: "application/json", "X-Dmq-Client": "console" } };
   if (body !== undefined) {
     init.headers["Content-Type"] = contentType || "application/json";
     init.body = typeof body === "string" ? body : JSON.stringify(body);
