@@ -7,7 +7,8 @@ goes on, and that one broker can be rolled back to 0.1.0 afterwards:
 - across the whole run the cluster never goes more than ACK_GAP_S_MAX without an
   acknowledgement;
 - every acknowledged record is read back exactly once at its acknowledged offset, through
-  an upgraded broker and through the rolled-back one (offsets dense, no duplicate);
+  an upgraded broker and through the rolled-back one (offsets dense, no duplicate); the
+  rolled-back broker starts on files this tree wrote (`raft-producers` with its `format`);
 - GET /v1/cluster on an upgraded broker names each broker's release: this tree's for
   itself, 0.1.0 for a broker still on it (README.md, "Releases and upgrading").
 
@@ -79,13 +80,21 @@ def acks(producers: list[Producer]) -> int:
     return sum(len(p.acked) for p in producers)
 
 
-def replace(cluster: DmqCluster, node: Node, tree: Path, producers: list[Producer]) -> float:
-    """Stop `node` (SIGTERM), start it from `tree` on its data directory, wait until it is
-    ready and the cluster acknowledged ACKS_PER_STEP more records; seconds to ready."""
+def replace(
+    cluster: DmqCluster,
+    node: Node,
+    tree: Path,
+    producers: list[Producer],
+    stopped: Callable[[], None] = lambda: None,
+) -> float:
+    """Stop `node` (SIGTERM), call `stopped`, start it from `tree` on its data directory,
+    wait until it is ready and the cluster acknowledged ACKS_PER_STEP more records;
+    seconds to ready."""
     wait_caught_up(cluster, TOPIC, 0, timeout_s=30.0)  # stopping a laggard costs the majority
     assert node.proc is not None
     node.proc.terminate()
     node.proc.wait(30)
+    stopped()
     run_on(node, tree)
     started = time.monotonic()
     node.start()
@@ -130,8 +139,13 @@ def test_rolling_upgrade_from_0_1_0_under_load_and_rollback(
         assert release_seen(n1, "n1")() == dmq.__version__
         ready_s["n2"] = replace(cluster, n2, ROOT, producers)
         ready_s["n3"] = replace(cluster, n3, ROOT, producers)
+
         # Roll one broker back to 0.1.0: it reads what 0.2.0 wrote and serves again.
-        ready_s["n3 back"] = replace(cluster, n3, old_release, producers)
+        def written_by_this_tree() -> None:
+            producer_state = n3.partition_dir(TOPIC, 0) / "raft-producers"
+            assert b'"format": 1' in producer_state.read_bytes()  # a key 0.1.0 never wrote
+
+        ready_s["n3 back"] = replace(cluster, n3, old_release, producers, written_by_this_tree)
         wait_for(lambda: release_seen(n1, "n3")() == RELEASE_FROM_VERSION, 15.0, "n3 is 0.1.0")
     finally:
         for producer in producers:
