@@ -52,7 +52,10 @@ from dmq.errors import (
     UnsupportedMediaType,
 )
 
-__version__ = "0.1.0"
+# The one place the version is written (pyproject.toml reads it; `dmq --version`, every HTTP
+# answer's X-Dmq-Version and GET /v1/cluster report it). A ".devN" suffix: not a release
+# yet; README.md ("Releases and upgrading") says how one is cut.
+__version__ = "0.2.0.dev0"
 
 __all__ = [
     "Admin",

@@ -47,7 +47,10 @@
     │   └── ConcurrentTransactions   503  the previous transaction is writing its markers
     └── StorageError                 500  the broker's data or disk is broken (node stops)
         ├── MetaFileCorrupt               the data directory's meta.properties is not valid
-        └── DataDirMismatch               the data directory is another broker's (start refused)
+        ├── DataDirMismatch               the data directory is another broker's (start refused)
+        └── FormatTooNew                  a file of the data directory is in a format newer
+                                          than this release reads (start refused, nothing
+                                          changed: dmq/data_formats.py)
 
 The storage engine (log/) cannot import this module; its errors (log/errors.py) are
 translated into these at the Broker's border (`dmq.broker`), so they never reach a
@@ -281,6 +284,12 @@ class DataDirMismatch(StorageError):
     code = "data_dir_mismatch"
 
 
+class FormatTooNew(StorageError):
+    """A file written by a newer dmq than this one (dmq/data_formats.py, dmq/compat.py)."""
+
+    code = "format_too_new"
+
+
 _ALL: tuple[type[DmqError], ...] = (
     DmqError,
     ClientError,
@@ -322,6 +331,7 @@ _ALL: tuple[type[DmqError], ...] = (
     StorageError,
     MetaFileCorrupt,
     DataDirMismatch,
+    FormatTooNew,
 )
 _BY_CODE: dict[str, type[DmqError]] = {cls.code: cls for cls in _ALL}
 

@@ -11,7 +11,9 @@ order; the last line checks the others):
     node_id="n1"
     crc32c=1a2b3c4d
 
-`crc32c` is the CRC-32C (hex) of every byte before its line. Reading refuses (MetaFileCorrupt,
+`crc32c` is the CRC-32C (hex) of every byte before its line. Every later format keeps a
+`version=N` line: a file naming a version above FORMAT_VERSION is refused first, as
+written by a newer dmq (FormatTooNew, dmq/compat.py), whatever else it holds. Reading refuses (MetaFileCorrupt,
 naming the file and what is wrong) anything else: another key, order or version, a torn or
 edited file. A broker then refuses to start rather than guess whose directory it is.
 
@@ -43,7 +45,8 @@ from typing import Final
 
 import crc32c
 
-from dmq.errors import DataDirMismatch, MetaFileCorrupt
+from dmq.compat import too_new_message
+from dmq.errors import DataDirMismatch, FormatTooNew, MetaFileCorrupt
 
 META_FILE: Final = "meta.properties"
 FORMAT: Final = "dmq-data-dir"
@@ -87,6 +90,9 @@ def decode(data: bytes, where: str = META_FILE) -> DataDirMeta:
 
     if len(data) > META_FILE_BYTES_MAX:
         raise corrupt(f"{len(data)} bytes, at most {META_FILE_BYTES_MAX}")
+    found = written_version(data)
+    if found is not None and found > FORMAT_VERSION:  # before any other check: its layout
+        raise FormatTooNew(too_new_message(where, found, FORMAT_VERSION))  # may differ
     body, sep, last = data.rstrip(b"\n").rpartition(b"\n")
     if not sep or not last.startswith(b"crc32c="):
         raise corrupt("no crc32c line at the end")
@@ -113,6 +119,15 @@ def decode(data: bytes, where: str = META_FILE) -> DataDirMeta:
     if not (isinstance(cluster_id, str) and cluster_id and isinstance(node_id, str) and node_id):
         raise corrupt("cluster_id and node_id must be non-empty strings")
     return DataDirMeta(cluster_id, node_id)
+
+
+def written_version(data: bytes) -> int | None:
+    """The `version=N` a file names (every format of it keeps that line), else None."""
+    for line in data.splitlines():
+        if line.startswith(b"version="):
+            digits = line[len(b"version=") :]
+            return int(digits) if digits.isdigit() and len(digits) < 10 else None
+    return None
 
 
 def read(data_dir: Path) -> DataDirMeta | None:

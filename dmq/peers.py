@@ -25,7 +25,7 @@ from typing import Any
 import aiohttp
 from yarl import URL
 
-from dmq import errors
+from dmq import compat, errors
 from dmq.internal_auth import (
     CLUSTER_ID_HEADER,
     SIGNATURE_HEADER,
@@ -97,6 +97,8 @@ class PeerClient:
         # links by address) see which broker is calling, not the loopback default.
         wildcard = local_host in ("", "0.0.0.0", "::", "[::]", "localhost")  # noqa: S104 - a check, not a bind
         self._local_addr = None if wildcard else (local_host.strip("[]"), 0)
+        # http_addr -> the release its last answer named (dmq/compat.py): GET /v1/cluster.
+        self.versions: dict[str, str] = {}
 
     async def start(self) -> None:
         self._session = aiohttp.ClientSession(
@@ -105,7 +107,7 @@ class PeerClient:
                 local_addr=self._local_addr,
                 ssl=self.tls if self.tls is not None else True,
             ),
-            headers={FORWARDED_HEADER: "1"},
+            headers={FORWARDED_HEADER: "1", **compat.CALL_HEADERS},
         )
 
     async def close(self) -> None:
@@ -159,6 +161,7 @@ class PeerClient:
                 headers=headers,
                 timeout=aiohttp.ClientTimeout(total=timeout_s),
             ) as resp:
+                self.versions[http_addr] = compat.release_of(resp.headers)
                 raw = await resp.read()
                 if resp.status >= 400:
                     raise error_from(resp.status, raw)
@@ -273,7 +276,8 @@ def _open_internal(
     url: str, secret: bytes | None, cluster_id: str, timeout_s: float, tls: ssl.SSLContext | None
 ) -> Any:
     """A signed GET of an internal route, blocking (urllib); https checked by `tls`."""
-    headers = {FORWARDED_HEADER: "1", **signed_headers(secret, "GET", target_of(url))}
+    headers = {FORWARDED_HEADER: "1", **compat.CALL_HEADERS}
+    headers.update(signed_headers(secret, "GET", target_of(url)))
     if cluster_id:
         headers[CLUSTER_ID_HEADER] = cluster_id
     request = urllib.request.Request(url, headers=headers)  # noqa: S310 - http(s):// only

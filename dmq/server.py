@@ -19,9 +19,10 @@ import sys
 
 from aiohttp import web
 
-from dmq import errors
+from dmq import __version__, errors
 from dmq.broker import Broker
 from dmq.config import BrokerConfig
+from dmq.data_formats import check_data_dir
 from dmq.malloc_tuning import keep_freed_memory
 from dmq.selector import TAGS_CHARS_MAX
 from http_api import log_redaction
@@ -202,10 +203,13 @@ def serve(config: BrokerConfig) -> int:
             loop.add_signal_handler(sig, stop.set)
         await run_broker(config, stop)
 
+    _log.info("dmq %s starting", __version__)
     try:
+        # A file newer than this release reads: refused before anything opens (and writes).
+        check_data_dir(config.data_path)
         asyncio.run(main())
     except errors.DmqError as exc:  # could not start, or stopped on an error
-        _log.error("exiting: %s", exc)
+        _log.error("exiting (dmq %s): %s", __version__, exc)
         return 1
     except OSError as exc:
         _log.error("cannot start: %s", exc)

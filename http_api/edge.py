@@ -18,6 +18,10 @@ secret: no signature to check; auth off: no principal), so a request pays one co
    and the handler, then a read's bytes charged (http_api/auth.py);
 5. a request naming another cluster is refused (http_api/identity.py);
 6. the handler; a ForwardRequest it raises is relayed (http_api/forward.py).
+
+Every answer names this broker's release in X-Dmq-Version, and an internal call asking for
+an internal API level this release does not speak is refused before stage 3
+(dmq/compat.py).
 """
 
 from __future__ import annotations
@@ -27,13 +31,15 @@ import time
 
 from aiohttp import web
 
+from dmq import __version__
 from dmq.broker import ForwardRequest
 from dmq.broker.security import HEADER_CHARS_MAX
+from dmq.compat import VERSION_HEADER
 from http_api.auth import run_authorized
 from http_api.errors import error_response_to
 from http_api.forward import BROKER, Handler, relay
 from http_api.identity import check_cluster_id
-from http_api.internal_auth import check_internal_call
+from http_api.internal_auth import check_internal_call, check_internal_level
 from http_api.metrics import route_template
 from http_api.request_guard import check_headers, check_same_site
 
@@ -56,6 +62,7 @@ async def edge_middleware(request: web.Request, handler: Handler) -> web.StreamR
         try:
             check_headers(request, HEADER_CHARS_MAX)
             check_same_site(request)
+            check_internal_level(request)
             secret = broker.cluster_secret
             if secret is not None:
                 await check_internal_call(request, secret)
@@ -77,6 +84,8 @@ async def edge_middleware(request: web.Request, handler: Handler) -> web.StreamR
         except Exception as exc:
             response = error_response_to(request, exc)
         status = response.status
+        if not response.prepared:  # a streamed answer sent its headers already
+            response.headers[VERSION_HEADER] = __version__
         return response
     except web.HTTPException as exc:
         status = exc.status

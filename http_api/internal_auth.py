@@ -7,6 +7,10 @@ logged, and its handler never runs. The check runs before the handler, on the pa
 router matches (so no spelling of a path reaches an internal handler unchecked), and reads
 the body once (the handler reads the same bytes again). Without a secret nothing is
 checked: an unsecured cluster must keep its ports private.
+
+Whatever the secret, a call naming an internal API level this release does not speak is
+refused (`check_internal_level`, dmq/compat.py): 400, logged at WARNING with the caller's
+release and level, the handler never run.
 """
 
 from __future__ import annotations
@@ -15,7 +19,7 @@ import logging
 
 from aiohttp import web
 
-from dmq import errors, internal_auth
+from dmq import __version__, compat, errors, internal_auth
 from http_api.forward import broker_of
 
 _log = logging.getLogger("dmq.http")
@@ -59,3 +63,27 @@ async def check_internal_call(request: web.Request, secret: bytes) -> None:
                 exc.message,
             )
             raise
+
+
+def check_internal_level(request: web.Request) -> None:
+    """Raise InvalidRequest (logged at WARNING, naming the caller's release and level) if a
+    broker's call asks for an internal API level above this release's (dmq/compat.py). A
+    call without the header is 0.1.0's, level 1."""
+    header = request.headers.get(compat.INTERNAL_LEVEL_HEADER)
+    if header is None:
+        return
+    try:
+        level = int(header)
+    except ValueError:
+        level = -1
+    if 1 <= level <= compat.INTERNAL_LEVEL_MAX:
+        return
+    release = request.headers.get(compat.VERSION_HEADER, "unknown")[:40]
+    message = (
+        f"a call from dmq {release} (at {request.remote}) needs internal API level "
+        f"{header[:20]}; this dmq {__version__} speaks levels 1 to {compat.INTERNAL_LEVEL_MAX}: "
+        f"finish the rolling upgrade (README.md, 'Releases and upgrading') or roll that "
+        f"broker back"
+    )
+    _log.warning("refused %s %s: %s", request.method, request.path[:200], message)
+    raise errors.InvalidRequest(message)

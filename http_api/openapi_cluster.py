@@ -239,6 +239,11 @@ def cluster_schemas() -> dict[str, Any]:
                     "description": "its HTTP API's URL: https:// when the cluster has TLS on",
                 },
                 "raft_addr": {"type": "string"},
+                "version": {
+                    "type": ["string", "null"],
+                    "description": "its dmq release, as its last answer to this broker named "
+                    "it (null: not heard from yet; refreshed every 5 s)",
+                },
                 "live": {"type": "boolean", "description": "heartbeat within the session"},
                 "reachable": {"type": "boolean", "description": "answered this status call"},
                 "free_bytes": {

@@ -116,7 +116,13 @@ ERROR_STATUSES: dict[int, tuple[str, tuple[str, ...], bool]] = {
     ),
     500: (
         "the broker's data is broken, or a bug",
-        ("storage_error", "internal_error", "meta_file_corrupt", "data_dir_mismatch"),
+        (
+            "storage_error",
+            "internal_error",
+            "meta_file_corrupt",
+            "data_dir_mismatch",
+            "format_too_new",
+        ),
         False,
     ),
     503: (

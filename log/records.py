@@ -286,6 +286,14 @@ def read_header(buf: bytes | bytearray | memoryview, pos: int = 0) -> BatchHeade
 
 def check_header(header: BatchHeader) -> None:
     """Structural checks that need no record bytes."""
+    if header.magic > MAGIC:  # not corrupt: written by a newer dmq (dmq/data_formats.py)
+        raise CorruptRecordError(
+            f"batch format {header.magic} was written by a dmq newer than this one; this dmq "
+            f"reads formats up to {MAGIC}: upgrade this broker to the release that wrote it, "
+            f"or restore the data directory from a copy taken before that release first "
+            f"started on it",
+            field="batch.magic",
+        )
     if header.magic != MAGIC:
         raise CorruptRecordError(f"unknown batch magic {header.magic}", field="batch.magic")
     if header.batch_length < HEADER_BYTES - LENGTH_PREFIX_BYTES:

@@ -32,6 +32,14 @@ carrying no cluster id, so brokers can be upgraded one at a time; an older broke
 refuses a version-2 hello, so connections from upgraded brokers to it fail until it is
 upgraded too.
 
+Hello versions are the Raft protocol's level: every release from 0.1.0 sends version 2,
+which 0.1.0 reads. Every later version must begin with `u8 version | u8 n | sender's node id
+(n bytes) | u8 k | sender's dmq release (k bytes, ASCII)`, whatever follows: a node that
+does not speak that version then still names, in its refusal (one warning line, the
+connection closed), the sender, its release and the level it speaks (`newer_hello`),
+instead of a malformed hello from an address. The sender learns only that the connection
+closed; a refused peer is told why by the operator's log of the refusing broker.
+
 A recorded hello is worthless: it answers a nonce that B will never send again (32 random
 bytes). The mac names both ends, so a hello made for C is refused by B. Without a secret
 (an unsecured cluster, `secret=None`) the key is empty: the handshake still runs, so a
@@ -164,6 +172,8 @@ def check_hello(secret: bytes | None, nonce: bytes, payload: bytes, receiver: st
     Whether that id belongs to the cluster is the caller's check (it knows the brokers), and
     so is the cluster id's (`check_cluster`).
     """
+    if payload and payload[0] > HELLO_VERSION:
+        raise AuthFailed(newer_hello(payload))
     if len(payload) < 2 + MAC_BYTES or payload[0] not in (
         HELLO_VERSION,
         HELLO_VERSION_NO_CLUSTER,
@@ -191,6 +201,24 @@ def check_hello(secret: bytes | None, nonce: bytes, payload: bytes, receiver: st
     if not hmac.compare_digest(expected, payload[at:]):
         raise AuthFailed(f"hello from {sender!r} fails its mac (wrong or missing cluster secret)")
     return Hello(sender, cluster or b"")
+
+
+def newer_hello(payload: bytes) -> str:
+    """Why a hello of a version above HELLO_VERSION is refused, naming its sender, release
+    and level as the layout every later version keeps says (module docstring); what it
+    names is unverified (its mac is of a form this code does not know)."""
+    level = payload[0]
+    size = payload[1] if len(payload) > 1 else 0
+    sender = payload[2 : 2 + size].decode(errors="replace")[:NODE_ID_BYTES_MAX]
+    at = 2 + size
+    release_size = payload[at] if len(payload) > at else 0
+    release = payload[at + 1 : at + 1 + release_size].decode("ascii", errors="replace")[:40]
+    return (
+        f"hello from {sender!r} (unverified), dmq {release or 'unknown'}, which speaks Raft "
+        f"hello level {level}; this node speaks levels {HELLO_VERSION_NO_CLUSTER} to "
+        f"{HELLO_VERSION}: it runs a newer dmq than this one: upgrade this broker, or roll "
+        f"that one back (README.md, 'Releases and upgrading')"
+    )
 
 
 def check_cluster(own_cluster_id: bytes, hello: Hello) -> None:

@@ -152,3 +152,18 @@ class ApplyDeferred(RaftError):
     def __init__(self, message: str, *, no_space: bool) -> None:
         super().__init__(message)
         self.no_space = no_space
+
+
+# How a reader says that a format is newer than it reads (the same words as dmq/compat.py,
+# which raft/ may not import; the broker's log line names the release).
+TOO_NEW_ADVICE = (
+    "upgrade this broker to the release that wrote it, or restore the data directory from a "
+    "copy taken before that release first started on it"
+)
+
+
+def too_new(what: str, found: int, readable_max: int) -> str:
+    return (
+        f"{what}: format {found} was written by a dmq newer than this one; this dmq reads "
+        f"formats up to {readable_max}: {TOO_NEW_ADVICE}"
+    )

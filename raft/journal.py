@@ -64,7 +64,7 @@ import crc32c
 import pysyncobj.syncobj as _syncobj_module
 from pysyncobj.journal import Journal
 
-from raft.errors import RaftError
+from raft.errors import RaftError, too_new
 
 logger = logging.getLogger(__name__)
 
@@ -104,6 +104,11 @@ RETIRING_FILE = "journal.retiring"
 # journals near or under it).
 SPARE_BYTES_MAX = 512 * 1024 * 1024
 DURABLE_TRACE_FILE = "journal.durable"
+
+
+class JournalTooNew(RaftError):
+    """The journal's header names a format newer than this code reads: nothing was read
+    or changed (dmq/data_formats.py refuses it before the broker opens anything)."""
 
 
 class JournalCorrupt(RaftError):
@@ -236,6 +241,9 @@ class DurableJournal(Journal):  # type: ignore[misc]  # pysyncobj is untyped
             return fd
         magic, version, seed = _FILE_HEADER.unpack(os.pread(fd, HEADER_BYTES, 0))
         _invariant(magic == MAGIC, f"{self.path}: not a dmq raft journal")
+        if version > FORMAT_VERSION:  # not corrupt: written by a newer dmq
+            os.close(fd)
+            raise JournalTooNew(too_new(f"{self.path}: journal", version, FORMAT_VERSION))
         _invariant(version in READABLE_VERSIONS, f"{self.path}: unknown format version {version}")
         _invariant(version == 2 or seed == 0, f"{self.path}: version 1 with a seed")
         self._seed = seed

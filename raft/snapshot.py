@@ -22,10 +22,12 @@ from typing import Any
 import crc32c
 
 from raft import safe_pickle
-from raft.errors import RaftError
+from raft.errors import RaftError, too_new
 
 SNAPSHOT_FILE = "snapshot"
-_SNAPSHOT_MAGIC = b"DMQRSNP1"
+SNAPSHOT_FORMAT = 1  # the magic's last byte, as a digit: a newer one is refused as newer
+SNAPSHOT_MAGIC_PREFIX = b"DMQRSNP"
+_SNAPSHOT_MAGIC = SNAPSHOT_MAGIC_PREFIX + str(SNAPSHOT_FORMAT).encode()
 _SNAPSHOT_HEADER = struct.Struct("<8sIQ")  # magic, crc32c(payload), payload length
 
 
@@ -47,8 +49,19 @@ def read_snapshot(path: str) -> tuple[tuple[Any, ...], Any]:
     with open(path, "rb") as file:
         raw = file.read()
     magic, crc, length = _SNAPSHOT_HEADER.unpack_from(raw)
+    found = snapshot_format(magic)
+    if found is not None and found > SNAPSHOT_FORMAT:
+        raise RaftError(too_new(f"{path}: Raft snapshot", found, SNAPSHOT_FORMAT))
     payload = raw[_SNAPSHOT_HEADER.size :]
     if magic != _SNAPSHOT_MAGIC or len(payload) != length or crc32c.crc32c(payload) != crc:
         raise RaftError(f"{path}: snapshot fails its checks")
     data, state = safe_pickle.load_snapshot(payload)  # the file is ours or the leader's
     return tuple(data), state
+
+
+def snapshot_format(magic: bytes) -> int | None:
+    """The format a snapshot file's first 8 bytes name; None if they are not a snapshot's."""
+    if len(magic) != len(_SNAPSHOT_MAGIC) or not magic.startswith(SNAPSHOT_MAGIC_PREFIX):
+        return None
+    digit = magic[len(SNAPSHOT_MAGIC_PREFIX) :]
+    return int(digit) if digit.isdigit() else None

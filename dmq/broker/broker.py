@@ -301,6 +301,7 @@ class Broker:
             self.cluster.heartbeat_loop,
             self.cluster.leader_report_loop,
             self.cluster.leader_balance_loop,
+            self.cluster.version_probe_loop,
             self.groups.expiry_loop,
             self.operations.run,
             self.share.run,

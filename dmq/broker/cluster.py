@@ -3,8 +3,11 @@
 - duties: a heartbeat to the catalogue every HEARTBEAT_INTERVAL_S (a broker silent for
   broker_session_ms is not live and gets no new replicas), the leaders of the groups led
   here every LEADER_REPORT_INTERVAL_S (routing for brokers without a replica, describe),
-  and `maybe_balance_leaders` every LEADER_BALANCE_INTERVAL_S;
-- `cluster` (`GET /v1/cluster`): the cluster id, the metadata voters and the brokers;
+  and `maybe_balance_leaders` every LEADER_BALANCE_INTERVAL_S; every other broker's
+  release asked (GET /healthz, its X-Dmq-Version) every VERSION_PROBE_INTERVAL_S, so that
+  a rolling upgrade shows in `cluster` within that time;
+- `cluster` (`GET /v1/cluster`): the cluster id, the metadata voters and the brokers, each
+  with its release (None: not heard from since this broker started);
 - `cluster_status` (`GET /v1/cluster/status`): every broker's `local_status` merged;
 - the metadata group served to other brokers (internal routes): an observer's commands,
   the catalogue once newer than a version, group 0's members for a voter checking itself.
@@ -18,7 +21,7 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
-from dmq import errors
+from dmq import __version__, errors
 from dmq.broker.context import BrokerContext
 from dmq.metadata.machine import BrokerHeartbeat, ReportLeader, ReportStorage
 from dmq.metadata.service import wall_ms
@@ -30,6 +33,10 @@ HEARTBEAT_INTERVAL_S = 2.5  # a quarter of the metadata's broker_session_ms (10 
 LEADER_REPORT_INTERVAL_S = 1.0  # partition leaders published to the catalogue
 LEADER_BALANCE_INTERVAL_S = 5.0  # raft maybe_balance_leaders on every broker
 STATUS_TIMEOUT_S = 2.0  # per broker, for cluster status
+# Every broker asks each other one GET /healthz this often: n*(n-1) small calls per period
+# for a release shown at most this stale in GET /v1/cluster.
+VERSION_PROBE_INTERVAL_S = 5.0
+VERSION_PROBE_TIMEOUT_S = 2.0
 # A storage report goes into the catalogue when the level changes or the free space moves
 # by this fraction of the disk (1%): a few commands an hour on a steady disk.
 STORAGE_REPORT_CHANGE = 0.01
@@ -105,6 +112,24 @@ class ClusterService:
                 )
         return reports
 
+    async def version_probe_loop(self) -> None:
+        """Learn every other broker's release (PeerClient records it from any answer)."""
+        while True:
+            await asyncio.sleep(VERSION_PROBE_INTERVAL_S)
+            others = [
+                b.http_addr
+                for b in self._ctx.metadata.state.brokers.values()
+                if b.broker_id != self._ctx.config.node_id
+            ]
+
+            async def probe(http_addr: str) -> None:
+                with contextlib.suppress(errors.DmqError):
+                    await self._ctx.peers.call(
+                        "GET", http_addr, "/healthz", timeout_s=VERSION_PROBE_TIMEOUT_S
+                    )
+
+            await asyncio.gather(*(probe(addr) for addr in others))
+
     async def leader_balance_loop(self) -> None:
         assert self._ctx.raft_node is not None
         while True:
@@ -135,6 +160,7 @@ class ClusterService:
             "brokers": [
                 {
                     "node_id": b.broker_id,
+                    "version": self._release_of(b.broker_id, b.http_addr),
                     "http_addr": b.http_addr,
                     # The URL clients use: every broker of a cluster has TLS on, or none.
                     "url": f"{self._ctx.config.http_scheme}://{b.http_addr}",
@@ -147,6 +173,11 @@ class ClusterService:
                 for b in sorted(state.brokers.values(), key=lambda b: b.broker_id)
             ],
         }
+
+    def _release_of(self, broker_id: str, http_addr: str) -> str | None:
+        if broker_id == self._ctx.config.node_id:
+            return __version__
+        return self._ctx.peers.versions.get(http_addr)
 
     def local_status(self) -> dict[str, Any]:
         """This broker's replicas as its Raft groups see them (for cluster status)."""
@@ -192,6 +223,7 @@ class ClusterService:
         )
         for b in doc["brokers"]:
             b["reachable"] = b["node_id"] in answers
+            b["version"] = self._release_of(b["node_id"], b["http_addr"])  # as just asked
             if b["reachable"]:  # its own view, fresher than its last heartbeat
                 b["storage_status"] = answers[b["node_id"]].get("storage")
         doc["groups"] = merge_group_status(answers)

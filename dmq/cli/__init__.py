@@ -2,6 +2,7 @@
 
 ::
 
+    dmq --version                                 this dmq's release (dmq/__init__.py)
     dmq serve [--data-dir DIR] [--http-addr HOST:PORT] ...   run a broker (`dmq serve --help`)
     dmq topic create NAME [--partitions N] [--replication-factor N] [--config KEY=VALUE]...
     dmq topic list | describe NAME | alter NAME [--config KEY=VALUE]... [--partitions N]
@@ -58,6 +59,7 @@ import os
 import sys
 from collections.abc import Callable, Sequence
 
+from dmq import __version__
 from dmq.cli._common import UsageError, add_api_timeout
 from dmq.cli.bench import add_bench
 from dmq.cli.cert import add_cert
@@ -84,6 +86,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="dmq", description="dmq: a distributed message queue (broker, client, tools)."
     )
+    parser.add_argument("--version", action="version", version=f"dmq {__version__}")
     parser.add_argument(
         "--url", default=default_url, help=f"broker URL [env {URL_ENV}; default {URL_DEFAULT}]"
     )

@@ -92,11 +92,12 @@ def _cmd_cluster_status(args: argparse.Namespace) -> int:
         return 0
     print(f"cluster {doc['cluster_id']}, metadata voters {','.join(doc['metadata_voters'])}")
     rows: list[tuple[str, ...]] = [
-        ("BROKER", "HTTP", "RAFT", "LIVE", "REACHABLE", "STORAGE", "FREE")
+        ("BROKER", "VERSION", "HTTP", "RAFT", "LIVE", "REACHABLE", "STORAGE", "FREE")
     ]
     rows += [
         (
             b["node_id"],
+            b.get("version") or "?",
             b["http_addr"],
             b["raft_addr"],
             "yes" if b["live"] else "no",

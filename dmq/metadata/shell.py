@@ -29,6 +29,7 @@ import json
 from dataclasses import fields
 from typing import Any, Final
 
+from dmq.compat import too_new_message
 from dmq.metadata.codec import CommandDecodeError, dumps, parse_envelope
 from dmq.metadata.registry import Registry
 from dmq.metadata.state import (
@@ -97,6 +98,9 @@ def state_to_json(registry: Registry, state: MetadataState) -> dict[str, Any]:
 
 def state_from_json(registry: Registry, doc: dict[str, Any]) -> MetadataState:
     """Inverse of state_to_json; raises ValueError on a snapshot of another format."""
+    found = doc.get("version")
+    if doc.get("format") == SNAPSHOT_FORMAT and isinstance(found, int) and found > SNAPSHOT_VERSION:
+        raise ValueError(too_new_message("metadata snapshot", found, SNAPSHOT_VERSION))
     if doc.get("format") != SNAPSHOT_FORMAT or doc.get("version") != SNAPSHOT_VERSION:
         raise ValueError(
             f"not a {SNAPSHOT_FORMAT} v{SNAPSHOT_VERSION} snapshot: "

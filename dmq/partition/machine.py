@@ -89,7 +89,8 @@ from typing import Final
 
 import crc32c
 
-from dmq.errors import DmqError
+from dmq.compat import too_new_message
+from dmq.errors import DmqError, FormatTooNew
 from dmq.partition.delay import DelayCommand, DelayCopyError, DelayStore, is_delay_command
 from dmq.partition.producers import ProducerStates
 from dmq.partition.remote_manifest import (
@@ -121,6 +122,11 @@ APPLIED_CHECKPOINT = "raft-applied"
 # apply of a remote command (its apply is idempotent: a replay changes nothing).
 REMOTE_MANIFEST = "remote-manifest"
 PRODUCER_STATE = "raft-producers"
+# The formats of those two files, in their JSON's `format` key (absent in 0.1.0's files:
+# format 1, which 0.1.0 reads, ignoring the key). A newer one is refused as newer
+# (here, and before the broker opens anything: dmq/data_formats.py).
+PRODUCER_STATE_FORMAT: Final = 1
+REMOTE_MANIFEST_FORMAT: Final = 1
 # Set in a checkpoint record's index when its command carried a batch with a producer id.
 _PRODUCERS_TOUCHED = 1 << 63
 # index, k (command within the entry), log_end_offset after it, crc32c of the first 20 bytes
@@ -297,7 +303,10 @@ class PartitionSnapshot:
     @classmethod
     def decode(cls, data: bytes) -> PartitionSnapshot:
         fields = json.loads(data)
-        if fields.get("version") not in (1, SNAPSHOT_VERSION):
+        found = fields.get("version")
+        if isinstance(found, int) and found > SNAPSHOT_VERSION:
+            raise CommandDecodeError(too_new_message("partition snapshot", found, SNAPSHOT_VERSION))
+        if found not in (1, SNAPSHOT_VERSION):
             raise CommandDecodeError(f"unknown partition snapshot version {fields.get('version')}")
         return cls(
             str(fields["partition"]),
@@ -633,6 +642,7 @@ class PartitionStateMachine:
         """The producer state first: once durable it vouches for `position` on its own."""
         body = json.dumps(
             {
+                "format": PRODUCER_STATE_FORMAT,
                 "index": position[0],
                 "k": position[1],
                 "log_end_offset": log_end_offset,
@@ -887,6 +897,7 @@ def _read_producer_state(path: Path) -> StoredState | None:
     )
     head, _, state = payload.partition(b"\n")
     doc = json.loads(head)
+    _refuse_newer(f"{path}: producer and transaction state", doc, PRODUCER_STATE_FORMAT)
     position = (int(doc["index"]), int(doc["k"]))
     return (
         position,
@@ -916,12 +927,21 @@ def _read_remote_manifest(path: Path) -> RemoteManifest:
     (crc,) = struct.unpack_from("<I", raw)
     _invariant(crc32c.crc32c(raw[4:]) == crc, f"{path}: remote manifest CRC mismatch")
     try:
-        return RemoteManifest.from_json(raw[4:].decode())
+        doc = json.loads(raw[4:])
+        _refuse_newer(f"{path}: tiered-storage manifest", doc, REMOTE_MANIFEST_FORMAT)
+        return RemoteManifest.from_doc(doc)
     except (RemoteCommandError, ValueError) as exc:
         raise StorageError(f"{path}: {exc}") from exc
 
 
+def _refuse_newer(what: str, doc: object, readable_max: int) -> None:
+    found = doc.get("format", 1) if isinstance(doc, dict) else 1
+    if isinstance(found, int) and found > readable_max:
+        raise FormatTooNew(too_new_message(what, found, readable_max))
+
+
 def _write_remote_manifest(path: Path, manifest: RemoteManifest) -> None:
-    body = manifest.to_json().encode()
+    doc = {**manifest.to_doc(), "format": REMOTE_MANIFEST_FORMAT}
+    body = json.dumps(doc, sort_keys=True, separators=(",", ":")).encode()
     write_durably(path, struct.pack("<I", crc32c.crc32c(body)) + body)
     fsync_directory(path.parent)

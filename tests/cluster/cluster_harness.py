@@ -117,6 +117,9 @@ class Node:
         self.tls: ssl.SSLContext | None = None  # https, checked against the cluster's CA
         self.proc: subprocess.Popen[bytes] | None = None
         self.stopped = False  # SIGSTOPped
+        # The source tree the next start runs (its cwd: `python -m dmq` imports from it);
+        # another release's checkout for upgrade tests, with PYTHONPATH in `env` to match.
+        self.root = ROOT
 
     def __repr__(self) -> str:
         return f"Node({self.node_id}, alive={self.alive})"
@@ -146,7 +149,7 @@ class Node:
             log.flush()
             self.proc = subprocess.Popen(
                 [sys.executable, "-m", "dmq", "serve", *self.args],
-                cwd=ROOT,
+                cwd=self.root,
                 env=env,
                 stdout=log,
                 stderr=subprocess.STDOUT,

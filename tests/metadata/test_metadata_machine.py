@@ -380,3 +380,8 @@ def test_fixed_cluster_without_deletes_keeps_replicas_within_one(
 def test_snapshot_of_another_format_is_refused() -> None:
     with pytest.raises(ValueError, match="not a dmq-metadata v1 snapshot"):
         MetadataMachine().restore(b'{"format": "x", "version": 1}')
+
+
+def test_a_newer_snapshot_is_refused_as_newer() -> None:
+    with pytest.raises(ValueError, match="metadata snapshot: format 2 was written by a dmq newer"):
+        MetadataMachine().restore(b'{"format": "dmq-metadata", "version": 2}')

@@ -8,7 +8,8 @@ this process, and raw sockets playing a stranger):
 - a hello naming another cluster id is refused (both ids in the one warning line), so no
   message of another cluster crosses; the same id, or none known on either side, connects;
   any hello round-trips its sender and cluster id, and a version-1 hello (no cluster id)
-  from an older dmq is still accepted;
+  from an older dmq is still accepted; a hello of a newer version than this node speaks
+  is refused with one warning naming the sender's node id, its release and its level;
 - a hello recorded from one connection is refused on the next (fresh nonce);
 - the hostile pickle sent as the hello, or after a valid hello, is refused: the
   connection is closed, one warning is logged, the marker file never appears, and the
@@ -392,6 +393,24 @@ def test_a_version_1_hello_is_accepted_as_naming_no_cluster(make_nodes: Any) -> 
     hello = bytes([auth.HELLO_VERSION_NO_CLUSTER, 1]) + b"a" + mac
     stranger.send(encode_frame(HELLO_GROUP_ID, hello) + encode_frame(1, wire.encode(VOTE)))
     assert nodes.pump(lambda: nodes.received == [(1, "a", VOTE)], seconds=5)
+    stranger.close()
+
+
+def test_a_newer_hello_is_refused_naming_sender_release_and_level(
+    make_nodes: Any, caplog: Any
+) -> None:
+    nodes = make_nodes(SECRET, SECRET)
+    stranger = Stranger(nodes)
+    # The layout every later version keeps (raft/auth.py), then whatever that version adds.
+    newer = bytes([auth.HELLO_VERSION + 1, 1]) + b"a" + bytes([5]) + b"0.3.0" + b"\x00" * 40
+    stranger.send(encode_frame(HELLO_GROUP_ID, newer) + encode_frame(1, wire.encode(VOTE)))
+    assert stranger.closed_by_b()
+    assert nodes.received == []
+    [warning] = [w for w in warnings_of(caplog) if "hello level" in w]
+    assert (
+        "hello from 'a' (unverified), dmq 0.3.0, which speaks Raft hello level 3; this node "
+        "speaks levels 1 to 2: it runs a newer dmq than this one" in warning
+    )
     stranger.close()
 
 
