@@ -56,3 +56,13 @@ def too_new_message(what: str, found: int | str, readable_max: int | str) -> str
 def release_of(headers: Mapping[str, str]) -> str:
     """The release a broker's answer names (bounded: it is only shown)."""
     return headers.get(VERSION_HEADER, RELEASE_WITHOUT_HEADER)[:40]
+
+
+def verifies_bound_signatures(release: str | None) -> bool:
+    """Whether a peer of `release` (None: not heard from yet) checks the bound form of an
+    internal call's signature (dmq/internal_auth.py: nonce and receiver). 0.1.0 knows
+    only the plain form and refuses the bound one as a bad signature, so a broker signs
+    plainly for a peer it has not heard from or that runs 0.1.0: a rolling upgrade from
+    0.1.0 keeps every internal call working, and a cluster of this release binds every
+    call from each peer's first answer on."""
+    return release is not None and release != RELEASE_WITHOUT_HEADER

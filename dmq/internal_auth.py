@@ -160,16 +160,26 @@ def signed_headers(
 
 
 def broker_headers(
-    secret: bytes | None, method: str, target: str, body: bytes | None = None, receiver: str = ""
+    secret: bytes | None,
+    method: str,
+    target: str,
+    body: bytes | None = None,
+    receiver: str = "",
+    *,
+    bound: bool = True,
 ) -> dict[str, str]:
     """The signature headers for any target when there is a secret; else {}.
 
     A broker calling a public route of another on its own behalf (a group member's fetch
     at the partition leader, an offset lookup, a delayed record's status) signs it too:
     with --auth on, a valid signature authenticates the caller as a broker of the cluster
-    (http_api/auth.py), which may do anything, as the internal routes allow."""
+    (http_api/auth.py), which may do anything, as the internal routes allow.
+    `bound=False`: the plain form, for a peer that knows no other (dmq/compat.py,
+    verifies_bound_signatures)."""
     if secret is None:
         return {}
+    if not bound:
+        return {SIGNATURE_HEADER: sign(secret, method, target, body or b"")}
     return _bound_headers(secret, method, target, body or b"", receiver)
 
 

@@ -148,7 +148,8 @@ class PeerClient:
             url = url.update_query(params)
         # Every route, public ones too: a broker's own call (dmq/internal_auth.py).
         receiver = self.receiver_of(http_addr)
-        headers = broker_headers(self.secret, method, url.raw_path_qs, body, receiver)
+        bound = compat.verifies_bound_signatures(self.versions.get(http_addr))
+        headers = broker_headers(self.secret, method, url.raw_path_qs, body, receiver, bound=bound)
         if self.cluster_id:
             headers[CLUSTER_ID_HEADER] = self.cluster_id
         if body is not None:
