@@ -311,17 +311,32 @@ class Broker:
             self._background.append(loop.create_task(duty()))
 
     async def _register(self) -> None:
+        """Retry until the registration commits. A first `--join` (a data directory of no
+        cluster yet) gives up after join_timeout_ms, naming where it asked: nothing there
+        is worth waiting for, unlike a restart, which waits for its cluster to come back."""
         c = self.config
+        loop = asyncio.get_running_loop()
+        first_join = bool(c.join) and not self._ctx.cluster_id
+        give_up_at = loop.time() + c.join_timeout_ms / 1000 if first_join else None
         attempts = 0
         while True:
             await self.operations.add_known_peers()
             self.identity.check_catalogue()  # never register in another cluster's
+            register = RegisterBroker(c.node_id, c.http_addr, c.raft_addr, wall_ms())
+            # One attempt may retry for request_timeout_ms: bounded by what is left.
+            left_s = None if give_up_at is None else max(0.0, give_up_at - loop.time())
             try:
-                await self.metadata.propose(
-                    RegisterBroker(c.node_id, c.http_addr, c.raft_addr, wall_ms())
-                )
+                await asyncio.wait_for(self.metadata.propose(register), left_s)
                 return
-            except errors.RetriableError as exc:
+            except (errors.RetriableError, TimeoutError) as exc:
+                if give_up_at is not None and loop.time() >= give_up_at:
+                    asked = ", ".join(self.routing.metadata_contact_addrs()) or "no broker"
+                    raise errors.RequestTimeout(
+                        f"--join: not registered in the cluster within join_timeout_ms "
+                        f"({c.join_timeout_ms} ms): {str(exc) or 'no answer'}; asked the metadata "
+                        f"voters at {asked}: check that they run and that this broker "
+                        f"reaches them"
+                    ) from exc
                 attempts += 1
                 if attempts % 25 == 1:
                     _log.info("waiting for the metadata group to register: %s", exc)
