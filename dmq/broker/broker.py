@@ -58,6 +58,7 @@ from dmq.broker.topics import TopicsService
 from dmq.broker.transactions import TransactionsService
 from dmq.broker.types import ForwardRequest
 from dmq.config import BrokerConfig
+from dmq.listeners import bind_error
 from dmq.metadata.machine import RegisterBroker
 from dmq.metadata.service import METADATA_LEFT_MARKER, MetadataService, wall_ms
 from dmq.peers import PeerClient
@@ -280,7 +281,13 @@ class Broker:
             cluster_id=ctx.cluster_id.encode(),  # and the cluster it names
             tls=None if ctx.tls is None else ctx.tls.raft,  # raft/tls.py; None: plain TCP
         )
-        await ctx.raft_node.start()
+        try:
+            await ctx.raft_node.start()
+        except OSError as exc:
+            named = bind_error("Raft", ctx.config.raft_addr, "--raft-addr", exc)
+            if named is None:
+                raise
+            raise named from exc
 
     def _raft_node(self) -> RaftNode:
         node = self._ctx.raft_node
