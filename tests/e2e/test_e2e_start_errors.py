@@ -31,9 +31,8 @@ def test_a_taken_port_is_named_with_its_listener_and_what_to_do(
 ) -> None:
     broker = broker_factory()
     port = broker.port if listener == "HTTP" else broker.raft_port
-    with _held(port):
-        with pytest.raises(RuntimeError, match="exited with 1"):
-            broker.start()
+    with _held(port), pytest.raises(RuntimeError, match="exited with 1"):
+        broker.start()
     line = next(line for line in broker.log().splitlines() if "cannot start" in line)
     assert (
         f"cannot start: [Errno 98] the {listener} listener cannot bind 127.0.0.1:{port} "
