@@ -38,7 +38,7 @@ from typing import Any
 from urllib.parse import quote
 
 from dmq.client import _limits
-from dmq.client._consumer import AsyncConsumer, Isolation
+from dmq.client._consumer import AsyncConsumer, Isolation, OffsetReset
 from dmq.client._http import Deadline, Transport, group_path
 from dmq.client._types import ConsumerRecord, TopicPartition
 from dmq.errors import DmqError, TopicNotFound, UnknownMember
@@ -72,6 +72,7 @@ class AsyncGroupConsumer:
         max_poll_interval_ms: int = _limits.MAX_POLL_INTERVAL_MS_DEFAULT,
         isolation: Isolation = "read_uncommitted",
         default_api_timeout_ms: int = _limits.DEFAULT_API_TIMEOUT_MS_DEFAULT,
+        auto_offset_reset: OffsetReset = "earliest",
     ) -> None:
         if (topics is None) == (topic_pattern is None):
             raise ValueError("give either topics or topic_pattern")
@@ -96,6 +97,7 @@ class AsyncGroupConsumer:
             request_timeout_ms=request_timeout_ms,
             isolation=isolation,
             default_api_timeout_ms=default_api_timeout_ms,
+            auto_offset_reset=auto_offset_reset,  # a partition the group has no offset for
         )
         self._member_id: str | None = None
         self._generation = 0  # the generation whose assignment is applied
