@@ -254,14 +254,17 @@ class Broker:
         await ctx.replicas.wait_for_leaders(None)
         self._start_duties()
         ctx.ready = True
+        topics, replicas, brokers = (
+            len(ctx.metadata.state.topics), len(ctx.replicas), len(ctx.metadata.state.brokers)
+        )  # fmt: skip
         _log.info(
-            "broker %s ready: %d topics, %d replicas here, %d brokers, in %s",
+            "broker %s ready: %d topic%s, %d replica%s here, %d broker%s, in %s",
             ctx.config.node_id,
-            len(ctx.metadata.state.topics),
-            len(ctx.replicas),
-            len(ctx.metadata.state.brokers),
+            topics, "" if topics == 1 else "s",
+            replicas, "" if replicas == 1 else "s",
+            brokers, "" if brokers == 1 else "s",
             ctx.data_dir,
-        )
+        )  # fmt: skip
 
     async def _open_raft_node(self) -> None:
         ctx = self._ctx

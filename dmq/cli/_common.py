@@ -158,8 +158,18 @@ def as_dict(value: Any) -> dict[str, Any]:
     return dataclasses.asdict(value)
 
 
+# Every table's header, as rpk's: upper-case words joined by hyphens (HIGH-WATERMARK,
+# AGE-MS), whatever the caller spelled (high_watermark, "log start").
+HEADER_STYLE = re.compile(r"[A-Z]+(-[A-Z]+)*")
+
+
+def header_cell(name: str) -> str:
+    return re.sub(r"[\s_]+", "-", name.strip()).upper()
+
+
 def print_table(rows: Sequence[Sequence[str]], out: TextIO | None = None) -> None:
-    """Left-aligned columns two spaces apart; the first row is the header."""
+    """Left-aligned columns two spaces apart; the first row is the header (HEADER_STYLE)."""
+    rows = [tuple(header_cell(cell) for cell in rows[0]), *rows[1:]]
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
     for row in rows:
         line = "  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True))

@@ -59,11 +59,22 @@ def add_produce(commands: Subparsers, url: argparse.ArgumentParser) -> None:
         metavar="SEP",
         help="split each line at the first SEP into key and value",
     )
-    produce.add_argument("--acks", choices=("all", "1", "0"), default="all")
+    produce.add_argument(
+        "--acks",
+        choices=("all", "1", "0"),
+        default="all",
+        help="all: answered once a majority of the replicas has the records (the default); "
+        "1: once the leader has them; 0: not waited for (fire and forget)",
+    )
     produce.add_argument(
         "--partition", type=_non_negative_int, help="send every record to this partition"
     )
-    produce.add_argument("--compression", choices=("none", "zstd"), default="none")
+    produce.add_argument(
+        "--compression",
+        choices=("none", "zstd"),
+        default="none",
+        help="how batches are compressed on the way and on disk (none)",
+    )
     produce.add_argument(
         "--linger-ms",
         type=_non_negative_int,

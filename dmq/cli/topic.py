@@ -13,6 +13,7 @@ from dmq.cli._common import (
     _positive_int,
     admin_for,
     as_dict,
+    plural,
     print_table,
 )
 from dmq.client import TopicDescription, TopicSummary
@@ -73,7 +74,7 @@ def _cmd_topic_create(args: argparse.Namespace) -> int:
 
     description = asyncio.run(create())
     print(
-        f"created topic {description.name} ({description.partition_count} partitions, "
+        f"created topic {description.name} ({plural(description.partition_count, 'partition')}, "
         f"replication factor {description.replication_factor})"
     )
     return 0
@@ -136,14 +137,14 @@ def _cmd_topic_delete(args: argparse.Namespace) -> int:
 
 def _print_description(description: TopicDescription) -> None:
     print(
-        f"topic {description.name}: {description.partition_count} partitions, "
+        f"topic {description.name}: {plural(description.partition_count, 'partition')}, "
         f"replication factor {description.replication_factor}"
     )
     for key in sorted(description.config):
         print(f"  {key} = {description.config[key]}")
     tiered = description.config.get("remote_storage_enable") == "true"
-    head = ("PARTITION", "LEADER", "REPLICAS", "LOG_START", "HIGH_WATERMARK", "LOG_END")
-    rows = [head + (("REMOTE_END", "LOCAL_BYTES", "REMOTE_BYTES") if tiered else ())]
+    head = ("PARTITION", "LEADER", "REPLICAS", "LOG-START", "HIGH-WATERMARK", "LOG-END")
+    rows = [head + (("REMOTE-END", "LOCAL-BYTES", "REMOTE-BYTES") if tiered else ())]
     rows += [
         (
             str(p.partition),

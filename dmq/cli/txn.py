@@ -27,7 +27,7 @@ def cmd_txn_list(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps({"transactions": transactions}, indent=2))
         return 0
-    rows = [("TRANSACTIONAL_ID", "STATE", "PRODUCER", "EPOCH", "AGE_MS", "PARTITIONS", "OFFSETS")]
+    rows = [("TRANSACTIONAL-ID", "STATE", "PRODUCER", "EPOCH", "AGE-MS", "PARTITIONS", "OFFSETS")]
     rows += [
         (
             t["transactional_id"],
