@@ -30,10 +30,12 @@ class UsageError(Exception):
 
 
 def _config_item(text: str) -> tuple[str, Any]:
-    """`KEY=VALUE` for --config; an integer VALUE (e.g. -1) is sent as a JSON number."""
+    """`KEY=VALUE` for --config; an integer VALUE (e.g. -1) is sent as a JSON number.
+    Kafka's spelling of a key (`retention.ms`) is taken for dmq's (`retention_ms`)."""
     key, sep, value = text.partition("=")
     if not sep or not key:
         raise argparse.ArgumentTypeError(f"expected KEY=VALUE, got {text!r}")
+    key = key.replace(".", "_")
     try:
         return key, int(value)
     except ValueError:

@@ -29,7 +29,14 @@ from dmq.cli._common import (
     admin_for,
     parse_time_ms,
 )
-from dmq.client import AsyncConsumer, AsyncGroupConsumer, ConsumerRecord, PartitionOffsets
+from dmq.client import (
+    AsyncAdmin,
+    AsyncConsumer,
+    AsyncGroupConsumer,
+    ConsumerRecord,
+    PartitionOffsets,
+)
+from dmq.errors import OffsetOutOfRange
 
 _POLL_TIMEOUT_MS = 1_000
 _POLL_RECORDS_MAX = 500
@@ -147,6 +154,8 @@ async def consume_records(args: argparse.Namespace, out: IO[bytes]) -> int:
             partitions = [p.partition for p in (await admin.describe_topic(topic)).partitions]
         consumer.assign([(topic, p) for p in partitions])
         for p in partitions:
+            if isinstance(args.start, int):
+                await _check_start(admin, topic, p, args.start)
             if args.start_time_ms is not None:
                 consumer.seek_to_timestamp(topic, p, args.start_time_ms)
             else:
@@ -174,6 +183,21 @@ async def consume_records(args: argparse.Namespace, out: IO[bytes]) -> int:
                     written += 1
             out.flush()
     return written
+
+
+async def _check_start(admin: AsyncAdmin, topic: str, partition: int, offset: int) -> None:
+    """--from OFFSET outside a partition's records is refused, naming its range: past the
+    end the command would print nothing and exit 0, or, with --follow, the broker's 416
+    would move it to the earliest record without a word."""
+    offsets = await admin.offsets(topic, partition)
+    if not offsets.log_start_offset <= offset <= offsets.high_watermark:
+        raise OffsetOutOfRange(
+            f"offset {offset} is outside {topic}-{partition}'s [{offsets.log_start_offset}, "
+            f"{offsets.high_watermark}]: --from earliest, latest or an offset in that range",
+            offset=offset,
+            log_start_offset=offsets.log_start_offset,
+            log_end_offset=offsets.high_watermark,
+        )
 
 
 def _end(offsets: PartitionOffsets, isolation: str) -> int:

@@ -14,7 +14,9 @@ Proves:
   (it was silently ignored); `--from OFFSET`, `--from-time` and `--partition` with
   `--group` are usage errors naming what to use instead;
 - durations: `--from-time 1h` means an hour ago, `--delay 3` (no unit) is refused
-  naming the spellings it could mean.
+  naming the spellings it could mean;
+- `consume --from 100` past a partition's end is an error naming its range (it printed
+  nothing and exited 0); `--config retention.ms=...` (Kafka's spelling) is taken.
 """
 
 from __future__ import annotations
@@ -153,3 +155,19 @@ def test_durations_take_units_and_a_bare_number_is_refused(broker: BrokerProcess
     bare = dmq(broker, "produce", "t", "--delay", "3", stdin="x\n")
     assert bare.returncode == 2, bare
     assert "'3' has no unit: write 3ms, 3s, 3m, 3h or 3d" in bare.stderr, bare.stderr
+
+
+def test_a_start_past_the_end_is_refused_and_kafka_config_keys_are_taken(
+    broker: BrokerProcess,
+) -> None:
+    _create(broker, "t")
+    records = {"records": [{"value": f"v{i}"} for i in range(3)]}
+    assert broker.json("POST", "/v1/topics/t/records", records)[0] == 200
+    past = dmq(broker, "consume", "t", "--from", "100")
+    assert past.returncode == 1 and past.stdout == "", past
+    assert "error: offset_out_of_range: offset 100 is outside t-0's [0, 3]" in past.stderr, past
+    assert dmq(broker, "consume", "t", "--from", "3").stdout == ""  # the end: nothing yet
+    assert dmq(broker, "consume", "t", "--from", "2").stdout == "v2\n"
+    created = dmq(broker, "topic", "create", "k", "--config", "retention.ms=60000")
+    assert created.returncode == 0, created
+    assert "  retention_ms = 60000\n" in dmq(broker, "topic", "describe", "k").stdout
