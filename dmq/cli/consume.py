@@ -242,7 +242,25 @@ def format_record(record: ConsumerRecord, output: str, separator: bytes | None =
         if separator is not None:
             value = (record.key or b"") + separator + value
         return value + b"\n"
-    blobs = [record.key, record.value, *(v for _, v in record.headers)]
+    obj = record_json(
+        record.topic, record.partition, record.offset, record.timestamp_ms,
+        record.key, record.value, record.headers,
+    )  # fmt: skip
+    return json.dumps(obj, ensure_ascii=False).encode("utf-8") + b"\n"
+
+
+def record_json(
+    topic: str,
+    partition: int,
+    offset: int,
+    timestamp_ms: int | None,
+    key: bytes | None,
+    value: bytes | None,
+    headers: tuple[tuple[str, bytes], ...],
+) -> dict[str, Any]:
+    """The one JSON shape of a record every command prints (`dmq consume`, `dmq share
+    consume`): strings, all base64 with `"value_encoding": "base64"` if any is not UTF-8."""
+    blobs = [key, value, *(v for _, v in headers)]
     try:
         for blob in blobs:
             if blob is not None:
@@ -257,14 +275,14 @@ def format_record(record: ConsumerRecord, output: str, separator: bytes | None =
         return blob.decode("utf-8") if encoding == "string" else base64.b64encode(blob).decode()
 
     obj: dict[str, Any] = {
-        "topic": record.topic,
-        "partition": record.partition,
-        "offset": record.offset,
-        "timestamp": record.timestamp_ms,
-        "key": text(record.key),
-        "value": text(record.value),
-        "headers": [{"key": k, "value": text(v)} for k, v in record.headers],
+        "topic": topic,
+        "partition": partition,
+        "offset": offset,
+        "timestamp": timestamp_ms,
+        "key": text(key),
+        "value": text(value),
+        "headers": [{"key": k, "value": text(v)} for k, v in headers],
     }
     if encoding == "base64":
         obj["value_encoding"] = "base64"
-    return json.dumps(obj, ensure_ascii=False).encode("utf-8") + b"\n"
+    return obj

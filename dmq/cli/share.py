@@ -12,12 +12,12 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import base64
 import json
 import sys
 from typing import Any
 
 from dmq.cli._common import Subparsers, _positive_int, plural, print_table
+from dmq.cli.consume import record_json
 from dmq.client import (
     AsyncShareConsumer,
     ShareRecord,
@@ -70,14 +70,10 @@ def add_share(commands: Subparsers, url: argparse.ArgumentParser) -> None:
 
 
 def _line(r: ShareRecord, output: str) -> str:
-    if output == "json":
-
-        def text(b: bytes | None) -> str | None:
-            return None if b is None else base64.b64encode(b).decode()
-
-        return json.dumps({"topic": r.topic, "partition": r.partition, "offset": r.offset,
-                           "delivery_count": r.delivery_count, "key": text(r.key),
-                           "value": text(r.value)})  # fmt: skip
+    if output == "json":  # `dmq consume`'s shape, and how many times it was delivered
+        obj = record_json(r.topic, r.partition, r.offset, r.timestamp_ms, r.key, r.value,
+                          r.headers)  # fmt: skip
+        return json.dumps(obj | {"delivery_count": r.delivery_count}, ensure_ascii=False)
     return (r.value or b"").decode("utf-8", errors="replace")
 
 

@@ -16,11 +16,14 @@ Proves:
 - durations: `--from-time 1h` means an hour ago, `--delay 3` (no unit) is refused
   naming the spellings it could mean;
 - `consume --from 100` past a partition's end is an error naming its range (it printed
-  nothing and exited 0); `--config retention.ms=...` (Kafka's spelling) is taken.
+  nothing and exited 0); `--config retention.ms=...` (Kafka's spelling) is taken;
+- `dmq share consume --output json` prints `dmq consume --output json`'s record shape
+  (timestamp, headers, value_encoding only for non-UTF-8), plus delivery_count.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -171,3 +174,14 @@ def test_a_start_past_the_end_is_refused_and_kafka_config_keys_are_taken(
     created = dmq(broker, "topic", "create", "k", "--config", "retention.ms=60000")
     assert created.returncode == 0, created
     assert "  retention_ms = 60000\n" in dmq(broker, "topic", "describe", "k").stdout
+
+
+def test_share_consume_prints_the_record_shape_of_consume(broker: BrokerProcess) -> None:
+    _create(broker, "t")
+    record = {"key": "k", "value": "v", "headers": [{"key": "h", "value": "x"}]}
+    assert broker.json("POST", "/v1/topics/t/records", {"records": [record]})[0] == 200
+    plain = json.loads(dmq(broker, "consume", "t", "--output", "json").stdout)
+    shared = dmq(broker, "share", "consume", "s", "t", "--output", "json", "--max-records", "1")
+    assert shared.returncode == 0, shared
+    assert json.loads(shared.stdout) == plain | {"delivery_count": 1}
+    assert plain["headers"] == [{"key": "h", "value": "x"}] and "value_encoding" not in plain
