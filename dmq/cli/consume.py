@@ -36,7 +36,7 @@ from dmq.client import (
     ConsumerRecord,
     PartitionOffsets,
 )
-from dmq.errors import OffsetOutOfRange
+from dmq.errors import OffsetOutOfRange, TopicNotFound
 
 _POLL_TIMEOUT_MS = 1_000
 _POLL_RECORDS_MAX = 500
@@ -121,6 +121,12 @@ def _cmd_consume(args: argparse.Namespace) -> int:
         asyncio.run(_until_sigterm(run))
     except asyncio.CancelledError:  # SIGTERM: stopped as Ctrl-C stops it, after cleanup
         return 128 + signal.SIGTERM
+    except TopicNotFound as exc:  # a group member waits for its topics instead
+        raise TopicNotFound(
+            f"{exc.message}: create it with `dmq topic create {args.topic}` (or produce to "
+            "it), or consume with --group, which waits for it to exist",
+            field="topic",
+        ) from None
     return 0
 
 

@@ -16,7 +16,8 @@ Proves:
 - durations: `--from-time 1h` means an hour ago, `--delay 3` (no unit) is refused
   naming the spellings it could mean;
 - `consume --from 100` past a partition's end is an error naming its range (it printed
-  nothing and exited 0); `--config retention.ms=...` (Kafka's spelling) is taken;
+  nothing and exited 0); a topic that does not exist is an error saying what to do;
+  `--config retention.ms=...` (Kafka's spelling) is taken;
 - `dmq share consume --output json` prints `dmq consume --output json`'s record shape
   (timestamp, headers, value_encoding only for non-UTF-8), plus delivery_count.
 """
@@ -171,6 +172,12 @@ def test_a_start_past_the_end_is_refused_and_kafka_config_keys_are_taken(
     assert "error: offset_out_of_range: offset 100 is outside t-0's [0, 3]" in past.stderr, past
     assert dmq(broker, "consume", "t", "--from", "3").stdout == ""  # the end: nothing yet
     assert dmq(broker, "consume", "t", "--from", "2").stdout == "v2\n"
+    missing = dmq(broker, "consume", "brandnew", "--follow")
+    assert missing.returncode == 1, missing
+    assert (
+        "error: topic_not_found: topic 'brandnew' does not exist: create it with `dmq topic "
+        "create brandnew` (or produce to it), or consume with --group"
+    ) in missing.stderr, missing.stderr
     created = dmq(broker, "topic", "create", "k", "--config", "retention.ms=60000")
     assert created.returncode == 0, created
     assert "  retention_ms = 60000\n" in dmq(broker, "topic", "describe", "k").stdout

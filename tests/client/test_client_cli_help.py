@@ -7,7 +7,8 @@ Proves:
 - the tables the commands print against a real broker (topic list and describe, group
   list, describe and reset, cluster status, txn list, share list and describe) are
   headed in one style, rpk's: upper-case words joined by hyphens (HIGH-WATERMARK, not
-  HIGH_WATERMARK; AGE-MS, not AGE_MS), and counts read right ("1 partition", "1 member").
+  HIGH_WATERMARK; AGE-MS, not AGE_MS), and counts read right ("1 partition", "1 member");
+  a finished transaction shows no age ("-", not 0).
 """
 
 from __future__ import annotations
@@ -114,3 +115,5 @@ def test_tables_are_headed_in_one_style_and_counts_read_right(broker: BrokerProc
             assert not bad, (command, row)
     assert "HIGH-WATERMARK" in outputs["topic describe"]
     assert "AGE-MS" in outputs["txn list"]
+    txn_row = re.split(r"\s{2,}", outputs["txn list"].splitlines()[1])
+    assert txn_row[1] == "complete_commit" and txn_row[4] == "-", txn_row  # no age once done
