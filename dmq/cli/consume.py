@@ -208,7 +208,9 @@ async def _check_start(admin: AsyncAdmin, topic: str, partition: int, offset: in
 
 def _end(offsets: PartitionOffsets, isolation: str) -> int:
     stable = offsets.last_stable_offset
-    return stable if isolation == "read_committed" and stable is not None else offsets.high_watermark
+    return (
+        stable if isolation == "read_committed" and stable is not None else offsets.high_watermark
+    )
 
 
 async def consume_group(args: argparse.Namespace, out: IO[bytes]) -> int:

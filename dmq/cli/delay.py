@@ -45,9 +45,7 @@ def produce_delayed(args: argparse.Namespace, stream: IO[bytes], out: IO[str]) -
     return sent
 
 
-def _send(
-    path: str, lines: list[bytes], separator: bytes | None, out: IO[str], sent: int
-) -> int:
+def _send(path: str, lines: list[bytes], separator: bytes | None, out: IO[str], sent: int) -> int:
     """Schedule `lines` in one request (all or none); `sent` lines went before them."""
     records = []
     for number, line in enumerate(lines, start=sent + 1):
@@ -92,7 +90,5 @@ def _error(exc: urllib.error.HTTPError) -> DmqError:
 
 def run(args: argparse.Namespace, stream: IO[bytes]) -> int:
     sent = produce_delayed(args, stream, sys.stdout)
-    print(
-        f"scheduled {plural(sent, 'record')} to {args.topic} in {args.delay} ms", file=sys.stderr
-    )
+    print(f"scheduled {plural(sent, 'record')} to {args.topic} in {args.delay} ms", file=sys.stderr)
     return 0

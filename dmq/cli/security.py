@@ -137,7 +137,12 @@ def _acl_list(args: argparse.Namespace) -> int:
     if args.json:
         return _print_json({"acls": acls})
     keys = ("principal", "resource_type", "pattern", "resource_name", "operation", "permission")
-    print_table([tuple(k.upper().replace("_", "-") for k in keys), *[tuple(a[k] for k in keys) for a in acls]])
+    print_table(
+        [
+            tuple(k.upper().replace("_", "-") for k in keys),
+            *[tuple(a[k] for k in keys) for a in acls],
+        ]
+    )
     return 0
 
 

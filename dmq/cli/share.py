@@ -48,14 +48,24 @@ def add_share(commands: Subparsers, url: argparse.ArgumentParser) -> None:
         "configure", parents=[url], help="create a share group or change its settings"
     )
     configure.add_argument("group")
-    configure.add_argument("--lock-duration-ms", type=_positive_int,
-                           help="how long a polled record stays locked to its member (30000)")
-    configure.add_argument("--max-delivery-attempts", type=_positive_int,
-                           help="deliveries of a record before it is dead-lettered (5)")
-    configure.add_argument("--dead-letter-topic",
-                           help="where rejected and exhausted records go (<group>.dlq)")
-    configure.add_argument("--max-in-flight-records", type=_positive_int,
-                           help="records locked or awaiting acks at once per partition (2000)")
+    configure.add_argument(
+        "--lock-duration-ms",
+        type=_positive_int,
+        help="how long a polled record stays locked to its member (30000)",
+    )
+    configure.add_argument(
+        "--max-delivery-attempts",
+        type=_positive_int,
+        help="deliveries of a record before it is dead-lettered (5)",
+    )
+    configure.add_argument(
+        "--dead-letter-topic", help="where rejected and exhausted records go (<group>.dlq)"
+    )
+    configure.add_argument(
+        "--max-in-flight-records",
+        type=_positive_int,
+        help="records locked or awaiting acks at once per partition (2000)",
+    )
     configure.add_argument("--session-timeout-ms", type=_positive_int,
                            help="a member silent this long leaves; its locks are released "
                            "(45000)")  # fmt: skip

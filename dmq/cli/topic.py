@@ -23,8 +23,7 @@ def add_topic(commands: Subparsers, url: argparse.ArgumentParser) -> None:
     topic = commands.add_parser("topic", help="create, list, describe, alter, delete topics")
     actions = topic.add_subparsers(dest="topic_command", metavar="ACTION", required=True)
     config_help = (
-        "a topic setting, e.g. retention_ms=86400000 or Kafka's retention.ms=86400000 "
-        "(repeatable)"
+        "a topic setting, e.g. retention_ms=86400000 or Kafka's retention.ms=86400000 (repeatable)"
     )
 
     create = actions.add_parser("create", parents=[url], help="create a topic")

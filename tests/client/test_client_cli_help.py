@@ -49,7 +49,9 @@ def test_the_walk_finds_every_command() -> None:
     assert len(paths) > 40
 
 
-@pytest.mark.parametrize(("path", "parser"), COMMANDS, ids=[" ".join(p) or "dmq" for p, _ in COMMANDS])
+@pytest.mark.parametrize(
+    ("path", "parser"), COMMANDS, ids=[" ".join(p) or "dmq" for p, _ in COMMANDS]
+)
 def test_every_flag_has_help(path: tuple[str, ...], parser: argparse.ArgumentParser) -> None:
     out = io.StringIO()
     with contextlib.redirect_stdout(out):

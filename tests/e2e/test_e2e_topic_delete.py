@@ -40,9 +40,7 @@ def _fetch(url: str, accept: str | None, out: dict[str, object]) -> None:
     out["elapsed_s"] = time.monotonic() - started
 
 
-@pytest.mark.parametrize(
-    "accept", [None, "application/x-ndjson", "application/vnd.dmq.batches"]
-)
+@pytest.mark.parametrize("accept", [None, "application/x-ndjson", "application/vnd.dmq.batches"])
 def test_a_waiting_fetch_answers_topic_not_found_when_its_topic_is_deleted(
     broker: BrokerProcess, accept: str | None
 ) -> None:
