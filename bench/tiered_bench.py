@@ -60,7 +60,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--proof",
         action="store_true",
         help="issue #19's proof instead: 3 nodes, --total-mb written, local disk bounded, a "
-        "follower wiped and restarted serves every offset from 0 (bench/tiered_proof.py)",
+        "follower wiped and restarted serves every offset from 0",
     )
     parser.add_argument(
         "--local-retention-mb", type=int, default=64, help="--proof: local retention, MiB (64)"

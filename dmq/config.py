@@ -43,6 +43,14 @@ class BrokerConfig:
             "the cluster: id=host:port,... of every broker's raft_addr (empty: one node)"
         ),
     )
+    peer_http_addrs: str = field(
+        default="",
+        metadata=_doc(
+            "id=host:port,... of other brokers' http_addr, for the first contact before "
+            "the catalogue names them (set by --join; empty: a peer's Raft host with this "
+            "broker's HTTP port)"
+        ),
+    )
     metadata_voters: str = field(
         default="",
         metadata=_doc(
@@ -149,7 +157,10 @@ class BrokerConfig:
     )
     join_timeout_ms: int = field(
         default=60_000,
-        metadata=_doc("how long a first --join keeps asking its brokers for the cluster, ms"),
+        metadata=_doc(
+            "how long a first --join asks its brokers for the cluster, and then waits to "
+            "be registered in it, each, ms"
+        ),
     )
     auto_balance_replicas: bool = field(
         default=True,
@@ -390,6 +401,7 @@ class BrokerConfig:
                 limit=limits.MiB,
             )
         peers = self.peer_addrs  # parses and checks
+        _ = self.peer_http_addr_map  # parses and checks
         if self.node_id not in peers:
             raise InvalidConfig(
                 f"node_id {self.node_id!r} is not among the peers {sorted(peers)}", field="peers"
@@ -469,6 +481,23 @@ class BrokerConfig:
             if not sep or not node_id or not host or not port.isdigit() or node_id in out:
                 raise InvalidConfig(
                     f"peers must be id=host:port,... with distinct ids; got {item!r}", field="peers"
+                )
+            out[node_id] = addr
+        return out
+
+    @property
+    def peer_http_addr_map(self) -> dict[str, str]:
+        """node id -> HTTP address of the brokers `peer_http_addrs` names."""
+        out: dict[str, str] = {}
+        for item in (i.strip() for i in self.peer_http_addrs.split(",")):
+            if not item:
+                continue
+            node_id, sep, addr = item.partition("=")
+            host, _, port = addr.rpartition(":")
+            if not sep or not node_id or not host or not port.isdigit() or node_id in out:
+                raise InvalidConfig(
+                    f"peer_http_addrs must be id=host:port,... with distinct ids; got {item!r}",
+                    field="peer_http_addrs",
                 )
             out[node_id] = addr
         return out

@@ -23,6 +23,7 @@ from dmq import __version__, errors
 from dmq.broker import Broker
 from dmq.config import BrokerConfig
 from dmq.data_formats import check_data_dir
+from dmq.listeners import bind_error
 from dmq.malloc_tuning import keep_freed_memory
 from dmq.selector import TAGS_CHARS_MAX
 from http_api import log_redaction
@@ -121,7 +122,13 @@ async def run_broker(config: BrokerConfig, stop: asyncio.Event) -> None:
             reuse_address=True,
             ssl_context=None if tls is None else tls.http_server,
         )
-        await site.start()
+        try:
+            await site.start()
+        except OSError as exc:
+            named = bind_error("HTTP", config.http_addr, "--http-addr", exc)
+            if named is None:
+                raise
+            raise named from exc
         _log.info(
             "listening on %s://%s; raft on %s%s",
             config.http_scheme,

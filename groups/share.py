@@ -619,7 +619,8 @@ def _delete(state: ShareGroupsState, cmd: DeleteShareGroup) -> Result:
     if group.members:
         return _refuse(
             state, REJECT_GROUP_NOT_EMPTY,
-            f"share group {cmd.group!r} has {len(group.members)} members", "group",
+            f"share group {cmd.group!r} has {len(group.members)} "
+            f"member{'' if len(group.members) == 1 else 's'}", "group",
         )  # fmt: skip
     if dead_letters(group):  # they would never reach the dead-letter topic
         return _refuse(

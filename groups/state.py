@@ -465,6 +465,10 @@ def _remove(
     return _with_group(state, settled), tuple(events)
 
 
+def _members(count: int) -> str:
+    return f"{count} member" if count == 1 else f"{count} members"
+
+
 def _delete_group(state: GroupsState, cmd: DeleteGroup) -> Result:
     group = state.groups.get(cmd.group)
     if group is None:
@@ -473,7 +477,7 @@ def _delete_group(state: GroupsState, cmd: DeleteGroup) -> Result:
         return _reject(
             state,
             REJECT_GROUP_NOT_EMPTY,
-            f"group {cmd.group!r} has {len(group.members)} members: only an empty group can "
+            f"group {cmd.group!r} has {_members(len(group.members))}: only an empty group can "
             "be deleted",
             "group",
         )
@@ -656,7 +660,7 @@ def _reset(state: GroupsState, cmd: ResetOffsets) -> Result:
         return _reject(
             state,
             REJECT_GROUP_NOT_EMPTY,
-            f"group {cmd.group!r} has {len(group.members)} member(s): offsets can be reset only "
+            f"group {cmd.group!r} has {_members(len(group.members))}: offsets can be reset only "
             "while it is empty",
             "group",
         )

@@ -23,7 +23,7 @@ from log.errors import (
     RecordTooLargeError,
     StorageError,
 )
-from log.partition_log import AppendResult, FileRange, PartitionLog, ReadResult
+from log.partition_log import AppendResult, FileRange, PartitionLog, ReadResult, Retained
 from log.records import (
     BatchHeader,
     Codec,
@@ -61,6 +61,7 @@ __all__ = [
     "Record",
     "RecordLimits",
     "RecordTooLargeError",
+    "Retained",
     "StorageError",
     "TimestampType",
     "build_compaction",

@@ -129,6 +129,18 @@ class ReadResult:
 
 
 @dataclass(frozen=True, slots=True)
+class Retained:
+    """What one retention pass deleted: `segments` whole segments holding the offsets
+    [start_offset, end_offset); `by_age` of them older than retention_ms, the others
+    (`segments - by_age`) over retention_bytes."""
+
+    segments: int = 0
+    by_age: int = 0
+    start_offset: int = 0
+    end_offset: int = 0
+
+
+@dataclass(frozen=True, slots=True)
 class _Span:
     segment: Segment
     position: int
@@ -741,10 +753,15 @@ class PartitionLog:
     # ------------------------------------------------------------------ retention
 
     def maybe_delete_segments(self, now_ms: int) -> int:
+        """Retention (`apply_retention`); returns how many segments were deleted."""
+        return self.apply_retention(now_ms).segments
+
+    def apply_retention(self, now_ms: int) -> Retained:
         """Retention: delete whole closed segments by age and total size, oldest first,
-        never past the high watermark. Returns how many segments were deleted."""
+        never past the high watermark. Says what went, and why (the broker logs it)."""
+        start = self.log_start_offset
         if not self.config.deletes:
-            return 0
+            return Retained(start_offset=start, end_offset=start)
         retention_ms = self.config.retention_ms
         active = self.active
         if (
@@ -758,9 +775,10 @@ class PartitionLog:
             with contextlib.suppress(StorageWriteError):
                 self.roll()
         total = self.size_bytes
+        by_age = 0
 
         def goes(oldest: Segment) -> bool:
-            nonlocal total
+            nonlocal total, by_age
             expired = retention_ms is not None and oldest.max_timestamp_ms < now_ms - retention_ms
             oversize = (
                 self.config.retention_bytes is not None
@@ -768,10 +786,12 @@ class PartitionLog:
             )
             if expired or oversize:
                 total -= oldest.size_bytes
+                by_age += expired
                 return True
             return False
 
-        return self._delete_oldest_while(goes)
+        deleted = self._delete_oldest_while(goes)
+        return Retained(deleted, by_age, start, self.log_start_offset)
 
     def delete_oldest_segments(self, count: int) -> int:
         """Delete up to `count` of the oldest closed segments (never the active one, never

@@ -58,6 +58,7 @@ from dmq.broker.topics import TopicsService
 from dmq.broker.transactions import TransactionsService
 from dmq.broker.types import ForwardRequest
 from dmq.config import BrokerConfig
+from dmq.listeners import bind_error
 from dmq.metadata.machine import RegisterBroker
 from dmq.metadata.service import METADATA_LEFT_MARKER, MetadataService, wall_ms
 from dmq.peers import PeerClient
@@ -257,14 +258,17 @@ class Broker:
         await ctx.replicas.wait_for_leaders(None)
         self._start_duties()
         ctx.ready = True
+        topics, replicas, brokers = (
+            len(ctx.metadata.state.topics), len(ctx.replicas), len(ctx.metadata.state.brokers)
+        )  # fmt: skip
         _log.info(
-            "broker %s ready: %d topics, %d replicas here, %d brokers, in %s",
+            "broker %s ready: %d topic%s, %d replica%s here, %d broker%s, in %s",
             ctx.config.node_id,
-            len(ctx.metadata.state.topics),
-            len(ctx.replicas),
-            len(ctx.metadata.state.brokers),
+            topics, "" if topics == 1 else "s",
+            replicas, "" if replicas == 1 else "s",
+            brokers, "" if brokers == 1 else "s",
             ctx.data_dir,
-        )
+        )  # fmt: skip
 
     async def _open_raft_node(self) -> None:
         ctx = self._ctx
@@ -284,7 +288,13 @@ class Broker:
             cluster_id=ctx.cluster_id.encode(),  # and the cluster it names
             tls=None if ctx.tls is None else ctx.tls.raft,  # raft/tls.py; None: plain TCP
         )
-        await ctx.raft_node.start()
+        try:
+            await ctx.raft_node.start()
+        except OSError as exc:
+            named = bind_error("Raft", ctx.config.raft_addr, "--raft-addr", exc)
+            if named is None:
+                raise
+            raise named from exc
 
     def _raft_node(self) -> RaftNode:
         node = self._ctx.raft_node
@@ -316,17 +326,32 @@ class Broker:
             self._background.append(loop.create_task(duty()))
 
     async def _register(self) -> None:
+        """Retry until the registration commits. A first `--join` (a data directory of no
+        cluster yet) gives up after join_timeout_ms, naming where it asked: nothing there
+        is worth waiting for, unlike a restart, which waits for its cluster to come back."""
         c = self.config
+        loop = asyncio.get_running_loop()
+        first_join = bool(c.join) and not self._ctx.cluster_id
+        give_up_at = loop.time() + c.join_timeout_ms / 1000 if first_join else None
         attempts = 0
         while True:
             await self.operations.add_known_peers()
             self.identity.check_catalogue()  # never register in another cluster's
+            register = RegisterBroker(c.node_id, c.http_addr, c.raft_addr, wall_ms())
+            # One attempt may retry for request_timeout_ms: bounded by what is left.
+            left_s = None if give_up_at is None else max(0.0, give_up_at - loop.time())
             try:
-                await self.metadata.propose(
-                    RegisterBroker(c.node_id, c.http_addr, c.raft_addr, wall_ms())
-                )
+                await asyncio.wait_for(self.metadata.propose(register), left_s)
                 return
-            except errors.RetriableError as exc:
+            except (errors.RetriableError, TimeoutError) as exc:
+                if give_up_at is not None and loop.time() >= give_up_at:
+                    asked = ", ".join(self.routing.metadata_contact_addrs()) or "no broker"
+                    raise errors.RequestTimeout(
+                        f"--join: not registered in the cluster within join_timeout_ms "
+                        f"({c.join_timeout_ms} ms): {str(exc) or 'no answer'}; asked the metadata "
+                        f"voters at {asked}: check that they run and that this broker "
+                        f"reaches them"
+                    ) from exc
                 attempts += 1
                 if attempts % 25 == 1:
                     _log.info("waiting for the metadata group to register: %s", exc)

@@ -128,18 +128,22 @@ class FetchService:
         if planted.active("fetch-off-by-one") and 0 < offset < replica.high_watermark:
             offset += 1
         if record_filter is not None:  # raw: the kept records as one batch (filtering.py)
-            return count(await fetch_filtered(
+            kept = await fetch_filtered(
                 replica, offset, record_filter, max_bytes=max_bytes, max_records=max_records,
                 wait_ms=wait_ms, scan_bytes_max=self._ctx.config.filter_scan_bytes_max,
                 parked=self._parked, stable=stable,
-            ))  # fmt: skip
+            )  # fmt: skip
+            self._check_not_deleted(replica)
+            return count(kept)
         end = replica.last_stable_offset if stable else replica.high_watermark
         if offset >= end and wait_ms > 0:
             with self._parked():
                 await replica.wait_for_commit_past(offset, wait_ms / 1000, stable=stable)
         if replica.closed:
-            # Shutting down (or the topic was altered or deleted): answer the waiting
-            # fetch as if its wait had run out, rather than failing it.
+            self._check_not_deleted(replica)
+            # Shutting down, or the replica moved or was altered: answer the waiting
+            # fetch as if its wait had run out, rather than failing it (no records, and
+            # no raw batches for the binary format).
             return FetchResult(
                 topic,
                 partition,
@@ -187,6 +191,21 @@ class FetchService:
             topic, partition, offset, next_offset, hw, self._first_offset(replica), records=recs,
             last_stable_offset=replica.last_stable_offset,
         ))  # fmt: skip
+
+    def _check_not_deleted(self, replica: PartitionReplica) -> None:
+        """TopicNotFound (404) when the replica was closed because its topic was deleted
+        (or deleted and created again: a new topic id) while a fetch waited on it. Such a
+        fetch answers as one that arrives after the delete, whatever its format, as Kafka
+        answers UNKNOWN_TOPIC_OR_PARTITION: a consumer must learn the topic is gone, not
+        read an empty answer and ask again forever (http_api/README.md, "Fetch")."""
+        if not replica.closed:
+            return
+        view = self._routing.view(replica.topic)
+        if view is None or view.topic_id != replica.topic_id:
+            raise errors.TopicNotFound(
+                f"topic {replica.topic!r} was deleted while this fetch waited",
+                field="topic",
+            )
 
     async def _from_store(
         self,

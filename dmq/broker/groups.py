@@ -270,7 +270,8 @@ class GroupsService:
         found = self._metadata().state.groups.groups.get(group)
         if found is not None and found.members:
             raise errors.GroupNotEmpty(
-                f"group {group!r} has {len(found.members)} members: offsets can be reset "
+                f"group {group!r} has {len(found.members)} "
+                f"member{'' if len(found.members) == 1 else 's'}: offsets can be reset "
                 "only in an empty group",
                 field="group",
             )

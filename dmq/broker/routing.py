@@ -134,12 +134,17 @@ class Routing:
         return out
 
     def _http_addr_or_guess(self, node_id: str, state: MetadataState | None) -> str | None:
-        """`node_id`'s registered HTTP address, else its `--peers` Raft host with this
-        broker's own HTTP port (a guess: brokers usually share one port), else None."""
+        """`node_id`'s registered HTTP address, else the one `peer_http_addrs` names
+        (--join sets it from the cluster it asked), else its `--peers` Raft host with this
+        broker's own HTTP port (a guess: brokers usually share one port; on one host they
+        cannot, and the guess would name this broker itself), else None."""
         info = state.brokers.get(node_id) if state is not None else None
         if info is not None:
             return info.http_addr
         config = self._ctx.config
+        known = config.peer_http_addr_map.get(node_id)
+        if known is not None:
+            return known
         if node_id in config.peer_addrs:
             host = config.peer_addrs[node_id].rpartition(":")[0]
             return f"{host}:{config.http_port}"

@@ -94,7 +94,10 @@ class TopicsService:
         )
         await self._reconciler.reconcile()
         await self._ctx.replicas.wait_for_leaders(name)
-        _log.info("created topic %s with %d partitions, %d replicas each", name, count, rf)
+        _log.info(
+            "created topic %s with %d partition%s, %d replica%s each",
+            name, count, "" if count == 1 else "s", rf, "" if rf == 1 else "s",
+        )  # fmt: skip
         return self.describe_topic(name)
 
     def _check_replicas(self, added: int, field: str) -> None:

@@ -9,8 +9,10 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import re
 import sys
-from collections.abc import Sequence
+import time
+from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 from typing import Any, TextIO
 
@@ -28,10 +30,12 @@ class UsageError(Exception):
 
 
 def _config_item(text: str) -> tuple[str, Any]:
-    """`KEY=VALUE` for --config; an integer VALUE (e.g. -1) is sent as a JSON number."""
+    """`KEY=VALUE` for --config; an integer VALUE (e.g. -1) is sent as a JSON number.
+    Kafka's spelling of a key (`retention.ms`) is taken for dmq's (`retention_ms`)."""
     key, sep, value = text.partition("=")
     if not sep or not key:
         raise argparse.ArgumentTypeError(f"expected KEY=VALUE, got {text!r}")
+    key = key.replace(".", "_")
     try:
         return key, int(value)
     except ValueError:
@@ -52,15 +56,42 @@ def _offset_spec(text: str) -> int | str:
     return offset
 
 
-def parse_time_ms(text: str) -> int:
-    """Milliseconds since the epoch, or ISO 8601 (UTC unless it carries an offset)."""
+# One spelling of a duration for every flag that takes one (`--delay`, `--from-time`'s
+# "that long ago"): a number and its unit. A bare number is refused: `--delay 3` meant
+# 3 ms to some and 3 s to others. Flags named `...-ms` take plain milliseconds.
+_UNITS_MS = {"ms": 1, "s": 1_000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
+_DURATION = re.compile(r"(\d+)(ms|s|m|h|d)")
+DURATION_HELP = "a number and its unit: 500ms, 30s, 2m, 1h, 7d"
+
+
+def duration_ms(text: str) -> int:
+    """`500ms`, `30s`, `2m`, `1h`, `7d` as milliseconds; a bare number has no unit and
+    is refused, naming the spellings it could have meant."""
+    text = text.strip()
+    if text.isdigit():
+        raise argparse.ArgumentTypeError(
+            f"{text!r} has no unit: write {text}ms, {text}s, {text}m, {text}h or {text}d"
+        )
+    found = _DURATION.fullmatch(text)
+    if found is None:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a duration ({DURATION_HELP})")
+    return int(found.group(1)) * _UNITS_MS[found.group(2)]
+
+
+def parse_time_ms(text: str, now_ms: Callable[[], int] | None = None) -> int:
+    """Milliseconds since the epoch, ISO 8601 (UTC unless it carries an offset), or a
+    duration (`1h`, `30m`, ...) meaning that long before now."""
     if text.lstrip("-").isdigit():
         return int(text)
+    if _DURATION.fullmatch(text.strip()):
+        now = now_ms() if now_ms is not None else int(time.time() * 1000)
+        return now - duration_ms(text)
     try:
         moment = datetime.fromisoformat(text)
     except ValueError:
         raise argparse.ArgumentTypeError(
-            f"expected milliseconds since the epoch or ISO 8601, got {text!r}"
+            f"expected milliseconds since the epoch, ISO 8601 or a duration ago "
+            f"({DURATION_HELP}), got {text!r}"
         ) from None
     if moment.tzinfo is None:
         moment = moment.replace(tzinfo=UTC)
@@ -119,13 +150,28 @@ def comma_items(text: str) -> list[str]:
 # --------------------------------------------------------------------------- output
 
 
+def plural(count: int, word: str) -> str:
+    """`1 record`, `2 records`, `0 records`: a count with its noun (regular plurals)."""
+    return f"{count} {word}" if count == 1 else f"{count} {word}s"
+
+
 def as_dict(value: Any) -> dict[str, Any]:
     """A value type (a dataclass) as JSON-ready data."""
     return dataclasses.asdict(value)
 
 
+# Every table's header, as rpk's: upper-case words joined by hyphens (HIGH-WATERMARK,
+# AGE-MS), whatever the caller spelled (high_watermark, "log start").
+HEADER_STYLE = re.compile(r"[A-Z]+(-[A-Z]+)*")
+
+
+def header_cell(name: str) -> str:
+    return re.sub(r"[\s_]+", "-", name.strip()).upper()
+
+
 def print_table(rows: Sequence[Sequence[str]], out: TextIO | None = None) -> None:
-    """Left-aligned columns two spaces apart; the first row is the header."""
+    """Left-aligned columns two spaces apart; the first row is the header (HEADER_STYLE)."""
+    rows = [tuple(header_cell(cell) for cell in rows[0]), *rows[1:]]
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
     for row in rows:
         line = "  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True))

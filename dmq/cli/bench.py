@@ -44,7 +44,8 @@ def add_bench(commands: Subparsers) -> None:
     broker.add_argument("--runs", type=int, default=3, help="runs; medians are shown")
     broker.add_argument("--total-mb", type=int, default=128, help="MB produced per run")
     broker.add_argument("--rate", type=int, default=500, help="single-record requests/s")
-    broker.add_argument("--latency-seconds", type=float, default=5.0)
+    broker.add_argument("--latency-seconds", type=float, default=5.0,
+                        help="how long the latency phase runs, s (5; 1 with --quick)")  # fmt: skip
     broker.add_argument("--quick", action="store_true", help="one small run (CI)")
     broker.set_defaults(handler=_cmd_bench_broker)
     # Likewise bench/groups_bench.py's add_arguments.
@@ -172,7 +173,7 @@ def add_bench(commands: Subparsers) -> None:
         "--proof",
         action="store_true",
         help="issue #19's proof instead: 3 nodes, --total-mb written, local disk bounded, a "
-        "follower wiped and restarted serves every offset from 0 (bench/tiered_proof.py)",
+        "follower wiped and restarted serves every offset from 0",
     )
     tiered.add_argument(
         "--local-retention-mb", type=int, default=64, help="--proof: local retention, MiB (64)"

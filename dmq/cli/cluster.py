@@ -33,7 +33,12 @@ def add_cluster(commands: Subparsers, url: argparse.ArgumentParser) -> None:
     cluster = commands.add_parser("cluster", help="the cluster's brokers and Raft groups")
     actions = cluster.add_subparsers(dest="cluster_command", metavar="ACTION", required=True)
     status = actions.add_parser(
-        "status", parents=[url], help="brokers; per group its leader, term, commit index, lag"
+        "status",
+        parents=[url],
+        help="brokers; per group its leader, term, commit index, lag",
+        description="The brokers, then every Raft group: its leader, term, commit index and "
+        "REPLICAS as node:applied:lag (the index each replica applied, and how far it is "
+        "behind the commit index), then the running operations.",
     )
     status.add_argument("--json", action="store_true", help="print the answer as JSON")
     status.set_defaults(handler=_cmd_cluster_status)
@@ -108,7 +113,7 @@ def _cmd_cluster_status(args: argparse.Namespace) -> int:
     ]
     print_table(rows)
     print()
-    rows = [("GROUP", "PARTITION", "LEADER", "TERM", "COMMIT", "REPLICAS (node:applied:lag)")]
+    rows = [("GROUP", "PARTITION", "LEADER", "TERM", "COMMIT", "REPLICAS")]
     for g in doc["groups"]:
         where = "metadata" if g["topic"] is None else f"{g['topic']}-{g['partition']}"
         replicas = " ".join(

@@ -12,26 +12,16 @@ from __future__ import annotations
 import argparse
 import base64
 import json
-import re
 import sys
 import urllib.error
 import urllib.parse
 import urllib.request
 from typing import IO, Any
 
+from dmq.cli._common import plural
 from dmq.errors import DmqError, InvalidRequest, error_for_code
 
 DELAYED_LINES_PER_REQUEST = 1_000
-_UNITS_MS = {"ms": 1, "s": 1_000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
-_DURATION = re.compile(r"(\d+)(ms|s|m|h|d)?")
-
-
-def duration_ms(text: str) -> int:
-    """`30s`, `500ms`, `2m`, `1h`, `7d`, or a number of milliseconds."""
-    m = _DURATION.fullmatch(text.strip())
-    if m is None:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a duration like 30s, 500ms, 2m, 1h")
-    return int(m.group(1)) * _UNITS_MS[m.group(2) or "ms"]
 
 
 def produce_delayed(args: argparse.Namespace, stream: IO[bytes], out: IO[str]) -> int:
@@ -48,21 +38,29 @@ def produce_delayed(args: argparse.Namespace, stream: IO[bytes], out: IO[str]) -
     for raw in stream:
         lines.append(raw.rstrip(b"\n").rstrip(b"\r"))
         if len(lines) == DELAYED_LINES_PER_REQUEST:
-            sent += _send(path, lines, args.key_separator, out)
+            sent += _send(path, lines, args.key_separator, out, sent)
             lines = []
     if lines:
-        sent += _send(path, lines, args.key_separator, out)
+        sent += _send(path, lines, args.key_separator, out, sent)
     return sent
 
 
-def _send(path: str, lines: list[bytes], separator: bytes | None, out: IO[str]) -> int:
+def _send(path: str, lines: list[bytes], separator: bytes | None, out: IO[str], sent: int) -> int:
+    """Schedule `lines` in one request (all or none); `sent` lines went before them."""
     records = []
-    for line in lines:
+    for number, line in enumerate(lines, start=sent + 1):
         key, value = None, line
         if separator is not None:
             k, sep, v = line.partition(separator)
             if not sep:
-                raise InvalidRequest(f"a line has no key separator {separator!r}", field="line")
+                shown = separator.decode("utf-8", "backslashreplace")
+                raise InvalidRequest(
+                    f"line {number} has no key separator {shown!r} (--key-separator): "
+                    f"produce stopped; the {plural(sent, 'line')} before line {sent + 1} "
+                    f"{'was' if sent == 1 else 'were'} scheduled, nothing from line "
+                    f"{sent + 1} on",
+                    field=f"line {number}",
+                )
             key, value = k, v
         record: dict[str, Any] = {"value": base64.b64encode(value).decode()}
         if key is not None:
@@ -92,5 +90,5 @@ def _error(exc: urllib.error.HTTPError) -> DmqError:
 
 def run(args: argparse.Namespace, stream: IO[bytes]) -> int:
     sent = produce_delayed(args, stream, sys.stdout)
-    print(f"scheduled {sent} records to {args.topic} in {args.delay} ms", file=sys.stderr)
+    print(f"scheduled {plural(sent, 'record')} to {args.topic} in {args.delay} ms", file=sys.stderr)
     return 0

@@ -8,7 +8,7 @@ import json
 from collections.abc import Callable
 from typing import Any
 
-from dmq.cli._common import Subparsers, admin_for, parse_time_ms, print_table
+from dmq.cli._common import Subparsers, admin_for, parse_time_ms, plural, print_table
 from dmq.client import AsyncAdmin
 
 
@@ -69,7 +69,7 @@ def cmd_group_describe(args: argparse.Namespace) -> int:
         print(json.dumps(doc, indent=2))
         return 0
     print(f"group {doc['group']}: {doc['state']}, generation {doc['generation']}, "
-          f"assignor {doc['assignor']}, {doc['member_count']} member(s)")  # fmt: skip
+          f"assignor {doc['assignor']}, {plural(doc['member_count'], 'member')}")  # fmt: skip
 
     def dash(value: Any) -> str:
         return "-" if value is None else str(value)

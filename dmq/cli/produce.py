@@ -21,13 +21,15 @@ from typing import IO, BinaryIO, TextIO
 
 from dmq.cli import delay
 from dmq.cli._common import (
+    DURATION_HELP,
     Subparsers,
     UsageError,
     _non_negative_int,
     _positive_int,
     _separator,
+    duration_ms,
+    plural,
 )
-from dmq.cli.delay import duration_ms
 from dmq.client import AsyncProducer, RecordMetadata
 from dmq.client._limits import DELIVERY_TIMEOUT_MS_DEFAULT, LINGER_MS_DEFAULT
 from dmq.errors import DmqError, InvalidRequest
@@ -57,11 +59,22 @@ def add_produce(commands: Subparsers, url: argparse.ArgumentParser) -> None:
         metavar="SEP",
         help="split each line at the first SEP into key and value",
     )
-    produce.add_argument("--acks", choices=("all", "1", "0"), default="all")
+    produce.add_argument(
+        "--acks",
+        choices=("all", "1", "0"),
+        default="all",
+        help="all: answered once a majority of the replicas has the records (the default); "
+        "1: once the leader has them; 0: not waited for (fire and forget)",
+    )
     produce.add_argument(
         "--partition", type=_non_negative_int, help="send every record to this partition"
     )
-    produce.add_argument("--compression", choices=("none", "zstd"), default="none")
+    produce.add_argument(
+        "--compression",
+        choices=("none", "zstd"),
+        default="none",
+        help="how batches are compressed on the way and on disk (none)",
+    )
     produce.add_argument(
         "--linger-ms",
         type=_non_negative_int,
@@ -92,7 +105,9 @@ def add_produce(commands: Subparsers, url: argparse.ArgumentParser) -> None:
     produce.add_argument(
         "--delay",
         type=duration_ms,
-        help="deliver each record this long from now (30s, 500ms, 2m, 1h; dmq/cli/delay.py)",
+        metavar="DURATION",
+        help=f"deliver each record this long from now ({DURATION_HELP}); prints each "
+        "record's schedule id",
     )
     produce.set_defaults(handler=_cmd_produce)
 
@@ -116,7 +131,7 @@ def _cmd_produce(args: argparse.Namespace) -> int:
     finally:
         if stream is not sys.stdin.buffer:
             stream.close()
-    print(f"produced {stats.acknowledged} records to {args.topic}", file=sys.stderr)
+    print(f"produced {plural(stats.acknowledged, 'record')} to {args.topic}", file=sys.stderr)
     if stats.first_error is not None:
         raise stats.first_error
     return 0
@@ -158,8 +173,12 @@ async def produce_lines(
     async with producer:
         async for lines, consumed in read_lines(stream):
             for line in lines:
+                try:
+                    key, value = split_key(line, separator, stats.sent + 1)
+                except InvalidRequest as exc:  # the lines before it still go (flush below)
+                    stats.first_error = exc
+                    break
                 stats.sent += 1
-                key, value = split_key(line, separator, stats.sent)
                 future = await producer.send(args.topic, value, key=key, partition=args.partition)
                 future.add_done_callback(stats.on_done)
             if bar is not None:
@@ -178,8 +197,13 @@ def split_key(line: bytes, separator: bytes | None, line_number: int) -> tuple[b
         return None, line
     key, sep, value = line.partition(separator)
     if not sep:
+        before = line_number - 1
         raise InvalidRequest(
-            f"line {line_number} has no key separator {separator!r}", field=f"line {line_number}"
+            f"line {line_number} has no key separator "
+            f"{separator.decode('utf-8', 'backslashreplace')!r} (--key-separator): produce "
+            f"stopped there; the {plural(before, 'line')} before it {'was' if before == 1 else 'were'} "
+            f"sent, nothing from line {line_number} on",
+            field=f"line {line_number}",
         )
     return key, value
 

@@ -45,12 +45,16 @@ def _add_binding_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--resource-type", required=True,
         choices=("cluster", "topic", "group", "share_group", "transactional_id"),
+        help="what kind of resource the binding is about",
     )  # fmt: skip
     parser.add_argument("--resource-name", help='the name, or prefix (default "cluster")')
-    parser.add_argument("--pattern", choices=("literal", "prefixed"), default="literal")
+    parser.add_argument("--pattern", choices=("literal", "prefixed"), default="literal",
+                        help="literal: --resource-name is the name; prefixed: a name prefix "
+                        "(literal)")  # fmt: skip
     parser.add_argument(
         "--operation", required=True,
         choices=("read", "write", "create", "delete", "alter", "describe", "all"),
+        help="the operation allowed (or denied with --deny)",
     )  # fmt: skip
     parser.add_argument("--deny", action="store_true", help="a deny binding (deny wins)")
 
@@ -65,8 +69,8 @@ def _add_acl(commands: Subparsers, url: argparse.ArgumentParser) -> None:
     _add_binding_arguments(remove)
     remove.set_defaults(handler=lambda a: _done(a, lambda admin: admin.remove_acl(_binding(a))))
     listing = actions.add_parser("list", parents=[url], help="the bindings")
-    listing.add_argument("--principal")
-    listing.add_argument("--resource-type")
+    listing.add_argument("--principal", help="only this principal's bindings (User:NAME)")
+    listing.add_argument("--resource-type", help="only bindings on this kind of resource")
     listing.add_argument("--json", action="store_true", help="print the answer as JSON")
     listing.set_defaults(handler=_acl_list)
 
@@ -111,7 +115,7 @@ def _user_list(args: argparse.Namespace) -> int:
     users = _run(args, lambda admin: admin.list_users())
     if args.json:
         return _print_json({"users": users})
-    rows = [("NAME", "CREATED_MS", "QUOTA")]
+    rows = [("NAME", "CREATED-MS", "QUOTA")]
     rows += [(u["name"], str(u["created_ms"]), json.dumps(u["quota"])) for u in users]
     print_table(rows)
     return 0
@@ -133,7 +137,12 @@ def _acl_list(args: argparse.Namespace) -> int:
     if args.json:
         return _print_json({"acls": acls})
     keys = ("principal", "resource_type", "pattern", "resource_name", "operation", "permission")
-    print_table([tuple(k.upper() for k in keys), *[tuple(a[k] for k in keys) for a in acls]])
+    print_table(
+        [
+            tuple(k.upper().replace("_", "-") for k in keys),
+            *[tuple(a[k] for k in keys) for a in acls],
+        ]
+    )
     return 0
 
 

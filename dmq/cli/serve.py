@@ -101,8 +101,9 @@ def _ask_cluster(
     data_dir: Path,
     own_cluster_id: str = "",
     tls: ssl.SSLContext | None = None,
-) -> tuple[dict[str, str], list[str]]:
-    """Peers (id -> Raft address) and metadata voters from the first broker of urls that
+) -> tuple[dict[str, str], list[str], dict[str, str]]:
+    """Peers (id -> Raft address), metadata voters and the peers' HTTP addresses (id ->
+    host:port: brokers on one host have distinct ones) from the first broker of urls that
     answers with every voter registered and the cluster's id known (a cluster still
     starting names voters it has no address for yet); rounds of every url go on until
     patience_s has passed. DmqError names each url with its last error; a broker of
@@ -115,13 +116,14 @@ def _ask_cluster(
             try:
                 doc = _ask_one(url, data_dir, own_cluster_id, tls)
                 peers = {b["node_id"]: b["raft_addr"] for b in doc["brokers"]}
+                http_addrs = {b["node_id"]: b["http_addr"] for b in doc["brokers"]}
                 voters = list(doc["metadata_voters"])
             except (OSError, ValueError, KeyError, TypeError) as exc:
                 failures.append(f"{url}: {exc}")
                 continue
             unknown = sorted(set(voters) - set(peers))
             if not unknown and doc.get("cluster_id"):
-                return peers, voters
+                return peers, voters, http_addrs
             failures.append(
                 f"{url}: still starting (voters {','.join(unknown)} unregistered)"
                 if unknown
@@ -185,7 +187,9 @@ def resolve_join(config: BrokerConfig) -> BrokerConfig:
         _refuse_unidentified_data(config.data_path)
     own_cluster_id = identity.cluster_id if identity is not None else ""
     try:
-        peers, voters = _ask_cluster(urls, patience_s, config.data_path, own_cluster_id, tls)
+        peers, voters, http_addrs = _ask_cluster(
+            urls, patience_s, config.data_path, own_cluster_id, tls
+        )
     except ClusterIdMismatch:
         raise  # never started from the copy: the seeds said which cluster they are
     except DmqError as exc:
@@ -194,17 +198,21 @@ def resolve_join(config: BrokerConfig) -> BrokerConfig:
         print(f"{exc}; starting from what the last join read ({saved})", file=sys.stderr)
         kept = json.loads(saved.read_text())
         peers, voters = dict(kept["peers"]), list(kept["metadata_voters"])
+        http_addrs = dict(kept.get("http_addrs", {}))  # absent from copies of before
         fresh = False
     else:
         fresh = True
     if config.node_id in peers and peers[config.node_id] != config.raft_addr:
         raise DmqError(f"--join: broker id {config.node_id} is taken by {peers[config.node_id]}")
     peers[config.node_id] = config.raft_addr
+    http_addrs.pop(config.node_id, None)
     if fresh:  # kept for the next start (a copy read back is not written again)
         saved.parent.mkdir(parents=True, exist_ok=True)
-        write_durably(saved, json.dumps({"peers": peers, "metadata_voters": voters}).encode())
+        kept_doc = {"peers": peers, "metadata_voters": voters, "http_addrs": http_addrs}
+        write_durably(saved, json.dumps(kept_doc).encode())
     return dataclasses.replace(
         config,
         peers=",".join(f"{k}={v}" for k, v in sorted(peers.items())),
+        peer_http_addrs=",".join(f"{k}={v}" for k, v in sorted(http_addrs.items())),
         metadata_voters=",".join(voters),
     )

@@ -12,12 +12,12 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import base64
 import json
 import sys
 from typing import Any
 
-from dmq.cli._common import Subparsers, _positive_int, print_table
+from dmq.cli._common import Subparsers, _positive_int, plural, print_table
+from dmq.cli.consume import record_json
 from dmq.client import (
     AsyncShareConsumer,
     ShareRecord,
@@ -41,17 +41,34 @@ def add_share(commands: Subparsers, url: argparse.ArgumentParser) -> None:
                          help="how each printed record is acknowledged (accept)")  # fmt: skip
     consume.add_argument("--max-records", type=_positive_int, help="stop after this many")
     consume.add_argument("--follow", action="store_true", help="wait for records forever")
-    consume.add_argument("--output", choices=("lines", "json"), default="lines")
+    consume.add_argument("--output", choices=("lines", "json"), default="lines",
+                         help="lines: the value (raw bytes); json: one object per record")  # fmt: skip
     consume.set_defaults(handler=cmd_share_consume)
     configure = actions.add_parser(
         "configure", parents=[url], help="create a share group or change its settings"
     )
     configure.add_argument("group")
-    configure.add_argument("--lock-duration-ms", type=_positive_int, help="(30000)")
-    configure.add_argument("--max-delivery-attempts", type=_positive_int, help="(5)")
-    configure.add_argument("--dead-letter-topic", help="(<group>.dlq)")
-    configure.add_argument("--max-in-flight-records", type=_positive_int, help="(2000)")
-    configure.add_argument("--session-timeout-ms", type=_positive_int, help="(45000)")
+    configure.add_argument(
+        "--lock-duration-ms",
+        type=_positive_int,
+        help="how long a polled record stays locked to its member (30000)",
+    )
+    configure.add_argument(
+        "--max-delivery-attempts",
+        type=_positive_int,
+        help="deliveries of a record before it is dead-lettered (5)",
+    )
+    configure.add_argument(
+        "--dead-letter-topic", help="where rejected and exhausted records go (<group>.dlq)"
+    )
+    configure.add_argument(
+        "--max-in-flight-records",
+        type=_positive_int,
+        help="records locked or awaiting acks at once per partition (2000)",
+    )
+    configure.add_argument("--session-timeout-ms", type=_positive_int,
+                           help="a member silent this long leaves; its locks are released "
+                           "(45000)")  # fmt: skip
     configure.set_defaults(handler=cmd_share_configure)
     describe = actions.add_parser("describe", parents=[url], help="members and partitions")
     describe.add_argument("group")
@@ -63,14 +80,10 @@ def add_share(commands: Subparsers, url: argparse.ArgumentParser) -> None:
 
 
 def _line(r: ShareRecord, output: str) -> str:
-    if output == "json":
-
-        def text(b: bytes | None) -> str | None:
-            return None if b is None else base64.b64encode(b).decode()
-
-        return json.dumps({"topic": r.topic, "partition": r.partition, "offset": r.offset,
-                           "delivery_count": r.delivery_count, "key": text(r.key),
-                           "value": text(r.value)})  # fmt: skip
+    if output == "json":  # `dmq consume`'s shape, and how many times it was delivered
+        obj = record_json(r.topic, r.partition, r.offset, r.timestamp_ms, r.key, r.value,
+                          r.headers)  # fmt: skip
+        return json.dumps(obj | {"delivery_count": r.delivery_count}, ensure_ascii=False)
     return (r.value or b"").decode("utf-8", errors="replace")
 
 
@@ -114,7 +127,7 @@ def cmd_share_describe(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(doc, indent=2))
         return 0
-    print(f"share group {doc['group']}: {doc['member_count']} member(s), lock "
+    print(f"share group {doc['group']}: {plural(doc['member_count'], 'member')}, lock "
           f"{doc['lock_duration_ms']} ms, {doc['max_delivery_attempts']} attempts, "
           f"dead letters to {doc['dead_letter_topic']}")  # fmt: skip
     keys = ("topic", "partition", "start_offset", "end_offset", "in_flight", "acquired",

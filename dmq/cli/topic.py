@@ -13,6 +13,7 @@ from dmq.cli._common import (
     _positive_int,
     admin_for,
     as_dict,
+    plural,
     print_table,
 )
 from dmq.client import TopicDescription, TopicSummary
@@ -21,7 +22,9 @@ from dmq.client import TopicDescription, TopicSummary
 def add_topic(commands: Subparsers, url: argparse.ArgumentParser) -> None:
     topic = commands.add_parser("topic", help="create, list, describe, alter, delete topics")
     actions = topic.add_subparsers(dest="topic_command", metavar="ACTION", required=True)
-    config_help = "a topic setting, e.g. retention_ms=86400000 (repeatable)"
+    config_help = (
+        "a topic setting, e.g. retention_ms=86400000 or Kafka's retention.ms=86400000 (repeatable)"
+    )
 
     create = actions.add_parser("create", parents=[url], help="create a topic")
     create.add_argument("name")
@@ -73,7 +76,7 @@ def _cmd_topic_create(args: argparse.Namespace) -> int:
 
     description = asyncio.run(create())
     print(
-        f"created topic {description.name} ({description.partition_count} partitions, "
+        f"created topic {description.name} ({plural(description.partition_count, 'partition')}, "
         f"replication factor {description.replication_factor})"
     )
     return 0
@@ -136,14 +139,14 @@ def _cmd_topic_delete(args: argparse.Namespace) -> int:
 
 def _print_description(description: TopicDescription) -> None:
     print(
-        f"topic {description.name}: {description.partition_count} partitions, "
+        f"topic {description.name}: {plural(description.partition_count, 'partition')}, "
         f"replication factor {description.replication_factor}"
     )
     for key in sorted(description.config):
         print(f"  {key} = {description.config[key]}")
     tiered = description.config.get("remote_storage_enable") == "true"
-    head = ("PARTITION", "LEADER", "REPLICAS", "LOG_START", "HIGH_WATERMARK", "LOG_END")
-    rows = [head + (("REMOTE_END", "LOCAL_BYTES", "REMOTE_BYTES") if tiered else ())]
+    head = ("PARTITION", "LEADER", "REPLICAS", "LOG-START", "HIGH-WATERMARK", "LOG-END")
+    rows = [head + (("REMOTE-END", "LOCAL-BYTES", "REMOTE-BYTES") if tiered else ())]
     rows += [
         (
             str(p.partition),

@@ -20,6 +20,11 @@ def add_txn(commands: Subparsers, url: argparse.ArgumentParser) -> None:
     listing.set_defaults(handler=cmd_txn_list)
 
 
+# A transaction has an age while it is open (its batches wait for a marker); a finished
+# one's age_ms is 0 in the API, shown as "-" rather than as a transaction 0 ms old.
+_OPEN_STATES = ("ongoing", "prepare_commit", "prepare_abort")
+
+
 def cmd_txn_list(args: argparse.Namespace) -> int:
     transactions = asyncio.run(
         list_transactions(args.url, default_api_timeout_ms=args.api_timeout_ms)
@@ -27,14 +32,14 @@ def cmd_txn_list(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps({"transactions": transactions}, indent=2))
         return 0
-    rows = [("TRANSACTIONAL_ID", "STATE", "PRODUCER", "EPOCH", "AGE_MS", "PARTITIONS", "OFFSETS")]
+    rows = [("TRANSACTIONAL-ID", "STATE", "PRODUCER", "EPOCH", "AGE-MS", "PARTITIONS", "OFFSETS")]
     rows += [
         (
             t["transactional_id"],
             t["state"],
             str(t["producer_id"]),
             str(t["producer_epoch"]),
-            str(t["age_ms"]),
+            str(t["age_ms"]) if t["state"] in _OPEN_STATES else "-",
             ",".join(t["partitions"]) or "-",
             str(len(t["offsets"])),
         )  # fmt: skip

@@ -40,7 +40,7 @@ from dmq.client import _limits
 from dmq.client._http import BATCHES, Transport, header, topic_path
 from dmq.client._parse import parse_description, parse_offsets
 from dmq.client._types import ConsumerRecord, TopicPartition
-from dmq.errors import DmqError, InvalidRequest, OffsetOutOfRange, StorageError
+from dmq.errors import DmqError, InvalidRequest, OffsetOutOfRange, StorageError, TopicNotFound
 from log.errors import LogError
 from log.records import decode_batch, iter_batches
 
@@ -359,6 +359,10 @@ class AsyncConsumer:
             except InvalidRequest as error:
                 if not self._maybe_lower_fetch_limits(error):
                     raise
+            except TopicNotFound as error:
+                # Which topic: a group consumer drops a deleted topic's partitions (_group.py).
+                error.details.setdefault("topic", tp.topic)
+                raise
         content_type = (header(response.headers, "Content-Type") or "").split(";")[0].strip()
         if content_type and content_type != BATCHES:
             raise DmqError(f"asked for {BATCHES}, the broker answered {content_type}")

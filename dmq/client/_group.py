@@ -22,6 +22,8 @@ The broker assigns partitions (server-side assignment); this client follows:
    application does not call `poll` for that long, the heartbeat task leaves the group
    (its partitions go to the others; the broker would expire it anyway once a revocation
    stays unacknowledged past its rebalance timeout) and the next `poll` joins again.
+7. A fetch answering 404 `topic_not_found` (an assigned topic was deleted) revokes that
+   topic's partitions here and `poll` goes on; the group's assignment drops them too.
 """
 
 from __future__ import annotations
@@ -36,10 +38,10 @@ from typing import Any
 from urllib.parse import quote
 
 from dmq.client import _limits
-from dmq.client._consumer import AsyncConsumer, Isolation
+from dmq.client._consumer import AsyncConsumer, Isolation, OffsetReset
 from dmq.client._http import Deadline, Transport, group_path
 from dmq.client._types import ConsumerRecord, TopicPartition
-from dmq.errors import DmqError, UnknownMember
+from dmq.errors import DmqError, TopicNotFound, UnknownMember
 
 _log = logging.getLogger("dmq.client.group")
 Callback = Callable[[list[TopicPartition]], Any]
@@ -70,6 +72,7 @@ class AsyncGroupConsumer:
         max_poll_interval_ms: int = _limits.MAX_POLL_INTERVAL_MS_DEFAULT,
         isolation: Isolation = "read_uncommitted",
         default_api_timeout_ms: int = _limits.DEFAULT_API_TIMEOUT_MS_DEFAULT,
+        auto_offset_reset: OffsetReset = "earliest",
     ) -> None:
         if (topics is None) == (topic_pattern is None):
             raise ValueError("give either topics or topic_pattern")
@@ -94,6 +97,7 @@ class AsyncGroupConsumer:
             request_timeout_ms=request_timeout_ms,
             isolation=isolation,
             default_api_timeout_ms=default_api_timeout_ms,
+            auto_offset_reset=auto_offset_reset,  # a partition the group has no offset for
         )
         self._member_id: str | None = None
         self._generation = 0  # the generation whose assignment is applied
@@ -207,6 +211,22 @@ class AsyncGroupConsumer:
         self._rejoin = True
         await self._leave(self._member_id or "")
 
+    def _drop_deleted_topic(self, topic: str) -> None:
+        """Step 7: an assigned topic was deleted. As Kafka's consumers, the member goes on:
+        it stops reading the topic's partitions (revoked, their positions forgotten: a
+        topic created again under the name starts from its beginning), and the group's
+        next assignment, which no longer has them, or has the new topic's, follows."""
+        gone = [tp for tp in self._assigned if tp.topic == topic]
+        if not gone:
+            raise TopicNotFound(f"topic {topic!r} does not exist", field="topic")
+        _log.warning("topic %s was deleted: its partitions are no longer read", topic)
+        if self._on_revoke is not None:
+            self._on_revoke(gone)
+        for tp in gone:
+            self._consumed.pop(tp, None)
+        self._assigned = [tp for tp in self._assigned if tp.topic != topic]
+        self._inner.assign(self._assigned)
+
     def _member_path(self, member_id: str) -> str:
         return f"{self._path}/members/{quote(member_id, safe='')}"
 
@@ -237,9 +257,13 @@ class AsyncGroupConsumer:
             await asyncio.sleep(min(timeout_ms / 1000, self._heartbeat_s))
             return []
         # Wake up for an assignment change at least once per heartbeat.
-        records = await self._inner.poll(
-            min(timeout_ms, int(self._heartbeat_s * 1000)), max_records
-        )
+        try:
+            records = await self._inner.poll(
+                min(timeout_ms, int(self._heartbeat_s * 1000)), max_records
+            )
+        except TopicNotFound as exc:
+            self._drop_deleted_topic(str(exc.details.get("topic", "")))
+            return []
         for r in records:
             self._consumed[TopicPartition(r.topic, r.partition)] = r.offset + 1
         return records

@@ -50,7 +50,7 @@ from dmq.partition.transactions import AbortedRange, visible_records
 from log import compaction
 from log.config import LogConfig
 from log.errors import LogError
-from log.partition_log import PartitionLog, ReadResult
+from log.partition_log import PartitionLog, ReadResult, Retained
 from log.records import Record, iter_batches
 from log.space import SpaceGuard, StorageFull
 from log.writeback import Writeback
@@ -635,9 +635,19 @@ class PartitionReplica:
                 return 0, False
             log = self._log
             assert log is not None
-            deleted = await self.run(self._locked, log.maybe_delete_segments, now_ms)
+            retained = await self.run(self._locked, log.apply_retention, now_ms)
+            self._log_retention(retained, log.config.retention_ms, log.config.retention_bytes)
+            deleted = retained.segments
             if log.config.remote_storage_enable:
-                deleted += await self.run(self._locked, self._delete_uploaded, log, now_ms)
+                start = log.log_start_offset
+                uploaded = await self.run(self._locked, self._delete_uploaded, log, now_ms)
+                if uploaded:
+                    _log.info(
+                        "local retention deleted %s of %s: offsets [%d, %d), uploaded to "
+                        "the object store and past local_retention_ms or local_retention_bytes",
+                        _segments(uploaded), self.name, start, log.log_start_offset,
+                    )  # fmt: skip
+                deleted += uploaded
             compacted = False
             compacted_below: int | None = None
             if log.config.compacts:
@@ -657,6 +667,26 @@ class PartitionReplica:
         if trim is not None:
             await self._propose_trim(trim)
         return deleted, compacted
+
+    def _log_retention(
+        self, retained: Retained, retention_ms: int | None, retention_bytes: int | None
+    ) -> None:
+        """One INFO line per pass that deleted anything: how much, of which partition, why
+        (a reader whose offset went gets 416 with the new start; this line says why)."""
+        if not retained.segments:
+            return
+        why = []
+        if retained.by_age:
+            why.append(f"{_segments(retained.by_age)} older than retention_ms ({retention_ms})")
+        if retained.segments > retained.by_age:
+            by_size = retained.segments - retained.by_age
+            why.append(f"{_segments(by_size)} over retention_bytes ({retention_bytes})")
+        records = retained.end_offset - retained.start_offset
+        _log.info(
+            "retention deleted %s of %s: offsets [%d, %d) (%d record%s, fewer if compacted); %s",
+            _segments(retained.segments), self.name, retained.start_offset, retained.end_offset,
+            records, "" if records == 1 else "s", ", ".join(why),
+        )  # fmt: skip
 
     def _delete_uploaded(self, log: PartitionLog, now_ms: int) -> int:
         """Tiered storage, under the lock: local segments past local retention go, but
@@ -754,3 +784,7 @@ def raft_status_fields(raft: Replica | None) -> dict[str, Any]:
         "commit_index": status.commit_index if status else 0,
         "last_applied": status.last_applied if status else 0,
     }
+
+
+def _segments(count: int) -> str:
+    return f"{count} segment{'' if count == 1 else 's'}"

@@ -3,8 +3,8 @@
 Proves that:
 - `--url` works before or after the command, and defaults to $DMQ_URL, else localhost:8080;
 - `--config KEY=VALUE` sends integers as numbers and the rest as strings; `--from` takes
-  earliest, latest or an offset; `--from-time` takes epoch ms or ISO 8601 (UTC unless it
-  has an offset); `--from` and `--from-time` exclude each other;
+  earliest, latest or an offset; `--from-time` takes epoch ms, ISO 8601 (UTC unless it
+  has an offset) or a duration ago (1h); `--from` and `--from-time` exclude each other;
 - usage errors exit 2, errors from the broker or the network exit 1 with
   `error: <code>: <message>` on stderr (a dead broker after --api-timeout-ms, named, and
   said once at its first failed attempt with how long it will be retried), `--help` exits 0;
@@ -28,6 +28,7 @@ import io
 import json
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -107,7 +108,7 @@ def test_alter_needs_something_to_change(capsys: pytest.CaptureFixture[str]) -> 
 
 
 def test_from_and_from_time() -> None:
-    assert parse("consume", "t").start == "earliest"
+    assert parse("consume", "t").start is None  # not given: earliest (--group: told apart)
     assert parse("consume", "t", "--from", "latest").start == "latest"
     assert parse("consume", "t", "--from", "42").start == 42
     assert parse("consume", "t", "--from-time", "1700000000000").start_time_ms == 1700000000000
@@ -115,6 +116,9 @@ def test_from_and_from_time() -> None:
     naive = parse("consume", "t", "--from-time", "2023-11-14T22:13:20").start_time_ms
     shifted = parse("consume", "t", "--from-time", "2023-11-14T23:13:20+01:00").start_time_ms
     assert utc == naive == shifted == 1700000000000
+    before = int(time.time() * 1000)
+    hour_ago = parse("consume", "t", "--from-time", "1h").start_time_ms
+    assert before - 3_600_000 <= hour_ago <= int(time.time() * 1000) - 3_600_000
 
 
 def test_broker_errors_exit_1_with_code_and_message(capsys: pytest.CaptureFixture[str]) -> None:
