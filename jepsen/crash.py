@@ -86,14 +86,23 @@ class Failure:
         )
 
 
-def _serve_args(data_dir: Path, host: str, ports: list[int], extra: list[str]) -> list[str]:
+def serve_args(data_dir: Path, host: str, ports: list[int], extra: list[str]) -> list[str]:
     return [
         sys.executable, "-m", "dmq", "serve", "--data-dir", str(data_dir),
         "--http-addr", f"{host}:{ports[0]}", "--raft-addr", f"{host}:{ports[1]}", *extra,
     ]  # fmt: skip
 
 
-def _wait_ready(url: str, proc: subprocess.Popen[bytes], timeout_s: float) -> bool:
+def traced(trace: Path, command: list[str]) -> list[str]:
+    """`command` under strace, writing the calls crashfs models to `trace`."""
+    return [
+        "strace", "-f", "--seccomp-bpf", "-qq", "-ttt", "-y", "-xx",
+        "-s", str(STRACE_SIZE_BYTES), "-o", str(trace), "-e", "trace=" + TRACED_CALLS,
+        *command,
+    ]  # fmt: skip
+
+
+def wait_ready(url: str, proc: subprocess.Popen[bytes], timeout_s: float) -> bool:
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         if proc.poll() is not None:
@@ -107,13 +116,13 @@ def _wait_ready(url: str, proc: subprocess.Popen[bytes], timeout_s: float) -> bo
     return False
 
 
-def _stop(proc: subprocess.Popen[bytes]) -> None:
+def stop(proc: subprocess.Popen[bytes]) -> None:
     if proc.poll() is None:
         os.killpg(proc.pid, signal.SIGKILL)
     proc.wait()
 
 
-def _stop_traced(proc: subprocess.Popen[bytes]) -> None:
+def stop_traced(proc: subprocess.Popen[bytes]) -> None:
     """Kill the broker strace runs, not strace: strace then writes the rest of its trace
     and exits (killed itself, it would lose what it had not written yet)."""
     children = Path(f"/proc/{proc.pid}/task/{proc.pid}/children")
@@ -123,7 +132,7 @@ def _stop_traced(proc: subprocess.Popen[bytes]) -> None:
     try:
         proc.wait(timeout=30.0)
     except subprocess.TimeoutExpired:
-        _stop(proc)
+        stop(proc)
 
 
 def record_workload(
@@ -134,18 +143,14 @@ def record_workload(
     arrive while a snapshot is written are what a compaction must keep."""
     data_dir, trace = work / "data", work / "trace.txt"
     ports = listen_ports(["127.0.0.1"], 2, os.getpid())
-    command = [
-        "strace", "-f", "--seccomp-bpf", "-qq", "-ttt", "-y", "-xx",
-        "-s", str(STRACE_SIZE_BYTES), "-o", str(trace), "-e", "trace=" + TRACED_CALLS,
-        *_serve_args(data_dir, "127.0.0.1", ports, broker_args),
-    ]  # fmt: skip
+    command = traced(trace, serve_args(data_dir, "127.0.0.1", ports, broker_args))
     log = open(work / "traced-broker.log", "wb")  # noqa: SIM115 - closed below
     proc = subprocess.Popen(command, cwd=ROOT, stdout=log, stderr=log, start_new_session=True)
     log.close()
     url = f"http://127.0.0.1:{ports[0]}"
     acks: list[Ack] = []
     try:
-        if not _wait_ready(url, proc, 60.0):
+        if not wait_ready(url, proc, 60.0):
             raise SystemExit(
                 f"the traced broker did not start: {(work / 'traced-broker.log').read_text()[-2000:]}"
             )
@@ -176,7 +181,7 @@ def record_workload(
             acks = [a for a in pool.map(send, range(records)) if a is not None]
             acks += acks_1.result()
     finally:
-        _stop_traced(proc)
+        stop_traced(proc)
     return data_dir, trace, acks, started_s
 
 
@@ -194,26 +199,26 @@ def check_state(
     state.materialize(data_dir)
     log = open(home / "broker.log", "wb")  # noqa: SIM115 - closed below
     proc = subprocess.Popen(
-        _serve_args(data_dir, "127.0.0.1", ports, broker_args),
+        serve_args(data_dir, "127.0.0.1", ports, broker_args),
         cwd=ROOT, stdout=log, stderr=log, start_new_session=True,
     )  # fmt: skip
     log.close()
     url = f"http://127.0.0.1:{ports[0]}"
     found: Records = {}
     try:
-        if not _wait_ready(url, proc, READY_TIMEOUT_S):
+        if not wait_ready(url, proc, READY_TIMEOUT_S):
             tail = (home / "broker.log").read_text(errors="replace").strip().splitlines()[-3:]
             problem: str | None = "the broker did not become ready: " + " | ".join(tail)
         else:
-            problem = _read_all(url, partitions, found)
+            problem = read_all(url, partitions, found)
     finally:
-        _stop(proc)
+        stop(proc)
     if problem is None:
         shutil.rmtree(home, ignore_errors=True)
     return problem, found
 
 
-def _read_all(url: str, partitions: set[int], found: Records) -> str | None:
+def read_all(url: str, partitions: set[int], found: Records) -> str | None:
     """Every record of `partitions` into `found`; what went wrong, if something did."""
     for partition in sorted(partitions):
         offset = 0
@@ -245,7 +250,7 @@ def _fetch(url: str) -> Answer:
         time.sleep(0.1)
 
 
-def _check_acks(found: Records, due: list[Ack]) -> str | None:
+def check_acks(found: Records, due: list[Ack]) -> str | None:
     """Every acknowledgement due is read back: at its offset, or for acks=1 (no offset
     answered) exactly once in its partition."""
     counts: dict[tuple[int, str], int] = {}
@@ -266,7 +271,7 @@ def _check_acks(found: Records, due: list[Ack]) -> str | None:
     return None
 
 
-def _check_monotonic(earlier: Records, later: Records) -> str | None:
+def check_monotonic(earlier: Records, later: Records) -> str | None:
     """What a crash at an earlier point served, a crash at a later one must serve too, at
     the same offsets: durable data never shrinks (retention is off in this workload).
     This catches a loss whether or not its acknowledgement had arrived before the crash."""
@@ -279,7 +284,7 @@ def _check_monotonic(earlier: Records, later: Records) -> str | None:
     return None
 
 
-def _server_times(acks: list[Ack], sent: list[tuple[float, bytes]]) -> list[Ack]:
+def server_times(acks: list[Ack], sent: list[tuple[float, bytes]]) -> list[Ack]:
     """The acknowledgements, each timed when the broker wrote it to its socket (the
     answer names its partition and offset; acks=1 answers, which name no offset, in the
     order their one thread sent them) rather than when the client read it: a crash
@@ -343,9 +348,9 @@ def _judge(
                 failures.append(Failure(point, problem))
             continue
         due = [a for a in acks if a.time_s <= point.time_s]
-        problem = _check_acks(found, due)
+        problem = check_acks(found, due)
         if problem is None and point.variant in last:
-            problem = _check_monotonic(last[point.variant], found)
+            problem = check_monotonic(last[point.variant], found)
         if problem is None:
             last[point.variant] = found
         else:
@@ -362,7 +367,7 @@ def explore(args: argparse.Namespace) -> int:
             work, args.records, args.partitions, args.producers, broker_args
         )
         calls = parse_trace(trace)
-        acks = _server_times(acks, socket_sends(calls, ACK_MARKER))
+        acks = server_times(acks, socket_sends(calls, ACK_MARKER))
         replay = Replay(data_dir)
         for call in calls:
             replay.apply(call)

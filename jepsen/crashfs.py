@@ -28,8 +28,10 @@ directories that never were.
 from __future__ import annotations
 
 import hashlib
+import heapq
 import os
 import re
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -539,6 +541,52 @@ def crash_points(
             states.setdefault(digest, state)
             points.append(CrashPoint(call.seq, call.time_s, state.call, variant, digest))
     return points, states
+
+
+@dataclass(frozen=True, slots=True)
+class ClusterCrash:
+    """A whole-cluster power cut: after `call` of node `node`, at `time_s`, every node
+    left in the state its own calls so far give, all in one variant."""
+
+    time_s: float
+    node: str
+    call: str
+    variant: str
+    states: dict[str, CrashState]  # node id -> its directory
+
+    def digest(self) -> str:
+        return hashlib.sha256(
+            "".join(f"{n}:{self.states[n].digest()}" for n in sorted(self.states)).encode()
+        ).hexdigest()
+
+
+def cluster_crashes(
+    traces: dict[str, tuple[list[Call], Path]],
+    variants: tuple[str, ...] = VARIANTS,
+    after_s: float = 0.0,
+    marker: bytes | None = None,
+) -> Iterator[ClusterCrash]:
+    """Every whole-cluster crash point, in time order: each node's calls are played in
+    their order and the nodes' interleaved by the time each call started (strace's
+    clock, one machine); a point is each sync, name change or acknowledgement sent by
+    any node. Lazily: a cluster's states are large, the explorer checks one at a time."""
+    replays = {node: Replay(root) for node, (_, root) in traces.items()}
+    merged = heapq.merge(*(_timed(node, calls) for node, (calls, _) in traces.items()))
+    for time_s, node, _, call in merged:
+        touched = replays[node].apply(call)
+        if time_s < after_s:
+            continue
+        barrier = touched and (call.name in SYNC_CALLS or call.name in NAME_CALLS)
+        if not barrier and not (marker is not None and _sent(call, marker)):
+            continue
+        for variant in variants:
+            states = {n: r.state(call, variant) for n, r in replays.items()}
+            label = f"{node}: {states[node].call}"
+            yield ClusterCrash(time_s, node, label, variant, states)
+
+
+def _timed(node: str, calls: list[Call]) -> Iterator[tuple[float, str, int, Call]]:
+    return ((call.time_s, node, call.seq, call) for call in calls)
 
 
 def _sent(call: Call, marker: bytes) -> bool:
