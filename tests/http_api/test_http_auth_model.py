@@ -5,15 +5,17 @@ allows is not refused.
 The run interleaves, in an order drawn from the seed: the superuser granting and revoking
 ACL bindings (literal, prefixed, `*`, deny; on topics, groups, transactional ids, share
 groups and the cluster, for alice, bob and User:*), the superuser creating topics, and
-alice or bob attempting: produce (auto-creating a missing topic), fetch, offset commit,
-group join with a topic list and with a pattern, a REST v2 consumer subscribed by pattern,
-transactional offset commit naming a group, producer init with a transactional id,
-share-group PUT with and without a dead-letter topic, topic create, delete, describe and
-config alter. After each attempt:
+alice or bob attempting: produce, /v1 and REST v2 (auto-creating a missing topic), fetch,
+offset commit and reset, group description, group join with a topic list and with a
+pattern, a REST v2 consumer subscribed by pattern, transactional offset commit naming a
+group, producer init with a transactional id, share-group PUT with and without a
+dead-letter topic, share-group join, topic create, delete, describe and config alter.
+After each attempt:
 
 - safety: an answer 2xx is a violation unless the model allows every resource the
   operation touches; a pattern subscription (v1 join and its fetch, v2 assignments and
-  records) must show and serve only topics the model lets the caller describe and read;
+  records) must show and serve only topics the model lets the caller describe and read,
+  and a group description only topics it lets the caller describe;
 - liveness: an operation the model allows, whose resources exist, must not be refused
   (401, 403, or 404 topic_not_found); other failures are counted and shown.
 
@@ -46,9 +48,10 @@ from tests.http_api.test_http_auth import SU, SUPERUSER, call
 from tests_support import BrokerProcess
 
 SEED = int(os.environ.get("DMQ_AUTH_MODEL_SEED", "20261129"))
-STEPS = int(os.environ.get("DMQ_AUTH_MODEL_STEPS", "3000"))
-BINDINGS_MAX = 24  # past it a grant step revokes instead: the ACL set keeps refusing things
+STEPS = int(os.environ.get("DMQ_AUTH_MODEL_STEPS", "2000"))
+BINDINGS_MAX = 32  # past it a grant step revokes instead: the ACL set keeps refusing things
 V2 = "application/vnd.kafka.v2+json"
+V2_JSON = "application/vnd.kafka.json.v2+json"
 
 USERS = ("alice", "bob")
 TOPICS = ("app-a", "app-b", "secret-x", "pub", "sg-1.dlq", "app-dlq")
@@ -423,10 +426,67 @@ def op_share_put(run: Run, user: str) -> Attempt:
                    status, doc)  # fmt: skip
 
 
+def op_v2_produce(run: Run, user: str) -> Attempt:
+    m, t = run.model, run.rng.choice(TOPICS)
+    allowed = m.allows(user, "topic", t, "write") and (t in m.topics or m.may_create_topic(user, t))
+    body = {"records": [{"value": {"n": run.step_no}}]}
+    status, _, doc = call(run.b, "POST", f"/topics/{t}", body, _auth(user), V2_JSON)
+    if 200 <= status < 300:
+        m.topics.add(t)  # auto-created
+    return Attempt(f"{user} v2-produce {t}", allowed, True, status, doc)
+
+
+def op_reset(run: Run, user: str) -> Attempt:
+    m, g, t = run.model, run.rng.choice(GROUPS), run.rng.choice(TOPICS)
+    body = {"to": "earliest", "topics": [t]}
+    status, _, doc = call(run.b, "POST", f"/v1/groups/{g}/offsets/reset", body, _auth(user))
+    allowed = m.allows(user, "group", g, "delete") and m.allows(user, "topic", t, "read")
+    return Attempt(f"{user} reset {g} {t}", allowed, t in m.topics, status, doc)
+
+
+def _topics_in(doc: Any) -> list[str]:
+    """Every value of a "topic" key anywhere in a JSON document."""
+    if isinstance(doc, dict):
+        own = [doc["topic"]] if isinstance(doc.get("topic"), str) else []
+        return own + [t for v in doc.values() for t in _topics_in(v)]
+    if isinstance(doc, list):
+        return [t for v in doc for t in _topics_in(v)]
+    return []
+
+
+def op_describe_group(run: Run, user: str) -> Attempt:
+    """The superuser commits an offset of some topic into the group first: the user must
+    not see it unless it may describe that topic."""
+    m, r = run.model, run.rng
+    g, t = r.choice(GROUPS), r.choice(sorted(m.topics) or TOPICS)
+    if t in m.topics:
+        commit = {"offsets": [{"topic": t, "partition": 0, "offset": 1}]}
+        call(run.b, "POST", f"/v1/groups/{g}/offsets", commit, SU)
+    path = r.choice((f"/v1/groups/{g}", f"/v1/groups/{g}/offsets"))
+    status, _, doc = call(run.b, "GET", path, auth=_auth(user))
+    a = Attempt(f"{user} describe-group {path}", m.allows(user, "group", g, "describe"), False,
+                status, doc)  # fmt: skip
+    if a.succeeded:
+        a.leaks = sorted({x for x in _topics_in(doc) if not m.allows(user, "topic", x, "describe")})
+    return a
+
+
+def op_share_join(run: Run, user: str) -> Attempt:
+    m, group, t = run.model, run.rng.choice(SHARES), run.rng.choice(TOPICS)
+    path = f"/v1/share-groups/{group}/members"
+    status, _, doc = call(run.b, "POST", path, {"topics": [t]}, _auth(user))
+    if 200 <= status < 300:
+        left, _, answer = call(run.b, "DELETE", f"{path}/{doc['member_id']}", auth=SU)
+        assert left == 204, (left, answer)
+    allowed = m.allows(user, "share_group", group, "read") and m.allows(user, "topic", t, "read")
+    return Attempt(f"{user} share-join {group} [{t}]", allowed, t in m.topics, status, doc)
+
+
 OPS: tuple[tuple[Callable[[Run, str], Attempt], int], ...] = (
     (op_produce, 3), (op_fetch, 2), (op_describe, 2), (op_create, 2), (op_delete, 1),
     (op_alter, 1), (op_commit, 2), (op_join, 2), (op_join_pattern, 2), (op_v2_pattern, 2),
-    (op_init_producer, 1), (op_txn_offsets, 2), (op_share_put, 3),
+    (op_init_producer, 1), (op_txn_offsets, 3), (op_share_put, 3), (op_v2_produce, 1),
+    (op_reset, 1), (op_describe_group, 2), (op_share_join, 1),
 )  # fmt: skip
 
 
