@@ -181,10 +181,15 @@ ROUTE_NEEDS: Final[dict[tuple[str, str], tuple[Need, ...]]] = {
         _share("alter"),
         _topic("write", "body:dead_letter_topic"),
         _topic(
+            "write",
+            "run:dead_letter_topic",
+            "the topic the group will use: the body's, else the one it has, else '<group>.dlq'",
+        ),
+        _topic(
             "create",
             "run:dead_letter_topic",
-            "when it does not exist yet; the default "
-            "'<group>.dlq' too; checked again at each write, for the principal that set it",
+            "when it does not exist yet; both checked "
+            "again at each write, for the principal that set it",
         ),
     ),  # fmt: skip
     ("DELETE", "/v1/share-groups/{group}"): (_share("delete"),),

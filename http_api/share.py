@@ -54,9 +54,12 @@ async def put_group(request: web.Request) -> web.Response:
             "member's session must outlive its locks", field="session_timeout_ms", limit=lock,
         )  # fmt: skip
     broker = _routed(request)
-    dead_letter_topic = changes.get("dead_letter_topic")
-    if dead_letter_topic is not None and not broker.topics.exists(dead_letter_topic):
-        auth.require(request, "topic", dead_letter_topic, "create")  # write: the table's
+    # The topic the group will write dead letters to, for this caller (the table's
+    # run:dead_letter_topic): the one named, the one it has, or the default.
+    dead_letter_topic = broker.share.dead_letter_topic_after(group, changes)
+    auth.require(request, "topic", dead_letter_topic, "write")
+    if not broker.topics.exists(dead_letter_topic):
+        auth.require(request, "topic", dead_letter_topic, "create")
     found = await broker.share.put_group(group, changes, auth.principal_name(request))
     return codec.json_response(group_json(found, 0, partitions=False))
 

@@ -194,6 +194,15 @@ class ShareService:
         )
         return self.group(name)
 
+    def dead_letter_topic_after(self, name: str, changes: dict[str, Any]) -> str:
+        """The dead-letter topic group `name` writes to once `put_group(name, changes)`
+        applies: the one `changes` names, else the group's own, else `<name>.dlq`. The
+        PUT stamps its caller as the principal those writes are made for, so the caller
+        must have the rights on this topic, whichever way it was chosen."""
+        found = self._state().groups.get(name)
+        own = "" if found is None else found.config.dead_letter_topic
+        return changes.get("dead_letter_topic") or own or name + share.DLQ_SUFFIX
+
     async def join(self, group: str, topics: tuple[str, ...], principal: str = "") -> str:
         """Join; a group this creates writes its dead letters with `principal`'s rights."""
         for topic in topics:

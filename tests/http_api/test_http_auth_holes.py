@@ -7,8 +7,9 @@ app-carol) and a topic secret-payroll only the superuser may see:
    shown, only the topics it may describe and read;
 2. a transactional offset commit needs read on the group it commits into;
 3. a share group's dead-letter topic needs write (and create, to be created) when it is
-   configured, and again when written, for the principal that configured it: a refusal
-   leaves the record DEAD_LETTERING, and granting the right later lets it through;
+   configured, whether the PUT names it or the group keeps its own or the default
+   `<group>.dlq`, and again when written, for the principal that configured it: a
+   refusal leaves the record DEAD_LETTERING, and granting the right later lets it through;
 8. a hidden topic in an offset commit answers as a missing one, and group descriptions
    and offsets do not show it.
 """
@@ -144,11 +145,9 @@ def _dead_lettering(b: BrokerProcess, group: str) -> int:
     return sum(p["dead_lettering"] for p in doc["partitions"])
 
 
-def test_3_a_dead_letter_topic_is_checked_when_set_and_when_written(
-    broker: BrokerProcess,
-) -> None:
+def test_3_a_a_named_dead_letter_topic_is_checked_when_set(broker: BrokerProcess) -> None:
     b = broker
-    # When configured: a hidden topic is refused as missing; a new one needs create.
+    # A hidden topic is refused as missing; a new one needs create as well as write.
     status, _, refused = call(b, "PUT", "/v1/share-groups/sg-carol",
                               {"dead_letter_topic": "secret-payroll"}, CAROL)  # fmt: skip
     assert status == 404 and refused["error"]["code"] == "topic_not_found", refused
@@ -163,16 +162,54 @@ def test_3_a_dead_letter_topic_is_checked_when_set_and_when_written(
     assert status == 403 and refused["error"]["details"]["operation"] == "create", refused
     assert call(b, "GET", "/v1/topics/app-carol-dlq", auth=SU)[0] == 404
 
-    # When written: the default '<group>.dlq', which carol may neither create nor write.
+
+def test_3_b_a_put_checks_the_dead_letter_topic_the_group_will_use(
+    broker: BrokerProcess,
+) -> None:
+    """The default '<group>.dlq', and one another principal set: a PUT that names no
+    dead-letter topic still makes its caller the one dead letters are written for."""
+    b = broker
+    put = {"max_delivery_attempts": 1}
+    status, _, refused = call(b, "PUT", "/v1/share-groups/sg-carol-2", put, CAROL)
+    assert status == 404 and refused["error"]["code"] == "topic_not_found", refused
+    assert call(b, "GET", "/v1/share-groups/sg-carol-2", auth=SU)[0] == 404  # nothing made
+    assert (
+        call(b, "POST", "/v1/acls", _acl("carol", "topic", "sg-carol-2.dlq", "write"), SU)[0] == 201
+    )
+    status, _, refused = call(b, "PUT", "/v1/share-groups/sg-carol-2", put, CAROL)
+    assert status == 403 and refused["error"]["details"]["operation"] == "create", refused
+    assert (
+        call(b, "POST", "/v1/acls", _acl("carol", "topic", "sg-carol-2.dlq", "create"), SU)[0]
+        == 201
+    )
+    status, _, done = call(b, "PUT", "/v1/share-groups/sg-carol-2", put, CAROL)
+    assert status == 200 and done["dead_letter_topic"] == "sg-carol-2.dlq", done
+    # The superuser points it at the hidden topic; carol may not take it over with a PUT
+    # that changes something else.
+    hidden = {"dead_letter_topic": "secret-payroll"}
+    assert call(b, "PUT", "/v1/share-groups/sg-carol-2", hidden, SU)[0] == 200
+    status, _, refused = call(b, "PUT", "/v1/share-groups/sg-carol-2", put, CAROL)
+    assert status == 404 and refused["error"]["code"] == "topic_not_found", refused
+
+
+def test_3_c_a_dead_letter_topic_is_checked_again_when_written(broker: BrokerProcess) -> None:
+    b = broker
+    for op in ("create", "write"):
+        assert call(b, "POST", "/v1/acls", _acl("carol", "topic", "sg-carol.dlq", op), SU)[0] == 201
     assert (
         call(b, "PUT", "/v1/share-groups/sg-carol", {"max_delivery_attempts": 1}, CAROL)[0] == 200
+    )
+    # Write taken away after the PUT: the dead letter waits, the topic is not created.
+    assert (
+        call(b, "DELETE", "/v1/acls", _acl("carol", "topic", "sg-carol.dlq", "write"), SU)[0] == 200
     )
     _share_reject(b, "sg-carol")
     time.sleep(1.5)  # several dead-letter passes
     assert _dead_lettering(b, "sg-carol") == 1
     assert call(b, "GET", "/v1/topics/sg-carol.dlq", auth=SU)[0] == 404  # never auto-created
-    for op in ("create", "write"):
-        assert call(b, "POST", "/v1/acls", _acl("carol", "topic", "sg-carol.dlq", op), SU)[0] == 201
+    assert (
+        call(b, "POST", "/v1/acls", _acl("carol", "topic", "sg-carol.dlq", "write"), SU)[0] == 201
+    )
     deadline = time.monotonic() + 15
     while time.monotonic() < deadline and _dead_lettering(b, "sg-carol"):
         time.sleep(0.2)
