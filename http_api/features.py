@@ -1,10 +1,10 @@
 """HTTP routes of feature levels (dmq/broker/features.py): thin, as every handler here.
 
 - `GET /v1/cluster/features` -> the finalized level and what it means, the highest level
-  finalize would choose now, and every registered broker's release and supported range as
+  every broker supports now (`finalizable_level`), and every registered broker's release and supported range as
   it answers now (`reachable` false: it did not answer; its range is null);
-- `POST /v1/cluster/features/finalize` `{"level": n}` (optional; default: the highest every
-  broker supports) -> 200 `{"finalized_level", "requested_level"}`; 409
+- `POST /v1/cluster/features/finalize` `{"level": n}` (optional; default: the highest this
+  release supports) -> 200 `{"finalized_level", "requested_level"}`; 409
   `feature_level_unsupported` naming each broker that does not support it (or did not
   answer) in `details.laggards`, nothing changed; 400 for a level below the finalized one.
 """

@@ -111,7 +111,7 @@ def operations_paths() -> dict[str, Any]:
             "get": operation(
                 "cluster_features",
                 "Each broker's release and supported feature levels (as it answers now), "
-                "the finalized level and the highest level finalize would choose",
+                "the finalized level and the highest level every broker supports now",
                 {"200": ok(object_schema({}, closed=False), "the levels")},
                 errors=(503,),
             )
@@ -119,7 +119,7 @@ def operations_paths() -> dict[str, Any]:
         "/v1/cluster/features/finalize": {
             "post": operation(
                 "finalize_features",
-                "Raise the finalized feature level (default: the highest every broker "
+                "Raise the finalized feature level (default: the highest this release "
                 "supports); 409 feature_level_unsupported naming the laggards. Not reversible",
                 {"200": ok(object_schema({}, closed=False), "the finalized level")},
                 body={

@@ -11,7 +11,9 @@ broker answered a probe with a range holding the target:
 1. Ask every other registered broker `GET /healthz` now (the answers carry the headers);
    one that does not answer within PROBE_TIMEOUT_S is a laggard: finalizing must not rest
    on a range remembered from before a restart.
-2. The target is the level asked for, else the highest every broker supports.
+2. The target is the level asked for, else the highest this release supports: finalizing
+   means "the upgrade to this release is done", so a broker still on an older release
+   must be named, not silently matched by a lower target.
 3. Any broker whose range excludes the target: refused (FeatureLevelUnsupported, 409),
    naming each one, its release and its range. Nothing is proposed.
 4. Else propose FinalizeFeatureLevel(target): apply raises it, never lowers it.
@@ -91,7 +93,7 @@ class FeaturesService:
 
     async def features(self) -> dict[str, Any]:
         """`GET /v1/cluster/features`: each broker's range and release as it answers now,
-        the finalized level, and the highest level finalize would choose."""
+        the finalized level, and the highest level every broker supports now."""
         found = await self._probe()
         ranges = [levels for _, levels in found.values()]
         finalizable = (
@@ -118,13 +120,11 @@ class FeaturesService:
         }
 
     async def finalize(self, level: int | None) -> dict[str, Any]:
-        """Steps 2-4: raise the finalized level to `level` (None: the highest every broker
-        supports); FeatureLevelUnsupported naming the laggards, nothing proposed."""
+        """Steps 2-4: raise the finalized level to `level` (None: this release's highest);
+        FeatureLevelUnsupported naming the laggards, nothing proposed."""
         found = await self._probe()
         if level is None:
-            ranges = [levels for _, levels in found.values() if levels is not None]
-            common = compat.highest_common_level(ranges)
-            level = common if common is not None else compat.FEATURE_LEVEL_MAX
+            level = compat.FEATURE_LEVEL_MAX
         refused = compat.laggards(level, found)
         if refused:
             names = "; ".join(f"{node_id} {why}" for node_id, why in refused.items())

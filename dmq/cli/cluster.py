@@ -12,7 +12,7 @@
 - `dmq cluster features [--json]`: each broker's release and supported feature levels, and
   the cluster's finalized level;
 - `dmq cluster upgrade --finalize [--level N]`: raise the finalized level (default: the
-  highest every broker supports); refused naming the brokers that do not support it.
+  highest this release supports); refused naming the brokers that do not support it.
 
 `dmq serve --join` is in dmq/cli/serve.py.
 """
@@ -61,7 +61,10 @@ def _add_features(actions: Subparsers, url: argparse.ArgumentParser) -> None:
         help="raise the finalized feature level: no rollback to an older release after it",
     )
     upgrade.add_argument(
-        "--level", type=int, default=None, help="the level (default: the highest all support)"
+        "--level",
+        type=int,
+        default=None,
+        help="the level (default: the highest this release supports)",
     )
     upgrade.set_defaults(handler=cmd_upgrade)
 

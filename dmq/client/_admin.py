@@ -200,7 +200,7 @@ class AsyncAdmin:
         return doc
 
     async def finalize_features(self, level: int | None = None) -> dict[str, Any]:
-        """Raise the finalized feature level (None: the highest every broker supports);
+        """Raise the finalized feature level (None: the highest the answering broker supports);
         FeatureLevelUnsupported naming the laggards otherwise. Not reversible."""
         body = {} if level is None else {"level": level}
         response = await self._transport.request(
