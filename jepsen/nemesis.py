@@ -490,7 +490,11 @@ class Nemesis:
         variant = self._variant("upgrade", variant)
         urls = [b.url for b in self.cluster.brokers.values() if b.alive]
         finalized = self.releases.maybe_finalize(self.rng, urls) or {}
-        targets = self._pick(variant, self._free())
+        free = self._free()
+        # A broker on the old release comes forward first, as an operator ends a rollback
+        # before touching another broker: every run goes both ways.
+        back = [node_id for node_id in free if node_id in self.releases.old][:1]
+        targets = back or self._pick(variant, free)
         releases: dict[str, str] = {}
         for node_id in targets:
             self.cluster.brokers[node_id].stop()

@@ -4,7 +4,8 @@ upgrading").
 
 A strike (`upgrade`, nemesis.py) stops one broker gracefully (SIGTERM, as an operator
 does) and heals by starting it on the *other* release: this tree's brokers go back to
-RELEASE_FROM, RELEASE_FROM's come forward to this tree. Before a strike, with probability
+RELEASE_FROM, RELEASE_FROM's come forward to this tree; a broker on RELEASE_FROM is the
+one chosen when there is one (strikes alternate: back, forward, back, ...). Before a strike, with probability
 FINALIZE_P and only while no broker runs RELEASE_FROM, the nemesis finalizes the cluster's
 feature level (`POST /v1/cluster/features/finalize`, recorded with its answer: a broker
 down then makes it refused, which is recorded too); once finalized, every restart is on
@@ -83,10 +84,14 @@ class Releases:
         answer to record (None: not tried)."""
         if self.finalized or self.old or not urls or rng.random() >= FINALIZE_P:
             return None
-        url = rng.choice(urls)
-        try:
-            answer = http(url + "/v1/cluster/features/finalize", "POST", {}, FINALIZE_TIMEOUT_S)
-        except OSError as error:
+        error: OSError | None = None
+        for url in rng.sample(urls, len(urls)):  # a broker just restarted may not listen yet
+            try:
+                answer = http(url + "/v1/cluster/features/finalize", "POST", {}, FINALIZE_TIMEOUT_S)
+                break
+            except OSError as refused:
+                error = refused
+        else:
             return {"finalize": "unreachable", "finalize_answer": repr(error)[:300]}
         self.finalized = answer.status == 200
         return {"finalize": answer.status, "finalize_answer": answer.body.decode()[:300]}

@@ -252,6 +252,7 @@ class Broker:
         )
         await ctx.metadata_service.start()
         await self._register()
+        self.features.check_runs_at_finalized()  # a rollback past a later finalize
         await self.identity.adopt()
         self.reconciler.remove_orphans()
         await self.reconciler.reconcile()

@@ -51,6 +51,20 @@ class FeaturesService:
         service = self._ctx.metadata_service
         return 0 if service is None else service.state.finalized_level
 
+    def check_runs_at_finalized(self) -> None:
+        """At start, once registered (the catalogue is then at least that recent): refuse
+        to run in a cluster finalized at a level this release does not support, which
+        only a later release can have finalized (a rollback past its finalize)."""
+        level = self.finalized_level()
+        if level > compat.FEATURE_LEVEL_MAX:
+            raise errors.FeatureLevelUnsupported(
+                f"the cluster is finalized at feature level {level}; this dmq {__version__} "
+                f"supports feature levels {compat.FEATURE_LEVEL_MIN} to "
+                f"{compat.FEATURE_LEVEL_MAX}: run a release that supports level {level} "
+                f"(README.md, 'Releases and upgrading')",
+                level=level,
+            )
+
     def peer_refusal(self, peer_id: str) -> str | None:
         """Why `peer_id` may not be a Raft peer now (None: it may). On the Raft tick
         thread: it reads one catalogue reference and two dicts, and never raises. A peer
