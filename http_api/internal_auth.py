@@ -8,6 +8,11 @@ router matches (so no spelling of a path reaches an internal handler unchecked),
 the body once (the handler reads the same bytes again). Without a secret nothing is
 checked: an unsecured cluster must keep its ports private.
 
+From feature level 1 on (dmq/compat.py), a signature in the plain form (no nonce) is
+refused before it is checked: 401, reason `plain` (`maybe_refuse_plain`). Every broker of
+this release signs in the bound form once it knows the level, and 0.1.0, which signs only
+plainly, has no place in such a cluster.
+
 Whatever the secret, a call naming an internal API level this release does not speak is
 refused (`check_internal_level`, dmq/compat.py): 400, logged at WARNING with the caller's
 release and level, the handler never run.
