@@ -27,6 +27,8 @@
     │   │   └── LockNotHeld          409  share groups: the record is not locked to this member
     │   ├── PartitionDecommissioned  409  the partition takes no new records (still readable)
     │   ├── OperationConflict        409  another cluster operation of that kind is running
+    │   │   └── FeatureLevelUnsupported 409  a feature level some broker does not support
+    │   │                                 (details name each laggard and its release)
     │   ├── ClusterIdMismatch        409  a broker, data directory or message of another cluster
     │   ├── ProducerFenced           409  a newer instance of this transactional id wrote
     │   ├── InvalidTxnState          409  (under OperationConflict) commit/abort in another state
@@ -176,6 +178,13 @@ class OperationConflict(ClientError):
     code = "operation_conflict"
 
 
+class FeatureLevelUnsupported(OperationConflict):
+    """Finalizing a feature level that a registered broker does not support, or that
+    could not be asked (dmq/broker/features.py): `details.laggards` names each one."""
+
+    code = "feature_level_unsupported"
+
+
 class ClusterIdMismatch(ClientError):
     """A broker, a data directory or a broker-to-broker call of another cluster than this
     one (dmq/README.md, "Cluster identity"); details name both ids."""
@@ -320,6 +329,7 @@ _ALL: tuple[type[DmqError], ...] = (
     PartitionGone,
     PartitionDecommissioned,
     OperationConflict,
+    FeatureLevelUnsupported,
     ClusterIdMismatch,
     RetriableError,
     NotLeader,

@@ -99,6 +99,11 @@ class PeerClient:
         self._local_addr = None if wildcard else (local_host.strip("[]"), 0)
         # http_addr -> the release its last answer named (dmq/compat.py): GET /v1/cluster.
         self.versions: dict[str, str] = {}
+        # http_addr -> the feature levels its last answer named (None: unreadable), and the
+        # cluster's finalized level as this broker knows it (dmq/compat.py): from level 1
+        # on, every call is signed in the bound form, whoever the peer claims to be.
+        self.feature_ranges: dict[str, compat.LevelRange | None] = {}
+        self.finalized_level: Callable[[], int] = lambda: 0
 
     async def start(self) -> None:
         self._session = aiohttp.ClientSession(
@@ -148,7 +153,9 @@ class PeerClient:
             url = url.update_query(params)
         # Every route, public ones too: a broker's own call (dmq/internal_auth.py).
         receiver = self.receiver_of(http_addr)
-        bound = compat.verifies_bound_signatures(self.versions.get(http_addr))
+        bound = self.finalized_level() >= 1 or compat.verifies_bound_signatures(
+            self.versions.get(http_addr)
+        )
         headers = broker_headers(self.secret, method, url.raw_path_qs, body, receiver, bound=bound)
         if self.cluster_id:
             headers[CLUSTER_ID_HEADER] = self.cluster_id
@@ -163,6 +170,7 @@ class PeerClient:
                 timeout=aiohttp.ClientTimeout(total=timeout_s),
             ) as resp:
                 self.versions[http_addr] = compat.release_of(resp.headers)
+                self.feature_ranges[http_addr] = compat.feature_range_of(resp.headers)
                 raw = await resp.read()
                 if resp.status >= 400:
                     raise error_from(resp.status, raw)

@@ -130,6 +130,8 @@ ROUTE_NEEDS: Final[dict[tuple[str, str], tuple[Need, ...]]] = {
     ("POST", "/v1/cluster/reassignments"): (_cluster("alter"),),
     ("GET", "/v1/cluster/operations"): (_cluster("describe"),),
     ("POST", "/v1/cluster/metadata-voters"): (_cluster("alter"),),
+    ("GET", "/v1/cluster/features"): (_cluster("describe"),),
+    ("POST", "/v1/cluster/features/finalize"): (_cluster("alter"),),
     ("POST", "/v1/cluster/brokers/{broker_id}/decommission"): (_cluster("alter"),),
     ("GET", "/v1/storage/set-aside"): (_cluster("describe"),),
     # topics, records

@@ -28,6 +28,7 @@ from http_api.delay import (
 )
 from http_api.edge import edge_middleware
 from http_api.errors import REQUEST_BYTES_MAX
+from http_api.features import FEATURE_ROUTES
 from http_api.filtering import filtered_batch_response, record_filter
 from http_api.forward import (
     BROKER,
@@ -511,6 +512,7 @@ ROUTES: tuple[tuple[str, str, Any], ...] = (
     ("GET", "/v1/internal/metadata/voters", internal_metadata_voters),
     *OPERATIONS_ROUTES,
     *IDENTITY_ROUTES,
+    *FEATURE_ROUTES,  # feature levels, finalize (http_api/features.py)
     *CONSOLE_ROUTES,  # the web console's static files at /ui/ (http_api/console/)
     *REST_V2_ROUTES,  # Confluent REST Proxy v2, outside /v1 (http_api/rest_v2.py)
     *AUTH_ROUTES,  # users, ACLs, quotas (http_api/auth.py)

@@ -34,7 +34,7 @@ from aiohttp import web
 from dmq import __version__
 from dmq.broker import ForwardRequest
 from dmq.broker.security import HEADER_CHARS_MAX
-from dmq.compat import VERSION_HEADER
+from dmq.compat import FEATURES_HEADER, VERSION_HEADER, features_header_value
 from http_api.auth import run_authorized
 from http_api.errors import error_response_to
 from http_api.forward import BROKER, Handler, relay
@@ -86,6 +86,7 @@ async def edge_middleware(request: web.Request, handler: Handler) -> web.StreamR
         status = response.status
         if not response.prepared:  # a streamed answer sent its headers already
             response.headers[VERSION_HEADER] = __version__
+            response.headers[FEATURES_HEADER] = features_header_value()
         return response
     except web.HTTPException as exc:
         status = exc.status

@@ -8,6 +8,11 @@ router matches (so no spelling of a path reaches an internal handler unchecked),
 the body once (the handler reads the same bytes again). Without a secret nothing is
 checked: an unsecured cluster must keep its ports private.
 
+From feature level 1 on (dmq/compat.py), a signature in the plain form (no nonce) is
+refused before it is checked: 401, reason `plain` (`maybe_refuse_plain`). Every broker of
+this release signs in the bound form once it knows the level, and 0.1.0, which signs only
+plainly, has no place in such a cluster.
+
 Whatever the secret, a call naming an internal API level this release does not speak is
 refused (`check_internal_level`, dmq/compat.py): 400, logged at WARNING with the caller's
 release and level, the handler never run.
@@ -34,6 +39,7 @@ async def verify_signed(request: web.Request, secret: bytes) -> None:
     broker and not seen before (dmq/internal_auth.py); reads the body."""
     body = await request.read()
     headers = request.headers
+    maybe_refuse_plain(request)
     internal_auth.verify(
         secret,
         request.method,
@@ -45,6 +51,25 @@ async def verify_signed(request: web.Request, secret: bytes) -> None:
         me=broker_of(request).config.node_id,
         seen=request.app[SIGNATURES_SEEN],
     )
+
+
+def maybe_refuse_plain(request: web.Request) -> None:
+    """From feature level 1 on (dmq/compat.py), Unauthenticated (`plain`) for a signature
+    in the plain form (no nonce): every broker of the cluster signs in the bound form, so
+    a plain one is a replayable signature, or a broker of a release older than the
+    finalized level (0.1.0 signs only plainly), which must not take part."""
+    if request.headers.get(internal_auth.NONCE_HEADER):
+        return
+    level = broker_of(request).features.finalized_level()
+    if level >= 1:
+        release = compat.release_of(request.headers)
+        raise errors.Unauthenticated(
+            f"a call signed in the plain form (as dmq {release} signs) and the cluster is "
+            f"finalized at feature level {level}, which requires the bound form: upgrade "
+            f"the calling broker (README.md, 'Releases and upgrading')",
+            field=internal_auth.SIGNATURE_HEADER,
+            reason="plain",
+        )
 
 
 async def check_internal_call(request: web.Request, secret: bytes) -> None:

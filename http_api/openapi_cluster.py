@@ -7,8 +7,10 @@ from __future__ import annotations
 
 from typing import Any
 
+from dmq.compat import FEATURE_LEVEL_LIMIT
 from http_api.openapi_schema import (
     INTERNAL,
+    JSON,
     NULLABLE_STRING,
     OFFSET,
     PARTITION_PARAMETER,
@@ -98,6 +100,34 @@ def operations_paths() -> dict[str, Any]:
                             "schema": object_schema(
                                 {"voters": {**ids, "maxItems": METADATA_VOTERS_LIST_MAX}},
                                 ("voters",),
+                            )
+                        }
+                    },
+                },
+                errors=(400, 409, 503, 504),
+            )
+        },
+        "/v1/cluster/features": {
+            "get": operation(
+                "cluster_features",
+                "Each broker's release and supported feature levels (as it answers now), "
+                "the finalized level and the highest level every broker supports now",
+                {"200": ok(object_schema({}, closed=False), "the levels")},
+                errors=(503,),
+            )
+        },
+        "/v1/cluster/features/finalize": {
+            "post": operation(
+                "finalize_features",
+                "Raise the finalized feature level (default: the highest this release "
+                "supports); 409 feature_level_unsupported naming the laggards. Not reversible",
+                {"200": ok(object_schema({}, closed=False), "the finalized level")},
+                body={
+                    "required": False,
+                    "content": {
+                        JSON: {
+                            "schema": object_schema(
+                                {"level": integer(0, FEATURE_LEVEL_LIMIT)}, closed=False
                             )
                         }
                     },

@@ -92,6 +92,7 @@ ERROR_STATUSES: dict[int, tuple[str, tuple[str, ...], bool]] = {
             "out_of_order_sequence",
             "partition_decommissioned",
             "operation_conflict",
+            "feature_level_unsupported",
             "cluster_id_mismatch",
             "invalid_txn_state",
         ),

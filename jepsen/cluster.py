@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from dmq.dev_certs import write_dev_certs
-from dmq.internal_auth import signed_headers, target_of
+from dmq.internal_auth import SIGNATURE_HEADER, is_internal, sign, signed_headers, target_of
 from dmq.planted import PLANTED_BUG_ENV
 
 FIRST_HOST = 11  # node k (1-based) listens on 127.0.0.(10 + k)
@@ -49,6 +49,9 @@ SECRET_FILE = "cluster-secret"  # noqa: S105 - a file name; the secret is drawn 
 # The secret of the cluster under test, set by Cluster: http() signs /v1/internal calls
 # with it, as a broker does (dmq/internal_auth.py). One cluster per harness process.
 _secret: bytes | None = None
+# Brokers' base URLs that run 0.1.0 (the upgrade nemesis, jepsen/upgrade.py): it checks
+# only the plain form of an internal signature, so http() signs plainly for them.
+plain_signed: set[str] = set()
 # The bearer token http() sends (brokers with --auth on): DMQ_TOKEN, or the superuser token
 # Cluster(auth=True) draws per run and gives the brokers as DMQ_SUPERUSER_TOKEN.
 _token: str | None = os.environ.get("DMQ_TOKEN") or None
@@ -118,7 +121,12 @@ def http(
     """One request; HTTP errors come back as an Answer, connection failures raise OSError
     (ConnectionRefusedError when nothing listens)."""
     data = json.dumps(body).encode() if body is not None else None
-    headers = {**(headers or {}), **signed_headers(_secret, method, target_of(url), data)}
+    target = target_of(url)
+    if _secret is not None and is_internal(target) and url[: -len(target)] in plain_signed:
+        signature = {SIGNATURE_HEADER: sign(_secret, method, target, data or b"")}
+    else:
+        signature = signed_headers(_secret, method, target, data)
+    headers = {**(headers or {}), **signature}
     if _token is not None:
         headers.setdefault("Authorization", f"Bearer {_token}")
     req = urllib.request.Request(url, data=data, method=method, headers=headers)  # noqa: S310 - a broker's http URL

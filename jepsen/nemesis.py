@@ -35,6 +35,11 @@ broker says to wait for it), after which the leave asks again. At most `nodes + 
 leave per node at a time. `self.lock` serialises process actions (faults, heals, a
 departing broker's stop) so a heal never restarts a broker that just left.
 
+An upgrade (`upgrade`) stops one broker gracefully and heals by starting it on the other
+release: this tree's go back to 0.1.0 (a worktree of git history), 0.1.0's come forward;
+before a strike, sometimes, while no broker runs 0.1.0, it finalizes the feature level,
+after which every restart is on this tree (jepsen/upgrade.py).
+
 Metadata voter changes (`voters`): from the recorded voter set, 3 -> 5 (two live
 registered non-voters added) or 5 -> 3 (two voters dropped, half the time the metadata
 leader among them), `POST /v1/cluster/metadata-voters`; a 4xx (409: a change runs) is a
@@ -64,9 +69,10 @@ from jepsen.cluster import Broker, Cluster, HarnessError, http
 from jepsen.focus import Aim, Focus
 from jepsen.history import NEMESIS, History
 from jepsen.schedule import variants
+from jepsen.upgrade import Releases
 
 FAULTS = (
-    "partition", "kill", "pause", "power", "disk", "clock", "disk-full",
+    "partition", "kill", "pause", "power", "disk", "clock", "disk-full", "upgrade",
     "reassign", "join", "leave", "voters",
 )  # fmt: skip
 # Run on their own while a process or network fault strikes (never alone, never with power).
@@ -245,6 +251,8 @@ class Nemesis:
         self._seeds = itertools.count(seed * 7919 + 2)
         self.focus = focus or Focus()
         self.mounted: list[Path] = []  # disk-full: the brokers' tmpfs (jepsen/diskfull.py)
+        # upgrade: which release each broker runs, and the previous one's tree (upgrade.py)
+        self.releases = Releases() if "upgrade" in kinds else None
 
     @property
     def ids(self) -> list[str]:
@@ -254,6 +262,8 @@ class Nemesis:
         """Before the brokers start: the chain, and with `clock` each broker's clock file."""
         if self.net is not None:
             self.net.setup()
+        if self.releases is not None:
+            self.releases.setup()
         if "disk-full" in self.kinds:
             self.mounted = diskfull.mount_all(list(self.cluster.brokers.values()))
         if "clock" in self.kinds:
@@ -292,6 +302,10 @@ class Nemesis:
             if self.net is not None:
                 self.net.close()
             diskfull.unmount_all(self.mounted)
+            if self.releases is not None:  # its brokers stop before their tree goes
+                for node_id in self.releases.old:
+                    self.cluster.every[node_id].stop()
+                self.releases.close()
 
     def _leaders(self) -> tuple[dict[int, str], str | None]:
         """One status read: the topic's partition -> leader (current brokers only) and
@@ -454,7 +468,7 @@ class Nemesis:
         held = {
             t
             for f in self.active
-            if f.kind in ("kill", "pause", "power", "disk", "disk-full")
+            if f.kind in ("kill", "pause", "power", "disk", "disk-full", "upgrade")
             for t in f.targets
         }
         aim = self.focus.aim
@@ -467,6 +481,25 @@ class Nemesis:
         for node_id in targets:
             self.cluster.brokers[node_id].kill9()
         self._begin("kill", variant, targets)
+        self.focus.strike(None)
+
+    def _start_upgrade(self, variant: str = "") -> None:
+        """Maybe finalize first; then stop brokers (SIGTERM) that the heal starts on the
+        other release, or on this tree once finalized (jepsen/upgrade.py)."""
+        assert self.releases is not None
+        variant = self._variant("upgrade", variant)
+        urls = [b.url for b in self.cluster.brokers.values() if b.alive]
+        finalized = self.releases.maybe_finalize(self.rng, urls) or {}
+        free = self._free()
+        # A broker on the old release comes forward first, as an operator ends a rollback
+        # before touching another broker: every run goes both ways.
+        back = [node_id for node_id in free if node_id in self.releases.old][:1]
+        targets = back or self._pick(variant, free)
+        releases: dict[str, str] = {}
+        for node_id in targets:
+            self.cluster.brokers[node_id].stop()
+            releases[node_id] = self.releases.flip(self.cluster.brokers[node_id])
+        self._begin("upgrade", variant, targets, releases=releases, **finalized)
         self.focus.strike(None)
 
     def _start_pause(self, variant: str = "") -> None:
@@ -859,7 +892,7 @@ class Nemesis:
                         continue
                     if fault.kind == "pause":
                         broker.resume()
-                    elif fault.kind in ("kill", "power", "disk"):
+                    elif fault.kind in ("kill", "power", "disk", "upgrade"):
                         broker.start()
                     elif fault.kind == "clock":
                         self._clock_file(node_id).write_text("+0\n")

@@ -23,6 +23,7 @@ COLOURS = {
     "clock": "tab:olive",
     "disk": "tab:pink",
     "disk-full": "tab:blue",
+    "upgrade": "gold",
 }
 
 

@@ -45,7 +45,7 @@ import random
 from dataclasses import dataclass
 
 # healed at window end
-PROCESS_KINDS = ("partition", "kill", "pause", "power", "disk", "clock", "disk-full")
+PROCESS_KINDS = ("partition", "kill", "pause", "power", "disk", "clock", "disk-full", "upgrade")
 ALONE_KINDS = ("power", "disk")  # strike every node (or cut files): alone, and last
 BACKGROUND_KINDS = ("reassign", "join", "leave", "voters")  # run on in threads
 
@@ -62,6 +62,7 @@ VARIANTS: dict[str, tuple[str, ...]] = {
     "disk": ("one", "leader", "all"),
     "clock": ("one", "leader", "metadata-leader", "all"),
     "disk-full": ("one", "leader", "minority"),
+    "upgrade": ("one",),  # a rolling upgrade restarts one broker at a time
 }  # fmt: skip
 # The first strike of each kind: where acknowledged writes, reads and commits are at
 # stake. A partition cuts off a data partition's leader (alone, or in a minority) with
@@ -77,6 +78,7 @@ AIMED: dict[str, tuple[str, ...]] = {
     "disk": ("leader", "all"),
     "clock": ("metadata-leader", "all"),  # it stamps the time into group commands
     "disk-full": ("leader",),  # it must hand its leaderships to a broker with space
+    "upgrade": ("one",),
 }
 PAIR_P = 0.3  # a second kind in a window
 FAULT_MIN_S = 4.0  # a fault shorter than this ends before a leader steps down (1.5 s) and the

@@ -78,6 +78,7 @@ from raft import auth, wire
 from raft.config import FRAME_BYTES_MAX, RaftConfig
 from raft.errors import AuthFailed, PeerRefused
 from raft.messages import SentMark, carries_nothing_new, trim_outgoing_append_entries
+from raft.refusals import PeerRefusals
 from raft.tls import RaftTls
 
 logger = logging.getLogger(__name__)
@@ -259,6 +260,7 @@ class Network:
         # raft/auth.py: named in our hellos, and a hello naming another is refused. b"" while
         # the caller knows none; it may set it once it does (one reference assignment).
         self.cluster_id = cluster_id
+        self.refusals = PeerRefusals()  # raft/refusals.py: who may not be a peer now
         self._on_message = on_message
         self._on_peer_up = on_peer_up
         self._on_peer_down = on_peer_down
@@ -408,7 +410,11 @@ class Network:
         node heartbeat to every connected peer sent nothing for a heartbeat_interval_s;
         close connections whose handshake did not finish within HANDSHAKE_TIMEOUT_S."""
         for link in self._outbound.values():
-            if link.sock is None and now >= link.next_attempt_at:
+            if self.refusals.check(link.peer_id) is not None:  # both directions cut
+                self._close_outbound(link, notify=True)
+                for conn in [c for c in self._inbound.values() if c.peer_id == link.peer_id]:
+                    self._close_inbound(conn)
+            elif link.sock is None and now >= link.next_attempt_at:
                 self._connect(link, now)
             elif link.up and now - link.last_sent_at >= self._config.heartbeat_interval_s:
                 link.out += self._ping  # leaves at the round's write_unheld()
@@ -745,6 +751,8 @@ class Network:
         if peer_id not in self._outbound:
             raise AuthFailed(f"hello from {peer_id!r}, which is not a broker of this cluster")
         auth.check_cluster(self.cluster_id, hello)
+        if (refusal := self.refusals.check(peer_id)) is not None:
+            raise AuthFailed(f"hello from {peer_id!r}: {refusal}")
         for other in list(self._inbound.values()):
             if other is not conn and other.peer_id == peer_id:
                 self._close_inbound(other)  # the peer restarted and reconnected

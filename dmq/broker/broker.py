@@ -40,6 +40,7 @@ from dmq import errors, planted
 from dmq.broker.cluster import ClusterService
 from dmq.broker.context import BrokerContext, T
 from dmq.broker.delay import DelayService
+from dmq.broker.features import FeaturesService
 from dmq.broker.fetch import FetchService
 from dmq.broker.groups import GroupsService
 from dmq.broker.identity import IdentityService
@@ -117,6 +118,8 @@ class Broker:
         self.fetch = FetchService(ctx, self.routing, self.tiered)
         self.storage = StorageService(ctx, lambda: self.produce.acks0_refused)
         self.cluster = ClusterService(ctx, self.storage.report)
+        self.features = FeaturesService(ctx)  # feature levels, finalize (features.py)
+        ctx.peers.finalized_level = self.features.finalized_level  # bound signatures
         self.delay = DelayService(ctx, self.routing, self.topics, self.produce)
         self.transactions = TransactionsService(ctx, self.produce)  # transactions.py
         self.groups = GroupsService(
@@ -250,6 +253,7 @@ class Broker:
         )
         await ctx.metadata_service.start()
         await self._register()
+        self.features.check_runs_at_finalized()  # a rollback past a later finalize
         await self.identity.adopt()
         self.reconciler.remove_orphans()
         await self.reconciler.reconcile()
@@ -288,6 +292,8 @@ class Broker:
             cluster_id=ctx.cluster_id.encode(),  # and the cluster it names
             tls=None if ctx.tls is None else ctx.tls.raft,  # raft/tls.py; None: plain TCP
         )
+        # A broker that cannot run at the finalized feature level is no Raft peer.
+        ctx.raft_node.network.refusals.rule = self.features.peer_refusal
         try:
             await ctx.raft_node.start()
         except OSError as exc:

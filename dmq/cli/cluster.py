@@ -8,7 +8,11 @@
 - `dmq cluster decommission-broker ID [--wait]`;
 - `dmq cluster metadata-voters ID,ID,... [--wait]`: change the metadata group's voters
   (one broker at a time, added ones first);
-- `dmq cluster decommission-partition TOPIC PARTITION`.
+- `dmq cluster decommission-partition TOPIC PARTITION`;
+- `dmq cluster features [--json]`: each broker's release and supported feature levels, and
+  the cluster's finalized level;
+- `dmq cluster upgrade --finalize [--level N]`: raise the finalized level (default: the
+  highest this release supports); refused naming the brokers that do not support it.
 
 `dmq serve --join` is in dmq/cli/serve.py.
 """
@@ -43,6 +47,31 @@ def add_cluster(commands: Subparsers, url: argparse.ArgumentParser) -> None:
     status.add_argument("--json", action="store_true", help="print the answer as JSON")
     status.set_defaults(handler=_cmd_cluster_status)
     _add_operations(actions, url)
+    _add_features(actions, url)
+
+
+def _add_features(actions: Subparsers, url: argparse.ArgumentParser) -> None:
+    features = actions.add_parser(
+        "features", parents=[url], help="supported and finalized feature levels"
+    )
+    features.add_argument("--json", action="store_true", help="print the answer as JSON")
+    features.set_defaults(handler=cmd_features)
+    upgrade = actions.add_parser(
+        "upgrade", parents=[url], help="finish a rolling upgrade (README: Releases and upgrading)"
+    )
+    upgrade.add_argument(
+        "--finalize",
+        action="store_true",
+        required=True,
+        help="raise the finalized feature level: no rollback to an older release after it",
+    )
+    upgrade.add_argument(
+        "--level",
+        type=int,
+        default=None,
+        help="the level (default: the highest this release supports)",
+    )
+    upgrade.set_defaults(handler=cmd_upgrade)
 
 
 def _add_operations(actions: Subparsers, url: argparse.ArgumentParser) -> None:
@@ -259,5 +288,44 @@ def cmd_decommission_partition(args: argparse.Namespace) -> int:
     print(
         f"{args.topic}-{args.partition} decommissioned: no new records; readable until "
         "retention empties it, then removed"
+    )
+    return 0
+
+
+def cmd_features(args: argparse.Namespace) -> int:
+    async def features() -> dict[str, Any]:
+        async with admin_for(args) as admin:
+            return await admin.features()
+
+    doc = asyncio.run(features())
+    if args.json:
+        print(json.dumps(doc, indent=2))
+        return 0
+    print(f"finalized feature level {doc['finalized_level']}: {doc['finalized_meaning']}")
+    finalizable = doc["finalizable_level"]
+    print(f"finalizable now: {'-' if finalizable is None else finalizable}")
+    rows: list[tuple[str, ...]] = [("BROKER", "VERSION", "MIN LEVEL", "MAX LEVEL")]
+    rows += [
+        (
+            b["node_id"],
+            b["version"] or "?",
+            "?" if b["min_level"] is None else str(b["min_level"]),
+            "?" if b["max_level"] is None else str(b["max_level"]),
+        )
+        for b in doc["brokers"]
+    ]
+    print_table(rows)
+    return 0
+
+
+def cmd_upgrade(args: argparse.Namespace) -> int:
+    async def finalize() -> dict[str, Any]:
+        async with admin_for(args) as admin:
+            return await admin.finalize_features(args.level)
+
+    doc = asyncio.run(finalize())
+    print(
+        f"finalized feature level {doc['finalized_level']}: brokers of a release that does "
+        f"not support it can no longer join"
     )
     return 0

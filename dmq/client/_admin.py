@@ -192,6 +192,23 @@ class AsyncAdmin:
         doc: dict[str, Any] = response.json()
         return doc
 
+    async def features(self) -> dict[str, Any]:
+        """Each broker's supported feature levels and release, and the cluster's finalized
+        level (GET /v1/cluster/features)."""
+        response = await self._transport.request("GET", "/v1/cluster/features")
+        doc: dict[str, Any] = response.json()
+        return doc
+
+    async def finalize_features(self, level: int | None = None) -> dict[str, Any]:
+        """Raise the finalized feature level (None: the highest the answering broker supports);
+        FeatureLevelUnsupported naming the laggards otherwise. Not reversible."""
+        body = {} if level is None else {"level": level}
+        response = await self._transport.request(
+            "POST", "/v1/cluster/features/finalize", json_body=body
+        )
+        doc: dict[str, Any] = response.json()
+        return doc
+
     async def decommission_broker(self, broker_id: str) -> dict[str, Any]:
         """Move every replica off `broker_id`, then remove it from the cluster."""
         path = f"/v1/cluster/brokers/{quote(broker_id, safe='')}/decommission"

@@ -17,6 +17,7 @@ from typing import Final
 from dmq.metadata import (
     brokers,
     consumer_groups,
+    features,
     identity,
     producers,
     reassignment,
@@ -42,6 +43,7 @@ CATALOGUE: Final = Registry(
         share_groups.DOMAIN,
         transactions.DOMAIN,
         security.DOMAIN,  # users, ACLs, quotas (appended: the order is replicated)
+        features.DOMAIN,  # the finalized feature level
     )
 )
 
@@ -55,5 +57,6 @@ CatalogueCommand = (
     | identity.IdentityCommand
     | transactions.TransactionCommand
     | security.SecurityCommand
+    | features.FeaturesCommand
 )
 Command = CatalogueCommand | GroupCommand | ShareCommand

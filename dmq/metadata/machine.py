@@ -22,6 +22,7 @@ from dmq.metadata import shell
 from dmq.metadata.brokers import BrokerHeartbeat, RegisterBroker, ReportStorage
 from dmq.metadata.catalogue import CATALOGUE, CatalogueCommand, Command
 from dmq.metadata.codec import CommandDecodeError
+from dmq.metadata.features import REJECT_FEATURE_LEVEL_LOWER, FinalizeFeatureLevel
 from dmq.metadata.identity import REJECT_CLUSTER_FORMED, FormCluster, is_cluster_id
 from dmq.metadata.producers import (
     PRODUCER_EPOCH_MAX,
@@ -133,6 +134,7 @@ __all__ = [
     "PRODUCER_EPOCH_MAX",
     "REJECT_BROKER_IN_USE",
     "REJECT_CLUSTER_FORMED",
+    "REJECT_FEATURE_LEVEL_LOWER",
     "REJECT_CONCURRENT_TRANSACTIONS",
     "REJECT_INVALID_ARGUMENT",
     "REJECT_INVALID_COMMAND",
@@ -189,6 +191,7 @@ __all__ = [
     "EndTxnBumpEpoch",
     "ExpireTransactionalIds",
     "ExpireTransactions",
+    "FinalizeFeatureLevel",
     "FormCluster",
     "InitProducer",
     "InitProducerFenceable",

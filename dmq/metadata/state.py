@@ -253,6 +253,9 @@ class MetadataState:
     # security.py: users (salted scrypt keys), ACLs and quotas; in the catalogue (every
     # broker, observers too, authenticates and authorises).
     security: SecurityState = field(default_factory=SecurityState)
+    # features.py: the cluster's finalized feature level (dmq/compat.py); 0 until an
+    # operator finalizes; only grows.
+    finalized_level: int = 0
 
     def eligible_brokers(self, now_ms: int) -> list[str]:
         """Live brokers that may take new replicas (not decommissioning), sorted."""

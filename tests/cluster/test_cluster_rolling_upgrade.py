@@ -10,7 +10,13 @@ goes on, and that one broker can be rolled back to 0.1.0 afterwards:
   an upgraded broker and through the rolled-back one (offsets dense, no duplicate); the
   rolled-back broker starts on files this tree wrote (`raft-producers` with its `format`);
 - GET /v1/cluster on an upgraded broker names each broker's release: this tree's for
-  itself, 0.1.0 for a broker still on it (README.md, "Releases and upgrading").
+  itself, 0.1.0 for a broker still on it (README.md, "Releases and upgrading");
+- finalize (feature level 1) is refused (409) while the rolled-back broker runs 0.1.0,
+  naming it and its release; once it is upgraded again, finalize succeeds on every
+  broker, and then what level 1 gates holds: an internal call signed in the plain form
+  is refused (401, reason `plain`) while a bound one is served, and a 0.1.0 broker
+  started on its old data directory is refused as a Raft peer (named in the log) while
+  the others go on acknowledging.
 
 Skipped only when git history does not hold RELEASE_FROM (a shallow clone); CI's clone
 (.ci/run) has full history.
@@ -23,6 +29,7 @@ import shutil
 import subprocess
 import tempfile
 import time
+import urllib.request
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -34,11 +41,13 @@ from cluster_harness import (
     Producer,
     check_log_against_acks,
     fetch_all,
+    produce,
     wait_caught_up,
     wait_for,
 )
 
 import dmq
+from dmq.internal_auth import signed_headers
 
 RELEASE_FROM = "425063b"  # release 0.1.0
 RELEASE_FROM_VERSION = "0.1.0"
@@ -160,3 +169,50 @@ def test_rolling_upgrade_from_0_1_0_under_load_and_rollback(
     wait_caught_up(cluster, TOPIC, 0, timeout_s=30.0)
     for via in (n1, n3):  # this tree, and 0.1.0 rolled back
         check_log_against_acks(fetch_all(via, TOPIC, 0), producers)
+    finalize_refused_then_done(cluster, old_release)
+
+
+def restart_on(node: Node, tree: Path) -> None:
+    assert node.proc is not None
+    node.proc.terminate()
+    node.proc.wait(30)
+    run_on(node, tree)
+    node.start()
+
+
+def finalize_refused_then_done(cluster: DmqCluster, old_release: Path) -> None:
+    n1, n2, n3 = (cluster[i] for i in ("n1", "n2", "n3"))
+    refused = n1.request("POST", "/v1/cluster/features/finalize", {})
+    assert refused.status == 409, refused
+    error = refused.json()["error"]
+    assert error["code"] == "feature_level_unsupported"
+    assert set(error["details"]["laggards"]) == {"n3"}
+    assert RELEASE_FROM_VERSION in error["details"]["laggards"]["n3"]
+    assert n1.json("GET", "/v1/cluster/features")["finalized_level"] == 0
+
+    restart_on(n3, ROOT)  # upgraded again: now every broker supports level 1
+    cluster.wait_ready([n3], timeout_s=READY_S_MAX)
+    assert n2.json("POST", "/v1/cluster/features/finalize", {})["finalized_level"] == 1
+    for node in (n1, n2, n3):
+        wait_for(
+            lambda node=node: node.json("GET", "/v1/cluster/features")["finalized_level"] == 1,
+            15.0,
+            f"{node.node_id} at level 1",
+        )
+    # Level 1's gate: the plain signature (0.1.0's only form) is refused, the bound one not.
+    plain = n1.request("GET", "/v1/internal/status")
+    assert plain.status == 401 and plain.json()["error"]["details"]["reason"] == "plain", plain
+    assert n1.secret is not None
+    headers = signed_headers(n1.secret, "GET", "/v1/internal/status")
+    bound = urllib.request.Request(n1.url + "/v1/internal/status", headers=headers)
+    with urllib.request.urlopen(bound, timeout=20) as resp:  # noqa: S310 - loopback http
+        assert resp.status == 200
+
+    # A 0.1.0 broker after finalize: refused as a Raft peer, named; the others serve on.
+    restart_on(n3, old_release)
+    wait_for(
+        lambda: "refusing peer n3" in n1.log_tail() + n2.log_tail(),
+        30.0,
+        "n3 (0.1.0) refused as a peer",
+    )
+    assert len(produce(n1, TOPIC, [{"value": "after finalize"}], acks="all", timeout_s=30.0)) == 1

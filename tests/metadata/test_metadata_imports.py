@@ -23,7 +23,7 @@ FOUNDATION: Final = frozenset({"state", "codec", "registry", "placement"})
 DOMAINS: Final = frozenset(
     {
         "brokers", "topics", "reassignment", "voters", "producers", "consumer_groups",
-        "identity", "share_groups", "transactions", "security",
+        "identity", "share_groups", "transactions", "security", "features",
     }
 )  # fmt: skip
 # module -> the dmq.metadata modules it may import

@@ -31,6 +31,7 @@ from hypothesis import strategies as st
 from dmq.metadata import (
     brokers,
     consumer_groups,
+    features,
     identity,
     producers,
     reassignment,
@@ -49,7 +50,7 @@ from groups import share_commands
 
 DOMAIN_MODULES: Final = (
     brokers, topics, reassignment, voters, producers, consumer_groups, identity, transactions,
-    security,
+    security, features,
 )  # fmt: skip
 GOLDEN = [
     json.loads(line)
@@ -80,7 +81,7 @@ def test_every_command_class_is_registered_exactly_once_under_its_name() -> None
     assert [d.name for d in CATALOGUE.domains] == [
         "brokers", "topics", "reassignment", "voters", "producers", "consumer_groups",
         "identity", "share_groups",
-        "transactions", "security",
+        "transactions", "security", "features",
     ]  # fmt: skip
 
 

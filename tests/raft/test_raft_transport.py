@@ -8,6 +8,9 @@ harness rely on, with two Networks in this process on their own loopback address
   the peer learns the sender's node id from the hello frame (raft/auth.py's handshake;
   tests/raft/test_raft_auth.py proves what it refuses);
 - a peer that goes away is reported down, and up again once it is back;
+- a peer the caller's rule refuses (raft/refusals.py) loses both directions of its link
+  (reported down on both sides, nothing more delivered) and gets them back, reported up,
+  once the rule lets it in again;
 - a peer whose send buffer is full gets no more frames (send returns False) rather than
   an unbounded buffer;
 - with TLS (raft/tls.py, contexts from dmq/tls.py, certificates from dmq/dev_certs.py),
@@ -144,6 +147,22 @@ def test_peer_going_away_is_reported_down_then_up_again(pair: Pair) -> None:
     pair.b = pair.make("b")
     pair.b_closed = False
     assert pair.pump(lambda: pair.events.count(("a", "up", "b")) == 2, seconds=5)
+
+
+def test_refused_peer_loses_both_directions_until_let_in(pair: Pair) -> None:
+    assert pair.pump(lambda: pair.a.is_up("b") and pair.b.is_up("a"), seconds=5)
+    why: dict[str, str | None] = {"b": "runs a release that cannot run at level 1"}
+    pair.a.refusals.rule = lambda peer_id: why.get(peer_id)
+    assert pair.pump(lambda: not pair.a.is_up("b") and not pair.b.is_up("a"), seconds=5)
+    pair.pump(seconds=0.5)  # b keeps trying to reconnect: its hellos are refused
+    assert not pair.a.is_up("b") and not pair.b.is_up("a")
+    assert not [c for c in pair.a._inbound.values() if c.peer_id == "b"]
+    assert not pair.b.send("a", 1, REPLY, hold=False)
+    why["b"] = None
+    assert pair.pump(lambda: pair.a.is_up("b") and pair.b.is_up("a"), seconds=5)
+    pair.b.send("a", 1, REPLY, hold=False)
+    pair.b.write_unheld()
+    assert pair.pump(lambda: pair.received["a"] == [(1, "b", REPLY)], seconds=2)
 
 
 def test_full_peer_buffer_refuses_frames() -> None:
