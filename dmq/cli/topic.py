@@ -137,14 +137,20 @@ def _cmd_topic_delete(args: argparse.Namespace) -> int:
     return 0
 
 
+def _config_text(value: object) -> str:
+    """A config value as it is typed on the command line (`true`, not Python's `True`)."""
+    return ("true" if value else "false") if isinstance(value, bool) else str(value)
+
+
 def _print_description(description: TopicDescription) -> None:
     print(
         f"topic {description.name}: {plural(description.partition_count, 'partition')}, "
         f"replication factor {description.replication_factor}"
     )
     for key in sorted(description.config):
-        print(f"  {key} = {description.config[key]}")
-    tiered = description.config.get("remote_storage_enable") == "true"
+        print(f"  {key} = {_config_text(description.config[key])}")
+    # A JSON boolean since 0.2.0; a 0.1.0 broker still answers the string "true".
+    tiered = description.config.get("remote_storage_enable") in (True, "true")
     head = ("PARTITION", "LEADER", "REPLICAS", "LOG-START", "HIGH-WATERMARK", "LOG-END")
     rows = [head + (("REMOTE-END", "LOCAL-BYTES", "REMOTE-BYTES") if tiered else ())]
     rows += [
