@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import json
 import re
 import sys
 import time
@@ -148,6 +149,24 @@ def comma_items(text: str) -> list[str]:
 
 
 # --------------------------------------------------------------------------- output
+
+
+def add_output(parser: argparse.ArgumentParser) -> None:
+    """`--output table|json` of a command that prints data (a table by default, as rpk);
+    `--json`, the spelling before 0.2.0, is kept as a hidden alias of `--output json`."""
+    parser.add_argument(
+        "--output",
+        choices=("table", "json"),
+        default="table",
+        help="table: columns for a person (default); json: the API's answer, for scripts",
+    )
+    parser.add_argument(
+        "--json", dest="output", action="store_const", const="json", help=argparse.SUPPRESS
+    )
+
+
+def print_json(doc: Any) -> None:
+    print(json.dumps(doc, indent=2))
 
 
 def plural(count: int, word: str) -> str:
