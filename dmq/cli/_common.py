@@ -169,6 +169,27 @@ def print_json(doc: Any) -> None:
     print(json.dumps(doc, indent=2))
 
 
+def cell(value: Any) -> str:
+    """A table cell: "-" for nothing, lists and objects as compact JSON."""
+    if value is None:
+        return "-"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (dict, list)):
+        return json.dumps(value, separators=(",", ":"))
+    return str(value)
+
+
+def print_fields(doc: dict[str, Any]) -> None:
+    """One object of the API as a FIELD / VALUE table (a command that answers one thing)."""
+    print_table([("FIELD", "VALUE"), *[(key, cell(value)) for key, value in doc.items()]])
+
+
+def print_objects(items: Sequence[dict[str, Any]], columns: Sequence[str]) -> None:
+    """Objects of the API as a table: one row each, the given keys as columns."""
+    print_table([tuple(columns), *[tuple(cell(item.get(c)) for c in columns) for item in items]])
+
+
 def plural(count: int, word: str) -> str:
     """`1 record`, `2 records`, `0 records`: a count with its noun (regular plurals)."""
     return f"{count} {word}" if count == 1 else f"{count} {word}s"
