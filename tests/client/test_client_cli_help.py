@@ -13,7 +13,9 @@ Proves:
   API's answer), `lines` or `json` for the two that print records (`consume`, `share
   consume`, whose json is one record shape); every command is classed as printing data or
   not, so a new one cannot be left out; `--json`, the old spelling, is hidden and means
-  `--output json`; a table command's `--output json` prints JSON.
+  `--output json`; a table command's `--output json` prints JSON;
+- `dmq bench --help` says how long each benchmark's `--quick` run takes, and its full run
+  where it was timed.
 """
 
 from __future__ import annotations
@@ -190,3 +192,16 @@ def test_output_json_prints_the_apis_answer(broker: BrokerProcess) -> None:
     reset = json.loads(dmq(broker, "group", "reset", "g", "--to", "earliest", "--topic", "t",
                            "--output", "json"))  # fmt: skip
     assert reset["offsets"][0] == {"topic": "t", "partition": 0, "offset": 0}, reset
+
+
+def test_bench_help_says_how_long_each_benchmark_takes() -> None:
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        assert cli.main(["bench", "--help"]) == 0
+    shown = " ".join(out.getvalue().split())  # argparse wraps the help lines
+    benchmarks = [path[1] for path, _ in COMMANDS if len(path) == 2 and path[0] == "bench"]
+    assert len(benchmarks) >= 13, benchmarks
+    for name in benchmarks:
+        found = re.search(rf" {name} .*?\(--quick ~[\d.]+ (s|min); full ([^)]*)\)", shown)
+        assert found, f"dmq bench --help gives no duration for {name}: {shown}"
+    assert "full ~30 s" in shown and "--quick ~54 s; full ~6 min" in shown  # log; --nodes 3
