@@ -96,7 +96,7 @@ async function showPage(ctx, results, topic, partition, from) {
     replace(results, h("p", { class: "bad" }, err.message), removedNote(start));
     return;
   }
-  const view = { topic, partition, doc: page.doc, base64: page.encoding === "base64",
+  const view = { topic, partition, doc: page.doc, encodings: new Set([page.encoding]),
     records: page.doc.records, follow: from.offset === "newest" };
   const draw = (note) => replace(results, renderPage(ctx, results, view), note);
   draw();
@@ -120,7 +120,7 @@ async function tail(ctx, number, view, draw) {
     offset = page.doc.next_offset;
     if (page.doc.records.length === 0) continue;
     view.doc = page.doc;
-    view.base64 = view.base64 || page.encoding === "base64";
+    view.encodings.add(page.encoding);
     view.records = [...view.records, ...page.doc.records].slice(-RECORDS_PAGE);
     draw();
   }
@@ -135,7 +135,7 @@ function renderPage(ctx, results, view) {
     h("p", {}, `${topic} / partition ${doc.partition}: log start ${fmtNum(doc.log_start_offset)}, `
       + `high watermark ${fmtNum(doc.high_watermark)}, ${records.length} `
       + `record${records.length === 1 ? "" : "s"} shown`
-      + (view.base64 ? " (keys, values and headers in base64: not UTF-8)" : ""),
+      + encodingNote(view.encodings),
     " ", view.follow ? h("span", { class: "badge", id: "live-tail" }, "live: new records appear as they arrive")
       : records.length ? next : null),
     removedNote(doc.log_start_offset),
@@ -148,6 +148,15 @@ function renderPage(ctx, results, view) {
         h("div", {}, h("code", {}, hd.key), ": ", valueCell(hd.value, "span")))],
     ], records, { class: "records" }),
   ];
+}
+
+// A page with a key, value or header that is not UTF-8 is read whole in base64; the live
+// tail may add such a page to text ones.
+function encodingNote(encodings) {
+  if (!encodings.has("base64")) return "";
+  return encodings.has("string")
+    ? " (the fetches that met bytes not UTF-8 are shown in base64: keys, values and headers)"
+    : " (keys, values and headers in base64: not UTF-8)";
 }
 
 function removedNote(logStartOffset) {
