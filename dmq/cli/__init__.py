@@ -38,6 +38,10 @@ For https URLs, `--ca FILE` (env DMQ_CA) names the CA the brokers' certificates 
 checked against, and `--cert FILE --key FILE` (DMQ_CERT, DMQ_KEY) a client certificate.
 Brokers with `--auth on` want `--token NAME:PASSWORD` (env DMQ_TOKEN), or the superuser's.
 
+Commands that print data take `--output table|json` (`_common.add_output`; `consume` and
+`share consume`, which print records, `--output lines|json`); the old `--json` is kept,
+hidden, as `--output json`.
+
 Exit status: 0 on success; 1 on an error, printed on stderr as `error: <code>: <message>`
 with the code of `dmq.errors`; 2 on a usage error; 130 when interrupted.
 
