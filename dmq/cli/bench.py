@@ -14,8 +14,8 @@ from dmq.cli._common import Subparsers, UsageError
 
 # How long each benchmark runs, measured one at a time on 2026-11-29 (2 cores shared with
 # other test suites and a jepsen run, load average ~10: upper figures): every `--quick`
-# run, and the full runs of the shorter benchmarks; the cluster's, log's and delay's full
-# runs as bench/README.md records them. Shown in `dmq bench --help`.
+# run, and every full run but spark's; the cluster's, log's and delay's full runs as
+# bench/README.md records them. Shown in `dmq bench --help`.
 QUICK_S = {
     "cluster": 54, "log": 16, "broker": 26, "groups": 24, "share": 27, "txn": 33,
     "reads": 22, "metrics": 11, "spark": 143, "filter": 8, "delay": 22, "tls": 12,
@@ -24,7 +24,8 @@ QUICK_S = {
 FULL = {
     "cluster": "~6 min", "log": "~30 s", "delay": "~3 min with --pending 1000000",
     "broker": "~1.4 min", "filter": "~1.7 min", "tiered": "~19 s", "tls": "~10 s",
-    "metrics": "~10 s", "auth": "~34 s", "reads": "~56 s",
+    "metrics": "~10 s", "auth": "~34 s", "reads": "~56 s", "groups": "~2 min",
+    "share": "~1.8 min", "txn": "~3.6 min",
 }  # fmt: skip
 
 
