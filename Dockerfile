@@ -18,8 +18,9 @@ RUN groupadd --system --gid 10001 dmq \
     && mkdir -p /var/lib/dmq \
     && chown dmq:dmq /var/lib/dmq
 
-# Install exactly as the README and Makefile do (`pip install .`), minus the editable mode and
-# the dev extras. Every directory in pyproject.toml's [tool.setuptools.packages.find] include
+# Install what `make run` installs: the project and the dependencies a broker needs, no
+# extras (`pip install .`; `make run` installs the same in editable mode, `make test` adds
+# the dev extras). Every directory in pyproject.toml's [tool.setuptools.packages.find] include
 # is copied; tests/test_dockerfile.py fails if one is missing. README.md is copied because
 # pyproject.toml names it as the package's readme and the build reads it.
 WORKDIR /src

@@ -3,13 +3,21 @@
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
-STAMP := $(VENV)/.installed
+# Two installs: `make run` needs what a broker needs (pyproject.toml's dependencies, about
+# 150 MB); the tests, lints and benchmarks add the dev extras (pyspark with its JVM jars,
+# moto, ruff, mypy, ...: over 1 GB), installed the first time one of them runs.
+RUN_STAMP := $(VENV)/.installed-run
+STAMP := $(VENV)/.installed-dev
 
 .PHONY: run test check bench jepsen jepsen-power jepsen-campaign clean system-deps bytecode
 
-$(STAMP): pyproject.toml
+$(RUN_STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
+	$(BIN)/pip install --quiet -e .
+	touch $(RUN_STAMP)
+
+$(STAMP): $(RUN_STAMP)
 	$(BIN)/pip install --quiet -e '.[dev]'
 	touch $(STAMP)
 
@@ -33,7 +41,7 @@ system-deps:
 bytecode: $(STAMP)
 	$(BIN)/python -m compileall -q dmq raft log groups http_api spark_io bench jepsen >/dev/null
 
-run: $(STAMP)
+run: $(RUN_STAMP)
 	$(BIN)/dmq serve
 
 # One pytest worker per core (at most 4), whole files to a worker (`loadfile`: a module's

@@ -16,6 +16,7 @@ from aiohttp import web
 from dmq import errors
 from dmq.broker import Acks, Broker, Consistency, FetchResult, TopicDescription
 from dmq.internal_auth import ReplayCache
+from dmq.topics import TOPIC_CONFIG_KEYS
 from dmq.types import PARTITION_COUNT_HEADER
 from http_api import auth, codec, transactions
 from http_api.auth import AUTH_ROUTES, may
@@ -48,6 +49,7 @@ from http_api.sendfile import FileRangesResponse
 from http_api.share import SHARE_ROUTES
 
 BATCH_CONTENT_TYPE = "application/vnd.dmq.batch"
+BOOL_CONFIG_KEYS = frozenset(k for k, spec in TOPIC_CONFIG_KEYS.items() if spec.kind == "bool")
 BATCHES_CONTENT_TYPE = "application/vnd.dmq.batches"
 
 
@@ -64,11 +66,21 @@ async def _json_body(request: web.Request) -> dict[str, Any]:
     return codec.parse_json_object(await request.read())
 
 
+def _typed_config(config: dict[str, Any]) -> dict[str, Any]:
+    """A topic's config with JSON booleans where the key is one. The catalogue keeps
+    "true"/"false" strings (its replicated form, unchanged across releases), which made a
+    reader of the API compare strings to tell whether tiered storage is on."""
+    return {
+        key: value == "true" if key in BOOL_CONFIG_KEYS and isinstance(value, str) else value
+        for key, value in config.items()
+    }
+
+
 def _description(d: TopicDescription) -> dict[str, Any]:
     return {
         "name": d.name,
         "replication_factor": d.replication_factor,
-        "config": d.config,
+        "config": _typed_config(dict(d.config)),
         "partitions": [
             {
                 "partition": p.partition,

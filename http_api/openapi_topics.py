@@ -201,12 +201,12 @@ def _topic_config(config: BrokerConfig, *, for_request: bool) -> dict[str, Any]:
     for key, spec in TOPIC_CONFIG_KEYS.items():
         if spec.kind == "choice":
             properties[key] = {"type": "string", "enum": list(spec.choices)}
-        elif spec.kind == "bool":  # stored and described as "true"/"false"
-            kinds = ["boolean", "string"] if for_request else ["string"]
-            properties[key] = {
-                "type": kinds,
-                "enum": [*([True, False] * for_request), "true", "false"],
-            }
+        elif spec.kind == "bool":  # described as a JSON boolean; requests may spell it "true"
+            properties[key] = (
+                {"type": ["boolean", "string"], "enum": [True, False, "true", "false"]}
+                if for_request
+                else {"type": "boolean"}
+            )
         elif for_request:
             maximum = config.batch_bytes_max if key == "max_record_bytes" else spec.maximum
             properties[key] = integer(spec.minimum, maximum)

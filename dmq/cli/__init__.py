@@ -16,7 +16,8 @@
     dmq storage show|reset --data-dir DIR | set-aside   a data directory and its identity
     dmq share consume GROUP TOPIC [--ack accept|release|reject] [--follow]
     dmq share configure GROUP [--lock-duration-ms N] ... | describe GROUP | list
-    dmq txn list [--json]                          transactions: state, age, partitions
+    dmq txn list | describe ID | abort ID          transactions: state, age, partitions
+    dmq delay list TOPIC | cancel TOPIC ID         delayed records waiting for their time
     dmq bench --nodes 3 [--quick] [--runs N]       a 3-node cluster against one node
     dmq bench log [--quick] [--dir DIR] [--total-mb MB] [--runs N] ...
     dmq bench broker [--quick] [--runs N] [--total-mb MB] [--rate N] ...
@@ -37,12 +38,17 @@ For https URLs, `--ca FILE` (env DMQ_CA) names the CA the brokers' certificates 
 checked against, and `--cert FILE --key FILE` (DMQ_CERT, DMQ_KEY) a client certificate.
 Brokers with `--auth on` want `--token NAME:PASSWORD` (env DMQ_TOKEN), or the superuser's.
 
+Commands that print data take `--output table|json` (`_common.add_output`; `consume` and
+`share consume`, which print records, `--output lines|json`); the old `--json` is kept,
+hidden, as `--output json`.
+
 Exit status: 0 on success; 1 on an error, printed on stderr as `error: <code>: <message>`
 with the code of `dmq.errors`; 2 on a usage error; 130 when interrupted.
 
 One module per command area, each with an `add_<area>(commands, ...)` that registers its
 parser and handlers: `serve.py` (and `--join`), `topic.py`, `produce.py`, `consume.py`
-(and `--group`), `cluster.py`, `group.py`, `storage.py`, `share.py`, `txn.py`, `bench.py`,
+(and `--group`), `delay.py` (and `produce --delay`), `cluster.py`, `group.py`,
+`storage.py`, `share.py`, `txn.py`, `bench.py`,
 `cert.py`, `security.py` (user, acl, quota);
 `_common.py` holds the argument types, `UsageError` and the table printer they share. This
 module only builds the parser (`build_parser`) and runs a command (`main`); it imports no
@@ -65,6 +71,7 @@ from dmq.cli.bench import add_bench
 from dmq.cli.cert import add_cert
 from dmq.cli.cluster import add_cluster
 from dmq.cli.consume import add_consume
+from dmq.cli.delay import add_delay
 from dmq.cli.group import add_group
 from dmq.cli.produce import add_produce
 from dmq.cli.security import add_security
@@ -106,6 +113,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_storage(commands, url)
     add_share(commands, url)
     add_txn(commands, url)
+    add_delay(commands, url)
     add_security(commands, url)  # user, acl, quota
     add_bench(commands)
     add_cert(commands)

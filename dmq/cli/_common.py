@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import json
 import re
 import sys
 import time
@@ -148,6 +149,45 @@ def comma_items(text: str) -> list[str]:
 
 
 # --------------------------------------------------------------------------- output
+
+
+def add_output(parser: argparse.ArgumentParser) -> None:
+    """`--output table|json` of a command that prints data (a table by default, as rpk);
+    `--json`, the spelling before 0.2.0, is kept as a hidden alias of `--output json`."""
+    parser.add_argument(
+        "--output",
+        choices=("table", "json"),
+        default="table",
+        help="table: columns for a person (default); json: the API's answer, for scripts",
+    )
+    parser.add_argument(
+        "--json", dest="output", action="store_const", const="json", help=argparse.SUPPRESS
+    )
+
+
+def print_json(doc: Any) -> None:
+    print(json.dumps(doc, indent=2))
+
+
+def cell(value: Any) -> str:
+    """A table cell: "-" for nothing, lists and objects as compact JSON."""
+    if value is None:
+        return "-"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (dict, list)):
+        return json.dumps(value, separators=(",", ":"))
+    return str(value)
+
+
+def print_fields(doc: dict[str, Any]) -> None:
+    """One object of the API as a FIELD / VALUE table (a command that answers one thing)."""
+    print_table([("FIELD", "VALUE"), *[(key, cell(value)) for key, value in doc.items()]])
+
+
+def print_objects(items: Sequence[dict[str, Any]], columns: Sequence[str]) -> None:
+    """Objects of the API as a table: one row each, the given keys as columns."""
+    print_table([tuple(columns), *[tuple(cell(item.get(c)) for c in columns) for item in items]])
 
 
 def plural(count: int, word: str) -> str:

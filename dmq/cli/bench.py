@@ -12,13 +12,42 @@ from pathlib import Path
 
 from dmq.cli._common import Subparsers, UsageError
 
+# How long each benchmark runs, measured one at a time on 2026-11-29 (2 cores shared with
+# other test suites and a jepsen run, load average ~10: upper figures): every `--quick`
+# run, and every full run but spark's; the cluster's, log's and delay's full runs as
+# bench/README.md records them. Shown in `dmq bench --help`.
+QUICK_S = {
+    "cluster": 54, "log": 16, "broker": 26, "groups": 24, "share": 27, "txn": 33,
+    "reads": 22, "metrics": 11, "spark": 143, "filter": 8, "delay": 22, "tls": 12,
+    "auth": 18, "tiered": 8,
+}  # fmt: skip
+FULL = {
+    "cluster": "~6 min", "log": "~30 s", "delay": "~3 min with --pending 1000000",
+    "broker": "~1.4 min", "filter": "~1.7 min", "tiered": "~19 s", "tls": "~10 s",
+    "metrics": "~10 s", "auth": "~34 s", "reads": "~56 s", "groups": "~2 min",
+    "share": "~1.8 min", "txn": "~3.6 min",
+}  # fmt: skip
+
+
+def _duration(name: str) -> str:
+    quick = QUICK_S[name]
+    quick_text = f"~{quick} s" if quick < 100 else f"~{quick / 60:.1f} min"
+    full = FULL.get(name, "not timed yet")
+    return f"--quick {quick_text}; full {full}"
+
+
+def _timed(name: str, text: str) -> str:
+    return f"{text} ({_duration(name)})"
+
 
 def add_bench(commands: Subparsers) -> None:
     bench = commands.add_parser(
         "bench",
-        help="benchmarks",
+        help="benchmarks (how long each runs: `dmq bench --help`)",
         description="`dmq bench --nodes 3`: a cluster of real brokers on this machine "
-        "(bench/cluster_bench.py); or one of the benchmarks below.",
+        f"(bench/cluster_bench.py; {_duration('cluster')}); or one of the benchmarks "
+        "below. Durations are of one run at a time on a 2-core machine shared with other "
+        "work; a quiet machine is faster.",
     )
     bench.add_argument("--nodes", type=int, help="cluster benchmark with this many brokers")
     bench.add_argument("--quick", action="store_true", help="CI-sized run")
@@ -27,7 +56,9 @@ def add_bench(commands: Subparsers) -> None:
     kinds = bench.add_subparsers(dest="bench_command", metavar="BENCHMARK")
     # The options of bench/log_bench.py's add_arguments, repeated here so that `dmq` does
     # not import the benchmark unless it runs (a test keeps the two lists equal).
-    log = kinds.add_parser("log", help="the storage engine (log/) against raw file I/O")
+    log = kinds.add_parser(
+        "log", help=_timed("log", "the storage engine (log/) against raw file I/O")
+    )
     log.add_argument("--dir", type=Path, help="create the work directory inside DIR")
     log.add_argument("--total-mb", type=float, help="MiB per case (256)")
     log.add_argument("--fsync-mb", type=float, help="MiB per fsync case (32)")
@@ -39,7 +70,9 @@ def add_bench(commands: Subparsers) -> None:
     log.add_argument("--json", type=Path, help="also write the result here")
     log.set_defaults(handler=_cmd_bench_log)
     # Likewise bench/broker_bench.py's add_arguments.
-    broker = kinds.add_parser("broker", help="a single-node broker over HTTP, against log/ appends")
+    broker = kinds.add_parser(
+        "broker", help=_timed("broker", "a single-node broker over HTTP, against log/ appends")
+    )
     broker.add_argument("--dir", help="data directory (default: a temp dir here, removed after)")
     broker.add_argument("--runs", type=int, default=3, help="runs; medians are shown")
     broker.add_argument("--total-mb", type=int, default=128, help="MB produced per run")
@@ -50,7 +83,7 @@ def add_bench(commands: Subparsers) -> None:
     broker.set_defaults(handler=_cmd_bench_broker)
     # Likewise bench/groups_bench.py's add_arguments.
     groups = kinds.add_parser(
-        "groups", help="consumer groups: commit latency and rate, member death"
+        "groups", help=_timed("groups", "consumer groups: commit latency and rate, member death")
     )
     groups.add_argument("--nodes", type=int, default=3, help="brokers of the cluster (3)")
     groups.add_argument("--runs", type=int, default=3, help="runs; medians are shown (3)")
@@ -62,7 +95,7 @@ def add_bench(commands: Subparsers) -> None:
     groups.set_defaults(handler=_cmd_bench_groups)
     # Likewise bench/share_bench.py's add_arguments.
     share = kinds.add_parser(
-        "share", help="share groups: members on one partition, acks, redelivery"
+        "share", help=_timed("share", "share groups: members on one partition, acks, redelivery")
     )
     share.add_argument("--nodes", type=int, default=3, help="brokers of the cluster (3)")
     share.add_argument("--runs", type=int, default=3, help="runs; medians are shown (3)")
@@ -74,7 +107,9 @@ def add_bench(commands: Subparsers) -> None:
     share.add_argument("--quick", action="store_true", help="one small run (CI)")
     share.set_defaults(handler=_cmd_bench_share)
     # Likewise bench/txn_bench.py's add_arguments.
-    txn = kinds.add_parser("txn", help="transactions over 3 partitions against idempotent produce")
+    txn = kinds.add_parser(
+        "txn", help=_timed("txn", "transactions over 3 partitions against idempotent produce")
+    )
     txn.add_argument("--nodes", type=int, default=3, help="brokers of the cluster (3)")
     txn.add_argument("--runs", type=int, default=3, help="runs; medians are shown (3)")
     txn.add_argument("--seconds", type=float, default=5.0, help="per measure (5)")
@@ -88,7 +123,9 @@ def add_bench(commands: Subparsers) -> None:
     txn.add_argument("--quick", action="store_true", help="one small run (CI)")
     txn.set_defaults(handler=_cmd_bench_txn)
     # Likewise bench/reads_bench.py's add_arguments.
-    reads = kinds.add_parser("reads", help="linearizable (ReadIndex) reads against leader reads")
+    reads = kinds.add_parser(
+        "reads", help=_timed("reads", "linearizable (ReadIndex) reads against leader reads")
+    )
     reads.add_argument("--nodes", type=int, default=3, help="brokers of the cluster (3)")
     reads.add_argument("--runs", type=int, default=3, help="runs; medians are shown (3)")
     reads.add_argument("--seconds", type=float, default=4.0, help="per measure (4)")
@@ -97,7 +134,9 @@ def add_bench(commands: Subparsers) -> None:
     reads.add_argument("--quick", action="store_true", help="one small run (CI)")
     reads.set_defaults(handler=_cmd_bench_reads)
     # Likewise bench/metrics_bench.py's add_arguments.
-    metrics = kinds.add_parser("metrics", help="produce MB/s with and without a /metrics scraper")
+    metrics = kinds.add_parser(
+        "metrics", help=_timed("metrics", "produce MB/s with and without a /metrics scraper")
+    )
     metrics.add_argument("--dir", help="create the data directory inside DIR")
     metrics.add_argument("--runs", type=int, default=3, help="runs of each mode (3)")
     metrics.add_argument("--total-mb", type=int, default=64, help="MB produced per run (64)")
@@ -110,7 +149,8 @@ def add_bench(commands: Subparsers) -> None:
     metrics.set_defaults(handler=_cmd_bench_metrics)
     # Likewise bench/spark_bench.py's add_arguments (needs the spark extra).
     spark = kinds.add_parser(
-        "spark", help="Spark reading a topic through spark_io, against a Parquet file"
+        "spark",
+        help=_timed("spark", "Spark reading a topic through spark_io, against a Parquet file"),
     )
     spark.add_argument("--dir", type=Path, help="create the work directory inside DIR")
     spark.add_argument("--total-mb", type=int, default=256, help="MiB of records in the topic")
@@ -121,14 +161,18 @@ def add_bench(commands: Subparsers) -> None:
     spark.add_argument("--quick", action="store_true", help="CI-sized run")
     spark.set_defaults(handler=_cmd_bench_spark)
     # Likewise bench/filter_bench.py's add_arguments.
-    filt = kinds.add_parser("filter", help="broker-side filtering against an unfiltered fetch")
+    filt = kinds.add_parser(
+        "filter", help=_timed("filter", "broker-side filtering against an unfiltered fetch")
+    )
     filt.add_argument("--dir", help="data directory (default: a temp dir here, removed after)")
     filt.add_argument("--records", type=int, default=200_000, help="records in the topic")
     filt.add_argument("--runs", type=int, default=5, help="runs; medians are shown (5)")
     filt.add_argument("--quick", action="store_true", help="one small run (CI)")
     filt.set_defaults(handler=_cmd_bench_filter)
     # Likewise bench/delay_bench.py's add_arguments.
-    delay = kinds.add_parser("delay", help="delayed records: lateness, memory with many pending")
+    delay = kinds.add_parser(
+        "delay", help=_timed("delay", "delayed records: lateness, memory with many pending")
+    )
     delay.add_argument("--dir", help="data directory (default: a temp dir here, removed after)")
     delay.add_argument("--records", type=int, default=2_000, help="records per lateness run")
     delay.add_argument("--pending", type=int, default=200_000, help="records left pending")
@@ -136,7 +180,7 @@ def add_bench(commands: Subparsers) -> None:
     delay.add_argument("--quick", action="store_true", help="one small run (CI)")
     delay.set_defaults(handler=_cmd_bench_delay)
     # Likewise bench/tls_bench.py's add_arguments.
-    tls = kinds.add_parser("tls", help="batched produce with TLS on against off")
+    tls = kinds.add_parser("tls", help=_timed("tls", "batched produce with TLS on against off"))
     tls.add_argument("--dir", help="create the work directory inside DIR")
     tls.add_argument("--nodes", type=int, default=1, help="brokers per cluster (1; or 3)")
     tls.add_argument("--runs", type=int, default=3, help="runs of each mode (3)")
@@ -148,7 +192,7 @@ def add_bench(commands: Subparsers) -> None:
     tls.add_argument("--quick", action="store_true", help="one small run of each (CI)")
     tls.set_defaults(handler=_cmd_bench_tls)
     # Likewise bench/auth_bench.py's add_arguments.
-    auth = kinds.add_parser("auth", help="produce with --auth on against off")
+    auth = kinds.add_parser("auth", help=_timed("auth", "produce with --auth on against off"))
     auth.add_argument("--dir", help="create the work directory inside DIR")
     auth.add_argument("--nodes", type=int, default=1, help="brokers per cluster (1; or 3)")
     auth.add_argument("--runs", type=int, default=3, help="runs of each mode (3)")
@@ -162,7 +206,10 @@ def add_bench(commands: Subparsers) -> None:
     auth.set_defaults(handler=_cmd_bench_auth)
     # Likewise bench/tiered_bench.py's add_arguments.
     tiered = kinds.add_parser(
-        "tiered", help="tiered storage: produce with uploads, upload MB/s, cold vs local reads"
+        "tiered",
+        help=_timed(
+            "tiered", "tiered storage: produce with uploads, upload MB/s, cold vs local reads"
+        ),
     )
     tiered.add_argument("--dir", help="create the work directory inside DIR")
     tiered.add_argument("--runs", type=int, default=3, help="runs; medians are shown (3)")

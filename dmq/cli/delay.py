@@ -1,27 +1,86 @@
-"""`dmq produce TOPIC --delay 30s`: lines as delayed records (dmq/broker/delay.py).
+"""Delayed records (dmq/broker/delay.py): `dmq produce TOPIC --delay 30s` schedules lines,
+`dmq delay list TOPIC` shows what waits per partition, `dmq delay cancel TOPIC ID` cancels
+one record by the schedule id produce printed.
 
 Delayed records go through the JSON produce route with `?delay_ms=` (the binary path the
 plain `dmq produce` uses carries no schedule): lines are sent in requests of at most
 `DELAYED_LINES_PER_REQUEST`, values base64-encoded, and each record's schedule id and
 deliver_at are printed on stdout (one JSON object a line) so that it can be cancelled
-with `curl -X DELETE .../scheduled/<id>`.
+with `dmq delay cancel TOPIC ID`.
 """
 
 from __future__ import annotations
 
 import argparse
+import asyncio
 import base64
 import json
 import sys
 import urllib.error
 import urllib.parse
 import urllib.request
+from datetime import UTC, datetime
 from typing import IO, Any
 
-from dmq.cli._common import plural
+from dmq.cli._common import Subparsers, add_output, plural, print_json, print_table
+from dmq.client._scheduled import cancel_scheduled, scheduled_records
 from dmq.errors import DmqError, InvalidRequest, error_for_code
 
 DELAYED_LINES_PER_REQUEST = 1_000
+
+
+def add_delay(commands: Subparsers, url: argparse.ArgumentParser) -> None:
+    delay = commands.add_parser(
+        "delay", help="delayed records (dmq produce --delay): list what waits, cancel one"
+    )
+    actions = delay.add_subparsers(dest="delay_command", metavar="ACTION", required=True)
+    listing = actions.add_parser(
+        "list", parents=[url], help="per partition: records waiting for their time, the next due"
+    )
+    listing.add_argument("topic", help="the topic the records were produced to")
+    add_output(listing)
+    listing.set_defaults(handler=_cmd_delay_list)
+    cancel = actions.add_parser(
+        "cancel", parents=[url], help="cancel one delayed record before it is delivered"
+    )
+    cancel.add_argument("topic", help="the topic the record was produced to")
+    cancel.add_argument(
+        "id", help="its schedule id, as `dmq produce --delay` printed it (e.g. 0-1700000030000-1)"
+    )
+    cancel.set_defaults(handler=_cmd_delay_cancel)
+
+
+def _cmd_delay_list(args: argparse.Namespace) -> int:
+    doc = asyncio.run(
+        scheduled_records(args.url, args.topic, default_api_timeout_ms=args.api_timeout_ms)
+    )
+    if args.output == "json":
+        print_json(doc)
+        return 0
+    rows = [("PARTITION", "SCHEDULED", "NEXT-DELIVER-AT")]
+    rows += [
+        (str(p["partition"]), str(p["count"]), _when(p["next_deliver_at"]))
+        for p in doc["partitions"]
+    ]
+    print_table(rows)
+    print(f"{plural(doc['count'], 'record')} scheduled in {doc['topic']}", file=sys.stderr)
+    return 0
+
+
+def _when(ms: int | None) -> str:
+    """A due time as UTC ISO 8601 with milliseconds; "-" when nothing waits."""
+    if ms is None:
+        return "-"
+    moment = datetime.fromtimestamp(ms / 1000, tz=UTC)
+    return moment.isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+def _cmd_delay_cancel(args: argparse.Namespace) -> int:
+    asyncio.run(
+        cancel_scheduled(args.url, args.topic, args.id, default_api_timeout_ms=args.api_timeout_ms)
+    )
+    print(f"cancelled {args.id} in {args.topic}", file=sys.stderr)
+    return 0
 
 
 def produce_delayed(args: argparse.Namespace, stream: IO[bytes], out: IO[str]) -> int:

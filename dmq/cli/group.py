@@ -8,7 +8,15 @@ import json
 from collections.abc import Callable
 from typing import Any
 
-from dmq.cli._common import Subparsers, admin_for, parse_time_ms, plural, print_table
+from dmq.cli._common import (
+    Subparsers,
+    add_output,
+    admin_for,
+    parse_time_ms,
+    plural,
+    print_json,
+    print_table,
+)
 from dmq.client import AsyncAdmin
 
 
@@ -16,13 +24,13 @@ def add_group(commands: Subparsers, url: argparse.ArgumentParser) -> None:
     group = commands.add_parser("group", help="list, describe, reset, delete consumer groups")
     actions = group.add_subparsers(dest="group_command", metavar="ACTION", required=True)
     listing = actions.add_parser("list", parents=[url], help="consumer groups and their state")
-    listing.add_argument("--json", action="store_true", help="print the answer as JSON")
+    add_output(listing)
     listing.set_defaults(handler=cmd_group_list)
     describe = actions.add_parser(
         "describe", parents=[url], help="members; per partition committed offset and lag"
     )
     describe.add_argument("name")
-    describe.add_argument("--json", action="store_true", help="print the answer as JSON")
+    add_output(describe)
     describe.set_defaults(handler=cmd_group_describe)
     reset = actions.add_parser(
         "reset", parents=[url], help="set an empty group's offsets",
@@ -35,6 +43,7 @@ def add_group(commands: Subparsers, url: argparse.ArgumentParser) -> None:
                     help="the first offset at or after TIME (ms or ISO 8601)")  # fmt: skip
     to.add_argument("--offsets", metavar="TOPIC:PARTITION:OFFSET,...", help="exact offsets")
     reset.add_argument("--topic", action="append", default=[], help="a topic (repeatable)")
+    add_output(reset)
     reset.set_defaults(handler=cmd_group_reset)
     delete = actions.add_parser(
         "delete", parents=[url], help="delete an empty group and its committed offsets"
@@ -53,7 +62,7 @@ def _run(call: Callable[[AsyncAdmin], Any], args: argparse.Namespace) -> Any:
 
 def cmd_group_list(args: argparse.Namespace) -> int:
     groups = _run(lambda a: a.list_groups(), args)
-    if args.json:
+    if args.output == "json":
         print(json.dumps({"groups": groups}, indent=2))
         return 0
     rows = [("GROUP", "STATE", "GENERATION", "MEMBERS", "ASSIGNOR")]
@@ -65,7 +74,7 @@ def cmd_group_list(args: argparse.Namespace) -> int:
 
 def cmd_group_describe(args: argparse.Namespace) -> int:
     doc = _run(lambda a: a.describe_group(args.name), args)
-    if args.json:
+    if args.output == "json":
         print(json.dumps(doc, indent=2))
         return 0
     print(f"group {doc['group']}: {doc['state']}, generation {doc['generation']}, "
@@ -93,6 +102,10 @@ def cmd_group_reset(args: argparse.Namespace) -> int:
         if not args.topic:
             raise SystemExit("dmq: error: --to and --to-time need --topic")
     done = _run(lambda a: a.reset_group_offsets(args.name, to, args.topic), args)
+    if args.output == "json":
+        offsets = [{"topic": t, "partition": p, "offset": o} for t, p, o in done]
+        print_json({"group": args.name, "offsets": offsets})
+        return 0
     print_table([("TOPIC", "PARTITION", "OFFSET"), *[(t, str(p), str(o)) for t, p, o in done]])
     return 0
 

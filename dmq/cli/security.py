@@ -8,7 +8,14 @@ import argparse
 import json
 from typing import Any
 
-from dmq.cli._common import Subparsers, print_table
+from dmq.cli._common import (
+    Subparsers,
+    add_output,
+    print_fields,
+    print_json,
+    print_objects,
+    print_table,
+)
 from dmq.client import Admin
 
 _QUOTA_FLAGS = ("produce_bytes_per_s", "fetch_bytes_per_s", "requests_per_s")
@@ -34,10 +41,11 @@ def _add_user(commands: Subparsers, url: argparse.ArgumentParser) -> None:
     remove.add_argument("name")
     remove.set_defaults(handler=lambda a: _done(a, lambda admin: admin.remove_user(a.name)))
     listing = actions.add_parser("list", parents=[url], help="users and their quotas")
-    listing.add_argument("--json", action="store_true", help="print the answer as JSON")
+    add_output(listing)
     listing.set_defaults(handler=_user_list)
     whoami = actions.add_parser("whoami", parents=[url], help="who --token authenticates as")
-    whoami.set_defaults(handler=lambda a: _print_json(_run(a, lambda admin: admin.whoami())))
+    add_output(whoami)
+    whoami.set_defaults(handler=lambda a: _print_one(a, _run(a, lambda admin: admin.whoami())))
 
 
 def _add_binding_arguments(parser: argparse.ArgumentParser) -> None:
@@ -71,7 +79,7 @@ def _add_acl(commands: Subparsers, url: argparse.ArgumentParser) -> None:
     listing = actions.add_parser("list", parents=[url], help="the bindings")
     listing.add_argument("--principal", help="only this principal's bindings (User:NAME)")
     listing.add_argument("--resource-type", help="only bindings on this kind of resource")
-    listing.add_argument("--json", action="store_true", help="print the answer as JSON")
+    add_output(listing)
     listing.set_defaults(handler=_acl_list)
 
 
@@ -82,9 +90,11 @@ def _add_quota(commands: Subparsers, url: argparse.ArgumentParser) -> None:
     put.add_argument("principal", help="User:NAME, or User:* for every user without one")
     for flag in _QUOTA_FLAGS:
         put.add_argument("--" + flag.replace("_", "-"), type=int, default=0, help="0: none")
+    add_output(put)
     put.set_defaults(handler=_quota_set)
     listing = actions.add_parser("list", parents=[url], help="quotas, and what is left here")
-    listing.set_defaults(handler=lambda a: _print_json(_run(a, lambda x: x.list_quotas())))
+    add_output(listing)
+    listing.set_defaults(handler=_quota_list)
 
 
 def _run(args: argparse.Namespace, call: Any) -> Any:
@@ -98,7 +108,15 @@ def _done(args: argparse.Namespace, call: Any) -> int:
 
 
 def _print_json(doc: Any) -> int:
-    print(json.dumps(doc, indent=2))
+    print_json(doc)
+    return 0
+
+
+def _print_one(args: argparse.Namespace, doc: dict[str, Any]) -> int:
+    """One object of the API: as JSON, or as a FIELD / VALUE table."""
+    if args.output == "json":
+        return _print_json(doc)
+    print_fields(doc)
     return 0
 
 
@@ -113,7 +131,7 @@ def _user_add(args: argparse.Namespace) -> int:
 
 def _user_list(args: argparse.Namespace) -> int:
     users = _run(args, lambda admin: admin.list_users())
-    if args.json:
+    if args.output == "json":
         return _print_json({"users": users})
     rows = [("NAME", "CREATED-MS", "QUOTA")]
     rows += [(u["name"], str(u["created_ms"]), json.dumps(u["quota"])) for u in users]
@@ -134,7 +152,7 @@ def _binding(args: argparse.Namespace) -> dict[str, str]:
 
 def _acl_list(args: argparse.Namespace) -> int:
     acls = _run(args, lambda admin: admin.list_acls(args.principal, args.resource_type))
-    if args.json:
+    if args.output == "json":
         return _print_json({"acls": acls})
     keys = ("principal", "resource_type", "pattern", "resource_name", "operation", "permission")
     print_table(
@@ -148,4 +166,13 @@ def _acl_list(args: argparse.Namespace) -> int:
 
 def _quota_set(args: argparse.Namespace) -> int:
     rates = {flag: getattr(args, flag) for flag in _QUOTA_FLAGS}
-    return _print_json(_run(args, lambda admin: admin.set_quota(args.principal, rates)))
+    return _print_one(args, _run(args, lambda admin: admin.set_quota(args.principal, rates)))
+
+
+def _quota_list(args: argparse.Namespace) -> int:
+    quotas = _run(args, lambda admin: admin.list_quotas())
+    if args.output == "json":
+        return _print_json(quotas)
+    columns = list(dict.fromkeys(key for q in quotas for key in q)) or ["principal"]
+    print_objects(quotas, columns)
+    return 0

@@ -16,7 +16,15 @@ import json
 import sys
 from typing import Any
 
-from dmq.cli._common import Subparsers, _positive_int, plural, print_table
+from dmq.cli._common import (
+    Subparsers,
+    _positive_int,
+    add_output,
+    plural,
+    print_fields,
+    print_json,
+    print_table,
+)
 from dmq.cli.consume import record_json
 from dmq.client import (
     AsyncShareConsumer,
@@ -69,13 +77,14 @@ def add_share(commands: Subparsers, url: argparse.ArgumentParser) -> None:
     configure.add_argument("--session-timeout-ms", type=_positive_int,
                            help="a member silent this long leaves; its locks are released "
                            "(45000)")  # fmt: skip
+    add_output(configure)
     configure.set_defaults(handler=cmd_share_configure)
     describe = actions.add_parser("describe", parents=[url], help="members and partitions")
     describe.add_argument("group")
-    describe.add_argument("--json", action="store_true", help="print the answer as JSON")
+    add_output(describe)
     describe.set_defaults(handler=cmd_share_describe)
     listing = actions.add_parser("list", parents=[url], help="share groups and their config")
-    listing.add_argument("--json", action="store_true", help="print the answer as JSON")
+    add_output(listing)
     listing.set_defaults(handler=cmd_share_list)
 
 
@@ -116,7 +125,10 @@ def cmd_share_configure(args: argparse.Namespace) -> int:
     doc = asyncio.run(
         configure_share_group(args.url, args.group, default_api_timeout_ms=timeout_ms, **settings)
     )
-    print(json.dumps(doc))
+    if args.output == "json":
+        print_json(doc)
+    else:
+        print_fields(doc)
     return 0
 
 
@@ -124,7 +136,7 @@ def cmd_share_describe(args: argparse.Namespace) -> int:
     doc = asyncio.run(
         describe_share_group(args.url, args.group, default_api_timeout_ms=args.api_timeout_ms)
     )
-    if args.json:
+    if args.output == "json":
         print(json.dumps(doc, indent=2))
         return 0
     print(f"share group {doc['group']}: {plural(doc['member_count'], 'member')}, lock "
@@ -140,7 +152,7 @@ def cmd_share_describe(args: argparse.Namespace) -> int:
 
 def cmd_share_list(args: argparse.Namespace) -> int:
     doc = asyncio.run(describe_share_group(args.url, default_api_timeout_ms=args.api_timeout_ms))
-    if args.json:
+    if args.output == "json":
         print(json.dumps(doc, indent=2))
         return 0
     rows: list[Any] = [("GROUP", "MEMBERS", "LOCK-MS", "ATTEMPTS", "DEAD-LETTER-TOPIC")]

@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from dmq import meta_file
-from dmq.cli._common import Subparsers, UsageError, admin_for
+from dmq.cli._common import Subparsers, UsageError, add_output, admin_for, print_json
 from dmq.errors import BrokerUnavailable, DmqError
 from log.segment import fsync_directory
 
@@ -42,6 +42,7 @@ def add_storage(commands: Subparsers, url: argparse.ArgumentParser) -> None:
     actions = storage.add_subparsers(dest="storage_command", metavar="ACTION", required=True)
     show = actions.add_parser("show", help="the cluster and broker a data directory belongs to")
     show.add_argument("--data-dir", required=True, help="the broker's data directory")
+    add_output(show)
     show.set_defaults(handler=cmd_storage_show)
     reset = actions.add_parser(
         "reset",
@@ -56,12 +57,17 @@ def add_storage(commands: Subparsers, url: argparse.ArgumentParser) -> None:
     stray = actions.add_parser(
         "set-aside", parents=[url], help="partition data a broker set aside instead of using"
     )
+    add_output(stray)
     stray.set_defaults(handler=cmd_storage_set_aside)
 
 
 def cmd_storage_show(args: argparse.Namespace) -> int:
     data_dir = Path(args.data_dir)
     meta = meta_file.read(data_dir)
+    if args.output == "json":
+        ids = {"cluster_id": meta.cluster_id, "node_id": meta.node_id} if meta else {}
+        print_json({"data_dir": str(data_dir), "cluster_id": None, "node_id": None} | ids)
+        return 0
     if meta is None:
         print(f"{data_dir}: no identity (a new directory, or one from before cluster ids)")
     else:
@@ -122,6 +128,9 @@ def cmd_storage_set_aside(args: argparse.Namespace) -> int:
             return await admin.set_aside()
 
     doc = asyncio.run(ask())
+    if args.output == "json":
+        print_json(doc)
+        return 0
     entries = doc["set_aside"]
     if not entries:
         print(f"nothing set aside in {doc.get('data_dir')}")

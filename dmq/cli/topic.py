@@ -4,16 +4,17 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 
 from dmq.cli._common import (
     Subparsers,
     UsageError,
     _config_item,
     _positive_int,
+    add_output,
     admin_for,
     as_dict,
     plural,
+    print_json,
     print_table,
 )
 from dmq.client import TopicDescription, TopicSummary
@@ -38,15 +39,16 @@ def add_topic(commands: Subparsers, url: argparse.ArgumentParser) -> None:
         metavar="KEY=VALUE",
         help=config_help,
     )
+    add_output(create)
     create.set_defaults(handler=_cmd_topic_create)
 
     listing = actions.add_parser("list", parents=[url], help="list topics")
-    listing.add_argument("--json", action="store_true", help="print the answer as JSON")
+    add_output(listing)
     listing.set_defaults(handler=_cmd_topic_list)
 
     describe = actions.add_parser("describe", parents=[url], help="config and partitions")
     describe.add_argument("name")
-    describe.add_argument("--json", action="store_true", help="print the answer as JSON")
+    add_output(describe)
     describe.set_defaults(handler=_cmd_topic_describe)
 
     alter = actions.add_parser("alter", parents=[url], help="change config or add partitions")
@@ -60,6 +62,7 @@ def add_topic(commands: Subparsers, url: argparse.ArgumentParser) -> None:
         help=config_help,
     )
     alter.add_argument("--partitions", type=_positive_int, help="the new total partition count")
+    add_output(alter)
     alter.set_defaults(handler=_cmd_topic_alter)
 
     delete = actions.add_parser("delete", parents=[url], help="delete a topic and its data")
@@ -75,6 +78,9 @@ def _cmd_topic_create(args: argparse.Namespace) -> int:
             )
 
     description = asyncio.run(create())
+    if args.output == "json":
+        print_json(as_dict(description))
+        return 0
     print(
         f"created topic {description.name} ({plural(description.partition_count, 'partition')}, "
         f"replication factor {description.replication_factor})"
@@ -88,8 +94,8 @@ def _cmd_topic_list(args: argparse.Namespace) -> int:
             return await admin.list_topics()
 
     topics = asyncio.run(listing())
-    if args.json:
-        print(json.dumps({"topics": [as_dict(t) for t in topics]}, indent=2))
+    if args.output == "json":
+        print_json({"topics": [as_dict(t) for t in topics]})
         return 0
     rows = [("TOPIC", "PARTITIONS", "REPLICATION")]
     rows += [(t.name, str(t.partitions), str(t.replication_factor)) for t in topics]
@@ -103,8 +109,8 @@ def _cmd_topic_describe(args: argparse.Namespace) -> int:
             return await admin.describe_topic(args.name)
 
     description = asyncio.run(describe())
-    if args.json:
-        print(json.dumps(as_dict(description), indent=2))
+    if args.output == "json":
+        print_json(as_dict(description))
     else:
         _print_description(description)
     return 0
@@ -123,7 +129,11 @@ def _cmd_topic_alter(args: argparse.Namespace) -> int:
                 description = await admin.add_partitions(args.name, args.partitions)
             return description or await admin.describe_topic(args.name)
 
-    _print_description(asyncio.run(alter()))
+    description = asyncio.run(alter())
+    if args.output == "json":
+        print_json(as_dict(description))
+    else:
+        _print_description(description)
     return 0
 
 
@@ -137,14 +147,20 @@ def _cmd_topic_delete(args: argparse.Namespace) -> int:
     return 0
 
 
+def _config_text(value: object) -> str:
+    """A config value as it is typed on the command line (`true`, not Python's `True`)."""
+    return ("true" if value else "false") if isinstance(value, bool) else str(value)
+
+
 def _print_description(description: TopicDescription) -> None:
     print(
         f"topic {description.name}: {plural(description.partition_count, 'partition')}, "
         f"replication factor {description.replication_factor}"
     )
     for key in sorted(description.config):
-        print(f"  {key} = {description.config[key]}")
-    tiered = description.config.get("remote_storage_enable") == "true"
+        print(f"  {key} = {_config_text(description.config[key])}")
+    # A JSON boolean since 0.2.0; a 0.1.0 broker still answers the string "true".
+    tiered = description.config.get("remote_storage_enable") in (True, "true")
     head = ("PARTITION", "LEADER", "REPLICAS", "LOG-START", "HIGH-WATERMARK", "LOG-END")
     rows = [head + (("REMOTE-END", "LOCAL-BYTES", "REMOTE-BYTES") if tiered else ())]
     rows += [

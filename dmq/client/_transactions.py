@@ -187,3 +187,23 @@ async def end_transaction(
         return dict((await transport.request("POST", path, json_body=body)).json())
     finally:
         await transport.close()
+
+
+async def describe_transaction(
+    url: str,
+    transactional_id: str,
+    *,
+    default_api_timeout_ms: int = _limits.DEFAULT_API_TIMEOUT_MS_DEFAULT,
+) -> dict[str, Any]:
+    """One transactional id's current or last transaction (`GET /v1/transactions/{id}`):
+    state, producer id and epoch, age, partitions, pending offsets (`dmq txn describe`)."""
+    transport = Transport(
+        url,
+        request_timeout_ms=_limits.REQUEST_TIMEOUT_MS_DEFAULT,
+        api_timeout_ms=default_api_timeout_ms,
+    )
+    try:
+        path = f"/v1/transactions/{quote(transactional_id, safe='')}"
+        return dict((await transport.request("GET", path)).json())
+    finally:
+        await transport.close()

@@ -17,7 +17,8 @@ Proves:
   naming the spellings it could mean;
 - `consume --from 100` past a partition's end is an error naming its range (it printed
   nothing and exited 0); a topic that does not exist is an error saying what to do;
-  `--config retention.ms=...` (Kafka's spelling) is taken;
+  `--config retention.ms=...` (Kafka's spelling) is taken; `topic describe` prints the
+  API's JSON boolean config values as they are typed (`false`);
 - `dmq share consume --output json` prints `dmq consume --output json`'s record shape
   (timestamp, headers, value_encoding only for non-UTF-8), plus delivery_count.
 """
@@ -180,7 +181,10 @@ def test_a_start_past_the_end_is_refused_and_kafka_config_keys_are_taken(
     ) in missing.stderr, missing.stderr
     created = dmq(broker, "topic", "create", "k", "--config", "retention.ms=60000")
     assert created.returncode == 0, created
-    assert "  retention_ms = 60000\n" in dmq(broker, "topic", "describe", "k").stdout
+    described = dmq(broker, "topic", "describe", "k").stdout
+    assert "  retention_ms = 60000\n" in described, described
+    # The API answers a JSON boolean since 0.2.0; the CLI prints it as typed, not as `False`.
+    assert "  remote_storage_enable = false\n" in described, described
 
 
 def test_share_consume_prints_the_record_shape_of_consume(broker: BrokerProcess) -> None:

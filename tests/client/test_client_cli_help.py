@@ -8,7 +8,14 @@ Proves:
   list, describe and reset, cluster status, txn list, share list and describe) are
   headed in one style, rpk's: upper-case words joined by hyphens (HIGH-WATERMARK, not
   HIGH_WATERMARK; AGE-MS, not AGE_MS), and counts read right ("1 partition", "1 member");
-  a finished transaction shows no age ("-", not 0).
+  a finished transaction shows no age ("-", not 0);
+- every command that prints data has `--output`: `table` (the default) or `json` (the
+  API's answer), `lines` or `json` for the two that print records (`consume`, `share
+  consume`, whose json is one record shape); every command is classed as printing data or
+  not, so a new one cannot be left out; `--json`, the old spelling, is hidden and means
+  `--output json`; a table command's `--output json` prints JSON;
+- `dmq bench --help` says how long each benchmark's `--quick` run takes, and its full run
+  where it was timed.
 """
 
 from __future__ import annotations
@@ -16,6 +23,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import io
+import json
 import re
 import subprocess
 import sys
@@ -119,3 +127,81 @@ def test_tables_are_headed_in_one_style_and_counts_read_right(broker: BrokerProc
     assert "AGE-MS" in outputs["txn list"]
     txn_row = re.split(r"\s{2,}", outputs["txn list"].splitlines()[1])
     assert txn_row[1] == "complete_commit" and txn_row[4] == "-", txn_row  # no age once done
+
+
+# Every leaf command, classed: those that print data take --output (table|json, or
+# lines|json where they print records); the others print a confirmation line, progress, or
+# nothing. `cluster status` and `cluster operations` still take the old `--json`
+# (dmq/cli/cluster.py is being changed for feature levels; they move to --output after).
+RECORD_COMMANDS = {"consume", "share consume"}
+DATA_COMMANDS = {
+    "topic create", "topic list", "topic describe", "topic alter", "group list",
+    "group describe", "group reset", "storage show", "storage set-aside", "share configure",
+    "share describe", "share list", "txn list", "txn describe", "txn abort", "delay list",
+    "user list", "user whoami", "acl list", "quota set", "quota list",
+}  # fmt: skip
+OLD_JSON_FLAG = {"cluster status", "cluster operations"}
+NO_DATA = {
+    "serve", "topic delete", "produce", "cluster reassign", "cluster decommission-broker",
+    "cluster metadata-voters", "cluster decommission-partition", "group delete",
+    "storage reset", "delay cancel", "user add", "user remove", "acl add", "acl remove",
+    "cert dev",
+}  # fmt: skip
+
+
+def _leaves() -> dict[str, argparse.ArgumentParser]:
+    return {
+        " ".join(path): parser
+        for path, parser in COMMANDS
+        if path and not any(isinstance(a, argparse._SubParsersAction) for a in parser._actions)
+    }
+
+
+def _option(parser: argparse.ArgumentParser, flag: str) -> argparse.Action | None:
+    return next((a for a in parser._actions if flag in a.option_strings), None)
+
+
+def test_every_command_that_prints_data_has_output_table_or_json() -> None:
+    leaves = _leaves()
+    benches = {path for path in leaves if path.startswith("bench ")}  # results: --json PATH
+    classed = RECORD_COMMANDS | DATA_COMMANDS | OLD_JSON_FLAG | NO_DATA | benches
+    assert set(leaves) == classed, set(leaves) ^ classed
+    for path in RECORD_COMMANDS | DATA_COMMANDS:
+        output = _option(leaves[path], "--output")
+        assert output is not None, f"dmq {path} has no --output"
+        want = ["lines", "json"] if path in RECORD_COMMANDS else ["table", "json"]
+        assert list(output.choices or ()) == want and output.default == want[0], path
+        old = _option(leaves[path], "--json")
+        assert old is None or (old.help == argparse.SUPPRESS and old.const == "json"), path
+    args = cli.build_parser().parse_args(["topic", "list", "--json"])
+    assert args.output == "json"
+
+
+def test_output_json_prints_the_apis_answer(broker: BrokerProcess) -> None:
+    assert broker.json("POST", "/v1/topics", {"name": "t", "partitions": 2})[0] == 201
+    created = json.loads(dmq(broker, "topic", "create", "u", "--output", "json"))
+    assert created["name"] == "u" and created["config"]["remote_storage_enable"] is False
+    altered = dmq(broker, "topic", "alter", "t", "--partitions", "3", "--output", "json")
+    assert len(json.loads(altered)["partitions"]) == 3
+    assert json.loads(dmq(broker, "topic", "list", "--output", "json"))["topics"]
+    dmq(broker, "share", "configure", "s")
+    fields = dmq(broker, "share", "configure", "s", "--lock-duration-ms", "5000")
+    assert ["lock_duration_ms", "5000"] in [line.split() for line in fields.splitlines()]
+    shares = json.loads(dmq(broker, "share", "list", "--output", "json"))
+    assert shares, shares
+    reset = json.loads(dmq(broker, "group", "reset", "g", "--to", "earliest", "--topic", "t",
+                           "--output", "json"))  # fmt: skip
+    assert reset["offsets"][0] == {"topic": "t", "partition": 0, "offset": 0}, reset
+
+
+def test_bench_help_says_how_long_each_benchmark_takes() -> None:
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        assert cli.main(["bench", "--help"]) == 0
+    shown = " ".join(out.getvalue().split())  # argparse wraps the help lines
+    benchmarks = [path[1] for path, _ in COMMANDS if len(path) == 2 and path[0] == "bench"]
+    assert len(benchmarks) >= 13, benchmarks
+    for name in benchmarks:
+        found = re.search(rf" {name} .*?\(--quick ~[\d.]+ (s|min); full ([^)]*)\)", shown)
+        assert found, f"dmq bench --help gives no duration for {name}: {shown}"
+    assert "full ~30 s" in shown and "--quick ~54 s; full ~6 min" in shown  # log; --nodes 3

@@ -71,5 +71,9 @@ def test_users_acls_quotas_through_the_cli(broker: BrokerProcess) -> None:
     assert carol["quota"]["requests_per_s"] == 100
     acls = dmq(broker, "acl", "list", "--json", token=SUPERUSER)
     assert [a["resource_name"] for a in json.loads(acls.stdout)["acls"]] == ["c-"]
-    whoami = dmq(broker, "user", "whoami", token=token)
+    whoami = dmq(broker, "user", "whoami", "--output", "json", token=token)
     assert json.loads(whoami.stdout)["principal"] == "User:carol"
+    table = dmq(broker, "user", "whoami", token=token).stdout.splitlines()
+    assert table[0].split() == ["FIELD", "VALUE"] and ["principal", "User:carol"] in [
+        line.split() for line in table
+    ], table

@@ -17,6 +17,14 @@ Proves that:
 - a consumer group's lag per partition shows and follows a commit made through the API
   (the page polls), with its chart; a share group's backlog shows;
 - the operations page shows the metadata voters;
+- a topic's config comes typed from the API (remote_storage_enable a JSON boolean) and
+  shows unquoted (`false`, `3600000`);
+- the record browser opened on a topic shows its newest records without pressing Read and
+  follows the partition: a record produced while it is open appears (live tail);
+- a partition emptied by retention says why no records are shown, on the record browser and
+  on its topic's page (records before offset N were removed by retention or compaction);
+- no page, visited after all of the above (a record without a key included), shows the
+  text "null" or "undefined";
 - no page logs a JavaScript error in the browser console.
 """
 
@@ -24,6 +32,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import re
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -42,6 +51,8 @@ from tests_support import BrokerProcess
 CHROMIUM = Path("/usr/bin/chromium")
 CHROMEDRIVER = Path("/usr/bin/chromedriver")
 WAIT_S = 10.0
+# Retention runs this often on the console's broker, so that a partition empties in the test.
+RETENTION_CHECK_INTERVAL_MS = 200
 
 
 class Console:
@@ -123,7 +134,10 @@ def console(
         )
     shots = tmp_path_factory.getbasetemp() / "tests-output" / "console"
     shots.mkdir(parents=True, exist_ok=True)
-    broker = BrokerProcess(tmp_path_factory.mktemp("console") / "broker")
+    broker = BrokerProcess(
+        tmp_path_factory.mktemp("console") / "broker",
+        extra_args=["--retention-check-interval-ms", str(RETENTION_CHECK_INTERVAL_MS)],
+    )
     options = webdriver.ChromeOptions()
     options.binary_location = str(CHROMIUM)
     for arg in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage",
@@ -179,7 +193,10 @@ def test_topics_page_and_topic_detail_show_what_the_api_has(console: Console) ->
     cells = rows[1]
     node = console.api("GET", "/v1/cluster")["node_id"]
     assert cells[:7] == ["1", node, node, "active", "0", "4", "4"], cells
-    assert "3600000" in console.text("#config")
+    config = dict(console.cells("#config"))  # type: ignore[arg-type]
+    assert config["retention_ms"] == "3600000" and config["remote_storage_enable"] == "false"
+    described = console.api("GET", "/v1/topics/orders")["config"]
+    assert described["remote_storage_enable"] is False and described["retention_ms"] == 3600000
     console.shot("topic")
 
 
@@ -307,3 +324,66 @@ def test_share_group_backlog_and_operations_show(console: Console) -> None:
     console.until_text("dl.facts", node)
     assert "no change running" in console.text("dl.facts")
     console.shot("operations")
+
+
+def test_record_browser_opens_on_the_newest_records_and_follows_new_ones(
+    console: Console,
+) -> None:
+    console.api("POST", "/v1/topics", {"name": "tailed", "partitions": 1}, expect=201)
+    console.api("POST", "/v1/topics/tailed/records",
+                {"records": [{"value": f"old-{i}"} for i in range(60)]})  # fmt: skip
+    console.open("records?topic=tailed")  # no offset: no Read pressed
+    console.until_text("#records", "50 records shown")
+    assert console.cells("#records")[0][0] == "10"  # the newest 50 of 60
+    assert "live" in console.text("#live-tail")
+    console.api("POST", "/v1/topics/tailed/records", {"records": [{"value": "fresh"}]})
+    console.until_text("#records tbody", "fresh")
+    rows = console.cells("#records")
+    assert len(rows) == 50 and rows[-1][0] == "60" and rows[0][0] == "11", rows[-1]
+    console.shot("records-live-tail")
+
+
+def test_a_partition_emptied_by_retention_says_why(console: Console) -> None:
+    console.api("POST", "/v1/topics",
+                {"name": "aged", "partitions": 1, "config": {"retention_ms": 60000}},
+                expect=201)  # fmt: skip
+    hour_ago_ms = int(time.time() * 1000) - 3_600_000
+    console.api("POST", "/v1/topics/aged/records",
+                {"records": [{"value": v, "timestamp": hour_ago_ms} for v in "ab"]})  # fmt: skip
+    deadline = time.monotonic() + 30
+    while console.api("GET", "/v1/topics/aged/partitions/0/offsets")["log_start_offset"] < 2:
+        assert time.monotonic() < deadline, "retention did not remove aged-0's records in 30 s"
+        time.sleep(0.1)
+    why = "records before offset 2 were removed by retention or compaction"
+    console.open("records?topic=aged")
+    console.until_text("#records", "0 records shown")
+    assert why in console.text("#removed-note")
+    console.open("records?topic=aged&partition=0&offset=earliest")
+    console.until_text("#removed-note", why)
+    console.open("topics/aged")
+    console.until_text("#removed-note", f"Partition 0: {why}")
+    console.shot("records-removed")
+
+
+def test_no_page_shows_null_or_undefined(console: Console) -> None:
+    """Last: every page, with what the tests before made (groups, share groups, topics)."""
+    console.api("POST", "/v1/topics", {"name": "keyless", "partitions": 1}, expect=201)
+    keyless = {"records": [{"value": "no key"}, {"key": "k", "value": "v"}]}
+    console.api("POST", "/v1/topics/keyless/records", keyless)
+    topics = [t["name"] for t in console.api("GET", "/v1/topics")["topics"]]
+    routes = ["cluster", "topics", "records", "produce", "groups", "operations"]
+    routes += [f"topics/{t}" for t in topics] + [f"records?topic={t}" for t in topics]
+    routes += [f"groups/{g['group']}" for g in console.api("GET", "/v1/groups")["groups"]]
+    shares = console.api("GET", "/v1/share-groups")["share_groups"]
+    routes += [f"share-groups/{g['group']}" for g in shares]
+    stray = re.compile(r"\b(null|undefined)\b")
+    found = {}
+    for route in routes:
+        console.open(route)
+        text = console.text("body")
+        if stray.search(text):
+            found[route] = [line for line in text.splitlines() if stray.search(line)]
+    assert found == {}, found
+    console.open("records?topic=keyless")  # the missing key: a muted "none"
+    console.until_text("#records", "2 records shown")
+    assert [row[2] for row in console.cells("#records")] == ["none", "k"]

@@ -30,6 +30,7 @@ Proves that:
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 import threading
@@ -313,8 +314,10 @@ def test_the_cli_consumes_and_acknowledges(broker: BrokerProcess) -> None:
         assert done.returncode == 0, done.stderr
         return done.stdout
 
-    assert '"max_delivery_attempts": 2' in dmq("share", "configure", "cli",
-                                               "--max-delivery-attempts", "2")  # fmt: skip
+    configured = dmq(
+        "share", "configure", "cli", "--max-delivery-attempts", "2", "--output", "json"
+    )
+    assert json.loads(configured)["max_delivery_attempts"] == 2, configured
     assert dmq("share", "consume", "cli", "jobs", "--max-records", "3").split() == [
         "job-0",
         "job-1",

@@ -16,6 +16,14 @@ export function h(tag, attrs = {}, ...children) {
   return el;
 }
 
+// el's children replaced by these; null, undefined and false are left out, as in h().
+// (The DOM's own replaceChildren writes a null child as the text "null".)
+export function replace(el, ...children) {
+  el.replaceChildren();
+  append(el, children);
+  return el;
+}
+
 function append(el, children) {
   for (const child of children.flat(Infinity)) {
     if (child === null || child === undefined || child === false) continue;
@@ -66,4 +74,11 @@ export function fmtBytes(n) {
   let v = Number(n), i = 0;
   while (v >= 1024 && i < units.length - 1) { v /= 1024; i += 1; }
   return (i === 0 ? v.toFixed(0) : v.toFixed(1)) + " " + units[i];
+}
+
+// Why a partition's records start above offset 0: said wherever records are shown, so that
+// a partition with few or no records left is not taken for data loss.
+export function removedText(logStartOffset) {
+  return `records before offset ${fmtNum(logStartOffset)} were removed by retention or `
+    + "compaction (the topic's retention_ms, retention_bytes and cleanup_policy)";
 }

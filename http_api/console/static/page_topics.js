@@ -1,6 +1,6 @@
 // Topics: the list, a create form, and one topic's partitions, replicas, offsets and config.
 import { api, enc } from "./api.js";
-import { h, table, facts, link, fmtNum } from "./dom.js";
+import { h, replace, table, facts, link, fmtNum, removedText } from "./dom.js";
 
 // Partition offsets this broker does not hold are asked of their leaders (one request per
 // partition), for at most this many partitions per page load.
@@ -56,7 +56,7 @@ export async function topicPage(ctx) {
   await fillOffsets(name, d.partitions);
   const totalRecords = d.partitions.reduce(
     (s, p) => s + (p.high_watermark === null ? 0 : p.high_watermark - p.log_start_offset), 0);
-  ctx.view.replaceChildren(
+  replace(ctx.view,
     h("h1", {}, "Topic ", h("span", { id: "topic-name" }, d.name)),
     facts([
       ["partitions", fmtNum(d.partitions.length)],
@@ -80,8 +80,9 @@ export async function topicPage(ctx) {
       ? h("p", { class: "muted" }, "–: this broker holds no replica of the partition; its "
         + "leader gave the log start and high watermark, the log end is known on replicas only.")
       : null,
+    removedNote(d.partitions),
     h("h2", {}, "Config"),
-    table([["key", ([k]) => h("code", {}, k)], ["value", ([, v]) => JSON.stringify(v)]],
+    table([["key", ([k]) => h("code", {}, k)], ["value", ([, v]) => configText(v)]],
       Object.entries(d.config).sort(), { id: "config" }),
   );
 }
@@ -97,4 +98,17 @@ async function fillOffsets(topic, partitions) {
       p.high_watermark = o.high_watermark;
     } catch { /* no leader now: left blank */ }
   }));
+}
+
+// Config values are JSON scalars (numbers, booleans, strings): shown as typed, unquoted.
+function configText(v) {
+  return v === null || v === undefined ? "–" : typeof v === "object" ? JSON.stringify(v) : String(v);
+}
+
+// A log start above 0: retention or compaction removed the records before it (dom.js).
+function removedNote(partitions) {
+  const trimmed = partitions.filter((p) => p.log_start_offset > 0);
+  if (trimmed.length === 0) return null;
+  return h("div", { class: "muted", id: "removed-note" }, trimmed.map((p) =>
+    h("div", {}, `Partition ${p.partition}: ${removedText(p.log_start_offset)}.`)));
 }
