@@ -1,6 +1,6 @@
 """`dmq cluster status|operations|reassign|...` (registered by dmq/cli/__init__.py).
 
-- `dmq cluster status [--json]`: brokers; per Raft group its leader, term, commit index and
+- `dmq cluster status [--output table|json]`: brokers; per Raft group its leader, term, commit index and
   each replica's lag; then the running operations;
 - `dmq cluster operations [--watch]`: running reassignments with a progress bar each, and
   decommissions with the replicas they still hold;
@@ -9,7 +9,7 @@
 - `dmq cluster metadata-voters ID,ID,... [--wait]`: change the metadata group's voters
   (one broker at a time, added ones first);
 - `dmq cluster decommission-partition TOPIC PARTITION`;
-- `dmq cluster features [--json]`: each broker's release and supported feature levels, and
+- `dmq cluster features [--output table|json]`: each broker's release and supported feature levels, and
   the cluster's finalized level;
 - `dmq cluster upgrade --finalize [--level N]`: raise the finalized level (default: the
   highest this release supports); refused naming the brokers that do not support it.
@@ -26,7 +26,7 @@ import sys
 import time
 from typing import Any, TextIO
 
-from dmq.cli._common import Subparsers, admin_for, comma_items, print_table
+from dmq.cli._common import Subparsers, add_output, admin_for, comma_items, print_table
 from dmq.client import AsyncAdmin
 
 BAR_WIDTH = 30
@@ -44,7 +44,7 @@ def add_cluster(commands: Subparsers, url: argparse.ArgumentParser) -> None:
         "REPLICAS as node:applied:lag (the index each replica applied, and how far it is "
         "behind the commit index), then the running operations.",
     )
-    status.add_argument("--json", action="store_true", help="print the answer as JSON")
+    add_output(status)
     status.set_defaults(handler=_cmd_cluster_status)
     _add_operations(actions, url)
     _add_features(actions, url)
@@ -54,7 +54,7 @@ def _add_features(actions: Subparsers, url: argparse.ArgumentParser) -> None:
     features = actions.add_parser(
         "features", parents=[url], help="supported and finalized feature levels"
     )
-    features.add_argument("--json", action="store_true", help="print the answer as JSON")
+    add_output(features)
     features.set_defaults(handler=cmd_features)
     upgrade = actions.add_parser(
         "upgrade", parents=[url], help="finish a rolling upgrade (README: Releases and upgrading)"
@@ -78,7 +78,7 @@ def _add_operations(actions: Subparsers, url: argparse.ArgumentParser) -> None:
     ops = actions.add_parser(
         "operations", parents=[url], help="running reassignments and decommissions"
     )
-    ops.add_argument("--json", action="store_true", help="print the answer as JSON")
+    add_output(ops)
     ops.add_argument("--watch", action="store_true", help="redraw until none is running")
     ops.set_defaults(handler=cmd_operations)
     reassign = actions.add_parser(
@@ -121,7 +121,7 @@ def _cmd_cluster_status(args: argparse.Namespace) -> int:
             return await admin.cluster_status()
 
     doc = asyncio.run(status())
-    if args.json:
+    if args.output == "json":
         print(json.dumps(doc, indent=2))
         return 0
     print(f"cluster {doc['cluster_id']}, metadata voters {','.join(doc['metadata_voters'])}")
@@ -231,7 +231,7 @@ def cmd_operations(args: argparse.Namespace) -> int:
         _watch(args.url, sys.stdout, args.api_timeout_ms)
         return 0
     doc = asyncio.run(operations_of(args.url, args.api_timeout_ms))
-    if args.json:
+    if args.output == "json":
         print(json.dumps(doc, indent=2))
     else:
         render_operations(doc, sys.stdout)
@@ -298,7 +298,7 @@ def cmd_features(args: argparse.Namespace) -> int:
             return await admin.features()
 
     doc = asyncio.run(features())
-    if args.json:
+    if args.output == "json":
         print(json.dumps(doc, indent=2))
         return 0
     print(f"finalized feature level {doc['finalized_level']}: {doc['finalized_meaning']}")

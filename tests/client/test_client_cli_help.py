@@ -131,21 +131,20 @@ def test_tables_are_headed_in_one_style_and_counts_read_right(broker: BrokerProc
 
 # Every leaf command, classed: those that print data take --output (table|json, or
 # lines|json where they print records); the others print a confirmation line, progress, or
-# nothing. `cluster status` and `cluster operations` still take the old `--json`
-# (dmq/cli/cluster.py is being changed for feature levels; they move to --output after).
+# nothing.
 RECORD_COMMANDS = {"consume", "share consume"}
 DATA_COMMANDS = {
     "topic create", "topic list", "topic describe", "topic alter", "group list",
     "group describe", "group reset", "storage show", "storage set-aside", "share configure",
     "share describe", "share list", "txn list", "txn describe", "txn abort", "delay list",
-    "user list", "user whoami", "acl list", "quota set", "quota list",
+    "user list", "user whoami", "acl list", "quota set", "quota list", "cluster status",
+    "cluster operations", "cluster features",
 }  # fmt: skip
-OLD_JSON_FLAG = {"cluster status", "cluster operations"}
 NO_DATA = {
     "serve", "topic delete", "produce", "cluster reassign", "cluster decommission-broker",
     "cluster metadata-voters", "cluster decommission-partition", "group delete",
     "storage reset", "delay cancel", "user add", "user remove", "acl add", "acl remove",
-    "cert dev",
+    "cert dev", "cluster upgrade",
 }  # fmt: skip
 
 
@@ -164,7 +163,7 @@ def _option(parser: argparse.ArgumentParser, flag: str) -> argparse.Action | Non
 def test_every_command_that_prints_data_has_output_table_or_json() -> None:
     leaves = _leaves()
     benches = {path for path in leaves if path.startswith("bench ")}  # results: --json PATH
-    classed = RECORD_COMMANDS | DATA_COMMANDS | OLD_JSON_FLAG | NO_DATA | benches
+    classed = RECORD_COMMANDS | DATA_COMMANDS | NO_DATA | benches
     assert set(leaves) == classed, set(leaves) ^ classed
     for path in RECORD_COMMANDS | DATA_COMMANDS:
         output = _option(leaves[path], "--output")
