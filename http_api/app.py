@@ -43,7 +43,7 @@ from http_api.internal_auth import SIGNATURES_SEEN
 from http_api.metrics import METRICS_ROUTES
 from http_api.openapi import openapi_document
 from http_api.operations import OPERATIONS_ROUTES
-from http_api.request_guard import Router, expect_100
+from http_api.request_guard import expect_100
 from http_api.rest_v2 import REST_V2_ROUTES
 from http_api.sendfile import FileRangesResponse
 from http_api.share import SHARE_ROUTES
@@ -533,7 +533,6 @@ ROUTES: tuple[tuple[str, str, Any], ...] = (
 
 def make_app(broker: Broker) -> web.Application:
     app = web.Application(
-        router=Router(),  # no route, no aiohttp Expect answer (http_api/request_guard.py)
         # Metrics, errors, internal signatures, auth (--auth on: credentials, ACLs, quotas),
         # the cluster id, relaying: one middleware, in that order (http_api/edge.py).
         middlewares=[edge_middleware],
