@@ -101,7 +101,7 @@ def _chain_us(rounds: int) -> list[float]:
     from http_api.app import make_app
 
     stub = types.SimpleNamespace(
-        config=types.SimpleNamespace(request_bytes_max=1 << 20),
+        config=types.SimpleNamespace(request_bytes_max=1 << 20, signature_replay_entries_max=1024),
         metrics=types.SimpleNamespace(observe_request=lambda *args: None),
         cluster_secret=None,
         security=types.SimpleNamespace(enabled=False),

@@ -216,7 +216,7 @@ def serve(config: BrokerConfig) -> int:
         check_data_dir(config.data_path)
         asyncio.run(main())
     except errors.DmqError as exc:  # could not start, or stopped on an error
-        _log.error("exiting (dmq %s): %s", __version__, exc)
+        _log.error("exiting: %s (dmq %s)", exc, __version__)
         return 1
     except OSError as exc:
         _log.error("cannot start: %s", exc)

@@ -21,8 +21,8 @@ from bench.loopback import common_free_port
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def free_port(host: str = "127.0.0.1") -> int:
-    return common_free_port([host])
+def free_port(host: str = "127.0.0.1", avoid: tuple[int, ...] = ()) -> int:
+    return common_free_port([host], avoid)
 
 
 class BrokerProcess:
@@ -39,7 +39,9 @@ class BrokerProcess:
         self.data_dir = data_dir
         self.host = host
         self.port = free_port(host)
-        self.raft_port = free_port(host)
+        # Never the HTTP port again: both are free until the broker binds them, so two
+        # draws could meet (a full run once started a broker on one port for both).
+        self.raft_port = free_port(host, avoid=(self.port,))
         self.extra_args = list(extra_args or [])
         self.env = dict(env or {})
         self.proc: subprocess.Popen[bytes] | None = None
