@@ -160,16 +160,7 @@ def record_workload(
         started_s = time.time()
 
         def send(i: int, acks: str = "all") -> Ack | None:
-            partition, value = i % partitions, f"r{i}"
-            answer = http(
-                f"{url}/v1/topics/{TOPIC}/records?acks={acks}&partition={partition}",
-                "POST",
-                {"records": [{"value": value}]},
-                timeout_s=10.0,
-            )
-            if answer.status != 200:
-                return None
-            return Ack(time.time(), partition, answer.json()["offsets"][0]["offset"], value)
+            return produce_one(url, i % partitions, f"r{i}", acks)
 
         def send_acks_1() -> list[Ack]:
             # One thread, one partition: its answers leave in the order it sent them.
@@ -183,6 +174,22 @@ def record_workload(
     finally:
         stop_traced(proc)
     return data_dir, trace, acks, started_s
+
+
+def produce_one(
+    url: str, partition: int, value: str, acks: str = "all", timeout_s: float = 10.0
+) -> Ack | None:
+    """One record to `partition` through the broker at `url`; its acknowledgement (timed
+    when the answer arrived), or None if the produce failed."""
+    answer = http(
+        f"{url}/v1/topics/{TOPIC}/records?acks={acks}&partition={partition}",
+        "POST",
+        {"records": [{"value": value}]},
+        timeout_s=timeout_s,
+    )
+    if answer.status != 200:
+        return None
+    return Ack(time.time(), partition, answer.json()["offsets"][0]["offset"], value)
 
 
 Records = dict[tuple[int, int], str]  # (partition, offset) -> value, as read back

@@ -39,6 +39,7 @@ from jepsen.crash import (
     Ack,
     Records,
     check_acks,
+    produce_one,
     read_all,
     serve_args,
     server_times,
@@ -116,17 +117,8 @@ def record_workload(
         started_s = time.time()
 
         def send(i: int) -> Ack | None:
-            partition, value = i % partitions, f"r{i}"
             url = nodes.url(nodes.ids[i % len(nodes.ids)])
-            answer = http(
-                f"{url}/v1/topics/{TOPIC}/records?acks=all&partition={partition}",
-                "POST",
-                {"records": [{"value": value}]},
-                timeout_s=20.0,
-            )
-            if answer.status != 200:
-                return None
-            return Ack(time.time(), partition, answer.json()["offsets"][0]["offset"], value)
+            return produce_one(url, i % partitions, f"r{i}", timeout_s=20.0)
 
         with ThreadPoolExecutor(max_workers=producers) as pool:
             acks = [a for a in pool.map(send, range(records)) if a is not None]
