@@ -9,6 +9,7 @@ OpenAPI at /openapi.json.
 from __future__ import annotations
 
 import json
+import warnings
 from typing import Any, Literal
 
 from aiohttp import web
@@ -43,7 +44,7 @@ from http_api.internal_auth import SIGNATURES_SEEN
 from http_api.metrics import METRICS_ROUTES
 from http_api.openapi import openapi_document
 from http_api.operations import OPERATIONS_ROUTES
-from http_api.request_guard import expect_100
+from http_api.request_guard import Router, expect_100
 from http_api.rest_v2 import REST_V2_ROUTES
 from http_api.sendfile import FileRangesResponse
 from http_api.share import SHARE_ROUTES
@@ -532,12 +533,17 @@ ROUTES: tuple[tuple[str, str, Any], ...] = (
 
 
 def make_app(broker: Broker) -> web.Application:
-    app = web.Application(
-        # Metrics, errors, internal signatures, auth (--auth on: credentials, ACLs, quotas),
-        # the cluster id, relaying: one middleware, in that order (http_api/edge.py).
-        middlewares=[edge_middleware],
-        client_max_size=broker.config.request_bytes_max,
-    )
+    with warnings.catch_warnings():
+        # aiohttp 3 marks `router` deprecated (a 4.0 may drop it: a TypeError here then says
+        # so); it is the one way to answer Expect on a request that matches no route.
+        warnings.simplefilter("ignore", DeprecationWarning)
+        app = web.Application(
+            router=Router(),  # no route, no aiohttp Expect answer (http_api/request_guard.py)
+            # Metrics, errors, internal signatures, auth (--auth on: credentials, ACLs,
+            # quotas), the cluster id, relaying: one middleware, in that order (edge.py).
+            middlewares=[edge_middleware],
+            client_max_size=broker.config.request_bytes_max,
+        )
     app[BROKER] = broker
     app[REQUEST_BYTES_MAX] = broker.config.request_bytes_max
     app[SIGNATURES_SEEN] = ReplayCache(broker.config.signature_replay_entries_max)

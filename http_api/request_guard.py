@@ -25,17 +25,19 @@ when it changes state, sent by a page of this broker's origin or by a non-browse
 3. **Expect.** aiohttp answers `Expect` before any middleware, and its own answer to an
    unknown value echoed the value into a body it could not encode (a 500 for invalid
    UTF-8): every route takes `expect_100` instead, which answers 417 in JSON naming the
-   header.
+   header; so does a request that matches no route (`Router`: its 404 or 405 follows).
 """
 
 from __future__ import annotations
 
 import json
 import urllib.parse
+from collections.abc import Awaitable, Callable
 from typing import Final
 
 from aiohttp import hdrs, web
 from aiohttp.http import HttpVersion11
+from aiohttp.web_urldispatcher import MatchInfoError, UrlMappingMatchInfo
 
 from dmq import errors
 from dmq.internal_auth import SIGNATURE_HEADER, is_internal
@@ -147,3 +149,23 @@ async def expect_100(request: web.Request) -> None:
     raise web.HTTPExpectationFailed(
         text=json.dumps({"error": error}), content_type="application/json"
     )
+
+
+class _NoRoute(MatchInfoError):
+    """aiohttp's answer for a request no route matches (404, 405), with `expect_100` as its
+    Expect handler instead of aiohttp's own."""
+
+    @property
+    def expect_handler(self) -> Callable[[web.Request], Awaitable[None]]:
+        return expect_100
+
+
+class Router(web.UrlDispatcher):
+    """The app's router: a request that matches no route gets `expect_100` too (module
+    docstring, 3), so no Expect value reaches aiohttp's handler, whose 417 can be a 500."""
+
+    async def resolve(self, request: web.Request) -> UrlMappingMatchInfo:
+        match = await super().resolve(request)
+        if isinstance(match, MatchInfoError):
+            return _NoRoute(match.http_exception)
+        return match

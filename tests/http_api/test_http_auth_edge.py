@@ -151,8 +151,18 @@ _ROUTES = st.sampled_from(
         (b"GET", b"/metrics"),
         (b"POST", b"/consumers/g"),
         (b"GET", b"/healthz"),
+        (b"GET", b"/no-such-route"),  # 404 from the router (http_api/request_guard.py Router)
+        (b"DELETE", b"/healthz"),  # 405 from the router
     ]  # fmt: skip
 )
+
+
+def test_an_expect_header_on_a_path_with_no_route_is_no_5xx(broker: BrokerProcess) -> None:
+    for method, path in ((b"GET", b"/no-such-route"), (b"DELETE", b"/healthz")):
+        status, _, payload = raw_request(broker, method, path, [(b"Expect", b"\x80")], b"")
+        assert status == 417 and b'"Expect"' in payload, (path, status, payload[:200])
+        status, _, _ = raw_request(broker, method, path, [], b"")
+        assert status == (404 if path == b"/no-such-route" else 405)
 
 
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
