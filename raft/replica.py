@@ -457,6 +457,12 @@ class Replica:
     def tick(self) -> None:
         # An exception from apply() is not caught by pysyncobj: it leaves doTick and stops
         # the node. One from restore() is (see _read_snapshot): raised here instead.
+        if not len(self.journal) and not self.syncobj._SyncObj__needLoadDumpFile:
+            # No entry, not even its snapshot's last: pysyncobj reads the log's first entry
+            # in any tick with entries to apply (IndexError, and the node stopped). It does
+            # nothing until reopened on its snapshot, as it takes no message (RaftNode
+            # _refuse_with_empty_log); the first tick, which loads the snapshot, still runs.
+            return
         if self._config.pre_vote:
             self.maybe_hold_election(time.monotonic())
         was_leader = self.syncobj._isLeader()

@@ -68,3 +68,30 @@ def test_a_replica_with_an_empty_log_refuses_messages_and_its_node_runs_on(
     assert seen["refused"] > 0, seen
     assert not seen["term_moved"], seen
     assert seen["leader_still"], seen
+
+
+def test_a_tick_with_entries_to_apply_and_an_empty_log_does_nothing(tmp_path: Path) -> None:
+    """The replica's own tick, not only a peer's message: with the commit index past what
+    was applied and no entry held, pysyncobj's apply reads the first entry (IndexError: the
+    full run of 2026-11-29 saw the node stop so, when the log emptied between an entry's
+    commit and its apply). The tick now leaves such a replica alone."""
+
+    async def scenario() -> int:
+        cluster = InProcessCluster(tmp_path, config=RaftConfig())
+        replicas, leader = await cluster.start_group(1)
+        try:
+            follower = sorted(n for n in replicas if n != leader)[0]
+            empty = replicas[follower]
+
+            def empty_then_tick() -> int:
+                empty.journal.deleteEntriesTo(len(empty.journal) + 10)
+                sync_obj = empty.syncobj
+                sync_obj._SyncObj__raftCommitIndex = sync_obj._SyncObj__raftLastApplied + 1
+                empty.tick()
+                return len(empty.journal)
+
+            return int(await cluster.nodes[follower].on_tick_thread(empty_then_tick))
+        finally:
+            await cluster.stop()
+
+    assert asyncio.run(asyncio.wait_for(scenario(), 60)) == 0
