@@ -21,12 +21,11 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import sys
 import time
 from typing import Any, TextIO
 
-from dmq.cli._common import Subparsers, add_output, admin_for, comma_items, print_table
+from dmq.cli._common import Subparsers, add_output, admin_for, comma_items, print_json, print_table
 from dmq.client import AsyncAdmin
 
 BAR_WIDTH = 30
@@ -122,7 +121,7 @@ def _cmd_cluster_status(args: argparse.Namespace) -> int:
 
     doc = asyncio.run(status())
     if args.output == "json":
-        print(json.dumps(doc, indent=2))
+        print_json(doc)
         return 0
     print(f"cluster {doc['cluster_id']}, metadata voters {','.join(doc['metadata_voters'])}")
     rows: list[tuple[str, ...]] = [
@@ -232,7 +231,7 @@ def cmd_operations(args: argparse.Namespace) -> int:
         return 0
     doc = asyncio.run(operations_of(args.url, args.api_timeout_ms))
     if args.output == "json":
-        print(json.dumps(doc, indent=2))
+        print_json(doc)
     else:
         render_operations(doc, sys.stdout)
     return 0
@@ -299,7 +298,7 @@ def cmd_features(args: argparse.Namespace) -> int:
 
     doc = asyncio.run(features())
     if args.output == "json":
-        print(json.dumps(doc, indent=2))
+        print_json(doc)
         return 0
     print(f"finalized feature level {doc['finalized_level']}: {doc['finalized_meaning']}")
     finalizable = doc["finalizable_level"]
